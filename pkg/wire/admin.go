@@ -1,0 +1,124 @@
+package wire
+
+// StreamCreate creates a stream with Copies copies (E). Policy defaults to
+// the cluster's default confirm policy.
+type StreamCreate struct {
+	Stream    string    `json:"stream"`
+	Copies    int       `json:"copies"`
+	Policy    string    `json:"policy,omitempty"`
+	Retention Retention `json:"retention,omitempty"`
+}
+
+// StreamRef names a stream, for delete and info.
+type StreamRef struct {
+	Stream string `json:"stream"`
+}
+
+// Empty is the request of verbs that take no arguments (stream.list,
+// cluster.info). An empty body is accepted too.
+type Empty struct{}
+
+// NodeRef names a node, for node.drain and node.leave.
+type NodeRef struct {
+	Node string `json:"node"`
+}
+
+// RecoveryWithdraw withdraws the pending recovery of Stream; the controller
+// then records a new one.
+type RecoveryWithdraw struct {
+	Stream string `json:"stream"`
+}
+
+// RecoveryAcceptLoss moves Stream to Node (or, if empty, the live copy with
+// the furthest published tail) without sealing anything.
+type RecoveryAcceptLoss struct {
+	Stream string `json:"stream"`
+	Node   string `json:"node,omitempty"`
+}
+
+// AttentionClear clears an accepted-loss warning of Stream.
+type AttentionClear struct {
+	Stream string `json:"stream"`
+}
+
+// Stream statuses in StreamInfo.
+const (
+	StatusServing    = "serving"
+	StatusRecovering = "recovering"
+	StatusWaiting    = "waiting" // a recovery that waits (answers or confirmed prefix), or an owner-only stream whose owner is gone
+)
+
+// StreamInfo describes one stream: its assignment, the copies' tails from
+// their last heartbeats, and its status.
+type StreamInfo struct {
+	Stream     string           `json:"stream"`
+	StreamID   uint64           `json:"stream_id"`
+	Copies     int              `json:"copies"`
+	Policy     string           `json:"policy"`
+	W          int              `json:"w"`
+	R          int              `json:"r"`
+	Retention  Retention        `json:"retention"`
+	Assignment Assignment       `json:"assignment"`
+	Status     string           `json:"status"`
+	Starts     []HistoryStart   `json:"starts"`
+	Recovery   *PendingRecovery `json:"recovery,omitempty"`
+	CopyTails  []CopyTails      `json:"copy_tails"`
+	// LastTraceID is the trace of the stream's latest failover.
+	LastTraceID string `json:"last_trace_id,omitempty"`
+	// AcceptedLoss is set while an accepted owner loss that landed below the
+	// confirmed prefix has not been cleared by an operator.
+	AcceptedLoss *AcceptedLoss `json:"accepted_loss,omitempty"`
+	Version      uint64        `json:"version"`
+}
+
+// CopyTails is one copy's state as its node last published it.
+type CopyTails struct {
+	Node       string `json:"node"`
+	Role       string `json:"role"`
+	Epoch      uint64 `json:"epoch"`
+	RecordTail uint64 `json:"record_tail"`
+	CursorTail uint64 `json:"cursor_tail"`
+	Sealed     bool   `json:"sealed"`
+	// Published is false while the node has published nothing for the copy.
+	Published bool  `json:"published"`
+	AgeMS     int64 `json:"age_ms"`
+}
+
+// StreamList lists every stream.
+type StreamList struct {
+	Streams []StreamInfo `json:"streams"`
+	Version uint64       `json:"version"`
+}
+
+// ClusterInfo describes the coordinators and the stream hosts.
+type ClusterInfo struct {
+	Coordinators []CoordinatorInfo `json:"coordinators"`
+	Leader       uint64            `json:"leader"`
+	Nodes        []NodeInfo        `json:"nodes"`
+	Version      uint64            `json:"version"`
+	// AnsweredBy is the replica id of the coordinator that answered.
+	AnsweredBy uint64 `json:"answered_by"`
+}
+
+// CoordinatorInfo is one Raft replica.
+type CoordinatorInfo struct {
+	ReplicaID uint64 `json:"replica_id"`
+	Address   string `json:"address"`
+	Leader    bool   `json:"leader"`
+}
+
+// NodeInfo is one stream host as the replicated state and the answering
+// coordinator's liveness view see it.
+type NodeInfo struct {
+	Node        string `json:"node"`
+	Incarnation uint64 `json:"incarnation"`
+	State       string `json:"state"`
+	LastSeenMS  int64  `json:"last_seen_ms"` // -1 if never seen by this coordinator
+	Copies      int    `json:"copies"`
+}
+
+// OK is the reply of a write that returns nothing else.
+type OK struct {
+	OK      bool   `json:"ok"`
+	Version uint64 `json:"version"`
+}

@@ -1,0 +1,64 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes are stable and machine-readable; messages are for people.
+const (
+	CodeBadRequest      = "bad_request"       // malformed JSON, unknown field, invalid value
+	CodeNotFound        = "not_found"         // no such stream, node or recovery
+	CodeExists          = "exists"            // stream already exists
+	CodeConflict        = "conflict"          // a guarded write lost to a newer version
+	CodeUnavailable     = "unavailable"       // no quorum, not enough live nodes, not ready
+	CodeStreamUnknown   = "stream_unknown"    // this host holds no copy of the stream
+	CodeNotOwner        = "not_owner"         // this host is not the stream's owner
+	CodeSealed          = "sealed"            // the copy is sealed for a recovery
+	CodePayloadTooLarge = "payload_too_large" // a record over the host's limit
+	CodeConfirmTimeout  = "confirm_timeout"   // fewer than W copies held the record in time; not confirmed
+	CodeShuttingDown    = "shutting_down"     // the host is stopping
+	CodeStaleEpoch      = "stale_epoch"       // a request from another epoch
+	CodeDuplicate       = "duplicate"         // producer sequence already written (reply carries the offset)
+	CodeRecovering      = "recovering"        // the stream is failing over; retry
+	CodeInternal        = "internal"          // a bug or a storage failure; see the host's log
+)
+
+// Error is the one error reply shape of every request-reply exchange.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Copies is set on CodeConfirmTimeout: how many copies held the record.
+	Copies *int `json:"copies,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorReply is the JSON body of a failed request.
+type ErrorReply struct {
+	Error *Error `json:"error"`
+}
+
+// CodeOf returns the code of err if it is or wraps an *Error, and
+// CodeInternal otherwise.
+func CodeOf(err error) string {
+	var we *Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return CodeInternal
+}
+
+// AsError returns err as an *Error, wrapping any other error as CodeInternal.
+func AsError(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}

@@ -1,0 +1,133 @@
+package wire
+
+// Heartbeat is what a stream host publishes on HeartbeatSubject every
+// interval. Heartbeats are not written to the Raft log: coordinators and the
+// attention service keep them in memory.
+type Heartbeat struct {
+	Node string `json:"node"`
+	// Incarnation changes on every start of the host process, so a restart
+	// is told from a pause.
+	Incarnation uint64 `json:"incarnation"`
+	// Leaving is set by a host that is shutting down gracefully, so its
+	// streams fail over at once.
+	Leaving bool         `json:"leaving,omitempty"`
+	Copies  []CopyStatus `json:"copies"`
+	AtMS    int64        `json:"at_ms"`
+}
+
+// CopyStatus is one copy's state in a heartbeat.
+type CopyStatus struct {
+	Stream     string `json:"stream"`
+	StreamID   uint64 `json:"stream_id"`
+	Role       string `json:"role"`
+	Epoch      uint64 `json:"epoch"`
+	RecordTail uint64 `json:"record_tail"`
+	CursorTail uint64 `json:"cursor_tail"`
+	// Confirmed is the owner's confirmed watermark (owners only).
+	Confirmed uint64 `json:"confirmed,omitempty"`
+	Sealed    bool   `json:"sealed"`
+}
+
+// AssignNotice is published on AssignNoticeSubject after a committed change;
+// a host that sees a version newer than the one it applied pulls.
+type AssignNotice struct {
+	Version uint64 `json:"version"`
+}
+
+// AssignmentPull asks for the snapshot of assignments that concern Node.
+type AssignmentPull struct {
+	Node string `json:"node"`
+}
+
+// AssignmentSnapshot is everything a host needs to bring its copies in line:
+// the assignments that include it, each with its stream's history starts,
+// and the ids of every stream that exists, so a copy of a deleted stream can
+// be dropped while a copy left out of a live stream stays sealed.
+type AssignmentSnapshot struct {
+	Version     uint64            `json:"version"`
+	Node        string            `json:"node"`
+	Assignments []AssignedStream  `json:"assignments"`
+	Streams     map[string]uint64 `json:"streams"` // name -> stream id of every existing stream
+}
+
+// AssignedStream is one assignment with its stream's history starts and
+// retention. Starts may be empty but is never absent from a valid snapshot.
+type AssignedStream struct {
+	Assignment Assignment     `json:"assignment"`
+	Starts     []HistoryStart `json:"starts"`
+	Retention  Retention      `json:"retention"`
+	// TraceParent links a host's apply to the failover trace that made it
+	// (W3C traceparent of the guarded commit's span).
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// SealRequest fences one copy at FenceEpoch for recovery Transition.
+type SealRequest struct {
+	Stream     string `json:"stream"`
+	StreamID   uint64 `json:"stream_id"`
+	FenceEpoch uint64 `json:"fence_epoch"`
+	Transition uint64 `json:"transition"`
+	// TraceParent carries the W3C trace context of the seal span.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// SealReply reports the sealed copy's tails, log epochs and digest, all read
+// from metadata without scanning the log.
+type SealReply struct {
+	Node       string     `json:"node"`
+	Stream     string     `json:"stream"`
+	FenceEpoch uint64     `json:"fence_epoch"`
+	Transition uint64     `json:"transition"`
+	RecordHead uint64     `json:"record_head"`
+	RecordTail uint64     `json:"record_tail"`
+	CursorTail uint64     `json:"cursor_tail"`
+	LogEpochs  []LogEpoch `json:"log_epochs"`
+	Digest     string     `json:"digest"` // hex of the running digest at RecordTail
+}
+
+// CursorCommit asks the owner to record that cursor has consumed everything
+// below Offset.
+type CursorCommit struct {
+	Cursor string `json:"cursor"`
+	Offset uint64 `json:"offset"`
+}
+
+// CursorCommitReply confirms a commit was written (not yet fsynced).
+type CursorCommitReply struct {
+	Cursor      string `json:"cursor"`
+	Offset      uint64 `json:"offset"`
+	EventOffset uint64 `json:"event_offset"`
+}
+
+// FetchRequest asks the owner for records at or below its confirmed
+// watermark. The position is, in order: Start "offset" with Offset (a
+// consumer that tracks its own position after a first fetch), Start
+// "earliest" or "latest", or the committed position of the named durable
+// Cursor (a new name starts at the retained head). A request naming neither
+// Cursor nor Start is a bad request.
+type FetchRequest struct {
+	Cursor     string `json:"cursor,omitempty"`
+	Start      string `json:"start,omitempty"`
+	Offset     uint64 `json:"offset,omitempty"`
+	MaxRecords int    `json:"max_records,omitempty"`
+	MaxBytes   int    `json:"max_bytes,omitempty"`
+	WaitMS     int64  `json:"wait_ms,omitempty"`
+}
+
+// PublishConfirm is the reply to a confirmed publish: the record is at
+// Offset, written at Epoch, and Copies copies held it durably when it was
+// confirmed (at least W).
+type PublishConfirm struct {
+	Offset uint64 `json:"offset"`
+	Epoch  uint64 `json:"epoch"`
+	Copies int    `json:"copies"`
+	// Duplicate is set when a producer id and sequence had already been
+	// written; Offset is then the first write's.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Headers a publisher may set on a publish for duplicate suppression.
+const (
+	HeaderProducer = "Brook-Producer"
+	HeaderSequence = "Brook-Seq"
+)

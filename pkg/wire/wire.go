@@ -1,0 +1,94 @@
+// Package wire holds the Go types of brook's control-plane messages and the
+// NATS subjects they travel on. Every type here has a JSON Schema (2020-12)
+// under schemas/ in the repository root; the tests in this package validate
+// examples of each type against those schemas, so the two cannot drift apart.
+//
+// Data-plane messages (publish payloads, fetch and replication batches) use
+// the binary frames of package frame instead.
+package wire
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// MaxNameLen bounds stream, cursor and node names. Names are NATS subject
+// tokens, so they are also restricted to NameRE.
+const MaxNameLen = 64
+
+// NameRE is what a stream, cursor or node name may hold: it must be usable as
+// one NATS subject token and as a file name.
+var NameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether s is a valid stream, cursor or node name, with a
+// reason when it is not.
+func ValidName(kind, s string) error {
+	if s == "" {
+		return &Error{Code: CodeBadRequest, Message: kind + " name is empty"}
+	}
+	if len(s) > MaxNameLen {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s name is %d bytes, more than %d", kind, len(s), MaxNameLen)}
+	}
+	if !NameRE.MatchString(s) {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s name %q may hold only letters, digits, '_' and '-'", kind, s)}
+	}
+	return nil
+}
+
+// Subjects. Stream and node names are single subject tokens (see NameRE).
+const (
+	SubjectPrefix = "brook."
+
+	// AdminPrefix + verb, e.g. "brook.admin.stream.create". Any coordinator
+	// answers, in queue group AdminQueue.
+	AdminPrefix = "brook.admin."
+	AdminQueue  = "brook-coordinators"
+
+	// AssignPull is a request for the assignment snapshot that concerns one
+	// node (AssignmentPull -> AssignmentSnapshot); any coordinator answers,
+	// in queue group AdminQueue.
+	AssignPull = "brook.assign.pull"
+
+	// AttentionList is answered by the attention service with AttentionList.
+	AttentionList = "brook.attention.list"
+)
+
+// Admin verbs.
+const (
+	VerbStreamCreate       = "stream.create"
+	VerbStreamDelete       = "stream.delete"
+	VerbStreamInfo         = "stream.info"
+	VerbStreamList         = "stream.list"
+	VerbClusterInfo        = "cluster.info"
+	VerbNodeDrain          = "node.drain"
+	VerbNodeLeave          = "node.leave"
+	VerbRecoveryWithdraw   = "recovery.withdraw"
+	VerbRecoveryAcceptLoss = "recovery.accept-loss"
+	VerbAttentionClear     = "attention.clear"
+)
+
+// AdminSubject is the subject of an admin verb.
+func AdminSubject(verb string) string { return AdminPrefix + verb }
+
+// HeartbeatSubject is where node publishes its Heartbeat.
+func HeartbeatSubject(node string) string { return "brook.hb." + node }
+
+// HeartbeatWildcard matches every node's heartbeat.
+const HeartbeatWildcard = "brook.hb.*"
+
+// AssignNoticeSubject is where the coordinator leader publishes an
+// AssignNotice for node after a committed change that concerns it.
+func AssignNoticeSubject(node string) string { return "brook.assign." + node }
+
+// SealSubject is answered by the stream host node with SealReply.
+func SealSubject(node string) string { return "brook.host." + node + ".seal" }
+
+// Stream data-plane subjects; only the stream's current owner subscribes.
+func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" }
+func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
+func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
+
+// ReplicationSubject is answered only by the owner of stream at epoch.
+func ReplicationSubject(stream string, epoch uint64) string {
+	return fmt.Sprintf("brook.s.%s.repl.%d", stream, epoch)
+}
