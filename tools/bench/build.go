@@ -1,0 +1,44 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// RepoRoot is the folder of the go.work that the go command sees from the
+// working directory.
+func RepoRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOWORK").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOWORK: %w", err)
+	}
+	w := strings.TrimSpace(string(out))
+	if w == "" || w == "off" {
+		return "", fmt.Errorf("not inside the brook workspace (go env GOWORK is %q)", w)
+	}
+	return filepath.Dir(w), nil
+}
+
+// BuildNATSServer builds nats-server (the version the workspace pins) into
+// dir and returns its path.
+func BuildNATSServer(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nats-server")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = filepath.Join(root, "tools")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build nats-server: %w\n%s", err, out)
+	}
+	return bin, nil
+}
