@@ -47,7 +47,7 @@ const (
 	// AssignPull is a request for the assignment snapshot that concerns one
 	// node (AssignmentPull -> AssignmentSnapshot); any coordinator answers,
 	// in queue group AdminQueue.
-	AssignPull = "brook.assign.pull"
+	AssignPull = "brook.assignments.pull"
 
 	// AttentionList is answered by the attention service with AttentionList.
 	AttentionList = "brook.attention.list"

@@ -1,0 +1,3 @@
+module github.com/brook-streams/brook/schemas
+
+go 1.26.8
