@@ -1,0 +1,183 @@
+// Command brook-attention serves brook's attention list: what an operator
+// must look at, judged from the coordinators' state and the stream hosts'
+// heartbeats. It keeps nothing durable.
+//
+//	brook-attention --nats-url nats://brook:brook@127.0.0.1:4222 --http-addr 127.0.0.1:8090
+//	brook-attention healthcheck --http-addr 127.0.0.1:8090
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+
+	"github.com/brook-streams/brook/services/attention/config"
+	"github.com/brook-streams/brook/services/attention/judge"
+	"github.com/brook-streams/brook/services/attention/server"
+	"github.com/brook-streams/brook/services/attention/telemetry"
+)
+
+const name = "brook-attention"
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(args[1:], stderr)
+	}
+	cfg, err := config.Load(name, args)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	log := cfg.NewLogger()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := serve(ctx, cfg, log, nil); err != nil {
+		log.Error("brook-attention failed", "err", err)
+		return 1
+	}
+	log.Info("brook-attention stopped")
+	return 0
+}
+
+// serve runs the service until ctx ends, then shuts down gracefully. If
+// listening is not nil it is told the HTTP address once bound.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening func(net.Addr)) error {
+	tp, shutdownTracing, err := telemetry.Setup(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}()
+
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		// Start even if NATS is not up yet, and keep trying.
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(*nats.Conn) { log.Info("nats connected") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to nats: %w", err)
+	}
+	defer nc.Close()
+
+	svc := server.New(nc, server.Options{
+		Judge:          judge.Config{TTL: cfg.TTL, LagWindow: cfg.LagWindow},
+		Refresh:        cfg.Refresh,
+		RequestTimeout: cfg.RequestTimeout,
+		Logger:         log,
+		TracerProvider: tp,
+	})
+
+	var httpSrv *http.Server
+	httpDone := make(chan error, 1)
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		httpSrv = &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { httpDone <- httpSrv.Serve(ln) }()
+		log.Info("http listening", "addr", ln.Addr().String())
+		if listening != nil {
+			listening(ln.Addr())
+		}
+	}
+	log.Info("brook-attention started", "nats_url", redact(cfg.NATSURL), "ttl", cfg.TTL, "lag_window", cfg.LagWindow, "refresh", cfg.Refresh)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- svc.Run(ctx) }()
+
+	var runErr error
+	select {
+	case runErr = <-runDone:
+	case err := <-httpDone:
+		runErr = fmt.Errorf("http server: %w", err)
+		cancel()
+		<-runDone
+	}
+	log.Info("shutting down")
+	if httpSrv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
+	}
+	if err := nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Debug("nats flush on shutdown", "err", err)
+	}
+	return runErr
+}
+
+// redact hides the password of a NATS URL in logs.
+func redact(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "(unparsable url)"
+}
+
+// healthcheck GETs /healthz of a running brook-attention and exits 0 when
+// it answers 200, for health checks in images without a shell.
+func healthcheck(args []string, stderr io.Writer) int {
+	cfg, err := config.Load(name+" healthcheck", args)
+	if err != nil {
+		fmt.Fprintf(stderr, "healthcheck: %v\n", err)
+		return 1
+	}
+	if cfg.HTTPAddr == "" {
+		fmt.Fprintln(stderr, "healthcheck: no --http-addr to check")
+		return 1
+	}
+	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "healthcheck: http-addr %q: %v\n", cfg.HTTPAddr, err)
+		return 1
+	}
+	// A wildcard listen address is reached on loopback.
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	if err != nil {
+		fmt.Fprintf(stderr, "healthcheck: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "healthcheck: %s: %s", resp.Status, body)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,127 @@
+package judge
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// liveness is what the judge can say about a node.
+type liveness int
+
+const (
+	// unknown: not heard, but the service has not listened for a TTL yet,
+	// so silence is no evidence.
+	unknown liveness = iota
+	// live: a fresh heartbeat that is not leaving.
+	live
+	// down: left, leaving, expired by the coordinator and silent, or
+	// silent for a TTL while the service listened.
+	down
+)
+
+// nodeState is one node as the judge sees it.
+type nodeState struct {
+	liveness liveness
+	why      string // for down: why, e.g. "expired" or "no heartbeat for 3.2s"
+	coord    string // the coordinator's state, "" if it does not know the node
+	hb       *wire.Heartbeat
+}
+
+// copyObs is one copy of a stream as its node published it. cs is nil unless
+// the node is live and its latest heartbeat lists the copy.
+type copyObs struct {
+	node string
+	st   nodeState
+	cs   *wire.CopyStatus
+}
+
+// published reports whether the copy's node is live and published the copy.
+func (o copyObs) published() bool { return o.cs != nil }
+
+// silent reports whether the judge must stay quiet about the copy: its node
+// is live but published nothing for it, or has not been heard yet.
+func (o copyObs) silent() bool {
+	return o.st.liveness == unknown || (o.st.liveness == live && o.cs == nil)
+}
+
+// judging holds one call's inputs and memoised node states.
+type judging struct {
+	cfg   Config
+	v     View
+	hbs   map[string]HeartbeatSeen
+	now   time.Time
+	coord map[string]wire.NodeInfo
+	nodes map[string]nodeState
+}
+
+func newJudging(cfg Config, v View, hbs map[string]HeartbeatSeen, now time.Time) *judging {
+	j := &judging{
+		cfg:   cfg,
+		v:     v,
+		hbs:   hbs,
+		now:   now,
+		coord: make(map[string]wire.NodeInfo, len(v.Nodes)),
+		nodes: map[string]nodeState{},
+	}
+	for _, n := range v.Nodes {
+		j.coord[n.Node] = n
+	}
+	return j
+}
+
+// node returns what the judge can say about name. A fresh heartbeat is the
+// best evidence of a running copy, so it wins over the coordinator's
+// "expired" (which lags a returning node by up to one pull); "left" and a
+// leaving heartbeat always mean down.
+func (j *judging) node(name string) nodeState {
+	if st, ok := j.nodes[name]; ok {
+		return st
+	}
+	st := nodeState{coord: j.coord[name].State}
+	hs, heard := j.hbs[name]
+	fresh := heard && j.now.Sub(hs.At) <= j.cfg.TTL
+	listenedLongEnough := j.v.ListeningSince.IsZero() || j.now.Sub(j.v.ListeningSince) > j.cfg.TTL
+	switch {
+	case st.coord == wire.NodeLeft:
+		st.liveness, st.why = down, "left"
+	case fresh && hs.Heartbeat.Leaving:
+		st.liveness, st.why = down, "leaving"
+	case fresh:
+		hb := hs.Heartbeat
+		st.liveness, st.hb = live, &hb
+	case st.coord == wire.NodeExpired:
+		st.liveness, st.why = down, "expired"
+	case !listenedLongEnough:
+		st.liveness = unknown
+	case heard:
+		st.liveness, st.why = down, fmt.Sprintf("no heartbeat for %s", j.now.Sub(hs.At).Round(100*time.Millisecond))
+	default:
+		st.liveness, st.why = down, "never heard"
+	}
+	j.nodes[name] = st
+	return st
+}
+
+// observe returns the copy of stream (id) on node as published.
+func (j *judging) observe(node, stream string, id uint64) copyObs {
+	o := copyObs{node: node, st: j.node(node)}
+	if o.st.liveness == live {
+		o.cs = copyIn(o.st.hb, stream, id)
+	}
+	return o
+}
+
+// copyIn finds the copy of stream in hb. A copy of an earlier stream of the
+// same name (another id) is not this stream's copy. Id 0 on either side
+// means "not known" and matches.
+func copyIn(hb *wire.Heartbeat, stream string, id uint64) *wire.CopyStatus {
+	for i := range hb.Copies {
+		c := &hb.Copies[i]
+		if c.Stream == stream && (id == 0 || c.StreamID == 0 || c.StreamID == id) {
+			return c
+		}
+	}
+	return nil
+}

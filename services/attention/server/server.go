@@ -1,0 +1,191 @@
+// Package server is the brook-attention service: it judges the attention
+// list from what its watcher follows and answers it on NATS
+// (brook.attention.list) and HTTP (/attention as JSON, / as a page, /healthz).
+//
+// The service keeps nothing durable. The judge's memory (since when each
+// entry is listed, how long each follower has stood still) lives in the
+// process and starts afresh on restart.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
+	"github.com/brook-streams/brook/services/attention/telemetry"
+	"github.com/brook-streams/brook/services/attention/watch"
+)
+
+// ListQueue is the queue group of brook.attention.list, so that one of
+// several attention instances answers.
+const ListQueue = "brook-attention"
+
+// Options configure a Service.
+type Options struct {
+	Judge judge.Config
+	// Refresh is the period of the coordinator pull and of judging, which
+	// keeps since-when and follower tracks current when nobody asks.
+	Refresh        time.Duration
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	// TracerProvider traces pulls and list requests; nil traces nothing.
+	TracerProvider trace.TracerProvider
+}
+
+// Service judges and serves the attention list.
+type Service struct {
+	nc     *nats.Conn
+	w      *watch.Watcher
+	opts   Options
+	log    *slog.Logger
+	tracer trace.Tracer
+
+	mu     sync.Mutex // serialises judging: the memory is not concurrent
+	mem    *judge.Memory
+	listed map[string]wire.AttentionEntry // the last list, to log what appears and clears
+}
+
+// New returns a service on nc; Run starts it.
+func New(nc *nats.Conn, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = noop.NewTracerProvider()
+	}
+	if opts.Refresh <= 0 {
+		opts.Refresh = time.Second
+	}
+	tracer := opts.TracerProvider.Tracer("github.com/brook-streams/brook/services/attention")
+	return &Service{
+		nc:   nc,
+		opts: opts,
+		log:  opts.Logger,
+		w: watch.New(nc, watch.Options{
+			Refresh:        opts.Refresh,
+			RequestTimeout: opts.RequestTimeout,
+			Logger:         opts.Logger,
+			Tracer:         tracer,
+		}),
+		tracer: tracer,
+		mem:    judge.NewMemory(),
+		listed: map[string]wire.AttentionEntry{},
+	}
+}
+
+// List judges the list now. ok is false until the coordinator's state has
+// been pulled once.
+func (s *Service) List() (reply wire.AttentionListReply, st watch.Status, ok bool) {
+	// Snapshot and judge under one lock, so judgings happen in the order of
+	// their clocks and the memory never sees time go back.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	v, hbs, st := s.w.Snapshot(now)
+	if !st.Ready {
+		return wire.AttentionListReply{Entries: []wire.AttentionEntry{}, AtMS: now.UnixMilli()}, st, false
+	}
+	entries := judge.Judge(s.opts.Judge, v, hbs, s.mem, now)
+	s.logChanges(entries)
+	return wire.AttentionListReply{Entries: entries, Version: v.Version, AtMS: now.UnixMilli()}, st, true
+}
+
+// logChanges logs entries that appeared and cleared since the last judging.
+func (s *Service) logChanges(entries []wire.AttentionEntry) {
+	now := make(map[string]wire.AttentionEntry, len(entries))
+	for _, e := range entries {
+		k := e.Kind + "/" + e.Stream + "/" + e.Node
+		now[k] = e
+		if _, had := s.listed[k]; !had {
+			s.log.Info("attention", "event", "listed", "kind", e.Kind, "severity", e.Severity,
+				"stream", e.Stream, "node", e.Node, "headline", e.Headline)
+		}
+	}
+	for k, e := range s.listed {
+		if _, has := now[k]; !has {
+			s.log.Info("attention", "event", "cleared", "kind", e.Kind, "stream", e.Stream, "node", e.Node)
+		}
+	}
+	s.listed = now
+}
+
+// Ready reports whether the service can answer: the coordinator's state has
+// been pulled and NATS is connected.
+func (s *Service) Ready() (bool, string) {
+	_, _, st := s.w.Snapshot(time.Now())
+	switch {
+	case !st.Connected:
+		return false, "not connected to NATS"
+	case !st.Ready:
+		return false, "the coordinators' state has not been pulled yet"
+	}
+	return true, "ok"
+}
+
+// Run answers brook.attention.list, follows the coordinator and heartbeats,
+// and judges every Refresh, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	sub, err := s.nc.QueueSubscribe(wire.AttentionList, ListQueue, s.onList)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", wire.AttentionList, err)
+	}
+	defer sub.Unsubscribe()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- s.w.Run(ctx) }()
+
+	tick := time.NewTicker(s.opts.Refresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return <-watchDone
+		case err := <-watchDone:
+			return fmt.Errorf("watch: %w", err)
+		case <-tick.C:
+			s.List()
+		}
+	}
+}
+
+func (s *Service) onList(msg *nats.Msg) {
+	ctx, span := s.tracer.Start(telemetry.Extract(context.Background(), msg), "attention.list",
+		trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	reply, _, ok := s.List()
+	if !ok {
+		s.respondError(msg, wire.Errorf(wire.CodeUnavailable, "attention has not pulled the coordinators' state yet"))
+		return
+	}
+	span.SetAttributes(attribute.Int("brook.attention.entries", len(reply.Entries)))
+	data, err := json.Marshal(reply)
+	if err != nil {
+		s.respondError(msg, wire.Errorf(wire.CodeInternal, "encode list: %v", err))
+		return
+	}
+	if err := msg.Respond(data); err != nil {
+		s.log.WarnContext(ctx, "answer attention list", "err", err)
+	}
+}
+
+func (s *Service) respondError(msg *nats.Msg, e *wire.Error) {
+	data, _ := json.Marshal(wire.ErrorReply{Error: e})
+	out := nats.NewMsg(msg.Reply)
+	out.Header.Set(watch.HeaderError, e.Code)
+	out.Data = data
+	if err := msg.RespondMsg(out); err != nil {
+		s.log.Warn("answer attention list", "err", err)
+	}
+}

@@ -1,0 +1,317 @@
+// Package watch follows, over NATS, everything the attention judge needs:
+// the coordinator's stream list and cluster info (pulled at start, on every
+// change notice newer than what it holds, and periodically) and the latest
+// heartbeat of every stream host. It keeps all of it in memory only; a new
+// Watcher rebuilds the whole view from one pull and one round of heartbeats.
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
+	"github.com/brook-streams/brook/services/attention/telemetry"
+)
+
+// HeaderError is the header an error reply carries with its code.
+const HeaderError = "Brook-Error"
+
+// assignWildcard matches every node's change notices (and, harmlessly, the
+// hosts' pull requests on brook.assign.pull, which are skipped).
+const assignWildcard = "brook.assign.*"
+
+// lowerVersionsToFollow is how many consecutive replies with an older state
+// version it takes before the watcher follows them: one stale replica must
+// not roll the view back, but a coordinator cluster that was rebuilt from
+// scratch must not freeze it either.
+const lowerVersionsToFollow = 3
+
+// Options configure a Watcher.
+type Options struct {
+	// Refresh is the period of the pull; a notice pulls at once.
+	Refresh time.Duration
+	// RequestTimeout bounds each request to the coordinators.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	// Tracer traces each pull; nil traces nothing.
+	Tracer trace.Tracer
+}
+
+// Status says how current the watcher's view is.
+type Status struct {
+	// Ready is set once both the stream list and the cluster info have been
+	// pulled at least once.
+	Ready     bool
+	Connected bool
+	// PulledAt is when the older of the two was last pulled successfully.
+	PulledAt   time.Time
+	Version    uint64
+	NodesHeard int
+}
+
+// Watcher follows the coordinator's state and the heartbeats.
+type Watcher struct {
+	nc      *nats.Conn
+	opts    Options
+	log     *slog.Logger
+	tracer  trace.Tracer
+	pullNow chan struct{}
+
+	mu             sync.Mutex
+	streams        *wire.StreamList
+	streamsAt      time.Time
+	lowerStreams   int
+	cluster        *wire.ClusterInfo
+	clusterAt      time.Time
+	lowerCluster   int
+	noticed        uint64 // highest notice version that asked for a pull
+	hbs            map[string]judge.HeartbeatSeen
+	listeningSince time.Time
+	reconnects     uint64
+}
+
+// New returns a Watcher on nc. Call Run to start it.
+func New(nc *nats.Conn, opts Options) *Watcher {
+	if opts.Refresh <= 0 {
+		opts.Refresh = time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	return &Watcher{
+		nc:      nc,
+		opts:    opts,
+		log:     opts.Logger,
+		tracer:  opts.Tracer,
+		pullNow: make(chan struct{}, 1),
+		hbs:     map[string]judge.HeartbeatSeen{},
+	}
+}
+
+// Run subscribes to heartbeats and change notices, pulls the coordinator's
+// state at once and then on every notice and every Refresh, until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	hbSub, err := w.nc.Subscribe(wire.HeartbeatWildcard, w.onHeartbeat)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", wire.HeartbeatWildcard, err)
+	}
+	defer hbSub.Unsubscribe()
+	noticeSub, err := w.nc.Subscribe(assignWildcard, w.onNotice)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", assignWildcard, err)
+	}
+	defer noticeSub.Unsubscribe()
+	// Make sure the server has the subscriptions before listening counts
+	// as begun. Without a connection yet (the client retries), Snapshot
+	// keeps moving the start forward until it connects.
+	fctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
+	if err := w.nc.FlushWithContext(fctx); err != nil {
+		w.log.Warn("heartbeat subscription not confirmed yet", "err", err)
+	}
+	cancel()
+	w.mu.Lock()
+	w.listeningSince = time.Now()
+	w.reconnects = w.nc.Stats().Reconnects
+	w.mu.Unlock()
+
+	tick := time.NewTicker(w.opts.Refresh)
+	defer tick.Stop()
+	for {
+		w.pull(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-w.pullNow:
+		}
+	}
+}
+
+// PullNow asks for a pull soon; requests made while one is pending merge.
+func (w *Watcher) PullNow() {
+	select {
+	case w.pullNow <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) onHeartbeat(msg *nats.Msg) {
+	at := time.Now()
+	var hb wire.Heartbeat
+	if err := json.Unmarshal(msg.Data, &hb); err != nil {
+		w.log.Warn("undecodable heartbeat", "subject", msg.Subject, "err", err)
+		return
+	}
+	token := strings.TrimPrefix(msg.Subject, "brook.hb.")
+	if hb.Node == "" {
+		hb.Node = token
+	}
+	if hb.Node != token {
+		w.log.Warn("heartbeat names another node than its subject", "subject", msg.Subject, "node", hb.Node)
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: hb, At: at}
+}
+
+func (w *Watcher) onNotice(msg *nats.Msg) {
+	if msg.Subject == wire.AssignPull {
+		return // a host's pull request, answered by the coordinators
+	}
+	var n wire.AssignNotice
+	if err := json.Unmarshal(msg.Data, &n); err != nil {
+		w.log.Debug("undecodable change notice", "subject", msg.Subject, "err", err)
+		return
+	}
+	w.mu.Lock()
+	have := w.noticed
+	if w.streams != nil {
+		have = max(have, w.streams.Version)
+	}
+	newer := n.Version > have
+	if newer {
+		w.noticed = n.Version
+	}
+	w.mu.Unlock()
+	if newer {
+		w.log.Debug("change notice", "version", n.Version, "have", have)
+		w.PullNow()
+	}
+}
+
+// pull fetches the stream list and the cluster info. A failure keeps the
+// previous view of that part; the next pull tries again.
+func (w *Watcher) pull(ctx context.Context) {
+	ctx, span := w.tracer.Start(ctx, "attention.pull")
+	defer span.End()
+	var sl wire.StreamList
+	if err := w.request(ctx, wire.VerbStreamList, &sl); err != nil {
+		w.log.Warn("pull stream list", "err", err)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "stream list")
+	} else {
+		w.applyStreams(sl, time.Now())
+		span.SetAttributes(attribute.Int64("brook.version", int64(sl.Version)), attribute.Int("brook.streams", len(sl.Streams)))
+	}
+	var ci wire.ClusterInfo
+	if err := w.request(ctx, wire.VerbClusterInfo, &ci); err != nil {
+		w.log.Warn("pull cluster info", "err", err)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "cluster info")
+	} else {
+		w.applyCluster(ci, time.Now())
+	}
+}
+
+// request sends an admin verb with an empty body and decodes the reply into
+// out, turning an error reply into a *wire.Error.
+func (w *Watcher) request(ctx context.Context, verb string, out any) error {
+	subject := wire.AdminSubject(verb)
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte("{}")
+	telemetry.Inject(ctx, msg)
+	rctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
+	defer cancel()
+	reply, err := w.nc.RequestMsgWithContext(rctx, msg)
+	if err != nil {
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	var er wire.ErrorReply
+	if err := json.Unmarshal(reply.Data, &er); err == nil && er.Error != nil {
+		return fmt.Errorf("request %s: %w", subject, er.Error)
+	}
+	if code := reply.Header.Get(HeaderError); code != "" {
+		return fmt.Errorf("request %s: %w", subject, wire.Errorf(code, "error reply without a readable body"))
+	}
+	if err := json.Unmarshal(reply.Data, out); err != nil {
+		return fmt.Errorf("decode %s reply: %w", subject, err)
+	}
+	return nil
+}
+
+func (w *Watcher) applyStreams(sl wire.StreamList, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streams != nil && sl.Version < w.streams.Version {
+		w.lowerStreams++
+		if w.lowerStreams < lowerVersionsToFollow {
+			w.log.Debug("stale stream list ignored", "version", sl.Version, "have", w.streams.Version)
+			return
+		}
+		w.log.Warn("coordinator state version went back; following it", "version", sl.Version, "had", w.streams.Version)
+		w.noticed = 0
+	}
+	w.lowerStreams = 0
+	w.streams, w.streamsAt = &sl, at
+}
+
+func (w *Watcher) applyCluster(ci wire.ClusterInfo, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cluster != nil && ci.Version < w.cluster.Version {
+		w.lowerCluster++
+		if w.lowerCluster < lowerVersionsToFollow {
+			w.log.Debug("stale cluster info ignored", "version", ci.Version, "have", w.cluster.Version)
+			return
+		}
+		w.log.Warn("cluster info version went back; following it", "version", ci.Version, "had", w.cluster.Version)
+	}
+	w.lowerCluster = 0
+	w.cluster, w.clusterAt = &ci, at
+}
+
+// Snapshot returns the judge's inputs as of now. The view's slices are
+// shared and must not be modified; the heartbeat map is a copy.
+//
+// Before Run has subscribed, while the connection is down, and right after
+// it came back, heartbeats were (or may have been) missed: listening starts
+// again, so the judge does not take the silence for nodes being down.
+func (w *Watcher) Snapshot(now time.Time) (judge.View, map[string]judge.HeartbeatSeen, Status) {
+	connected := w.nc.IsConnected()
+	reconnects := w.nc.Stats().Reconnects
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.listeningSince.IsZero() || !connected || reconnects != w.reconnects {
+		w.listeningSince, w.reconnects = now, reconnects
+	}
+	v := judge.View{ListeningSince: w.listeningSince}
+	st := Status{Connected: connected, NodesHeard: len(w.hbs)}
+	if w.streams != nil {
+		v.Streams, v.Version = w.streams.Streams, w.streams.Version
+		st.Version = w.streams.Version
+	}
+	if w.cluster != nil {
+		v.Nodes = w.cluster.Nodes
+	}
+	if w.streams != nil && w.cluster != nil {
+		st.Ready = true
+		st.PulledAt = w.streamsAt
+		if w.clusterAt.Before(st.PulledAt) {
+			st.PulledAt = w.clusterAt
+		}
+	}
+	hbs := make(map[string]judge.HeartbeatSeen, len(w.hbs))
+	for k, v := range w.hbs {
+		hbs[k] = v
+	}
+	return v, hbs, st
+}

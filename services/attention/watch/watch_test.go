@@ -1,0 +1,191 @@
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+func startNATS(t *testing.T, port int) *natsserver.Server {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+func connect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runWatcher runs w until the test ends.
+func runWatcher(t *testing.T, w *Watcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func TestHeartbeatsKeptPerNode(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+
+	pub := func(subject string, hb any) {
+		data, _ := json.Marshal(hb)
+		if s, ok := hb.(string); ok {
+			data = []byte(s)
+		}
+		if err := nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hosts repeat their heartbeats; so does the test, until the watcher
+	// has subscribed and kept them.
+	eventually(t, "heartbeats kept", func() bool {
+		pub(wire.HeartbeatSubject("h1"), wire.Heartbeat{Node: "h1", Incarnation: 1, Copies: []wire.CopyStatus{{Stream: "s", RecordTail: 3}}})
+		pub(wire.HeartbeatSubject("h2"), wire.Heartbeat{Node: "impostor", Incarnation: 1}) // names another node: dropped
+		pub(wire.HeartbeatSubject("h3"), "not json")                                       // dropped
+		pub(wire.HeartbeatSubject("h4"), wire.Heartbeat{Incarnation: 1})                   // no node: the subject's
+		pub(wire.HeartbeatSubject("h1"), wire.Heartbeat{Node: "h1", Incarnation: 2, Copies: []wire.CopyStatus{{Stream: "s", RecordTail: 5}}})
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // one heartbeat period between rounds
+		_, hbs, _ := w.Snapshot(time.Now())
+		return hbs["h1"].Heartbeat.Incarnation == 2 && len(hbs) == 2 && hbs["h4"].Heartbeat.Node == "h4"
+	})
+	_, hbs, st := w.Snapshot(time.Now())
+	if got := hbs["h1"].Heartbeat.Copies[0].RecordTail; got != 5 {
+		t.Errorf("h1 tail %d, want the latest 5", got)
+	}
+	if _, ok := hbs["impostor"]; ok || st.NodesHeard != 2 {
+		t.Errorf("heartbeats %v", hbs)
+	}
+	if time.Since(hbs["h1"].At) > time.Minute {
+		t.Errorf("receive time %v", hbs["h1"].At)
+	}
+}
+
+// A stale replica's older state must not roll the view back, but a
+// coordinator cluster rebuilt from scratch must be followed.
+func TestOlderVersionsFollowedOnlyWhenTheyPersist(t *testing.T) {
+	ns := startNATS(t, -1)
+	w := New(connect(t, ns.ClientURL()), Options{})
+	at := time.Now()
+	w.applyStreams(wire.StreamList{Version: 5, Streams: []wire.StreamInfo{{Stream: "new"}}}, at)
+	w.applyCluster(wire.ClusterInfo{Version: 5}, at)
+	for i := 1; i < lowerVersionsToFollow; i++ {
+		w.applyStreams(wire.StreamList{Version: 4}, at)
+		if v, _, st := w.Snapshot(at); v.Version != 5 || len(v.Streams) != 1 || !st.Ready {
+			t.Fatalf("older reply %d rolled the view back to %d", i, v.Version)
+		}
+	}
+	w.applyStreams(wire.StreamList{Version: 4}, at)
+	if v, _, _ := w.Snapshot(at); v.Version != 4 || len(v.Streams) != 0 {
+		t.Errorf("persisting older version not followed: %d", v.Version)
+	}
+	// One newer reply in between resets the count.
+	w.applyStreams(wire.StreamList{Version: 6}, at)
+	w.applyStreams(wire.StreamList{Version: 1}, at)
+	w.applyStreams(wire.StreamList{Version: 7}, at)
+	w.applyStreams(wire.StreamList{Version: 1}, at)
+	if v, _, _ := w.Snapshot(at); v.Version != 7 {
+		t.Errorf("version %d, want 7", v.Version)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	nc.Subscribe(wire.AdminSubject(wire.VerbStreamList), func(m *nats.Msg) {
+		out := nats.NewMsg(m.Reply)
+		out.Header.Set(HeaderError, wire.CodeUnavailable)
+		out.Data, _ = json.Marshal(wire.ErrorReply{Error: wire.Errorf(wire.CodeUnavailable, "no quorum")})
+		m.RespondMsg(out)
+	})
+	nc.Subscribe(wire.AdminSubject(wire.VerbClusterInfo), func(m *nats.Msg) { m.Respond([]byte("[")) })
+	nc.Flush()
+	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
+	ctx := context.Background()
+	var sl wire.StreamList
+	if err := w.request(ctx, wire.VerbStreamList, &sl); wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Errorf("error reply read as %v", err)
+	}
+	var ci wire.ClusterInfo
+	if err := w.request(ctx, wire.VerbClusterInfo, &ci); err == nil {
+		t.Error("undecodable reply accepted")
+	}
+	w.pull(ctx)
+	if _, _, st := w.Snapshot(time.Now()); st.Ready {
+		t.Error("ready after failed pulls")
+	}
+}
+
+// After NATS comes back, heartbeats sent meanwhile were missed: listening
+// starts again, so the judge does not take that silence for nodes down.
+func TestListeningRestartsAfterReconnect(t *testing.T) {
+	ns := startNATS(t, -1)
+	port := ns.Addr().(*net.TCPAddr).Port
+	w := New(connect(t, ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+	v, _, st := w.Snapshot(time.Now())
+	if !st.Connected || v.ListeningSince.IsZero() {
+		t.Fatalf("status %+v since %v", st, v.ListeningSince)
+	}
+	first := v.ListeningSince
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	var down time.Time
+	eventually(t, "the client notices the outage", func() bool {
+		down = time.Now()
+		_, _, st := w.Snapshot(down)
+		return !st.Connected
+	})
+	if v, _, _ := w.Snapshot(down); !v.ListeningSince.Equal(down) {
+		t.Errorf("while disconnected: listening since %v, want %v", v.ListeningSince, down)
+	}
+	startNATS(t, port)
+	eventually(t, "reconnected", func() bool { _, _, st := w.Snapshot(time.Now()); return st.Connected })
+	v, _, _ = w.Snapshot(time.Now())
+	if !v.ListeningSince.After(down) || !v.ListeningSince.After(first) {
+		t.Errorf("listening since %v, not after the outage at %v", v.ListeningSince, down)
+	}
+}
