@@ -1,0 +1,105 @@
+// Package recovery is the heart of a replicated stream's failover: the pure
+// rules that choose the copy to promote (Decide, AcceptLoss) and the Worker
+// that drives one pending recovery on the coordination leader from seal to
+// guarded commit.
+//
+// The safety of a promotion rests on two facts (seed, "Safety argument" and
+// "The confirmed prefix"): R = E - W + 1 sealed copies meet every set of W
+// copies that confirmed a record, so the furthest sealed copy holds every
+// record confirmed under the old assignment; and no copy below the latest
+// history start is promoted, so records confirmed under earlier assignments
+// are kept too.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Answer is one copy's reply to a seal (Reply nil and Err set if it did not
+// answer in time).
+type Answer struct {
+	Node  string
+	Reply *wire.SealReply
+	Err   error
+	Took  time.Duration
+}
+
+// Decision kinds.
+const (
+	Promote     = "promote"
+	WaitAnswers = "wait_answers"
+	WaitPrefix  = "wait_confirmed_prefix"
+)
+
+// RecoveryWait kinds as stored in wire.RecoveryWait.Kind.
+const (
+	WaitKindAnswers = "answers"
+	WaitKindPrefix  = "confirmed_prefix"
+)
+
+// Decision is what Decide concluded for one round.
+type Decision struct {
+	Kind string
+	// Assignment is, for Promote, the new assignment.
+	Assignment wire.Assignment
+	// Start is, for Promote, where the new owner's history starts.
+	Start wire.HistoryStart
+	// Wait is set for the two wait kinds.
+	Wait *wire.RecoveryWait
+	// Reason is one line: why this copy, or why waiting.
+	Reason string
+}
+
+// CopyTails is one copy's tails as its node last published them in a
+// heartbeat, for AcceptLoss.
+type CopyTails struct {
+	Node       string
+	Live       bool
+	Published  bool
+	RecordTail uint64
+	CursorTail uint64
+}
+
+// Sealer sends one seal and waits for the answer.
+type Sealer interface {
+	Seal(ctx context.Context, node string, req wire.SealRequest) (*wire.SealReply, error)
+}
+
+// State is the coordinator's replicated state as the worker needs it.
+type State interface {
+	// Read returns the stream's pending recovery (nil if none), its history
+	// starts, the set of leaving nodes, and the state version these were
+	// read at, all from one snapshot of the state machine.
+	Read(ctx context.Context, stream string) (pr *wire.PendingRecovery, starts []wire.HistoryStart, leaving map[string]bool, version uint64, err error)
+	// Commit is the one guarded write: new assignment, pending recovery
+	// transition cleared, start appended; rejected with ErrConflict
+	// (wrapped) if the stream changed since version.
+	Commit(ctx context.Context, stream string, transition uint64, version uint64, a wire.Assignment, start wire.HistoryStart, traceParent string) error
+	// RecordWait stores the worker's latest wait on the pending recovery.
+	// Not guarded by version; it must not change anything else.
+	RecordWait(ctx context.Context, stream string, transition uint64, w wire.RecoveryWait) error
+}
+
+// ErrConflict is what State.Commit wraps when the stream changed since the
+// version the worker read.
+var ErrConflict = errors.New("recovery: state changed since it was read")
+
+// Worker drives one pending recovery to its commit.
+type Worker struct {
+	Sealer      Sealer
+	State       State
+	SealTimeout time.Duration
+	Logger      *slog.Logger
+	Tracer      trace.Tracer
+	Now         func() time.Time
+
+	// sleep replaces the backoff wait in tests.
+	sleep func(ctx context.Context, d time.Duration) error
+}

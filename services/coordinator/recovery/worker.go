@@ -1,0 +1,348 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Backoff between rounds: from minBackoff doubling up to maxBackoff.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// DefaultSealTimeout is used when Worker.SealTimeout is not set.
+const DefaultSealTimeout = 2 * time.Second
+
+// traceContext is the W3C propagator; stateless, so one value is shared.
+var traceContext = propagation.TraceContext{}
+
+// TraceParent returns the W3C traceparent of the span in ctx, or "" if it
+// has none. The worker uses it for seal requests and the commit.
+func TraceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	traceContext.Inject(ctx, c)
+	return c.Get("traceparent")
+}
+
+// WithTraceParent returns ctx with the remote span named by traceparent as
+// its parent, or ctx unchanged if traceparent is empty or malformed.
+func WithTraceParent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
+}
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Logger != nil {
+		return w.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (w *Worker) tracer() trace.Tracer {
+	if w.Tracer != nil {
+		return w.Tracer
+	}
+	return noop.NewTracerProvider().Tracer("")
+}
+
+func (w *Worker) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Worker) sealTimeout() time.Duration {
+	if w.SealTimeout > 0 {
+		return w.SealTimeout
+	}
+	return DefaultSealTimeout
+}
+
+// pause waits d or until ctx ends. Tests replace it through w.sleep.
+func (w *Worker) pause(ctx context.Context, d time.Duration) error {
+	if w.sleep != nil {
+		return w.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Run drives the pending recovery of stream to its commit. Each round reads
+// the state afresh, seals every copy of the old assignment at Old.Epoch+1 in
+// parallel (each bounded by SealTimeout), decides, and either commits with
+// one guarded write or records why it waits and tries again after a backoff
+// (50ms doubling to 2s). It returns nil when the recovery is committed, or
+// when a read shows it gone or replaced by another transition (whoever
+// replaced it runs its own worker); it returns ctx's error when ctx ends,
+// which is how a leader that loses leadership stops it. A commit that loses
+// to a concurrent change is never retried blindly: the next round re-reads,
+// so a recovery is committed at most once.
+func (w *Worker) Run(ctx context.Context, stream string) error {
+	log := w.logger().With("stream", stream)
+	var (
+		transition uint64
+		started    bool // transition is set; 0 may be a real transition
+	)
+	backoff := minBackoff
+	for round := 1; ; round++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pr, starts, leaving, version, err := w.State.Read(ctx, stream)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Warn("recovery: read state failed; retrying", "round", round, "err", err)
+			if err := w.pause(ctx, backoff); err != nil {
+				return err
+			}
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		if pr == nil {
+			log.Info("recovery: no pending recovery; stopping", "transition", transition)
+			return nil
+		}
+		p := *pr
+		if p.Stream == "" {
+			p.Stream = stream
+		}
+		pr = &p
+		if !started {
+			transition, started = pr.Transition, true
+		} else if pr.Transition != transition {
+			log.Info("recovery: replaced by another transition; stopping", "transition", transition, "now", pr.Transition)
+			return nil
+		}
+
+		done, waited, err := w.round(ctx, log, round, *pr, starts, leaving, version, backoff)
+		if done {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			log.Warn("recovery: round failed; retrying", "round", round, "transition", transition, "err", err)
+		}
+		if !waited {
+			if err := w.pause(ctx, backoff); err != nil {
+				return err
+			}
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// round runs one attempt under a "recovery.round" span that continues the
+// failover's trace. It reports done when the commit succeeded, and waited
+// when it already paused for the backoff inside its "wait" span (so the
+// round's span covers the wait).
+func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.PendingRecovery, starts []wire.HistoryStart, leaving map[string]bool, version uint64, backoff time.Duration) (done, waited bool, err error) {
+	tr := w.tracer()
+	ctx, span := tr.Start(WithTraceParent(ctx, pr.TraceParent), "recovery.round", trace.WithAttributes(
+		attribute.String("stream", pr.Stream),
+		attribute.Int64("transition", int64(pr.Transition)),
+		attribute.Int("round", n),
+		attribute.Int64("old_epoch", int64(pr.Old.Epoch)),
+		attribute.String("old_owner", pr.Old.Owner),
+		attribute.Int64("version", int64(version)),
+	))
+	defer span.End()
+	log = log.With("transition", pr.Transition, "round", n)
+
+	answers := w.sealAll(ctx, pr)
+	if err := ctx.Err(); err != nil {
+		// Leadership lost mid-round: the answers say nothing about the copies.
+		return false, false, err
+	}
+
+	d := Decide(pr, starts, answers, leaving, w.now())
+	answered := 0
+	for _, a := range answers {
+		if a.Reply != nil && a.Err == nil {
+			answered++
+		}
+	}
+	_, choose := tr.Start(ctx, "choose")
+	choose.SetAttributes(
+		attribute.String("kind", d.Kind),
+		attribute.String("reason", d.Reason),
+		attribute.Int("r", sealThreshold(pr.Old)),
+		attribute.Int("answers", answered),
+	)
+	if d.Kind == Promote {
+		choose.SetAttributes(attribute.String("chosen", d.Assignment.Owner))
+	} else if d.Wait != nil && d.Wait.BestNode != "" {
+		choose.SetAttributes(attribute.String("best", d.Wait.BestNode))
+	}
+	choose.End()
+	span.SetAttributes(attribute.String("decision", d.Kind))
+
+	if d.Kind != Promote {
+		_, ws := tr.Start(ctx, "wait", trace.WithAttributes(
+			attribute.String("kind", d.Kind),
+			attribute.String("reason", d.Reason),
+			attribute.Int64("backoff_ms", backoff.Milliseconds()),
+		))
+		defer ws.End()
+		log.Info("recovery: waiting", "kind", d.Kind, "reason", d.Reason, "backoff", backoff)
+		// Store the wait only when it says something new, so a long wait
+		// does not write to the replicated state on every round.
+		if d.Wait != nil && !sameWait(pr.Wait, d.Wait) {
+			if err := w.State.RecordWait(ctx, pr.Stream, pr.Transition, *d.Wait); err != nil {
+				ws.RecordError(err)
+				log.Warn("recovery: record wait failed", "err", err)
+			}
+		}
+		return false, true, w.pause(ctx, backoff)
+	}
+
+	cctx, cs := tr.Start(ctx, "commit", trace.WithAttributes(
+		attribute.Int64("epoch", int64(d.Assignment.Epoch)),
+		attribute.String("owner", d.Assignment.Owner),
+		attribute.StringSlice("followers", d.Assignment.Followers),
+		attribute.Int64("version", int64(version)),
+		attribute.Int64("start.record_tail", int64(d.Start.RecordTail)),
+		attribute.Int64("start.cursor_tail", int64(d.Start.CursorTail)),
+	))
+	defer cs.End()
+	err = w.State.Commit(cctx, pr.Stream, pr.Transition, version, d.Assignment, d.Start, TraceParent(cctx))
+	if err != nil {
+		cs.RecordError(err)
+		cs.SetStatus(codes.Error, "commit failed")
+		if errors.Is(err, ErrConflict) {
+			cs.SetAttributes(attribute.Bool("conflict", true))
+			log.Info("recovery: commit lost to a concurrent change; re-reading", "version", version, "err", err)
+			return false, false, nil
+		}
+		return false, false, fmt.Errorf("commit recovery of %s at epoch %d: %w", pr.Stream, d.Assignment.Epoch, err)
+	}
+	log.Info("recovery: committed", "epoch", d.Assignment.Epoch, "owner", d.Assignment.Owner,
+		"followers", d.Assignment.Followers, "start_record_tail", d.Start.RecordTail,
+		"start_cursor_tail", d.Start.CursorTail, "reason", d.Reason)
+	return true, false, nil
+}
+
+// sameWait compares two waits ignoring when they were seen.
+func sameWait(a, b *wire.RecoveryWait) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.AtMS, y.AtMS = 0, 0
+	if (x.Start == nil) != (y.Start == nil) || (x.Start != nil && *x.Start != *y.Start) {
+		return false
+	}
+	x.Start, y.Start = nil, nil
+	return slices.Equal(x.Unanswered, y.Unanswered) && x.Kind == y.Kind && x.Answered == y.Answered &&
+		x.Needed == y.Needed && x.BestTail == y.BestTail && x.BestNode == y.BestNode
+}
+
+// sealAll seals every copy of the old assignment at once under a
+// "seal.fanout" span and returns one answer per copy, in copy order. Each
+// seal has its own SealTimeout; a Sealer that ignores its context still
+// cannot hold the round past it, because the answer is taken from whichever
+// of the reply or the deadline comes first.
+func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery) []Answer {
+	tr := w.tracer()
+	ctx, fan := tr.Start(ctx, "seal.fanout", trace.WithAttributes(
+		attribute.Int64("fence_epoch", int64(pr.Old.Epoch+1)),
+	))
+	defer fan.End()
+	nodes := copyNodes(pr.Old)
+	answers := make([]Answer, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Go(func() { answers[i] = w.sealOne(ctx, tr, pr, node) })
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range answers {
+		if a.Err == nil {
+			n++
+		}
+	}
+	fan.SetAttributes(attribute.Int("copies", len(nodes)), attribute.Int("answered", n))
+	return answers
+}
+
+func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRecovery, node string) Answer {
+	ctx, span := tr.Start(ctx, "seal "+node, trace.WithAttributes(attribute.String("node", node)))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, w.sealTimeout())
+	defer cancel()
+	req := wire.SealRequest{
+		Stream:      pr.Stream,
+		StreamID:    pr.Old.StreamID,
+		FenceEpoch:  pr.Old.Epoch + 1,
+		Transition:  pr.Transition,
+		TraceParent: TraceParent(ctx),
+	}
+	type result struct {
+		reply *wire.SealReply
+		err   error
+	}
+	ch := make(chan result, 1) // buffered: a late reply must not block its goroutine
+	began := time.Now()
+	go func() {
+		r, err := w.Sealer.Seal(ctx, node, req)
+		ch <- result{r, err}
+	}()
+	a := Answer{Node: node}
+	select {
+	case r := <-ch:
+		a.Reply, a.Err = r.reply, r.err
+		if a.Err == nil && a.Reply == nil {
+			a.Err = errors.New("empty seal reply")
+		}
+	case <-ctx.Done():
+		a.Err = fmt.Errorf("seal %s: %w", node, ctx.Err())
+	}
+	a.Took = time.Since(began)
+	if a.Err == nil {
+		if err := validAnswer(a, req.FenceEpoch, req.Transition); err != nil {
+			a.Reply, a.Err = nil, fmt.Errorf("seal %s: %w", node, err)
+		}
+	}
+	timedOut := errors.Is(a.Err, context.DeadlineExceeded)
+	span.SetAttributes(
+		attribute.Bool("answered", a.Err == nil),
+		attribute.Bool("timed_out", timedOut),
+		attribute.Int64("took_ms", a.Took.Milliseconds()),
+	)
+	if a.Err != nil {
+		span.SetAttributes(attribute.String("error", a.Err.Error()))
+		span.SetStatus(codes.Error, "no answer")
+	} else {
+		span.SetAttributes(
+			attribute.Int64("record_tail", int64(a.Reply.RecordTail)),
+			attribute.Int64("cursor_tail", int64(a.Reply.CursorTail)),
+		)
+	}
+	return a
+}
