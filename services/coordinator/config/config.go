@@ -1,0 +1,195 @@
+// Package config loads brook-coordinator's configuration with koanf:
+// defaults (the flags' defaults) < an optional YAML file (--config) <
+// BROOK_* environment variables (BROOK_DATA_DIR sets data-dir) < flags.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+
+	"github.com/brook-streams/brook/pkg/policy"
+)
+
+// EnvPrefix marks the environment variables read.
+const EnvPrefix = "BROOK_"
+
+// Config is the coordinator's configuration; keys are the flag names.
+type Config struct {
+	ReplicaID       uint64        `koanf:"replica-id"`
+	RaftAddr        string        `koanf:"raft-addr"`
+	Peers           string        `koanf:"peers"`
+	DataDir         string        `koanf:"data-dir"`
+	NATSURL         string        `koanf:"nats-url"`
+	NATSSystemURL   string        `koanf:"nats-system-url"`
+	TTL             time.Duration `koanf:"ttl"`
+	DisconnectGrace time.Duration `koanf:"disconnect-grace"`
+	DefaultPolicy   string        `koanf:"default-policy"`
+	ReplaceAfter    time.Duration `koanf:"replace-after"`
+	SealTimeout     time.Duration `koanf:"seal-timeout"`
+	RTTMillisecond  uint64        `koanf:"rtt-ms"`
+	HTTPAddr        string        `koanf:"http-addr"`
+	LogFormat       string        `koanf:"log-format"`
+	LogLevel        string        `koanf:"log-level"`
+}
+
+// FlagSet returns the coordinator's flags; their defaults are the
+// configuration's defaults.
+func FlagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.String("config", "", "optional YAML configuration file")
+	fs.Uint64("replica-id", 1, "this coordinator's Raft replica id (one of --peers)")
+	fs.String("raft-addr", "", "this replica's Raft address (default: its address in --peers)")
+	fs.String("peers", "1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103", "every replica as id=host:port, comma separated")
+	fs.String("data-dir", "", "directory of the Raft log and snapshots (required)")
+	fs.String("nats-url", "nats://127.0.0.1:4222", "NATS URL of account BROOK")
+	fs.String("nats-system-url", "", "NATS URL of the system account; enables disconnect advisories")
+	fs.Duration("ttl", 2*time.Second, "a stream host unheard for this long is expired")
+	fs.Duration("disconnect-grace", 300*time.Millisecond, "after a disconnect advisory, how long to wait for a heartbeat")
+	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
+	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
+	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
+	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 10 RTT)")
+	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
+	fs.String("log-format", "text", "log format: text or json")
+	fs.String("log-level", "info", "log level: debug, info, warn or error")
+	return fs
+}
+
+// Load parses args (without the program name) and merges the sources.
+func Load(args []string) (Config, error) {
+	fs := FlagSet("brook-coordinator")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("parse flags: %w", err)
+	}
+	k := koanf.New(".")
+	if path, _ := fs.GetString("config"); path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("load config file %s: %w", path, err)
+		}
+	}
+	envKey := func(s string) string {
+		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, EnvPrefix)), "_", "-")
+	}
+	if err := k.Load(env.Provider(EnvPrefix, ".", envKey), nil); err != nil {
+		return Config{}, fmt.Errorf("load environment: %w", err)
+	}
+	// posflag fills a key from a flag's default only if no earlier source
+	// set it, and a flag given on the command line always wins.
+	if err := k.Load(posflag.Provider(fs, ".", k), nil); err != nil {
+		return Config{}, fmt.Errorf("load flags: %w", err)
+	}
+	var c Config
+	if err := k.Unmarshal("", &c); err != nil {
+		return Config{}, fmt.Errorf("decode configuration: %w", err)
+	}
+	if c.RaftAddr == "" {
+		if peers, err := ParsePeers(c.Peers); err == nil {
+			c.RaftAddr = peers[c.ReplicaID]
+		}
+	}
+	return c, c.Validate()
+}
+
+// ParsePeers reads "1=host:port,2=host:port".
+func ParsePeers(s string) (map[uint64]string, error) {
+	peers := map[uint64]string{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		n, err := strconv.ParseUint(strings.TrimSpace(id), 10, 64)
+		if !ok || err != nil || n == 0 || strings.TrimSpace(addr) == "" {
+			return nil, fmt.Errorf("peer %q: want id=host:port with id >= 1", part)
+		}
+		if _, dup := peers[n]; dup {
+			return nil, fmt.Errorf("peer id %d given twice", n)
+		}
+		peers[n] = strings.TrimSpace(addr)
+	}
+	if len(peers) == 0 {
+		return nil, errors.New("no peers")
+	}
+	return peers, nil
+}
+
+// PeerIDs returns the ids of peers in order.
+func PeerIDs(peers map[uint64]string) []uint64 {
+	ids := make([]uint64, 0, len(peers))
+	for id := range peers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Validate checks the values.
+func (c Config) Validate() error {
+	var errs []error
+	peers, err := ParsePeers(c.Peers)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--peers: %w", err))
+	} else if addr, ok := peers[c.ReplicaID]; !ok {
+		errs = append(errs, fmt.Errorf("--replica-id %d is not in --peers", c.ReplicaID))
+	} else if addr != c.RaftAddr {
+		errs = append(errs, fmt.Errorf("--raft-addr %s differs from peer %d's address %s", c.RaftAddr, c.ReplicaID, addr))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir is required"))
+	}
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("--nats-url is required"))
+	}
+	for name, d := range map[string]time.Duration{"--ttl": c.TTL, "--disconnect-grace": c.DisconnectGrace,
+		"--replace-after": c.ReplaceAfter, "--seal-timeout": c.SealTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if _, err := policy.Parse(c.DefaultPolicy); err != nil {
+		errs = append(errs, fmt.Errorf("--default-policy: %w", err))
+	}
+	if c.RTTMillisecond == 0 {
+		errs = append(errs, errors.New("--rtt-ms must be at least 1"))
+	}
+	if _, err := c.Level(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// Level is the slog level named by LogLevel.
+func (c Config) Level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: %w", c.LogLevel, err)
+	}
+	return l, nil
+}
+
+// Logger builds the logger the configuration asks for, on stderr.
+func (c Config) Logger() *slog.Logger {
+	lvl, _ := c.Level()
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

@@ -1,0 +1,64 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestPrecedence: defaults < file < environment < flags, one key won by each
+// layer.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	yaml := "data-dir: /from/file\nttl: 3s\nreplace-after: 1m\nseal-timeout: 4s\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BROOK_TTL", "5s")
+	t.Setenv("BROOK_REPLACE_AFTER", "2m")
+	t.Setenv("BROOK_DEFAULT_POLICY", "replica_durable(2)")
+	c, err := Load([]string{"--config", path, "--replace-after", "7m", "--replica-id", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DisconnectGrace != 300*time.Millisecond || c.RTTMillisecond != 10 { // defaults
+		t.Fatalf("defaults: %+v", c)
+	}
+	if c.DataDir != "/from/file" || c.SealTimeout != 4*time.Second { // file
+		t.Fatalf("file: %+v", c)
+	}
+	if c.TTL != 5*time.Second || c.DefaultPolicy != "replica_durable(2)" { // env over file
+		t.Fatalf("env: %+v", c)
+	}
+	if c.ReplaceAfter != 7*time.Minute { // flag over env
+		t.Fatalf("flag: %+v", c)
+	}
+	if c.ReplicaID != 2 || c.RaftAddr != "127.0.0.1:7102" { // raft-addr from --peers
+		t.Fatalf("replica: %d %s", c.ReplicaID, c.RaftAddr)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for _, args := range [][]string{
+		{},                                       // no data dir
+		{"--data-dir", "d", "--replica-id", "9"}, // not a peer
+		{"--data-dir", "d", "--peers", "1=a:1,1=b:2"},
+		{"--data-dir", "d", "--default-policy", "most"},
+		{"--data-dir", "d", "--ttl", "0s"},
+		{"--data-dir", "d", "--log-format", "xml"},
+		{"--data-dir", "d", "--raft-addr", "127.0.0.1:9999"},
+	} {
+		if _, err := Load(args); err == nil {
+			t.Errorf("Load(%q) accepted", args)
+		}
+	}
+	peers, err := ParsePeers(" 3=c:3, 1=a:1,2=b:2 ")
+	if err != nil || len(peers) != 3 || peers[3] != "c:3" {
+		t.Fatalf("peers %v %v", peers, err)
+	}
+	if ids := PeerIDs(peers); ids[0] != 1 || ids[2] != 3 {
+		t.Fatalf("ids %v", ids)
+	}
+}

@@ -1,0 +1,39 @@
+package controller
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// Place chooses where a new stream's copies go: copies distinct nodes that
+// are up (see Up). The owner is the node that owns the fewest streams (then
+// holds the fewest copies, then the lowest id); the followers are the nodes
+// holding the fewest copies (then owning the fewest, then lowest id). So
+// owners and copies spread evenly as streams are created one by one.
+func Place(s *state.State, live map[string]liveness.Seen, now time.Time, ttl time.Duration, copies int) (owner string, followers []string, err error) {
+	var up []string
+	for _, id := range s.SortedNodes() {
+		if Up(s, live, id, now, ttl) {
+			up = append(up, id)
+		}
+	}
+	if len(up) < copies {
+		return "", nil, wire.Errorf(wire.CodeUnavailable, "%d copies need %d live stream hosts, %d are live", copies, copies, len(up))
+	}
+	owned, held := s.Load()
+	byOwned := slices.Clone(up)
+	slices.SortStableFunc(byOwned, func(a, b string) int {
+		return cmp.Or(cmp.Compare(owned[a], owned[b]), cmp.Compare(held[a], held[b]), cmp.Compare(a, b))
+	})
+	owner = byOwned[0]
+	rest := slices.DeleteFunc(slices.Clone(up), func(n string) bool { return n == owner })
+	slices.SortStableFunc(rest, func(a, b string) int {
+		return cmp.Or(cmp.Compare(held[a], held[b]), cmp.Compare(owned[a], owned[b]), cmp.Compare(a, b))
+	})
+	return owner, append([]string{}, rest[:copies-1]...), nil
+}

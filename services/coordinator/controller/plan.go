@@ -1,0 +1,334 @@
+// Package controller holds the coordinator leader's decisions as pure
+// functions of a state snapshot plus this coordinator's liveness view:
+// Plan (node expiry, eager failover on leave and drain, pending recoveries,
+// follower re-adds and replacements) and Place (where a new stream's copies
+// go). Nothing here talks to Raft or NATS; the coordinator's control loop
+// executes the actions as guarded proposals, and the state machine
+// re-checks each one, so a plan made from a stale snapshot is refused, not
+// applied.
+package controller
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// Action kinds.
+const (
+	// ActRegister registers a node, its new incarnation, or its return.
+	ActRegister = "register"
+	// ActLeave marks a node that announced it is leaving as left.
+	ActLeave = "leave"
+	// ActExpire marks a silent node expired (Reason "ttl" or "advisory").
+	ActExpire = "expire"
+	// ActRecover records a pending recovery (Assignment is the proposal).
+	ActRecover = "recover"
+	// ActUpdate commits a follower addition directly (W' <= W).
+	ActUpdate = "update"
+)
+
+// Detection reasons for ActExpire and ActRecover.Detected.
+const (
+	DetectTTL      = "ttl"
+	DetectAdvisory = "advisory"
+	DetectLeave    = "leave"
+	DetectDrain    = "drain"
+)
+
+// Action is one change the controller wants. Which fields matter depends on
+// Kind.
+type Action struct {
+	Kind        string
+	Node        string
+	Incarnation uint64
+	// Reason: for ActExpire how it was detected; for ActRecover the pending
+	// recovery's reason (expired, left, drain, grow); for ActUpdate
+	// "readd" or "replace".
+	Reason string
+	Stream string
+	// Version is the stream version the action was planned from.
+	Version uint64
+	// Assignment is the proposal (ActRecover) or the new assignment (ActUpdate).
+	Assignment wire.Assignment
+	// Detected and LostSinceMS say, for ActRecover, how and when the owner
+	// was lost (for the failover's "detect" span).
+	Detected    string
+	LostSinceMS int64
+}
+
+// Params are the controller's settings.
+type Params struct {
+	TTL             time.Duration
+	DisconnectGrace time.Duration
+	ReplaceAfter    time.Duration
+	// DefaultPolicy is stamped on assignments of streams whose create named
+	// no policy.
+	DefaultPolicy string
+}
+
+// Liveness is the leader's view of the hosts plus when it began leading.
+type Liveness struct {
+	LeaderSince time.Time
+	Nodes       map[string]liveness.Seen
+}
+
+// Stamp is the policy stamp for st's assignments: what its create named, or
+// the cluster default.
+func (p Params) Stamp(st *state.Stream) string {
+	if st.Policy != "" {
+		return st.Policy
+	}
+	if p.DefaultPolicy != "" {
+		return p.DefaultPolicy
+	}
+	return policy.Default
+}
+
+// Up reports whether node may take copies or ownership now: live in the
+// state, heard within the TTL, not leaving and not just disconnected.
+func Up(s *state.State, live map[string]liveness.Seen, node string, now time.Time, ttl time.Duration) bool {
+	if s.NodeState(node) != wire.NodeLive {
+		return false
+	}
+	seen, ok := live[node]
+	if !ok || seen.Leaving || !seen.DisconnectedAt.IsZero() {
+		return false
+	}
+	if n := s.Nodes[node]; n != nil && seen.Incarnation != n.Incarnation {
+		return false
+	}
+	return now.Sub(seen.LastSeen) < ttl
+}
+
+// Plan decides what the leader should change now. Node actions come first;
+// stream actions are planned against the state as it will be once those
+// are applied, so a node expired in this round fails its streams over in the
+// same round.
+func Plan(s *state.State, live Liveness, now time.Time, p Params) []Action {
+	acts := planNodes(s, live, now, p)
+	sim := s
+	if len(acts) > 0 {
+		sim = s.Clone()
+		for _, a := range acts {
+			sim.Apply(nodeCommand(a, now))
+		}
+	}
+	return append(acts, planStreams(sim, live, now, p)...)
+}
+
+// nodeCommand is the state command of a node action.
+func nodeCommand(a Action, now time.Time) state.Command {
+	at := now.UnixMilli()
+	switch a.Kind {
+	case ActRegister:
+		return state.NodeSeen(a.Node, a.Incarnation, at)
+	case ActLeave:
+		return state.NodeLeave(a.Node, a.Incarnation, at)
+	default:
+		return state.NodeExpire(a.Node, a.Incarnation, a.Reason, at)
+	}
+}
+
+// Command returns the state command of a node action (ActRegister,
+// ActLeave, ActExpire), stamped with now.
+func (a Action) Command(now time.Time) state.Command { return nodeCommand(a, now) }
+
+func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action {
+	ids := map[string]bool{}
+	for id := range s.Nodes {
+		ids[id] = true
+	}
+	for id := range live.Nodes {
+		ids[id] = true
+	}
+	var acts []Action
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		n := s.Nodes[id]
+		seen, heard := live.Nodes[id]
+		fresh := heard && now.Sub(seen.LastSeen) < p.TTL && seen.DisconnectedAt.IsZero()
+		switch {
+		case heard && seen.Leaving:
+			// Eager failover: a host that says it is leaving is gone now,
+			// whichever incarnation the state last registered. The
+			// command is guarded on that incarnation, so it cannot undo
+			// a registration that raced with it.
+			if n != nil && n.State != wire.NodeLeft {
+				acts = append(acts, Action{Kind: ActLeave, Node: id, Incarnation: n.Incarnation})
+			}
+			continue
+		case fresh && n == nil:
+			acts = append(acts, Action{Kind: ActRegister, Node: id, Incarnation: seen.Incarnation})
+			continue
+		case fresh && n.Incarnation != seen.Incarnation:
+			acts = append(acts, Action{Kind: ActRegister, Node: id, Incarnation: seen.Incarnation})
+			continue
+		case fresh && (n.State == wire.NodeExpired || n.State == wire.NodeLeft) && seen.LastSeen.UnixMilli() > n.SinceMS:
+			// Heard again after it was declared gone: it is back.
+			acts = append(acts, Action{Kind: ActRegister, Node: id, Incarnation: seen.Incarnation})
+			continue
+		}
+		if n == nil || (n.State != wire.NodeLive && n.State != wire.NodeDraining) {
+			continue
+		}
+		// Fast detection: the host's connection closed and no heartbeat
+		// came within the grace.
+		if heard && !seen.DisconnectedAt.IsZero() && !seen.LastSeen.After(seen.DisconnectedAt) &&
+			now.Sub(seen.DisconnectedAt) >= p.DisconnectGrace {
+			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectAdvisory})
+			continue
+		}
+		// A new leader has heard nothing older than its leadership, so it
+		// counts silence from then: it waits one TTL before expiring anyone.
+		last := live.LeaderSince
+		if heard && seen.Incarnation == n.Incarnation && seen.LastSeen.After(last) {
+			last = seen.LastSeen
+		}
+		if now.Sub(last) >= p.TTL {
+			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectTTL})
+		}
+	}
+	return acts
+}
+
+// lostReason maps the owner's node state to the pending recovery's reason.
+func lostReason(nodeState string) string {
+	switch nodeState {
+	case wire.NodeLeft:
+		return "left"
+	case wire.NodeDraining:
+		return "drain"
+	default:
+		return "expired"
+	}
+}
+
+func planStreams(s *state.State, live Liveness, now time.Time, p Params) []Action {
+	var acts []Action
+	for _, name := range s.SortedStreams() {
+		st := s.Streams[name]
+		if st.Recovery != nil {
+			continue // the recovery worker owns it
+		}
+		if s.NodeState(st.Assignment.Owner) != wire.NodeLive {
+			if st.Copies <= 1 {
+				// An owner-only stream has no other copy to move to: it
+				// waits for its owner (status waiting).
+				continue
+			}
+			acts = append(acts, ownerLost(s, st, live, now, p))
+			continue
+		}
+		if a, ok := grow(s, st, live, now, p); ok {
+			acts = append(acts, a)
+		}
+	}
+	return acts
+}
+
+// ownerLost proposes a new owner for st, whose owner is expired, left or
+// draining: the first follower that is up (else the first follower), the
+// other old copies as followers. The recovery worker decides the real owner
+// from the seals; the proposal contributes its policy stamp and any member
+// that held no copy.
+func ownerLost(s *state.State, st *state.Stream, live Liveness, now time.Time, p Params) Action {
+	old := st.Assignment
+	owner := ""
+	for _, f := range old.Followers {
+		if Up(s, live.Nodes, f, now, p.TTL) {
+			owner = f
+			break
+		}
+	}
+	if owner == "" && len(old.Followers) > 0 {
+		owner = old.Followers[0]
+	}
+	if owner == "" {
+		owner = old.Owner // a replicated stream down to one copy: only it can be promoted
+	}
+	prop := wire.Assignment{Stream: st.Name, StreamID: st.ID, Epoch: old.Epoch + 1, Owner: owner, Followers: []string{}, Policy: p.Stamp(st)}
+	for _, f := range old.Followers {
+		if f != owner {
+			prop.Followers = append(prop.Followers, f)
+		}
+	}
+	ownerState := s.NodeState(old.Owner)
+	detected := DetectTTL
+	var since int64
+	if n := s.Nodes[old.Owner]; n != nil {
+		if n.Reason != "" {
+			detected = n.Reason
+		}
+		since = n.SinceMS
+	}
+	return Action{Kind: ActRecover, Stream: st.Name, Version: st.Version, Assignment: prop,
+		Reason: lostReason(ownerState), Node: old.Owner, Detected: detected, LostSinceMS: since}
+}
+
+// grow brings st back to its copy count: first live nodes that still hold
+// a copy (known from heartbeats) at once, then, once the stream has been
+// short for ReplaceAfter, live nodes without a copy. A change that needs no
+// more copies to confirm (W' <= W) commits directly and keeps the epoch;
+// otherwise it goes through recovery with reason "grow".
+func grow(s *state.State, st *state.Stream, live Liveness, now time.Time, p Params) (Action, bool) {
+	cur := st.Assignment
+	missing := st.Copies - len(cur.Copies())
+	if missing <= 0 {
+		return Action{}, false
+	}
+	var holders, others []string
+	for _, id := range s.SortedNodes() {
+		if cur.Includes(id) || !Up(s, live.Nodes, id, now, p.TTL) {
+			continue
+		}
+		if c, ok := live.Nodes[id].Copies[st.Name]; ok && c.StreamID == st.ID {
+			holders = append(holders, id)
+		} else {
+			others = append(others, id)
+		}
+	}
+	// The furthest holders first: they have the least to catch up.
+	slices.SortStableFunc(holders, func(a, b string) int {
+		return cmp.Compare(live.Nodes[b].Copies[st.Name].RecordTail, live.Nodes[a].Copies[st.Name].RecordTail)
+	})
+	cands := holders
+	reason := "readd"
+	if st.ShortSinceMS > 0 && now.UnixMilli()-st.ShortSinceMS >= p.ReplaceAfter.Milliseconds() {
+		owned, copies := s.Load()
+		slices.SortStableFunc(others, func(a, b string) int {
+			return cmp.Or(cmp.Compare(copies[a], copies[b]), cmp.Compare(owned[a], owned[b]), cmp.Compare(a, b))
+		})
+		cands = append(cands, others...)
+		if len(holders) < missing {
+			reason = "replace"
+		}
+	}
+	if len(cands) == 0 {
+		return Action{}, false
+	}
+	cands = cands[:min(missing, len(cands))]
+	stamp := p.Stamp(st)
+	w := policy.StampW(cur.Policy, len(cur.Copies()))
+	// Prefer the largest direct addition; adding fewer copies keeps W'
+	// lower, so a partial addition may commit without sealing.
+	for k := len(cands); k >= 1; k-- {
+		next := state.CloneAssignment(cur)
+		next.Followers = append(next.Followers, cands[:k]...)
+		next.Policy = stamp
+		if policy.StampW(stamp, len(next.Copies())) <= w {
+			return Action{Kind: ActUpdate, Stream: st.Name, Version: st.Version, Assignment: next, Reason: reason}, true
+		}
+	}
+	prop := state.CloneAssignment(cur)
+	prop.Epoch = cur.Epoch + 1
+	prop.Followers = append(prop.Followers, cands...)
+	prop.Policy = stamp
+	return Action{Kind: ActRecover, Stream: st.Name, Version: st.Version, Assignment: prop, Reason: state.ReasonGrow,
+		Node: cur.Owner, Detected: reason}, true
+}

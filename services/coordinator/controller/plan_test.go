@@ -1,0 +1,313 @@
+package controller
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+var t0 = time.UnixMilli(1_000_000)
+
+var params = Params{TTL: 2 * time.Second, DisconnectGrace: 300 * time.Millisecond, ReplaceAfter: 30 * time.Second, DefaultPolicy: "majority_durable"}
+
+// fixture is a state plus a liveness view, both built by hand.
+type fixture struct {
+	t    *testing.T
+	s    *state.State
+	live Liveness
+}
+
+func newFixture(t *testing.T, nodes ...string) *fixture {
+	f := &fixture{t: t, s: state.New(), live: Liveness{LeaderSince: t0.Add(-time.Hour), Nodes: map[string]liveness.Seen{}}}
+	for _, n := range nodes {
+		f.apply(state.NodeSeen(n, 1, t0.UnixMilli()))
+		f.beat(n, t0)
+	}
+	return f
+}
+
+func (f *fixture) apply(c state.Command) state.Result {
+	f.t.Helper()
+	r := f.s.Apply(c)
+	if r.Err() != nil {
+		f.t.Fatalf("apply %s: %v", c.Op, r.Err())
+	}
+	return r
+}
+
+func (f *fixture) beat(n string, at time.Time, copies ...wire.CopyStatus) {
+	seen := f.live.Nodes[n]
+	seen.Node, seen.Incarnation, seen.LastSeen = n, 1, at
+	seen.Copies = map[string]wire.CopyStatus{}
+	for _, c := range copies {
+		seen.Copies[c.Stream] = c
+	}
+	f.live.Nodes[n] = seen
+}
+
+func (f *fixture) create(name string, copies int, owner string, followers ...string) {
+	f.apply(state.StreamCreate(name, copies, "", wire.Retention{}, wire.Assignment{Owner: owner, Followers: followers, Policy: "majority_durable"}, t0.UnixMilli()))
+}
+
+func (f *fixture) plan(now time.Time) []Action { return Plan(f.s, f.live, now, params) }
+
+func kinds(acts []Action) string {
+	out := ""
+	for _, a := range acts {
+		out += fmt.Sprintf("%s(%s%s:%s) ", a.Kind, a.Node, a.Stream, a.Reason)
+	}
+	return out
+}
+
+func find(acts []Action, kind, key string) *Action {
+	for i := range acts {
+		if acts[i].Kind == kind && (acts[i].Node == key || acts[i].Stream == key) {
+			return &acts[i]
+		}
+	}
+	return nil
+}
+
+func TestExpiryAfterTTL(t *testing.T) {
+	f := newFixture(t, "h1", "h2")
+	if acts := f.plan(t0.Add(1999 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("before the TTL: %s", kinds(acts))
+	}
+	f.beat("h2", t0.Add(time.Second))
+	acts := f.plan(t0.Add(2 * time.Second))
+	if len(acts) != 1 || acts[0].Kind != ActExpire || acts[0].Node != "h1" || acts[0].Reason != DetectTTL || acts[0].Incarnation != 1 {
+		t.Fatalf("at the TTL: %s", kinds(acts))
+	}
+}
+
+func TestNewLeaderWaitsOneTTL(t *testing.T) {
+	f := newFixture(t, "h1")
+	// A node this coordinator never heard (it just became leader).
+	f.apply(state.NodeSeen("h2", 1, t0.UnixMilli()))
+	f.live.LeaderSince = t0.Add(10 * time.Second)
+	// h1's last heartbeat is long past, h2 never heard: both wait a TTL from leadership.
+	if acts := f.plan(t0.Add(11 * time.Second)); len(acts) != 0 {
+		t.Fatalf("within the new leader's grace: %s", kinds(acts))
+	}
+	acts := f.plan(t0.Add(12 * time.Second))
+	if find(acts, ActExpire, "h1") == nil || find(acts, ActExpire, "h2") == nil {
+		t.Fatalf("after the grace: %s", kinds(acts))
+	}
+}
+
+func TestAdvisoryExpiresAfterGraceUnlessAHeartbeatCame(t *testing.T) {
+	f := newFixture(t, "h1", "h2")
+	seen := f.live.Nodes["h1"]
+	seen.DisconnectedAt = t0.Add(100 * time.Millisecond)
+	f.live.Nodes["h1"] = seen
+	if acts := f.plan(t0.Add(399 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("within the disconnect grace: %s", kinds(acts))
+	}
+	acts := f.plan(t0.Add(400 * time.Millisecond))
+	if a := find(acts, ActExpire, "h1"); a == nil || a.Reason != DetectAdvisory {
+		t.Fatalf("after the grace: %s", kinds(acts))
+	}
+	// A heartbeat after the advisory (the tracker clears DisconnectedAt).
+	tr := liveness.New()
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1}, t0)
+	tr.Disconnected("h1", t0.Add(100*time.Millisecond))
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1}, t0.Add(200*time.Millisecond))
+	f.live.Nodes["h1"] = tr.View()["h1"]
+	if acts := f.plan(t0.Add(500 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("reconnected host: %s", kinds(acts))
+	}
+}
+
+func TestReplicatedOwnerLossRecordsRecoveryOwnerOnlyWaits(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("rep", 3, "h1", "h2", "h3")
+	f.create("solo", 1, "h1")
+	for _, n := range []string{"h2", "h3"} {
+		f.beat(n, t0.Add(2*time.Second))
+	}
+	acts := f.plan(t0.Add(2500 * time.Millisecond))
+	if find(acts, ActExpire, "h1") == nil {
+		t.Fatalf("no expiry: %s", kinds(acts))
+	}
+	rec := find(acts, ActRecover, "rep")
+	if rec == nil || rec.Reason != "expired" || rec.Detected != DetectTTL {
+		t.Fatalf("no pending recovery for the replicated stream: %s", kinds(acts))
+	}
+	if rec.Assignment.Owner != "h2" || rec.Assignment.Epoch != 2 || rec.Assignment.Policy != "majority_durable" || rec.Version != f.s.Streams["rep"].Version {
+		t.Fatalf("proposal %+v", rec)
+	}
+	if find(acts, ActRecover, "solo") != nil || find(acts, ActUpdate, "solo") != nil {
+		t.Fatalf("owner-only stream moved: %s", kinds(acts))
+	}
+	// Once recorded, the controller leaves the stream to the worker.
+	f.apply(state.NodeExpire("h1", 1, DetectTTL, t0.UnixMilli()))
+	f.apply(state.RecoveryBegin("rep", rec.Version, rec.Assignment, rec.Reason, "", "", t0.UnixMilli()))
+	acts = f.plan(t0.Add(2600 * time.Millisecond))
+	if len(acts) != 0 {
+		t.Fatalf("after the recovery was recorded: %s", kinds(acts))
+	}
+	if got := f.s.Status(f.s.Streams["solo"]); got != wire.StatusWaiting {
+		t.Fatalf("owner-only status %s", got)
+	}
+}
+
+func TestEagerFailoverOnLeaveAndDrain(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3", "h4")
+	f.create("a", 3, "h1", "h2", "h3")
+	f.create("b", 3, "h4", "h2", "h3")
+	now := t0.Add(100 * time.Millisecond)
+	seen := f.live.Nodes["h1"]
+	seen.Leaving = true
+	f.live.Nodes["h1"] = seen
+	acts := f.plan(now)
+	if find(acts, ActLeave, "h1") == nil {
+		t.Fatalf("leaving host not marked left: %s", kinds(acts))
+	}
+	if a := find(acts, ActRecover, "a"); a == nil || a.Reason != "left" || a.Detected != DetectLeave {
+		t.Fatalf("no eager failover on leave: %s", kinds(acts))
+	}
+	f.apply(state.NodeDrain("h4", now.UnixMilli()))
+	acts = f.plan(now)
+	if a := find(acts, ActRecover, "b"); a == nil || a.Reason != "drain" || a.Detected != DetectDrain || a.Assignment.Owner != "h2" {
+		t.Fatalf("no eager failover on drain: %s", kinds(acts))
+	}
+}
+
+// recoverTo commits a recovery of stream to owner with followers, as the
+// worker would.
+func (f *fixture) recoverTo(stream, owner string, followers ...string) {
+	st := f.s.Streams[stream]
+	r := f.apply(state.RecoveryBegin(stream, st.Version, wire.Assignment{Owner: owner}, "expired", "", "", t0.UnixMilli()))
+	st = f.s.Streams[stream]
+	a := wire.Assignment{Stream: stream, StreamID: st.ID, Epoch: st.Assignment.Epoch + 1, Owner: owner, Followers: followers, Policy: "majority_durable"}
+	f.apply(state.RecoveryCommit(stream, r.Transition, st.Version, a, wire.HistoryStart{Epoch: a.Epoch, Node: owner}, "", "", t0.UnixMilli()))
+}
+
+func TestFollowerReaddCommitsDirectlyOwnerChangeRecovers(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("s", 3, "h1", "h2", "h3")
+	f.apply(state.NodeExpire("h1", 1, DetectTTL, t0.UnixMilli()))
+	f.recoverTo("s", "h2", "h3")
+	// h1 comes back (new incarnation) still holding its copy.
+	f.apply(state.NodeSeen("h1", 2, t0.Add(time.Second).UnixMilli()))
+	now := t0.Add(2 * time.Second)
+	for _, n := range []string{"h2", "h3"} {
+		f.beat(n, now)
+	}
+	f.beat("h1", now, wire.CopyStatus{Stream: "s", StreamID: 1, Role: wire.RoleNone, RecordTail: 7})
+	seen := f.live.Nodes["h1"]
+	seen.Incarnation = 2
+	f.live.Nodes["h1"] = seen
+	acts := f.plan(now)
+	up := find(acts, ActUpdate, "s")
+	if up == nil || len(acts) != 1 {
+		t.Fatalf("want one direct update, got %s", kinds(acts))
+	}
+	a := up.Assignment
+	if a.Owner != "h2" || a.Epoch != 2 || len(a.Followers) != 2 || a.Followers[1] != "h1" || up.Reason != "readd" {
+		t.Fatalf("re-add %+v", up)
+	}
+	// The state machine agrees it needs no recovery.
+	f.apply(state.AssignUpdate("s", up.Version, a, now.UnixMilli()))
+	if f.s.Streams["s"].ShortSinceMS != 0 {
+		t.Fatal("a full stream is still marked short")
+	}
+}
+
+func TestGrowFromOneCopyGoesThroughRecovery(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("s", 3, "h1", "h2", "h3")
+	f.apply(state.NodeExpire("h1", 1, DetectTTL, t0.UnixMilli()))
+	f.recoverTo("s", "h2") // only h2 answered: one copy, W = 1
+	now := t0.Add(time.Second)
+	f.beat("h2", now)
+	f.beat("h3", now, wire.CopyStatus{Stream: "s", StreamID: 1, RecordTail: 3})
+	acts := f.plan(now)
+	rec := find(acts, ActRecover, "s")
+	if rec == nil || rec.Reason != state.ReasonGrow || len(acts) != 1 {
+		t.Fatalf("want a grow recovery (W' = 2 > W = 1), got %s", kinds(acts))
+	}
+	if rec.Assignment.Owner != "h2" || rec.Assignment.Followers[0] != "h3" {
+		t.Fatalf("grow proposal %+v", rec.Assignment)
+	}
+}
+
+func TestReplacementAfterReplaceAfter(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3", "h4")
+	f.create("s", 3, "h1", "h2", "h3")
+	f.apply(state.NodeExpire("h1", 1, DetectTTL, t0.UnixMilli()))
+	f.recoverTo("s", "h2", "h3")
+	beat := func(now time.Time) {
+		for _, n := range []string{"h2", "h3", "h4"} {
+			f.beat(n, now)
+		}
+	}
+	now := t0.Add(29 * time.Second)
+	beat(now)
+	if acts := f.plan(now); find(acts, ActUpdate, "s") != nil {
+		t.Fatalf("replaced before replace-after: %s", kinds(acts))
+	}
+	now = t0.Add(30 * time.Second)
+	beat(now)
+	acts := f.plan(now)
+	up := find(acts, ActUpdate, "s")
+	if up == nil || up.Reason != "replace" || up.Assignment.Followers[len(up.Assignment.Followers)-1] != "h4" || up.Assignment.Epoch != 2 {
+		t.Fatalf("want h4 as replacement follower: %s %+v", kinds(acts), up)
+	}
+}
+
+func TestPlaceSpreadsOwnersAndCopies(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	owners := map[string]int{}
+	copies := map[string]int{}
+	for i := range 6 {
+		owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.create(fmt.Sprintf("s%d", i), 2, owner, followers...)
+		owners[owner]++
+		copies[owner]++
+		for _, fl := range followers {
+			if fl == owner {
+				t.Fatal("owner also a follower")
+			}
+			copies[fl]++
+		}
+	}
+	for _, n := range []string{"h1", "h2", "h3"} {
+		if owners[n] != 2 || copies[n] != 4 {
+			t.Fatalf("uneven spread: owners %v copies %v", owners, copies)
+		}
+	}
+	if _, _, err := Place(f.s, f.live.Nodes, t0, params.TTL, 4); wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("4 copies on 3 hosts: %v", err)
+	}
+	// A silent, leaving or draining node takes no copies.
+	f.beat("h1", t0.Add(-3*time.Second))
+	f.apply(state.NodeDrain("h2", t0.UnixMilli()))
+	owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, 1)
+	if err != nil || owner != "h3" || len(followers) != 0 {
+		t.Fatalf("place on the one up host: %s %v %v", owner, followers, err)
+	}
+}
+
+func TestReturningNodeIsRegisteredOnlyAfterItsExpiry(t *testing.T) {
+	f := newFixture(t, "h1")
+	// Expired by an advisory 100ms after its last heartbeat: that heartbeat
+	// is still within the TTL but older than the expiry, so it must not
+	// bring the node straight back.
+	f.apply(state.NodeExpire("h1", 1, DetectAdvisory, t0.Add(100*time.Millisecond).UnixMilli()))
+	if acts := f.plan(t0.Add(200 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("stale heartbeat revived the node: %s", kinds(acts))
+	}
+	f.beat("h1", t0.Add(300*time.Millisecond))
+	acts := f.plan(t0.Add(300 * time.Millisecond))
+	if a := find(acts, ActRegister, "h1"); a == nil {
+		t.Fatalf("returning node not registered: %s", kinds(acts))
+	}
+}

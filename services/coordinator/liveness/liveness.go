@@ -1,0 +1,101 @@
+// Package liveness keeps what one coordinator has heard from the stream
+// hosts: the time of each host's latest heartbeat, its incarnation, whether
+// it announced it is leaving, the tails it published per copy, and
+// disconnect advisories from the NATS system account.
+//
+// Heartbeats are not written to Raft: every coordinator keeps its own view
+// in memory, and only the leader's controller acts on it. A new leader
+// therefore starts with little history, which is why the controller waits
+// one TTL after gaining leadership before expiring anyone.
+package liveness
+
+import (
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Seen is one host as this coordinator last heard it.
+type Seen struct {
+	Node        string
+	Incarnation uint64
+	// LastSeen is when the latest heartbeat arrived (this coordinator's clock).
+	LastSeen time.Time
+	Leaving  bool
+	// DisconnectedAt is when an advisory said the host's NATS connection
+	// closed, if no heartbeat has arrived since; zero otherwise.
+	DisconnectedAt time.Time
+	// Copies are the copies the latest heartbeat reported, by stream name.
+	Copies map[string]wire.CopyStatus
+}
+
+// Tracker is safe for concurrent use.
+type Tracker struct {
+	mu    sync.Mutex
+	nodes map[string]*Seen
+}
+
+// New returns an empty tracker.
+func New() *Tracker {
+	return &Tracker{nodes: map[string]*Seen{}}
+}
+
+// Heartbeat records hb, received at at. It reports whether the heartbeat
+// says something the controller should act on soon: a node or incarnation
+// not heard before, a change of the leaving flag, or the end of a pending
+// disconnect.
+func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.nodes[hb.Node]
+	if s == nil {
+		s = &Seen{Node: hb.Node}
+		t.nodes[hb.Node] = s
+		notable = true
+	}
+	if s.Incarnation != hb.Incarnation || s.Leaving != hb.Leaving || !s.DisconnectedAt.IsZero() {
+		notable = true
+	}
+	s.Incarnation = hb.Incarnation
+	s.Leaving = hb.Leaving
+	if at.After(s.LastSeen) {
+		s.LastSeen = at
+	}
+	// A heartbeat after the advisory means the host reconnected.
+	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
+		s.DisconnectedAt = time.Time{}
+	}
+	copies := make(map[string]wire.CopyStatus, len(hb.Copies))
+	for _, c := range hb.Copies {
+		copies[c.Stream] = c
+	}
+	s.Copies = copies
+	return notable
+}
+
+// Disconnected records an advisory that node's connection closed at at.
+func (t *Tracker) Disconnected(node string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.nodes[node]
+	if s == nil {
+		s = &Seen{Node: node}
+		t.nodes[node] = s
+	}
+	s.DisconnectedAt = at
+}
+
+// View returns a copy of everything heard, by node.
+func (t *Tracker) View() map[string]Seen {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]Seen, len(t.nodes))
+	for id, s := range t.nodes {
+		c := *s
+		c.Copies = maps.Clone(s.Copies)
+		out[id] = c
+	}
+	return out
+}

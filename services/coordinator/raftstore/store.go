@@ -1,0 +1,350 @@
+// Package raftstore runs the coordinator's replicated state (package state)
+// in one Dragonboat Raft shard: one NodeHost per coordinator process, its
+// Raft log and snapshots under the coordinator's data directory. It offers
+// guarded proposals (Propose) and linearizable reads (Read) and reports who
+// leads.
+package raftstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/client"
+	"github.com/lni/dragonboat/v4/config"
+	dblog "github.com/lni/dragonboat/v4/logger"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// ShardID is the one Raft shard that holds the coordinator state.
+const ShardID uint64 = 1
+
+// Raft tuning. With the default 10ms RTT an election starts after 100ms of
+// silence from the leader, which keeps failover of the coordinators fast.
+const (
+	electionRTT        = 10
+	heartbeatRTT       = 1
+	snapshotEntries    = 4096
+	compactionOverhead = 1024
+	defaultOpTimeout   = 5 * time.Second
+)
+
+// Config configures a Store.
+type Config struct {
+	ReplicaID uint64
+	// RaftAddr is this replica's Raft address (host:port).
+	RaftAddr string
+	// Peers maps every initial replica id to its Raft address.
+	Peers map[uint64]string
+	// DataDir holds the NodeHost's Raft log and snapshots.
+	DataDir        string
+	RTTMillisecond uint64
+	Logger         *slog.Logger
+}
+
+// Store is one coordinator's replica of the state.
+type Store struct {
+	nh      *dragonboat.NodeHost
+	session *client.Session
+	cfg     Config
+	log     *slog.Logger
+}
+
+// quietOnce sets Dragonboat's log levels once per process: the library's
+// loggers are process-wide, and setting a level races with NodeHosts that
+// are already logging.
+var quietOnce sync.Once
+
+// quietDragonboat turns Dragonboat's package loggers down to warnings, and
+// its Raft package to errors: it logs every vote of every election as a
+// warning, and the coordinator logs leadership changes itself. They are the
+// library's process-wide loggers.
+func quietDragonboat() {
+	quietOnce.Do(setDragonboatLevels)
+}
+
+func setDragonboatLevels() {
+	for _, name := range []string{"raftpb", "rsm", "transport", "logdb", "LogDB",
+		"settings", "server", "registry", "gossip", "grpc", "tan", "pebblekv", "tools", "raft-mt"} {
+		dblog.GetLogger(name).SetLevel(dblog.WARNING)
+	}
+	// "config" warns on every start that mutual TLS is off, and
+	// "dragonboat" on every stale read, which coordinators do on purpose.
+	for _, name := range []string{"raft", "config", "dragonboat"} {
+		dblog.GetLogger(name).SetLevel(dblog.ERROR)
+	}
+}
+
+// Open starts the NodeHost and the replica. On a first start the replica
+// bootstraps the shard with Peers; on a restart Dragonboat reloads its log
+// and snapshot from DataDir (the same Peers validate against what it saved).
+func Open(cfg Config) (*Store, error) {
+	if cfg.ReplicaID == 0 {
+		return nil, errors.New("raftstore: replica id must be at least 1")
+	}
+	if _, ok := cfg.Peers[cfg.ReplicaID]; !ok {
+		return nil, fmt.Errorf("raftstore: replica %d is not among the peers %v", cfg.ReplicaID, cfg.Peers)
+	}
+	if cfg.RTTMillisecond == 0 {
+		cfg.RTTMillisecond = 10
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	quietDragonboat()
+	logdb := config.GetTinyMemLogDBConfig()
+	// One LogDB shard: the coordinator runs one Raft shard, and the default
+	// 16 would only multiply memory and files.
+	logdb.Shards = 1
+	dir := filepath.Join(cfg.DataDir, "raft")
+	nhc := config.NodeHostConfig{
+		NodeHostDir:    dir,
+		WALDir:         dir,
+		RTTMillisecond: cfg.RTTMillisecond,
+		RaftAddress:    cfg.RaftAddr,
+		Expert: config.ExpertConfig{
+			Engine: config.GetDefaultEngineConfig(),
+			LogDB:  logdb,
+		},
+	}
+	nh, err := dragonboat.NewNodeHost(nhc)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: start node host at %s: %w", cfg.RaftAddr, err)
+	}
+	rc := config.Config{
+		ReplicaID:          cfg.ReplicaID,
+		ShardID:            ShardID,
+		ElectionRTT:        electionRTT,
+		HeartbeatRTT:       heartbeatRTT,
+		CheckQuorum:        true,
+		PreVote:            true,
+		SnapshotEntries:    snapshotEntries,
+		CompactionOverhead: compactionOverhead,
+	}
+	members := make(map[uint64]dragonboat.Target, len(cfg.Peers))
+	for id, addr := range cfg.Peers {
+		members[id] = addr
+	}
+	if err := nh.StartReplica(members, false, newMachine, rc); err != nil {
+		nh.Close()
+		return nil, fmt.Errorf("raftstore: start replica %d: %w", cfg.ReplicaID, err)
+	}
+	log.Info("raft replica started", "replica_id", cfg.ReplicaID, "raft_addr", cfg.RaftAddr, "dir", dir)
+	return &Store{nh: nh, session: nh.GetNoOPSession(ShardID), cfg: cfg, log: log}, nil
+}
+
+// Close stops the replica and the NodeHost.
+func (s *Store) Close() {
+	s.nh.Close()
+}
+
+// ReplicaID is this replica's id.
+func (s *Store) ReplicaID() uint64 { return s.cfg.ReplicaID }
+
+// Peers returns the replicas in id order.
+func (s *Store) Peers() []wire.CoordinatorInfo {
+	leader, _ := s.Leader()
+	out := make([]wire.CoordinatorInfo, 0, len(s.cfg.Peers))
+	for id, addr := range s.cfg.Peers {
+		out = append(out, wire.CoordinatorInfo{ReplicaID: id, Address: addr, Leader: id == leader})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ReplicaID < out[j].ReplicaID })
+	return out
+}
+
+// Leader returns the leader's replica id as this replica knows it.
+func (s *Store) Leader() (uint64, bool) {
+	id, _, ok, err := s.nh.GetLeaderID(ShardID)
+	if err != nil || !ok {
+		return 0, false
+	}
+	return id, true
+}
+
+// IsLeader reports whether this replica leads.
+func (s *Store) IsLeader() bool {
+	id, ok := s.Leader()
+	return ok && id == s.cfg.ReplicaID
+}
+
+// Unavailable wraps Raft errors that mean "no quorum or no leader right
+// now" as wire CodeUnavailable, so admin replies carry a stable code.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%s: %w", op, &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()})
+}
+
+// retryable reports errors after which the request was certainly not
+// applied: Dragonboat dropped it (no leader yet) or its queue was full.
+// A timeout is not among them: the entry may still commit.
+func retryable(err error) bool {
+	return errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, dragonboat.ErrSystemBusy)
+}
+
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, defaultOpTimeout)
+}
+
+// pause waits before a retry; false if ctx ended.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Propose commits c and returns how the state machine applied it. A refused
+// command is not an error here: the caller reads Result.Code (or
+// Result.Err). Errors mean the outcome is unknown or the shard unavailable.
+func (s *Store) Propose(ctx context.Context, c state.Command) (state.Result, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	cmd := c.Encode()
+	wait := 10 * time.Millisecond
+	for {
+		res, err := s.nh.SyncPropose(ctx, s.session, cmd)
+		if err == nil {
+			var r state.Result
+			if err := json.Unmarshal(res.Data, &r); err != nil {
+				return state.Result{}, fmt.Errorf("propose %s: decode result: %w", c.Op, err)
+			}
+			return r, nil
+		}
+		if retryable(err) && pause(ctx, wait) {
+			wait = min(wait*2, 200*time.Millisecond)
+			continue
+		}
+		return state.Result{}, unavailable("propose "+c.Op, err)
+	}
+}
+
+// readAttempt bounds one read-index round: a read issued while the replica
+// had no leader can be dropped without an answer, and reads, unlike
+// proposals, are safe to repeat.
+const readAttempt = time.Second
+
+// Read runs q as a linearizable read: it sees every change committed
+// before it started.
+func (s *Store) Read(ctx context.Context, q state.Query) (any, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	wait := 10 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, readAttempt)
+		v, err := s.nh.SyncRead(actx, ShardID, q)
+		acancel()
+		if err == nil {
+			return v, nil
+		}
+		if (retryable(err) || errors.Is(err, dragonboat.ErrTimeout)) && ctx.Err() == nil && pause(ctx, wait) {
+			wait = min(wait*2, 200*time.Millisecond)
+			continue
+		}
+		return nil, unavailable(fmt.Sprintf("read %T", q), err)
+	}
+}
+
+// State reads a deep copy of the whole state.
+func (s *Store) State(ctx context.Context) (*state.State, error) {
+	v, err := s.Read(ctx, state.QueryAll{})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*state.State), nil
+}
+
+// Assignments reads the assignment snapshot of node.
+func (s *Store) Assignments(ctx context.Context, node string) (wire.AssignmentSnapshot, error) {
+	v, err := s.Read(ctx, state.QueryAssignments{Node: node})
+	if err != nil {
+		return wire.AssignmentSnapshot{}, err
+	}
+	return v.(wire.AssignmentSnapshot), nil
+}
+
+// RecoveryView reads the recovery worker's view of stream.
+func (s *Store) RecoveryView(ctx context.Context, stream string) (state.RecoveryView, error) {
+	v, err := s.Read(ctx, state.QueryRecovery{Stream: stream})
+	if err != nil {
+		return state.RecoveryView{}, err
+	}
+	return v.(state.RecoveryView), nil
+}
+
+// LocalState reads this replica's state without a quorum round, for views
+// that may lag (liveness display); never for decisions.
+func (s *Store) LocalState() (*state.State, error) {
+	v, err := s.nh.StaleRead(ShardID, state.QueryAll{})
+	if err != nil {
+		return nil, fmt.Errorf("stale read: %w", err)
+	}
+	return v.(*state.State), nil
+}
+
+// Snapshot asks Dragonboat to take a snapshot of the state now (it also
+// takes them every few thousand entries on its own); used by tests and
+// operators to exercise the save and recover path.
+func (s *Store) Snapshot(ctx context.Context) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	idx, err := s.nh.SyncRequestSnapshot(ctx, ShardID, dragonboat.DefaultSnapshotOption)
+	if err != nil {
+		return 0, fmt.Errorf("request snapshot: %w", err)
+	}
+	return idx, nil
+}
+
+// TransferLeadership hands leadership to another replica and waits for it
+// to take over, so a coordinator that stops gracefully does not leave the
+// shard to wait out an election timeout. It tries the other replicas in id
+// order, each for a short while (one may be down), until ctx ends. It does
+// nothing if this replica does not lead.
+func (s *Store) TransferLeadership(ctx context.Context) error {
+	ids := make([]uint64, 0, len(s.cfg.Peers))
+	for id := range s.cfg.Peers {
+		if id != s.cfg.ReplicaID {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var last error
+	for _, target := range ids {
+		if !s.IsLeader() {
+			return nil
+		}
+		if err := s.nh.RequestLeaderTransfer(ShardID, target); err != nil {
+			last = fmt.Errorf("transfer leadership to %d: %w", target, err)
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		for s.IsLeader() && pause(tctx, 10*time.Millisecond) {
+		}
+		cancel()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if s.IsLeader() {
+		if last == nil {
+			last = errors.New("no replica took over")
+		}
+		return fmt.Errorf("transfer leadership: %w", last)
+	}
+	return nil
+}

@@ -1,0 +1,524 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// requestTimeout bounds one admin request or pull, Raft round trips included.
+const requestTimeout = 5 * time.Second
+
+type handler func(ctx context.Context, body []byte) (any, error)
+
+func (s *Server) verb(name string) handler {
+	switch name {
+	case wire.VerbStreamCreate:
+		return s.streamCreate
+	case wire.VerbStreamDelete:
+		return s.streamDelete
+	case wire.VerbStreamInfo:
+		return s.streamInfo
+	case wire.VerbStreamList:
+		return s.streamList
+	case wire.VerbClusterInfo:
+		return s.clusterInfo
+	case wire.VerbNodeDrain:
+		return s.nodeDrain
+	case wire.VerbNodeLeave:
+		return s.nodeLeave
+	case wire.VerbRecoveryWithdraw:
+		return s.recoveryWithdraw
+	case wire.VerbRecoveryAcceptLoss:
+		return s.recoveryAcceptLoss
+	case wire.VerbAttentionClear:
+		return s.attentionClear
+	}
+	return nil
+}
+
+// onAdmin answers brook.admin.<verb> on its own goroutine, so a slow Raft
+// round trip does not hold up other requests.
+func (s *Server) onAdmin(m *nats.Msg) {
+	verb := strings.TrimPrefix(m.Subject, wire.AdminPrefix)
+	s.serve(m, "admin "+verb, func(ctx context.Context) (any, error) {
+		h := s.verb(verb)
+		if h == nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "unknown admin verb %q", verb)
+		}
+		return h(ctx, m.Data)
+	})
+}
+
+// onPull answers an assignment pull from a linearizable read.
+func (s *Server) onPull(m *nats.Msg) {
+	s.serve(m, "assignment pull", func(ctx context.Context) (any, error) {
+		var req wire.AssignmentPull
+		if err := decodeStrict(m.Data, &req); err != nil {
+			return nil, err
+		}
+		if err := wire.ValidName("node", req.Node); err != nil {
+			return nil, err
+		}
+		return s.store.Assignments(ctx, req.Node)
+	})
+}
+
+// serve runs f for a request and replies with its result or an error reply
+// (JSON wire.ErrorReply, header Brook-Error = code). A panic in f is a bug:
+// it is logged with its stack and answered as internal, and the process
+// keeps serving.
+func (s *Server) serve(m *nats.Msg, what string, f func(ctx context.Context) (any, error)) {
+	if m.Reply == "" {
+		return // not a request: nobody to answer, so do nothing
+	}
+	// closed is set under mu, so no handler is added once shutdown waits.
+	s.mu.Lock()
+	closing := s.closed.Load()
+	if !closing {
+		s.handlers.Add(1)
+	}
+	s.mu.Unlock()
+	if closing {
+		s.reply(m, nil, wire.Errorf(wire.CodeShuttingDown, "coordinator %d is stopping", s.opt.ReplicaID))
+		return
+	}
+	go func() {
+		defer s.handlers.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		out, err := func() (out any, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.Error("handler panicked", "what", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+					out, err = nil, wire.Errorf(wire.CodeInternal, "internal error in %s; see the coordinator's log", what)
+				}
+			}()
+			return f(ctx)
+		}()
+		if err != nil {
+			lvl := s.log.Debug
+			if wire.CodeOf(err) == wire.CodeInternal {
+				lvl = s.log.Error
+			}
+			lvl("request failed", "what", what, "code", wire.CodeOf(err), "err", err)
+		}
+		s.reply(m, out, err)
+	}()
+}
+
+func (s *Server) reply(m *nats.Msg, out any, err error) {
+	resp := nats.NewMsg(m.Reply)
+	if err != nil {
+		we := wire.AsError(err)
+		resp.Header.Set(HeaderError, we.Code)
+		resp.Data, _ = json.Marshal(wire.ErrorReply{Error: we})
+	} else {
+		data, merr := json.Marshal(out)
+		if merr != nil {
+			we := wire.Errorf(wire.CodeInternal, "encode reply: %v", merr)
+			resp.Header.Set(HeaderError, we.Code)
+			data, _ = json.Marshal(wire.ErrorReply{Error: we})
+		}
+		resp.Data = data
+	}
+	if err := s.nc.PublishMsg(resp); err != nil {
+		s.log.Warn("reply not sent", "subject", m.Subject, "err", err)
+	}
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and
+// trailing data. An empty body leaves v zero (fine for verbs without
+// arguments; verbs with arguments then fail their validation).
+func decodeStrict(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "decode request: %v", err)
+	}
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		return wire.Errorf(wire.CodeBadRequest, "decode request: trailing data after the JSON value")
+	}
+	return nil
+}
+
+// check turns a state machine refusal into an error.
+func check(r state.Result, err error) (state.Result, error) {
+	if err != nil {
+		return r, err
+	}
+	return r, r.Err()
+}
+
+func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
+	var req wire.StreamCreate
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	if req.Copies < 1 || req.Copies > state.MaxCopies {
+		return nil, wire.Errorf(wire.CodeBadRequest, "copies %d: want 1..%d", req.Copies, state.MaxCopies)
+	}
+	named := ""
+	if strings.TrimSpace(req.Policy) != "" {
+		p, err := policy.Parse(req.Policy)
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+		}
+		named = p.String()
+	}
+	if req.Retention.MaxAgeMS < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "retention max_age_ms %d is negative", req.Retention.MaxAgeMS)
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Streams[req.Stream] != nil {
+		return nil, wire.Errorf(wire.CodeExists, "stream %s exists", req.Stream)
+	}
+	now := s.opt.Now()
+	owner, followers, err := controller.Place(st, s.live.View(), now, s.opt.TTL, req.Copies)
+	if err != nil {
+		return nil, err
+	}
+	stamp := named
+	if stamp == "" {
+		stamp = s.opt.DefaultPolicy
+	}
+	a := wire.Assignment{Owner: owner, Followers: followers, Policy: stamp}
+	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("stream created", "stream", req.Stream, "stream_id", r.StreamID, "owner", owner,
+		"followers", followers, "policy", stamp, "version", r.Version)
+	s.notify(a.Copies(), r.Version)
+	return s.infoAfter(ctx, req.Stream)
+}
+
+// infoAfter reads the stream's info after a write.
+func (s *Server) infoAfter(ctx context.Context, stream string) (any, error) {
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	str := st.Streams[stream]
+	if str == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", stream)
+	}
+	return s.info(st, str, s.live.View(), s.opt.Now()), nil
+}
+
+func (s *Server) streamDelete(ctx context.Context, body []byte) (any, error) {
+	var req wire.StreamRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.StreamDelete(req.Stream, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("stream deleted", "stream", req.Stream, "version", r.Version)
+	if st, err := s.store.LocalState(); err == nil {
+		s.notify(st.SortedNodes(), r.Version)
+	}
+	return wire.OK{OK: true, Version: r.Version}, nil
+}
+
+func (s *Server) streamInfo(ctx context.Context, body []byte) (any, error) {
+	var req wire.StreamRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	return s.infoAfter(ctx, req.Stream)
+}
+
+func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
+	if err := decodeStrict(body, &wire.Empty{}); err != nil {
+		return nil, err
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	view, now := s.live.View(), s.opt.Now()
+	out := wire.StreamList{Streams: []wire.StreamInfo{}, Version: st.Version}
+	for _, name := range st.SortedStreams() {
+		out.Streams = append(out.Streams, s.info(st, st.Streams[name], view, now))
+	}
+	return out, nil
+}
+
+// info renders one stream: its assignment with W and R from package policy,
+// status, starts, pending recovery, and each copy's tails from the latest
+// heartbeats (the assignment's copies first, then other nodes that report a
+// copy of this stream, such as a sealed copy left out).
+func (s *Server) info(st *state.State, str *state.Stream, view map[string]liveness.Seen, now time.Time) wire.StreamInfo {
+	a := state.CloneAssignment(str.Assignment)
+	e := len(a.Copies())
+	out := wire.StreamInfo{
+		Stream:       str.Name,
+		StreamID:     str.ID,
+		Copies:       str.Copies,
+		Policy:       a.Policy,
+		W:            policy.StampW(a.Policy, e),
+		R:            policy.StampR(a.Policy, e),
+		Retention:    str.Retention,
+		Assignment:   a,
+		Status:       st.Status(str),
+		Starts:       append([]wire.HistoryStart{}, str.Starts...),
+		Recovery:     state.ClonePending(str.Recovery),
+		CopyTails:    []wire.CopyTails{},
+		LastTraceID:  str.LastTraceID,
+		AcceptedLoss: str.AcceptedLoss,
+		Version:      str.Version,
+	}
+	nodes := a.Copies()
+	var others []string
+	for id, seen := range view {
+		if c, ok := seen.Copies[str.Name]; ok && c.StreamID == str.ID && !slices.Contains(nodes, id) {
+			others = append(others, id)
+		}
+	}
+	slices.Sort(others)
+	for _, n := range append(nodes, others...) {
+		out.CopyTails = append(out.CopyTails, copyTails(view, n, str, now))
+	}
+	return out
+}
+
+func copyTails(view map[string]liveness.Seen, node string, str *state.Stream, now time.Time) wire.CopyTails {
+	ct := wire.CopyTails{Node: node, AgeMS: -1}
+	seen, ok := view[node]
+	if !ok {
+		return ct
+	}
+	ct.AgeMS = now.Sub(seen.LastSeen).Milliseconds()
+	if c, ok := seen.Copies[str.Name]; ok && c.StreamID == str.ID {
+		ct.Role, ct.Epoch, ct.RecordTail, ct.CursorTail, ct.Sealed = c.Role, c.Epoch, c.RecordTail, c.CursorTail, c.Sealed
+		ct.Published = true
+	}
+	return ct
+}
+
+func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
+	if err := decodeStrict(body, &wire.Empty{}); err != nil {
+		return nil, err
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		// Without a quorum, still show what this replica knows: that is
+		// when an operator needs cluster.info most.
+		local, lerr := s.store.LocalState()
+		if lerr != nil {
+			return nil, err
+		}
+		st = local
+	}
+	leader, _ := s.store.Leader()
+	out := wire.ClusterInfo{
+		Coordinators: s.store.Peers(),
+		Leader:       leader,
+		Nodes:        []wire.NodeInfo{},
+		Version:      st.Version,
+		AnsweredBy:   s.opt.ReplicaID,
+	}
+	_, copies := st.Load()
+	view := s.live.View()
+	for _, id := range st.SortedNodes() {
+		n := st.Nodes[id]
+		ni := wire.NodeInfo{Node: id, Incarnation: n.Incarnation, State: n.State, LastSeenMS: -1, Copies: copies[id]}
+		if seen, ok := view[id]; ok {
+			ni.LastSeenMS = seen.LastSeen.UnixMilli()
+		}
+		out.Nodes = append(out.Nodes, ni)
+	}
+	return out, nil
+}
+
+func (s *Server) nodeDrain(ctx context.Context, body []byte) (any, error) {
+	var req wire.NodeRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("node", req.Node); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	if r.Changed {
+		s.log.Warn("node draining: failing its streams over", "node", req.Node, "version", r.Version)
+	}
+	s.poke()
+	return wire.OK{OK: true, Version: r.Version}, nil
+}
+
+func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
+	var req wire.NodeRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("node", req.Node); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.NodeLeave(req.Node, 0, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	if r.Changed {
+		s.log.Warn("node left: failing its streams over", "node", req.Node, "version", r.Version)
+	}
+	s.poke()
+	return wire.OK{OK: true, Version: r.Version}, nil
+}
+
+func (s *Server) recoveryWithdraw(ctx context.Context, body []byte) (any, error) {
+	var req wire.RecoveryWithdraw
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.RecoveryWithdraw(req.Stream, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	s.log.Warn("recovery withdrawn by operator; the controller records a new one", "stream", req.Stream, "version", r.Version)
+	s.poke()
+	return wire.OK{OK: true, Version: r.Version}, nil
+}
+
+// recoveryAcceptLoss moves a stream whose owner is lost to the named (or
+// best) live copy without sealing, using the copies' last heartbeat tails.
+func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, error) {
+	var req wire.RecoveryAcceptLoss
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	if req.Node != "" {
+		if err := wire.ValidName("node", req.Node); err != nil {
+			return nil, err
+		}
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	str := st.Streams[req.Stream]
+	if str == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", req.Stream)
+	}
+	old, proposal := str.Assignment, str.Assignment
+	if str.Recovery != nil {
+		old, proposal = str.Recovery.Old, str.Recovery.Proposal
+	} else if st.NodeState(old.Owner) == wire.NodeLive {
+		return nil, wire.Errorf(wire.CodeConflict, "stream %s is served by its owner %s; there is no loss to accept", req.Stream, old.Owner)
+	} else {
+		proposal.Epoch = old.Epoch + 1
+		proposal.Policy = s.params.Stamp(str)
+	}
+	if req.Node != "" && !old.Includes(req.Node) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "node %s holds no copy of %s at epoch %d (copies %v)", req.Node, req.Stream, old.Epoch, old.Copies())
+	}
+	now := s.opt.Now()
+	view := s.live.View()
+	var copies []recovery.CopyTails
+	for _, n := range old.Copies() {
+		ct := recovery.CopyTails{Node: n}
+		seen, heard := view[n]
+		ns := st.NodeState(n)
+		ct.Live = heard && !seen.Leaving && seen.DisconnectedAt.IsZero() && now.Sub(seen.LastSeen) < s.opt.TTL &&
+			(ns == wire.NodeLive || ns == wire.NodeDraining)
+		if c, ok := seen.Copies[req.Stream]; heard && ok && c.StreamID == str.ID {
+			ct.Published, ct.RecordTail, ct.CursorTail = true, c.RecordTail, c.CursorTail
+		}
+		copies = append(copies, ct)
+	}
+	a, start, below, err := recovery.AcceptLoss(old, proposal, str.Starts, copies, req.Node)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "%v", err)
+	}
+	ctx, span := s.tracer.Start(ctx, "recovery.accept-loss", trace.WithNewRoot(), trace.WithAttributes(
+		attribute.String("stream", req.Stream), attribute.String("owner", a.Owner),
+		attribute.Int64("epoch", int64(a.Epoch)), attribute.Bool("below_prefix", below)))
+	defer span.End()
+	traceID := span.SpanContext().TraceID().String()
+	var loss *wire.AcceptedLoss
+	if below {
+		latest := state.LatestStart(str.Starts)
+		loss = &wire.AcceptedLoss{Stream: req.Stream, Epoch: a.Epoch, Node: a.Owner, StartTail: latest.RecordTail, AtMS: now.UnixMilli()}
+		for _, c := range copies {
+			if c.Node == a.Owner {
+				loss.RecordTail = c.RecordTail
+			}
+		}
+	}
+	r, err := check(s.store.Propose(ctx, state.RecoveryAccept(req.Stream, str.Version, a, start, loss, traceID, recovery.TraceParent(ctx), now.UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	if below {
+		s.log.Warn("owner loss accepted below the confirmed prefix: confirmed records may be lost",
+			"stream", req.Stream, "owner", a.Owner, "epoch", a.Epoch, "record_tail", loss.RecordTail,
+			"start_tail", loss.StartTail, "trace_id", traceID, "version", r.Version)
+	} else {
+		s.log.Warn("owner loss accepted", "stream", req.Stream, "owner", a.Owner, "epoch", a.Epoch,
+			"start_recorded", start != nil, "trace_id", traceID, "version", r.Version)
+	}
+	if local, err := s.store.LocalState(); err == nil {
+		s.notify(local.SortedNodes(), r.Version)
+	}
+	return s.infoAfter(ctx, req.Stream)
+}
+
+func (s *Server) attentionClear(ctx context.Context, body []byte) (any, error) {
+	var req wire.AttentionClear
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.AttentionClear(req.Stream, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("accepted-loss warning cleared", "stream", req.Stream, "version", r.Version)
+	return wire.OK{OK: true, Version: r.Version}, nil
+}

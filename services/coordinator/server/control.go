@@ -1,0 +1,285 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// controlLoop runs on every replica but acts only while this replica leads:
+// each round reads the state (linearizably), plans with
+// controller.Plan, executes the actions as guarded proposals, keeps one
+// recovery worker per pending recovery and announces assignment changes.
+// Losing leadership cancels the leader context, which stops the workers.
+func (s *Server) controlLoop(ctx context.Context) {
+	defer close(s.loopDone)
+	tick := time.NewTicker(s.opt.ControlInterval)
+	defer tick.Stop()
+	// lead holds the leader context; cancelling it stops the workers.
+	var lead struct {
+		ctx  context.Context
+		stop context.CancelFunc
+	}
+	lead.stop = func() {}
+	defer func() { lead.stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.kick:
+		}
+		leading := s.store.IsLeader()
+		s.mu.Lock()
+		was := s.leading
+		s.leading = leading
+		if leading && !was {
+			s.leaderSince = s.opt.Now()
+			s.noticed = 0
+		}
+		s.mu.Unlock()
+		switch {
+		case leading && !was:
+			lead.ctx, lead.stop = context.WithCancel(ctx)
+			s.log.Info("became raft leader: controller active; node expiry waits one ttl", "ttl", s.opt.TTL.String())
+		case !leading && was:
+			lead.stop()
+			s.stopWorkers()
+			s.log.Info("lost raft leadership: controller and recovery workers stopped")
+		}
+		if leading {
+			if s.controlOnce(lead.ctx) {
+				s.poke() // something changed: plan again on the new state
+			}
+		}
+	}
+}
+
+// controlOnce runs one planning round and reports whether it changed the
+// state.
+func (s *Server) controlOnce(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	st, err := s.store.State(rctx)
+	cancel()
+	if err != nil {
+		// Log the first failure of a run, not every tick of an outage.
+		if ctx.Err() == nil && !s.readFailing {
+			s.log.Warn("controller: read state failed; retrying every tick", "err", err)
+		}
+		s.readFailing = true
+		return false
+	}
+	if s.readFailing {
+		s.log.Info("controller: state readable again")
+		s.readFailing = false
+	}
+	now := s.opt.Now()
+	s.mu.Lock()
+	since := s.leaderSince
+	s.mu.Unlock()
+	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, Nodes: s.live.View()}, now, s.params)
+	changed := false
+	for _, a := range acts {
+		if ctx.Err() != nil {
+			return false
+		}
+		if s.execute(ctx, st, a, now) {
+			changed = true
+		}
+	}
+	for _, name := range st.SortedStreams() {
+		if pr := st.Streams[name].Recovery; pr != nil {
+			s.startWorker(ctx, name, pr.Transition)
+		}
+	}
+	s.announce(st)
+	return changed
+}
+
+// execute carries out one action; it reports whether the state changed.
+func (s *Server) execute(ctx context.Context, st *state.State, a controller.Action, now time.Time) bool {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	log := s.log.With("action", a.Kind)
+	switch a.Kind {
+	case controller.ActRegister, controller.ActLeave, controller.ActExpire:
+		r, err := s.store.Propose(pctx, a.Command(now))
+		if err != nil {
+			log.Warn("controller: node change failed", "node", a.Node, "err", err)
+			return false
+		}
+		if r.Err() != nil || !r.Changed {
+			log.Debug("controller: node change refused", "node", a.Node, "code", r.Code, "msg", r.Message)
+			return false
+		}
+		switch a.Kind {
+		case controller.ActRegister:
+			log.Info("node live", "node", a.Node, "incarnation", a.Incarnation, "version", r.Version)
+		case controller.ActLeave:
+			log.Info("node left: failing its streams over", "node", a.Node, "version", r.Version)
+		default:
+			log.Warn("node expired", "node", a.Node, "how", a.Reason, "version", r.Version)
+		}
+		return true
+	case controller.ActUpdate:
+		r, err := s.store.Propose(pctx, state.AssignUpdate(a.Stream, a.Version, a.Assignment, now.UnixMilli()))
+		if err != nil {
+			log.Warn("controller: assignment update failed", "stream", a.Stream, "err", err)
+			return false
+		}
+		if r.Err() != nil {
+			log.Debug("controller: assignment update refused", "stream", a.Stream, "code", r.Code, "msg", r.Message)
+			return false
+		}
+		log.Info("followers added without recovery", "stream", a.Stream, "why", a.Reason, "owner", a.Assignment.Owner,
+			"followers", a.Assignment.Followers, "epoch", a.Assignment.Epoch, "policy", a.Assignment.Policy, "version", r.Version)
+		s.notify(a.Assignment.Copies(), r.Version)
+		return true
+	case controller.ActRecover:
+		return s.beginRecovery(ctx, st, a, now)
+	}
+	return false
+}
+
+// beginRecovery records a pending recovery under a new "brook.failover"
+// trace: a "detect" span (how and when the owner was lost) and a
+// "pending_recovery.commit" span around the guarded write. The root span's
+// traceparent is stored in the pending recovery, so the worker, on this or
+// a later leader, continues the same trace.
+func (s *Server) beginRecovery(ctx context.Context, st *state.State, a controller.Action, now time.Time) bool {
+	started := now
+	if a.LostSinceMS > 0 && a.LostSinceMS <= now.UnixMilli() {
+		started = time.UnixMilli(a.LostSinceMS)
+	}
+	old := st.Streams[a.Stream].Assignment
+	rootCtx, root := s.tracer.Start(context.WithoutCancel(ctx), "brook.failover", trace.WithNewRoot(), trace.WithTimestamp(started),
+		trace.WithAttributes(
+			attribute.String("stream", a.Stream),
+			attribute.String("reason", a.Reason),
+			attribute.String("old_owner", old.Owner),
+			attribute.Int64("old_epoch", int64(old.Epoch)),
+			attribute.String("proposed_owner", a.Assignment.Owner),
+		))
+	defer root.End()
+	_, det := s.tracer.Start(rootCtx, "detect", trace.WithTimestamp(started), trace.WithAttributes(
+		attribute.String("node", a.Node),
+		attribute.String("reason", a.Reason),
+		attribute.String("how", a.Detected),
+	))
+	det.End(trace.WithTimestamp(now))
+	traceID := root.SpanContext().TraceID().String()
+	traceParent := recovery.TraceParent(rootCtx)
+
+	pctx, pc := s.tracer.Start(rootCtx, "pending_recovery.commit", trace.WithAttributes(attribute.Int64("version", int64(a.Version))))
+	pctx, cancel := context.WithTimeout(pctx, 5*time.Second)
+	defer cancel()
+	r, err := s.store.Propose(pctx, state.RecoveryBegin(a.Stream, a.Version, a.Assignment, a.Reason, traceID, traceParent, now.UnixMilli()))
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		pc.RecordError(err)
+		pc.SetStatus(codes.Error, "not recorded")
+		pc.End()
+		root.SetStatus(codes.Error, "pending recovery not recorded")
+		s.log.Debug("controller: pending recovery not recorded", "stream", a.Stream, "err", err)
+		return false
+	}
+	pc.SetAttributes(attribute.Int64("transition", int64(r.Transition)))
+	pc.End()
+	s.log.Warn("recovery recorded", "stream", a.Stream, "transition", r.Transition, "reason", a.Reason,
+		"how", a.Detected, "old_owner", old.Owner, "old_epoch", old.Epoch, "proposed_owner", a.Assignment.Owner,
+		"trace_id", traceID, "version", r.Version)
+	s.startWorker(ctx, a.Stream, r.Transition)
+	return true
+}
+
+// startWorker runs a recovery worker for transition of stream unless one
+// runs already. A worker for an older transition is stopped (it would stop
+// itself on its next read anyway).
+func (s *Server) startWorker(leaderCtx context.Context, stream string, transition uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading || leaderCtx.Err() != nil {
+		return
+	}
+	if w := s.workers[stream]; w != nil {
+		if w.transition == transition {
+			return
+		}
+		w.cancel()
+	}
+	wctx, cancel := context.WithCancel(leaderCtx)
+	run := &workerRun{transition: transition, cancel: cancel}
+	s.workers[stream] = run
+	worker := &recovery.Worker{
+		Sealer:      natsSealer{nc: s.nc},
+		State:       recoveryState{s: s},
+		SealTimeout: s.opt.SealTimeout,
+		Logger:      s.log.With("component", "recovery"),
+		Tracer:      s.tracer,
+		Now:         s.opt.Now,
+	}
+	s.workerWG.Add(1)
+	go func() {
+		defer s.workerWG.Done()
+		defer cancel()
+		err := worker.Run(wctx, stream)
+		if err != nil && wctx.Err() == nil {
+			s.log.Error("recovery worker stopped", "stream", stream, "transition", transition, "err", err)
+		}
+		s.mu.Lock()
+		if s.workers[stream] == run {
+			delete(s.workers, stream)
+		}
+		s.mu.Unlock()
+		s.poke()
+	}()
+}
+
+// stopWorkers cancels every running worker.
+func (s *Server) stopWorkers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, w := range s.workers {
+		w.cancel()
+		delete(s.workers, name)
+	}
+}
+
+// announce publishes an assignment notice to every known node when the
+// assignments changed since this leader last announced (commits by other
+// replicas' admin handlers, by the worker, or before it led).
+func (s *Server) announce(st *state.State) {
+	s.mu.Lock()
+	due := st.AssignVersion > s.noticed
+	if due {
+		s.noticed = st.AssignVersion
+	}
+	s.mu.Unlock()
+	if due {
+		s.notify(st.SortedNodes(), st.Version)
+	}
+}
+
+// notify publishes AssignNotice{version} to each node.
+func (s *Server) notify(nodes []string, version uint64) {
+	data, err := json.Marshal(wire.AssignNotice{Version: version})
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if err := s.nc.Publish(wire.AssignNoticeSubject(n), data); err != nil {
+			s.log.Warn("assignment notice not sent", "node", n, "err", err)
+		}
+	}
+}

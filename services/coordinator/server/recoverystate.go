@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// HeaderError is set on error replies (its value is the code).
+const HeaderError = "Brook-Error"
+
+// recoveryState is recovery.State over the Raft store.
+type recoveryState struct{ s *Server }
+
+var _ recovery.State = recoveryState{}
+
+// Read reads the pending recovery, starts, leaving nodes and the stream's
+// version from one linearizable read of the state machine.
+func (r recoveryState) Read(ctx context.Context, stream string) (*wire.PendingRecovery, []wire.HistoryStart, map[string]bool, uint64, error) {
+	v, err := r.s.store.RecoveryView(ctx, stream)
+	if err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("read recovery of %s: %w", stream, err)
+	}
+	return v.Recovery, v.Starts, v.Leaving, v.Version, nil
+}
+
+// traceIDOf returns the trace id of a W3C traceparent, or "".
+func traceIDOf(traceParent string) string {
+	sc := trace.SpanContextFromContext(recovery.WithTraceParent(context.Background(), traceParent))
+	if !sc.TraceID().IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// Commit is the worker's one guarded proposal. A refusal because the stream
+// moved on (conflict, or the stream or recovery is gone) wraps
+// recovery.ErrConflict so the worker re-reads.
+func (r recoveryState) Commit(ctx context.Context, stream string, transition, version uint64, a wire.Assignment, start wire.HistoryStart, traceParent string) error {
+	s := r.s
+	traceID := traceIDOf(traceParent)
+	res, err := s.store.Propose(ctx, state.RecoveryCommit(stream, transition, version, a, start, traceID, traceParent, s.opt.Now().UnixMilli()))
+	if err != nil {
+		return fmt.Errorf("commit recovery %d of %s: %w", transition, stream, err)
+	}
+	switch res.Code {
+	case "":
+	case wire.CodeConflict, wire.CodeNotFound:
+		return fmt.Errorf("commit recovery %d of %s: %s: %w", transition, stream, res.Message, recovery.ErrConflict)
+	default:
+		return fmt.Errorf("commit recovery %d of %s: %w", transition, stream, res.Err())
+	}
+	s.log.Warn("recovery committed", "stream", stream, "transition", transition, "owner", a.Owner,
+		"followers", a.Followers, "epoch", a.Epoch, "start_record_tail", start.RecordTail,
+		"start_cursor_tail", start.CursorTail, "trace_id", traceID, "version", res.Version)
+	// The old copies (sealed or not) and any new member must look again.
+	nodes := a.Copies()
+	if v, err := s.store.LocalState(); err == nil {
+		nodes = v.SortedNodes()
+	}
+	s.notify(nodes, res.Version)
+	s.poke()
+	return nil
+}
+
+// RecordWait stores the worker's wait; it changes nothing else.
+func (r recoveryState) RecordWait(ctx context.Context, stream string, transition uint64, w wire.RecoveryWait) error {
+	res, err := r.s.store.Propose(ctx, state.RecoveryWait(stream, transition, w, r.s.opt.Now().UnixMilli()))
+	if err != nil {
+		return fmt.Errorf("record wait of %s: %w", stream, err)
+	}
+	if res.Err() != nil {
+		return fmt.Errorf("record wait of %s: %w", stream, res.Err())
+	}
+	return nil
+}
+
+// natsSealer is recovery.Sealer over NATS request-reply.
+type natsSealer struct{ nc *nats.Conn }
+
+var _ recovery.Sealer = natsSealer{}
+
+// Seal requests a seal from node and decodes its reply; an error reply comes
+// back as a *wire.Error.
+func (z natsSealer) Seal(ctx context.Context, node string, req wire.SealRequest) (*wire.SealReply, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode seal: %w", err)
+	}
+	msg := nats.NewMsg(wire.SealSubject(node))
+	msg.Data = data
+	if req.TraceParent != "" {
+		msg.Header.Set("traceparent", req.TraceParent)
+	}
+	resp, err := z.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("seal %s of %s at epoch %d: %w", node, req.Stream, req.FenceEpoch, err)
+	}
+	var reply wire.SealReply
+	if err := decodeReply(resp, &reply); err != nil {
+		return nil, fmt.Errorf("seal %s of %s at epoch %d: %w", node, req.Stream, req.FenceEpoch, err)
+	}
+	return &reply, nil
+}
+
+// decodeReply reads a JSON reply into v, or returns the *wire.Error of an
+// error reply.
+func decodeReply(m *nats.Msg, v any) error {
+	var er struct {
+		Error *wire.Error `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &er); err != nil {
+		return fmt.Errorf("decode reply: %w", err)
+	}
+	if er.Error != nil {
+		return er.Error
+	}
+	if code := m.Header.Get(HeaderError); code != "" {
+		return &wire.Error{Code: code, Message: string(m.Data)}
+	}
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return fmt.Errorf("decode reply: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,432 @@
+// Package server is one brook-coordinator process: a replica of the Raft
+// state (package raftstore), the NATS endpoints every replica answers
+// (admin verbs and assignment pulls, in queue group brook-coordinators), the
+// liveness view built from heartbeats and disconnect advisories, and, on the
+// Raft leader only, the control loop: controller.Plan's actions, one
+// recovery.Worker per pending recovery, and assignment notices.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/raftstore"
+)
+
+// DisconnectSubject carries the system account's advisories for client
+// connections of account BROOK that closed.
+const DisconnectSubject = "$SYS.ACCOUNT.BROOK.DISCONNECT"
+
+// HostConnPrefix is how a stream host names its NATS connection.
+const HostConnPrefix = "brook-streamhost:"
+
+// Options configure a Server.
+type Options struct {
+	ReplicaID uint64
+	RaftAddr  string
+	Peers     map[uint64]string
+	DataDir   string
+	// NATSURL connects to account BROOK; NATSSystemURL (optional) to the
+	// system account, for disconnect advisories.
+	NATSURL       string
+	NATSSystemURL string
+
+	TTL             time.Duration
+	DisconnectGrace time.Duration
+	ReplaceAfter    time.Duration
+	SealTimeout     time.Duration
+	DefaultPolicy   string
+	RTTMillisecond  uint64
+	// HTTPAddr serves GET /healthz when set.
+	HTTPAddr string
+	// ControlInterval is the leader's planning period (default 100ms); the
+	// loop also runs at once on notable heartbeats and advisories.
+	ControlInterval time.Duration
+
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() error {
+	if o.TTL <= 0 {
+		o.TTL = 2 * time.Second
+	}
+	if o.DisconnectGrace <= 0 {
+		o.DisconnectGrace = 300 * time.Millisecond
+	}
+	if o.ReplaceAfter <= 0 {
+		o.ReplaceAfter = 30 * time.Second
+	}
+	if o.SealTimeout <= 0 {
+		o.SealTimeout = time.Second
+	}
+	if o.DefaultPolicy == "" {
+		o.DefaultPolicy = policy.Default
+	}
+	if _, err := policy.Parse(o.DefaultPolicy); err != nil {
+		return fmt.Errorf("default policy: %w", err)
+	}
+	if o.ControlInterval <= 0 {
+		o.ControlInterval = 100 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = noop.NewTracerProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Server is one running coordinator.
+type Server struct {
+	opt    Options
+	log    *slog.Logger
+	tracer trace.Tracer
+	store  *raftstore.Store
+	live   *liveness.Tracker
+	nc     *nats.Conn
+	sysnc  *nats.Conn
+	subs   []*nats.Subscription
+	params controller.Params
+
+	kick     chan struct{}
+	cancel   context.CancelFunc
+	loopDone chan struct{}
+	handlers sync.WaitGroup // admin and pull handlers in flight
+	workerWG sync.WaitGroup
+	httpSrv  *http.Server
+	httpAddr string
+
+	mu      sync.Mutex
+	workers map[string]*workerRun
+	leading bool
+	// leaderSince is when this replica last became leader.
+	leaderSince time.Time
+	// noticed is the AssignVersion last announced by this leader.
+	noticed uint64
+	// readFailing is owned by the control loop: it quiets repeated
+	// read failures during an outage.
+	readFailing bool
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	serving   atomic.Bool
+}
+
+type workerRun struct {
+	transition uint64
+	cancel     context.CancelFunc
+}
+
+// Start opens the Raft replica, connects to NATS, subscribes, and starts
+// the control loop and the health endpoint.
+func Start(ctx context.Context, opt Options) (*Server, error) {
+	if err := opt.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opt:     opt,
+		log:     opt.Logger.With("replica_id", opt.ReplicaID),
+		tracer:  opt.TracerProvider.Tracer("github.com/brook-streams/brook/services/coordinator"),
+		live:    liveness.New(),
+		kick:    make(chan struct{}, 1),
+		workers: map[string]*workerRun{},
+		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
+			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
+	}
+	store, err := raftstore.Open(raftstore.Config{
+		ReplicaID: opt.ReplicaID, RaftAddr: opt.RaftAddr, Peers: opt.Peers, DataDir: opt.DataDir,
+		RTTMillisecond: opt.RTTMillisecond, Logger: s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	if err := s.connect(); err != nil {
+		s.shutdown(context.Background(), false)
+		return nil, err
+	}
+	if opt.HTTPAddr != "" {
+		if err := s.serveHTTP(opt.HTTPAddr); err != nil {
+			s.shutdown(context.Background(), false)
+			return nil, err
+		}
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.loopDone = make(chan struct{})
+	go s.controlLoop(loopCtx)
+	go s.serveWhenReady(loopCtx)
+	s.log.Info("coordinator started", "raft_addr", opt.RaftAddr, "nats_url", redact(opt.NATSURL),
+		"advisories", opt.NATSSystemURL != "", "ttl", opt.TTL.String(), "default_policy", opt.DefaultPolicy)
+	return s, nil
+}
+
+// redact hides the password of a NATS URL in logs.
+func redact(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "***" + u[at:]
+		}
+	}
+	return u
+}
+
+func natsOptions(name string, log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		// Start even if NATS is not up yet; subscriptions are sent once
+		// the connection is made.
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "conn", name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "conn", name, "url", redact(c.ConnectedUrl())) }),
+	}
+}
+
+func (s *Server) connect() error {
+	name := "brook-coordinator:" + strconv.FormatUint(s.opt.ReplicaID, 10)
+	nc, err := nats.Connect(s.opt.NATSURL, natsOptions(name, s.log)...)
+	if err != nil {
+		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
+	}
+	s.nc = nc
+	// Every coordinator hears every heartbeat (no queue group). Admin
+	// requests and pulls go to any one of them: see serveWhenReady.
+	if err := s.subscribe("heartbeats", wire.HeartbeatWildcard, "", s.onHeartbeat); err != nil {
+		return err
+	}
+	if s.opt.NATSSystemURL != "" {
+		sysnc, err := nats.Connect(s.opt.NATSSystemURL, natsOptions(name, s.log)...)
+		if err != nil {
+			return fmt.Errorf("connect to nats system account %s: %w", redact(s.opt.NATSSystemURL), err)
+		}
+		s.sysnc = sysnc
+		if _, err := sysnc.Subscribe(DisconnectSubject, s.onDisconnect); err != nil {
+			return fmt.Errorf("subscribe disconnect advisories: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) subscribe(what, subject, queue string, h nats.MsgHandler) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil // shutting down: subscribing now would outlive it
+	}
+	sub, err := s.nc.QueueSubscribe(subject, queue, h)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", what, err)
+	}
+	s.subs = append(s.subs, sub)
+	return nil
+}
+
+// serveWhenReady joins the queue group of admin requests and assignment
+// pulls once this replica knows a Raft leader. Until then NATS routes those
+// requests to the other coordinators, instead of to a replica that has just
+// started and could only stall them.
+func (s *Server) serveWhenReady(ctx context.Context) {
+	for {
+		if _, ok := s.store.Leader(); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := s.subscribe("admin", wire.AdminPrefix+">", wire.AdminQueue, s.onAdmin); err != nil {
+		s.log.Error("admin requests not served", "err", err)
+	}
+	if err := s.subscribe("assignment pulls", wire.AssignPull, wire.AdminQueue, s.onPull); err != nil {
+		s.log.Error("assignment pulls not served", "err", err)
+	}
+	s.serving.Store(true)
+	s.log.Info("serving admin requests and assignment pulls")
+}
+
+// Serving reports whether this replica answers admin requests and pulls.
+func (s *Server) Serving() bool { return s.serving.Load() }
+
+// onHeartbeat records a host's heartbeat; a notable one wakes the leader's
+// loop so a leaving host fails over without waiting for the next tick.
+func (s *Server) onHeartbeat(m *nats.Msg) {
+	var hb wire.Heartbeat
+	if err := json.Unmarshal(m.Data, &hb); err != nil {
+		s.log.Debug("bad heartbeat", "subject", m.Subject, "err", err)
+		return
+	}
+	if hb.Node == "" || m.Subject != wire.HeartbeatSubject(hb.Node) || wire.ValidName("node", hb.Node) != nil {
+		s.log.Debug("heartbeat on the wrong subject", "subject", m.Subject, "node", hb.Node)
+		return
+	}
+	if s.live.Heartbeat(hb, s.opt.Now()) {
+		s.poke()
+	}
+}
+
+// disconnectAdvisory is the part of the server's disconnect event read here.
+type disconnectAdvisory struct {
+	Client struct {
+		Name string `json:"name"`
+	} `json:"client"`
+}
+
+// onDisconnect notes that a stream host's connection closed; if no
+// heartbeat arrives within the grace, the leader expires it.
+func (s *Server) onDisconnect(m *nats.Msg) {
+	var ev disconnectAdvisory
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		s.log.Debug("bad disconnect advisory", "err", err)
+		return
+	}
+	node, ok := strings.CutPrefix(ev.Client.Name, HostConnPrefix)
+	if !ok || wire.ValidName("node", node) != nil {
+		return
+	}
+	s.live.Disconnected(node, s.opt.Now())
+	s.log.Info("stream host disconnected", "node", node)
+	time.AfterFunc(s.opt.DisconnectGrace+10*time.Millisecond, s.poke)
+}
+
+// poke wakes the control loop without blocking.
+func (s *Server) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) serveHTTP(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.httpAddr = l.Addr().String()
+	go func() {
+		if err := s.httpSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("health endpoint stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// HTTPAddr is the address the health endpoint listens on ("" if off).
+func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// Ready reports why the coordinator cannot serve yet, or nil: it is ready
+// once NATS is connected and the Raft shard has a leader.
+func (s *Server) Ready() error {
+	if s.closed.Load() {
+		return errors.New("shutting down")
+	}
+	if !s.nc.IsConnected() {
+		return errors.New("nats not connected")
+	}
+	if _, ok := s.store.Leader(); !ok {
+		return errors.New("raft shard has no leader")
+	}
+	return nil
+}
+
+// IsLeader reports whether this replica leads the Raft shard.
+func (s *Server) IsLeader() bool { return s.store.IsLeader() }
+
+// Close shuts down gracefully: it stops the control loop and the recovery
+// workers, stops taking requests, hands Raft leadership to another replica,
+// and stops the replica.
+func (s *Server) Close(ctx context.Context) {
+	s.shutdown(ctx, true)
+}
+
+// shutdown stops everything; graceful also transfers leadership and lets
+// handlers in flight finish (bounded by ctx).
+func (s *Server) shutdown(ctx context.Context, graceful bool) {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed.Store(true)
+		s.mu.Unlock()
+		if s.cancel != nil {
+			s.cancel()
+			<-s.loopDone
+		}
+		s.stopWorkers()
+		s.workerWG.Wait()
+		// Stop taking requests; those in flight still reply below.
+		s.mu.Lock()
+		for _, sub := range s.subs {
+			_ = sub.Unsubscribe()
+		}
+		s.mu.Unlock()
+		if graceful {
+			done := make(chan struct{})
+			go func() { s.handlers.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := s.store.TransferLeadership(tctx); err != nil {
+				s.log.Warn("leadership transfer on shutdown failed", "err", err)
+			}
+			cancel()
+		}
+		if s.nc != nil {
+			s.nc.Close()
+		}
+		if s.sysnc != nil {
+			s.sysnc.Close()
+		}
+		if s.httpSrv != nil {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = s.httpSrv.Shutdown(hctx)
+			cancel()
+		}
+		if s.store != nil {
+			s.store.Close()
+		}
+		s.log.Info("coordinator stopped", "graceful", graceful)
+	})
+}

@@ -1,0 +1,475 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// MaxCopies bounds E.
+const MaxCopies = 7
+
+// Apply applies one command. It is deterministic and never fails: a command
+// that is invalid or stale against the current state is refused with a
+// coded Result and changes nothing, so every replica refuses it alike. The
+// state machine re-checks what the proposer decided from an older read
+// (that an owner is really lost, that a new follower is live), so a stale
+// plan can at worst be refused, never applied.
+func (s *State) Apply(c Command) Result {
+	var r Result
+	switch c.Op {
+	case OpNodeSeen:
+		r = s.nodeSeen(c)
+	case OpNodeExpire:
+		r = s.nodeExpire(c)
+	case OpNodeLeave:
+		r = s.nodeLeave(c)
+	case OpNodeDrain:
+		r = s.nodeDrain(c)
+	case OpStreamCreate:
+		r = s.streamCreate(c)
+	case OpStreamDelete:
+		r = s.streamDelete(c)
+	case OpAssignUpdate:
+		r = s.assignUpdate(c)
+	case OpRecoveryBegin:
+		r = s.recoveryBegin(c)
+	case OpRecoveryCommit:
+		r = s.recoveryCommit(c)
+	case OpRecoveryWait:
+		r = s.recoveryWait(c)
+	case OpRecoveryWithdraw:
+		r = s.recoveryWithdraw(c)
+	case OpRecoveryAccept:
+		r = s.recoveryAccept(c)
+	case OpAttentionClear:
+		r = s.attentionClear(c)
+	default:
+		r = refuse(wire.CodeBadRequest, "unknown op %q", c.Op)
+	}
+	r.Version = s.Version
+	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
+		if r.StreamVersion == 0 {
+			r.StreamVersion = st.Version
+		}
+		if r.StreamID == 0 {
+			r.StreamID = st.ID
+		}
+	}
+	return r
+}
+
+func refuse(code, format string, args ...any) Result {
+	return Result{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// bump records one change and returns the new Version.
+func (s *State) bump() uint64 {
+	s.Version++
+	return s.Version
+}
+
+// touch records a guarded change of st (and, if assign, of its assignment).
+func (s *State) touch(st *Stream, assign bool) {
+	v := s.bump()
+	st.Version = v
+	if assign {
+		s.AssignVersion = v
+	}
+}
+
+var changed = Result{Changed: true}
+
+func (s *State) nodeSeen(c Command) Result {
+	if err := wire.ValidName("node", c.Node); err != nil {
+		return refuse(wire.CodeBadRequest, "%v", err)
+	}
+	n := s.Nodes[c.Node]
+	switch {
+	case n == nil:
+		s.Nodes[c.Node] = &Node{ID: c.Node, Incarnation: c.Incarnation, State: wire.NodeLive, SinceMS: c.AtMS}
+	case n.Incarnation != c.Incarnation:
+		// A restarted host is live again even if it was drained: a drain
+		// lasts for the process it was asked of.
+		n.Incarnation, n.State, n.Reason, n.SinceMS = c.Incarnation, wire.NodeLive, "", c.AtMS
+	case n.State == wire.NodeExpired || n.State == wire.NodeLeft:
+		n.State, n.Reason, n.SinceMS = wire.NodeLive, "", c.AtMS
+	default:
+		return Result{}
+	}
+	s.bump()
+	return changed
+}
+
+func (s *State) nodeExpire(c Command) Result {
+	n := s.Nodes[c.Node]
+	if n == nil {
+		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
+	}
+	if n.Incarnation != c.Incarnation {
+		return refuse(wire.CodeConflict, "node %s runs incarnation %d, not %d", c.Node, n.Incarnation, c.Incarnation)
+	}
+	if n.State != wire.NodeLive && n.State != wire.NodeDraining {
+		return Result{}
+	}
+	n.State, n.Reason, n.SinceMS = wire.NodeExpired, c.Reason, c.AtMS
+	s.bump()
+	return changed
+}
+
+func (s *State) nodeLeave(c Command) Result {
+	n := s.Nodes[c.Node]
+	if n == nil {
+		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
+	}
+	if c.Incarnation != 0 && n.Incarnation != c.Incarnation {
+		return refuse(wire.CodeConflict, "node %s runs incarnation %d, not %d", c.Node, n.Incarnation, c.Incarnation)
+	}
+	if n.State == wire.NodeLeft {
+		return Result{}
+	}
+	n.State, n.Reason, n.SinceMS = wire.NodeLeft, "leave", c.AtMS
+	s.bump()
+	return changed
+}
+
+func (s *State) nodeDrain(c Command) Result {
+	n := s.Nodes[c.Node]
+	if n == nil {
+		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
+	}
+	if n.State != wire.NodeLive {
+		// Already draining, or gone: its streams fail over anyway.
+		return Result{}
+	}
+	n.State, n.Reason, n.SinceMS = wire.NodeDraining, "drain", c.AtMS
+	s.bump()
+	return changed
+}
+
+// checkMembers validates the copies of a new or changed assignment: distinct
+// valid names, and every node in need (those without a copy before) live.
+func (s *State) checkMembers(copies []string, need func(string) bool) *Result {
+	seen := map[string]bool{}
+	for _, n := range copies {
+		if err := wire.ValidName("node", n); err != nil {
+			r := refuse(wire.CodeBadRequest, "%v", err)
+			return &r
+		}
+		if seen[n] {
+			r := refuse(wire.CodeBadRequest, "node %s holds two copies", n)
+			return &r
+		}
+		seen[n] = true
+		if need(n) && s.NodeState(n) != wire.NodeLive {
+			r := refuse(wire.CodeConflict, "node %s is not live (state %q)", n, s.NodeState(n))
+			return &r
+		}
+	}
+	return nil
+}
+
+func (s *State) streamCreate(c Command) Result {
+	if err := wire.ValidName("stream", c.Stream); err != nil {
+		return refuse(wire.CodeBadRequest, "%v", err)
+	}
+	if c.Copies < 1 || c.Copies > MaxCopies {
+		return refuse(wire.CodeBadRequest, "copies %d: want 1..%d", c.Copies, MaxCopies)
+	}
+	if c.Policy != "" {
+		if _, err := policy.Parse(c.Policy); err != nil {
+			return refuse(wire.CodeBadRequest, "%v", err)
+		}
+	}
+	if s.Streams[c.Stream] != nil {
+		return refuse(wire.CodeExists, "stream %s exists", c.Stream)
+	}
+	if c.Assignment == nil {
+		return refuse(wire.CodeBadRequest, "create of %s carries no assignment", c.Stream)
+	}
+	a := CloneAssignment(*c.Assignment)
+	if len(a.Copies()) != c.Copies {
+		return refuse(wire.CodeBadRequest, "assignment has %d copies, want %d", len(a.Copies()), c.Copies)
+	}
+	if r := s.checkMembers(a.Copies(), func(string) bool { return true }); r != nil {
+		return *r
+	}
+	s.NextStreamID++
+	a.Stream, a.StreamID, a.Epoch = c.Stream, s.NextStreamID, 1
+	st := &Stream{
+		Name: c.Stream, ID: a.StreamID, Copies: c.Copies, Policy: c.Policy, Retention: c.Retention,
+		Assignment: a, Starts: []wire.HistoryStart{}, CreatedMS: c.AtMS,
+	}
+	s.Streams[c.Stream] = st
+	s.touch(st, true)
+	return Result{Changed: true, StreamID: st.ID}
+}
+
+func (s *State) streamDelete(c Command) Result {
+	if s.Streams[c.Stream] == nil {
+		return refuse(wire.CodeNotFound, "stream %s does not exist", c.Stream)
+	}
+	// The history starts go with the stream, so a recreated stream does not
+	// inherit them.
+	delete(s.Streams, c.Stream)
+	v := s.bump()
+	s.AssignVersion = v
+	return changed
+}
+
+// guard returns the stream named by c if c read its current version.
+func (s *State) guard(c Command) (*Stream, *Result) {
+	st := s.Streams[c.Stream]
+	if st == nil {
+		r := refuse(wire.CodeNotFound, "stream %s does not exist", c.Stream)
+		return nil, &r
+	}
+	if c.Version != st.Version {
+		r := refuse(wire.CodeConflict, "stream %s is at version %d, the write read %d", c.Stream, st.Version, c.Version)
+		return nil, &r
+	}
+	return st, nil
+}
+
+// setAssignment installs a and keeps ShortSinceMS: the time the stream fell
+// below its copy count, kept while it stays short.
+func (st *Stream) setAssignment(a wire.Assignment, atMS int64) {
+	st.Assignment = CloneAssignment(a)
+	switch {
+	case len(a.Copies()) >= st.Copies:
+		st.ShortSinceMS = 0
+	case st.ShortSinceMS == 0:
+		st.ShortSinceMS = atMS
+	}
+}
+
+func (s *State) assignUpdate(c Command) Result {
+	st, bad := s.guard(c)
+	if bad != nil {
+		return *bad
+	}
+	if st.Recovery != nil {
+		return refuse(wire.CodeConflict, "stream %s has a pending recovery", c.Stream)
+	}
+	if c.Assignment == nil {
+		return refuse(wire.CodeBadRequest, "update of %s carries no assignment", c.Stream)
+	}
+	a, cur := *c.Assignment, st.Assignment
+	if a.StreamID != st.ID || a.Stream != st.Name {
+		return refuse(wire.CodeConflict, "assignment is for %s/%d, the stream is %s/%d", a.Stream, a.StreamID, st.Name, st.ID)
+	}
+	if a.Epoch != cur.Epoch || a.Owner != cur.Owner {
+		return refuse(wire.CodeBadRequest, "a direct update must keep owner %s and epoch %d", cur.Owner, cur.Epoch)
+	}
+	for _, f := range cur.Followers {
+		if !slices.Contains(a.Followers, f) {
+			return refuse(wire.CodeBadRequest, "a direct update must keep follower %s", f)
+		}
+	}
+	if len(a.Copies()) > MaxCopies {
+		return refuse(wire.CodeBadRequest, "%d copies, more than %d", len(a.Copies()), MaxCopies)
+	}
+	if r := s.checkMembers(a.Copies(), func(n string) bool { return !cur.Includes(n) }); r != nil {
+		return *r
+	}
+	// A record confirmed on W old copies meets any E'-W'+1 new copies only
+	// when W' <= W; otherwise the change must go through recovery.
+	if wNew, wOld := policy.StampW(a.Policy, len(a.Copies())), policy.StampW(cur.Policy, len(cur.Copies())); wNew > wOld {
+		return refuse(wire.CodeBadRequest, "the change needs W'=%d > W=%d copies to confirm; it must go through recovery", wNew, wOld)
+	}
+	st.setAssignment(a, c.AtMS)
+	st.TraceParent = ""
+	s.touch(st, true)
+	return changed
+}
+
+// ownerLost reports whether the owner of a is not live in the state.
+func (s *State) ownerLost(a wire.Assignment) bool {
+	return s.NodeState(a.Owner) != wire.NodeLive
+}
+
+func (s *State) recoveryBegin(c Command) Result {
+	st, bad := s.guard(c)
+	if bad != nil {
+		return *bad
+	}
+	if st.Recovery != nil {
+		return refuse(wire.CodeConflict, "stream %s already has pending recovery %d", c.Stream, st.Recovery.Transition)
+	}
+	if c.Proposal == nil {
+		return refuse(wire.CodeBadRequest, "recovery of %s carries no proposal", c.Stream)
+	}
+	// Only "grow" (adding copies that need more to confirm) may seal a
+	// stream whose owner is live; every other reason is an owner loss, and
+	// the state machine checks that it still holds.
+	if c.Reason != ReasonGrow && !s.ownerLost(st.Assignment) {
+		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
+	}
+	s.NextTransition++
+	p := CloneAssignment(*c.Proposal)
+	p.Stream, p.StreamID, p.Epoch = st.Name, st.ID, st.Assignment.Epoch+1
+	st.Recovery = &wire.PendingRecovery{
+		Stream:      st.Name,
+		Transition:  s.NextTransition,
+		Old:         CloneAssignment(st.Assignment),
+		Proposal:    p,
+		Reason:      c.Reason,
+		Since:       c.AtMS,
+		TraceID:     c.TraceID,
+		TraceParent: c.TraceParent,
+	}
+	if c.TraceID != "" {
+		st.LastTraceID = c.TraceID
+	}
+	s.touch(st, false)
+	return Result{Changed: true, Transition: s.NextTransition}
+}
+
+// ReasonGrow is the pending-recovery reason of a copy-count increase that
+// needs more copies to confirm (W' > W) while the owner is live.
+const ReasonGrow = "grow"
+
+// checkMove validates an ownership move of st to a (recovery or accepted
+// loss): the stream's id, the next epoch, an owner that held a copy of old,
+// and new members that are live.
+func (s *State) checkMove(st *Stream, old, a wire.Assignment) *Result {
+	if a.StreamID != st.ID || a.Stream != st.Name {
+		r := refuse(wire.CodeConflict, "assignment is for %s/%d, the stream is %s/%d", a.Stream, a.StreamID, st.Name, st.ID)
+		return &r
+	}
+	if a.Epoch != old.Epoch+1 {
+		r := refuse(wire.CodeBadRequest, "new epoch %d, want %d", a.Epoch, old.Epoch+1)
+		return &r
+	}
+	if !old.Includes(a.Owner) {
+		r := refuse(wire.CodeBadRequest, "new owner %s held no copy at epoch %d", a.Owner, old.Epoch)
+		return &r
+	}
+	if len(a.Copies()) > MaxCopies {
+		r := refuse(wire.CodeBadRequest, "%d copies, more than %d", len(a.Copies()), MaxCopies)
+		return &r
+	}
+	// New members need only be known: placement chose them live, and one
+	// that died since holds nothing yet, so refusing the commit for it
+	// would only stall the recovery.
+	if r := s.checkMembers(a.Copies(), func(string) bool { return false }); r != nil {
+		return r
+	}
+	for _, n := range a.Copies() {
+		if s.Nodes[n] == nil {
+			r := refuse(wire.CodeBadRequest, "node %s is unknown", n)
+			return &r
+		}
+	}
+	return nil
+}
+
+func (s *State) recoveryCommit(c Command) Result {
+	st, bad := s.guard(c)
+	if bad != nil {
+		return *bad
+	}
+	pr := st.Recovery
+	if pr == nil || pr.Transition != c.Transition {
+		return refuse(wire.CodeConflict, "stream %s has no pending recovery %d", c.Stream, c.Transition)
+	}
+	if c.Assignment == nil || c.Start == nil {
+		return refuse(wire.CodeBadRequest, "commit of %s carries no assignment or start", c.Stream)
+	}
+	if r := s.checkMove(st, pr.Old, *c.Assignment); r != nil {
+		return *r
+	}
+	if c.Start.Epoch != c.Assignment.Epoch || c.Start.Node != c.Assignment.Owner {
+		return refuse(wire.CodeBadRequest, "start %+v does not match the new owner %s at epoch %d", *c.Start, c.Assignment.Owner, c.Assignment.Epoch)
+	}
+	st.setAssignment(*c.Assignment, c.AtMS)
+	st.Recovery = nil
+	st.Starts = append(st.Starts, *c.Start)
+	st.TraceParent = c.TraceParent
+	if c.TraceID != "" {
+		st.LastTraceID = c.TraceID
+	}
+	s.touch(st, true)
+	return changed
+}
+
+func (s *State) recoveryWait(c Command) Result {
+	st := s.Streams[c.Stream]
+	if st == nil || st.Recovery == nil || st.Recovery.Transition != c.Transition {
+		return refuse(wire.CodeNotFound, "stream %s has no pending recovery %d", c.Stream, c.Transition)
+	}
+	if c.Wait == nil {
+		return refuse(wire.CodeBadRequest, "wait of %s carries no wait", c.Stream)
+	}
+	w := ClonePending(&wire.PendingRecovery{Wait: c.Wait}).Wait
+	st.Recovery.Wait = w
+	// Display only: the stream's guard version stays, so the wait never
+	// makes the worker's own commit conflict.
+	s.bump()
+	return changed
+}
+
+func (s *State) recoveryWithdraw(c Command) Result {
+	st := s.Streams[c.Stream]
+	if st == nil {
+		return refuse(wire.CodeNotFound, "stream %s does not exist", c.Stream)
+	}
+	if st.Recovery == nil {
+		return refuse(wire.CodeNotFound, "stream %s has no pending recovery", c.Stream)
+	}
+	st.Recovery = nil
+	// Bumping the stream version makes an in-flight commit of the withdrawn
+	// transition conflict.
+	s.touch(st, false)
+	return changed
+}
+
+func (s *State) recoveryAccept(c Command) Result {
+	st, bad := s.guard(c)
+	if bad != nil {
+		return *bad
+	}
+	if c.Assignment == nil {
+		return refuse(wire.CodeBadRequest, "accept-loss of %s carries no assignment", c.Stream)
+	}
+	old := st.Assignment
+	if st.Recovery != nil {
+		old = st.Recovery.Old
+	}
+	if r := s.checkMove(st, old, *c.Assignment); r != nil {
+		return *r
+	}
+	if c.Start != nil && (c.Start.Epoch != c.Assignment.Epoch || c.Start.Node != c.Assignment.Owner) {
+		return refuse(wire.CodeBadRequest, "start %+v does not match the new owner %s at epoch %d", *c.Start, c.Assignment.Owner, c.Assignment.Epoch)
+	}
+	st.setAssignment(*c.Assignment, c.AtMS)
+	st.Recovery = nil
+	if c.Start != nil {
+		st.Starts = append(st.Starts, *c.Start)
+	}
+	if c.AcceptedLoss != nil {
+		al := *c.AcceptedLoss
+		st.AcceptedLoss = &al
+	}
+	st.TraceParent = c.TraceParent
+	if c.TraceID != "" {
+		st.LastTraceID = c.TraceID
+	}
+	s.touch(st, true)
+	return changed
+}
+
+func (s *State) attentionClear(c Command) Result {
+	st := s.Streams[c.Stream]
+	if st == nil {
+		return refuse(wire.CodeNotFound, "stream %s does not exist", c.Stream)
+	}
+	if st.AcceptedLoss == nil {
+		return refuse(wire.CodeNotFound, "stream %s has no accepted-loss warning", c.Stream)
+	}
+	st.AcceptedLoss = nil
+	s.bump()
+	return changed
+}

@@ -1,0 +1,210 @@
+// Package state is the coordinator's replicated state: the stream hosts
+// (nodes) and their liveness state, the streams with their assignments,
+// pending recoveries, history starts and accepted-loss warnings, and the
+// versions that guard writes.
+//
+// The state changes only through Apply, which is deterministic: it reads
+// nothing but the state and the command (times travel in the command), so
+// every Raft replica that applies the same log reaches the same state. A
+// guarded command that lost to a newer change is rejected as a Result with a
+// code, never as an error, so a stale proposal cannot break the state machine.
+//
+// This package knows nothing of Raft; package raftstore runs it inside a
+// Dragonboat shard.
+package state
+
+import (
+	"slices"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// State is the whole replicated state.
+type State struct {
+	// Version counts applied changes; every change bumps it by one.
+	Version uint64 `json:"version"`
+	// AssignVersion is the Version of the latest change to any assignment
+	// (or to the set of streams); hosts pull when it passes what they applied.
+	AssignVersion uint64 `json:"assign_version"`
+	// NextStreamID and NextTransition are the last ids handed out.
+	NextStreamID   uint64             `json:"next_stream_id"`
+	NextTransition uint64             `json:"next_transition"`
+	Nodes          map[string]*Node   `json:"nodes"`
+	Streams        map[string]*Stream `json:"streams"`
+}
+
+// Node is one stream host.
+type Node struct {
+	ID          string `json:"id"`
+	Incarnation uint64 `json:"incarnation"`
+	// State is one of wire.NodeLive, NodeExpired, NodeDraining, NodeLeft.
+	State string `json:"state"`
+	// Reason says how the node stopped being live: "ttl", "advisory",
+	// "leave" or "drain"; empty while live.
+	Reason string `json:"reason,omitempty"`
+	// SinceMS is when State last changed (proposer's clock).
+	SinceMS int64 `json:"since_ms"`
+}
+
+// Stream is one stream and everything the coordinator keeps about it.
+type Stream struct {
+	Name string `json:"name"`
+	ID   uint64 `json:"id"`
+	// Copies is E, the number of copies the stream should have.
+	Copies int `json:"copies"`
+	// Policy is the confirm policy the create named, or "" for the
+	// cluster's default (which the controller stamps on assignments).
+	Policy     string                `json:"policy,omitempty"`
+	Retention  wire.Retention        `json:"retention"`
+	Assignment wire.Assignment       `json:"assignment"`
+	Recovery   *wire.PendingRecovery `json:"recovery,omitempty"`
+	// Starts are the history starts, oldest first; never nil.
+	Starts       []wire.HistoryStart `json:"starts"`
+	AcceptedLoss *wire.AcceptedLoss  `json:"accepted_loss,omitempty"`
+	// LastTraceID is the trace of the stream's latest failover.
+	LastTraceID string `json:"last_trace_id,omitempty"`
+	// TraceParent is the traceparent of the commit that made the current
+	// assignment, handed to hosts so their apply spans link to it.
+	TraceParent string `json:"traceparent,omitempty"`
+	// ShortSinceMS is when the assignment last fell below Copies copies;
+	// zero while it has them all. Placement replaces a missing copy once it
+	// has been short for the replace-after period.
+	ShortSinceMS int64 `json:"short_since_ms,omitempty"`
+	// Version is the state Version of the stream's latest guarded change;
+	// guarded writes name the Version they read.
+	Version   uint64 `json:"version"`
+	CreatedMS int64  `json:"created_ms"`
+}
+
+// New returns an empty state.
+func New() *State {
+	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}}
+}
+
+// Clone returns a deep copy, so a reader can use it while the state machine
+// moves on.
+func (s *State) Clone() *State {
+	c := &State{
+		Version:        s.Version,
+		AssignVersion:  s.AssignVersion,
+		NextStreamID:   s.NextStreamID,
+		NextTransition: s.NextTransition,
+		Nodes:          make(map[string]*Node, len(s.Nodes)),
+		Streams:        make(map[string]*Stream, len(s.Streams)),
+	}
+	for k, n := range s.Nodes {
+		nn := *n
+		c.Nodes[k] = &nn
+	}
+	for k, st := range s.Streams {
+		c.Streams[k] = st.Clone()
+	}
+	return c
+}
+
+// Clone returns a deep copy of the stream.
+func (st *Stream) Clone() *Stream {
+	c := *st
+	c.Assignment = CloneAssignment(st.Assignment)
+	c.Recovery = ClonePending(st.Recovery)
+	c.Starts = append([]wire.HistoryStart{}, st.Starts...)
+	if st.AcceptedLoss != nil {
+		al := *st.AcceptedLoss
+		c.AcceptedLoss = &al
+	}
+	return &c
+}
+
+// CloneAssignment deep-copies an assignment; Followers is never nil in the
+// copy, so it encodes as [] rather than null.
+func CloneAssignment(a wire.Assignment) wire.Assignment {
+	a.Followers = append([]string{}, a.Followers...)
+	return a
+}
+
+// ClonePending deep-copies a pending recovery (nil stays nil).
+func ClonePending(pr *wire.PendingRecovery) *wire.PendingRecovery {
+	if pr == nil {
+		return nil
+	}
+	c := *pr
+	c.Old = CloneAssignment(pr.Old)
+	c.Proposal = CloneAssignment(pr.Proposal)
+	if pr.Wait != nil {
+		w := *pr.Wait
+		w.Unanswered = slices.Clone(pr.Wait.Unanswered)
+		if pr.Wait.Start != nil {
+			s := *pr.Wait.Start
+			w.Start = &s
+		}
+		c.Wait = &w
+	}
+	return &c
+}
+
+// NodeState returns the state of node, or "" if the node is unknown.
+func (s *State) NodeState(node string) string {
+	if n := s.Nodes[node]; n != nil {
+		return n.State
+	}
+	return ""
+}
+
+// Leaving returns the nodes that are draining or left: recovery prefers not
+// to promote them.
+func (s *State) Leaving() map[string]bool {
+	m := map[string]bool{}
+	for id, n := range s.Nodes {
+		if n.State == wire.NodeDraining || n.State == wire.NodeLeft {
+			m[id] = true
+		}
+	}
+	return m
+}
+
+// Load counts, per node, the streams it owns and the copies it holds.
+func (s *State) Load() (owned, copies map[string]int) {
+	owned, copies = map[string]int{}, map[string]int{}
+	for _, st := range s.Streams {
+		owned[st.Assignment.Owner]++
+		for _, n := range st.Assignment.Copies() {
+			copies[n]++
+		}
+	}
+	return owned, copies
+}
+
+// SortedStreams returns the stream names in order, for deterministic walks.
+func (s *State) SortedStreams() []string {
+	names := make([]string, 0, len(s.Streams))
+	for n := range s.Streams {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// SortedNodes returns the node ids in order.
+func (s *State) SortedNodes() []string {
+	ids := make([]string, 0, len(s.Nodes))
+	for id := range s.Nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// LatestStart returns the start with the highest epoch, or nil.
+func LatestStart(starts []wire.HistoryStart) *wire.HistoryStart {
+	var best *wire.HistoryStart
+	for i := range starts {
+		if best == nil || starts[i].Epoch >= best.Epoch {
+			best = &starts[i]
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	c := *best
+	return &c
+}

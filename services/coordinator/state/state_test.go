@@ -1,0 +1,275 @@
+package state
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+func mustApply(t *testing.T, s *State, c Command) Result {
+	t.Helper()
+	r := s.Apply(c)
+	if r.Code != "" {
+		t.Fatalf("apply %s: %s: %s", c.Op, r.Code, r.Message)
+	}
+	return r
+}
+
+func refused(t *testing.T, s *State, c Command, code string) {
+	t.Helper()
+	before := s.Clone()
+	r := s.Apply(c)
+	if r.Code != code {
+		t.Fatalf("apply %s: code %q (%s), want %q", c.Op, r.Code, r.Message, code)
+	}
+	if !reflect.DeepEqual(before, s) {
+		t.Fatalf("refused %s changed the state", c.Op)
+	}
+}
+
+// threeNodes returns a state with live nodes h1..h3 and stream s1 on them.
+func threeNodes(t *testing.T) *State {
+	t.Helper()
+	s := New()
+	for _, n := range []string{"h1", "h2", "h3"} {
+		mustApply(t, s, NodeSeen(n, 7, 1000))
+	}
+	mustApply(t, s, StreamCreate("s1", 3, "", wire.Retention{},
+		wire.Assignment{Owner: "h1", Followers: []string{"h2", "h3"}, Policy: "majority_durable"}, 1000))
+	return s
+}
+
+func TestCreateAssignsIDEpochAndVersion(t *testing.T) {
+	s := threeNodes(t)
+	st := s.Streams["s1"]
+	if st.ID != 1 || st.Assignment.Epoch != 1 || st.Assignment.StreamID != 1 || st.Assignment.Stream != "s1" {
+		t.Fatalf("assignment %+v", st.Assignment)
+	}
+	if st.Version != s.Version || s.AssignVersion != s.Version {
+		t.Fatalf("versions: stream %d state %d assign %d", st.Version, s.Version, s.AssignVersion)
+	}
+	if st.Starts == nil || len(st.Starts) != 0 {
+		t.Fatalf("starts %v", st.Starts)
+	}
+	refused(t, s, StreamCreate("s1", 1, "", wire.Retention{}, wire.Assignment{Owner: "h1"}, 0), wire.CodeExists)
+	refused(t, s, StreamCreate("s2", 2, "", wire.Retention{}, wire.Assignment{Owner: "h1", Followers: []string{"h1"}}, 0), wire.CodeBadRequest)
+	refused(t, s, StreamCreate("s2", 1, "", wire.Retention{}, wire.Assignment{Owner: "h9"}, 0), wire.CodeConflict)
+	refused(t, s, StreamCreate("s2", 1, "bogus", wire.Retention{}, wire.Assignment{Owner: "h1"}, 0), wire.CodeBadRequest)
+	refused(t, s, StreamCreate("s2", 8, "", wire.Retention{}, wire.Assignment{Owner: "h1"}, 0), wire.CodeBadRequest)
+}
+
+func TestStaleGuardedWritesAreRefused(t *testing.T) {
+	s := threeNodes(t)
+	v := s.Streams["s1"].Version
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 2000))
+	// The owner is expired; a recovery read at v is fine.
+	r := mustApply(t, s, RecoveryBegin("s1", v, wire.Assignment{Owner: "h2", Followers: []string{"h3"}}, "expired", "", "", 2000))
+	if r.Transition != 1 {
+		t.Fatalf("transition %d", r.Transition)
+	}
+	// A second begin read at the same (now stale) version is refused.
+	refused(t, s, RecoveryBegin("s1", v, wire.Assignment{Owner: "h3"}, "expired", "", "", 2000), wire.CodeConflict)
+	pr := s.Streams["s1"].Recovery
+	a := wire.Assignment{Stream: "s1", StreamID: 1, Epoch: 2, Owner: "h2", Followers: []string{"h3"}, Policy: "majority_durable"}
+	start := wire.HistoryStart{Epoch: 2, RecordTail: 5, CursorTail: 1, Node: "h2"}
+	// Commit at the stale version, or of another transition: refused.
+	refused(t, s, RecoveryCommit("s1", pr.Transition, v, a, start, "", "", 3000), wire.CodeConflict)
+	cur := s.Streams["s1"].Version
+	refused(t, s, RecoveryCommit("s1", pr.Transition+1, cur, a, start, "", "", 3000), wire.CodeConflict)
+	// A wait does not move the guard version.
+	mustApply(t, s, RecoveryWait("s1", pr.Transition, wire.RecoveryWait{Kind: "answers", Answered: 1, Needed: 2}, 2500))
+	if s.Streams["s1"].Version != cur {
+		t.Fatal("recording a wait moved the stream version")
+	}
+	mustApply(t, s, RecoveryCommit("s1", pr.Transition, cur, a, start, "trace1", "00-x", 3000))
+	st := s.Streams["s1"]
+	if st.Recovery != nil || st.Assignment.Owner != "h2" || st.Assignment.Epoch != 2 || len(st.Starts) != 1 || st.LastTraceID != "trace1" {
+		t.Fatalf("after commit: %+v", st)
+	}
+	if st.ShortSinceMS != 3000 {
+		t.Fatalf("short since %d, want 3000 (2 of 3 copies)", st.ShortSinceMS)
+	}
+	// Replaying the same commit is refused: it is committed at most once.
+	refused(t, s, RecoveryCommit("s1", pr.Transition, cur, a, start, "", "", 3000), wire.CodeConflict)
+}
+
+func TestRecoveryBeginNeedsALostOwner(t *testing.T) {
+	s := threeNodes(t)
+	v := s.Streams["s1"].Version
+	refused(t, s, RecoveryBegin("s1", v, wire.Assignment{Owner: "h2"}, "expired", "", "", 0), wire.CodeConflict)
+	// Growing may seal a live owner.
+	mustApply(t, s, RecoveryBegin("s1", v, wire.Assignment{Owner: "h1"}, ReasonGrow, "", "", 0))
+}
+
+func TestAssignUpdateKeepsOwnerFollowersAndW(t *testing.T) {
+	s := New()
+	for _, n := range []string{"h1", "h2", "h3", "h4"} {
+		mustApply(t, s, NodeSeen(n, 1, 0))
+	}
+	mustApply(t, s, StreamCreate("s", 2, "", wire.Retention{}, wire.Assignment{Owner: "h1", Followers: []string{"h2"}, Policy: "majority_durable"}, 0))
+	st := s.Streams["s"]
+	base := st.Assignment
+	add := func(f ...string) wire.Assignment {
+		a := CloneAssignment(base)
+		a.Followers = f
+		return a
+	}
+	refused(t, s, AssignUpdate("s", st.Version, add("h3"), 0), wire.CodeBadRequest)       // drops h2
+	refused(t, s, AssignUpdate("s", st.Version-1, add("h2", "h3"), 0), wire.CodeConflict) // stale
+	refused(t, s, AssignUpdate("s", st.Version, add("h2", "h9"), 0), wire.CodeConflict)   // unknown node
+	mustApply(t, s, NodeExpire("h4", 1, "ttl", 0))
+	refused(t, s, AssignUpdate("s", st.Version, add("h2", "h4"), 0), wire.CodeConflict) // not live
+	// majority: E 2 -> 3 keeps W at 2.
+	mustApply(t, s, AssignUpdate("s", st.Version, add("h2", "h3"), 0))
+	if s.Streams["s"].Assignment.Epoch != 1 {
+		t.Fatal("a follower addition moved the epoch")
+	}
+	// local_durable: E 2 -> 3 needs W 3 > 2: refused, must recover.
+	mustApply(t, s, StreamCreate("l", 2, "local_durable", wire.Retention{}, wire.Assignment{Owner: "h1", Followers: []string{"h2"}, Policy: "local_durable"}, 0))
+	l := s.Streams["l"]
+	a := CloneAssignment(l.Assignment)
+	a.Followers = append(a.Followers, "h3")
+	refused(t, s, AssignUpdate("l", l.Version, a, 0), wire.CodeBadRequest)
+}
+
+func TestNodeLifecycle(t *testing.T) {
+	s := New()
+	mustApply(t, s, NodeSeen("h1", 1, 10))
+	if r := s.Apply(NodeSeen("h1", 1, 20)); r.Changed {
+		t.Fatal("seeing a live node again changed the state")
+	}
+	refused(t, s, NodeExpire("h1", 2, "ttl", 30), wire.CodeConflict) // another incarnation
+	mustApply(t, s, NodeDrain("h1", 30))
+	mustApply(t, s, NodeSeen("h1", 1, 35)) // same incarnation: stays draining
+	if s.Nodes["h1"].State != wire.NodeDraining {
+		t.Fatalf("state %s", s.Nodes["h1"].State)
+	}
+	mustApply(t, s, NodeExpire("h1", 1, "advisory", 40))
+	if n := s.Nodes["h1"]; n.State != wire.NodeExpired || n.Reason != "advisory" || n.SinceMS != 40 {
+		t.Fatalf("node %+v", n)
+	}
+	mustApply(t, s, NodeSeen("h1", 1, 50))
+	if s.Nodes["h1"].State != wire.NodeLive {
+		t.Fatal("an expired node that heartbeats again is not live")
+	}
+	mustApply(t, s, NodeLeave("h1", 0, 60))
+	mustApply(t, s, NodeSeen("h1", 2, 70))
+	if n := s.Nodes["h1"]; n.State != wire.NodeLive || n.Incarnation != 2 {
+		t.Fatalf("node %+v", n)
+	}
+	refused(t, s, NodeDrain("nope", 0), wire.CodeNotFound)
+}
+
+func TestDeleteDropsStartsAndRecreateStartsAfresh(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
+	st := s.Streams["s1"]
+	r := mustApply(t, s, RecoveryBegin("s1", st.Version, wire.Assignment{Owner: "h2"}, "expired", "", "", 0))
+	a := wire.Assignment{Stream: "s1", StreamID: 1, Epoch: 2, Owner: "h2", Followers: []string{"h3"}}
+	mustApply(t, s, RecoveryCommit("s1", r.Transition, s.Streams["s1"].Version, a, wire.HistoryStart{Epoch: 2, RecordTail: 9, Node: "h2"}, "", "", 0))
+	mustApply(t, s, StreamDelete("s1", 0))
+	refused(t, s, StreamDelete("s1", 0), wire.CodeNotFound)
+	mustApply(t, s, StreamCreate("s1", 2, "", wire.Retention{}, wire.Assignment{Owner: "h2", Followers: []string{"h3"}}, 0))
+	st = s.Streams["s1"]
+	if st.ID != 2 || len(st.Starts) != 0 || st.Assignment.Epoch != 1 {
+		t.Fatalf("recreated stream %+v", st)
+	}
+	snap := s.AssignmentSnapshot("h3")
+	if len(snap.Assignments) != 1 || snap.Assignments[0].Starts == nil || snap.Streams["s1"] != 2 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	if other := s.AssignmentSnapshot("h1"); len(other.Assignments) != 0 || other.Streams["s1"] != 2 {
+		t.Fatalf("snapshot of h1 %+v", other)
+	}
+}
+
+func TestWithdrawAndAcceptLoss(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
+	st := s.Streams["s1"]
+	r := mustApply(t, s, RecoveryBegin("s1", st.Version, wire.Assignment{Owner: "h2"}, "expired", "", "", 0))
+	v := s.Streams["s1"].Version
+	mustApply(t, s, RecoveryWithdraw("s1", 0))
+	refused(t, s, RecoveryWithdraw("s1", 0), wire.CodeNotFound)
+	// The withdrawn transition's commit now conflicts.
+	a := wire.Assignment{Stream: "s1", StreamID: 1, Epoch: 2, Owner: "h2", Followers: []string{}}
+	refused(t, s, RecoveryCommit("s1", r.Transition, v, a, wire.HistoryStart{Epoch: 2, Node: "h2"}, "", "", 0), wire.CodeConflict)
+	r2 := mustApply(t, s, RecoveryBegin("s1", s.Streams["s1"].Version, wire.Assignment{Owner: "h2"}, "expired", "", "", 0))
+	if r2.Transition <= r.Transition {
+		t.Fatalf("new transition %d not above %d", r2.Transition, r.Transition)
+	}
+	loss := &wire.AcceptedLoss{Stream: "s1", Epoch: 2, Node: "h3", RecordTail: 3, StartTail: 5}
+	b := wire.Assignment{Stream: "s1", StreamID: 1, Epoch: 2, Owner: "h3", Followers: []string{"h2"}}
+	mustApply(t, s, RecoveryAccept("s1", s.Streams["s1"].Version, b, nil, loss, "", "", 0))
+	st = s.Streams["s1"]
+	if st.Recovery != nil || st.Assignment.Owner != "h3" || st.AcceptedLoss == nil || len(st.Starts) != 0 {
+		t.Fatalf("after accept: %+v", st)
+	}
+	mustApply(t, s, AttentionClear("s1", 0))
+	refused(t, s, AttentionClear("s1", 0), wire.CodeNotFound)
+}
+
+func TestSnapshotRoundTripAndDeterminism(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
+	mustApply(t, s, RecoveryBegin("s1", s.Streams["s1"].Version, wire.Assignment{Owner: "h2"}, "expired", "t", "tp", 5))
+	var a, b bytes.Buffer
+	if err := s.Save(&a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(bytes.NewReader(a.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Fatalf("round trip differs:\n%+v\n%+v", got, s)
+	}
+	if err := got.Save(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("equal states saved different snapshots")
+	}
+	if _, err := Load(bytes.NewReader([]byte(`{"format":99,"state":{}}`))); err == nil {
+		t.Fatal("loaded a snapshot of an unknown format")
+	}
+	// Replaying the same commands gives the same state.
+	x, y := New(), New()
+	cmds := []Command{NodeSeen("a", 1, 1), NodeSeen("b", 1, 1), StreamCreate("s", 2, "", wire.Retention{}, wire.Assignment{Owner: "a", Followers: []string{"b"}}, 2), NodeLeave("a", 1, 3)}
+	for _, c := range cmds {
+		enc := c.Encode()
+		dc, err := DecodeCommand(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Apply(dc)
+		y.Apply(dc)
+	}
+	if !reflect.DeepEqual(x, y) {
+		t.Fatal("replays differ")
+	}
+}
+
+func TestStatus(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeSeen("h4", 1, 0))
+	mustApply(t, s, StreamCreate("one", 1, "", wire.Retention{}, wire.Assignment{Owner: "h4"}, 0))
+	if got := s.Status(s.Streams["s1"]); got != wire.StatusServing {
+		t.Fatal(got)
+	}
+	mustApply(t, s, NodeExpire("h4", 1, "ttl", 0))
+	if got := s.Status(s.Streams["one"]); got != wire.StatusWaiting {
+		t.Fatalf("owner-only stream with its owner gone: %s", got)
+	}
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
+	if got := s.Status(s.Streams["s1"]); got != wire.StatusRecovering {
+		t.Fatal(got)
+	}
+	r := mustApply(t, s, RecoveryBegin("s1", s.Streams["s1"].Version, wire.Assignment{Owner: "h2"}, "expired", "", "", 0))
+	mustApply(t, s, RecoveryWait("s1", r.Transition, wire.RecoveryWait{Kind: "answers"}, 0))
+	if got := s.Status(s.Streams["s1"]); got != wire.StatusWaiting {
+		t.Fatal(got)
+	}
+}

@@ -1,0 +1,107 @@
+package state
+
+import (
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Query is a read of the state. Run is called under the state machine's
+// read lock, so everything it returns is from one version of the state; it
+// must return copies, never references into the state.
+type Query interface {
+	Run(s *State) any
+}
+
+// QueryAll reads a deep copy of the whole state (*State).
+type QueryAll struct{}
+
+// Run implements Query.
+func (QueryAll) Run(s *State) any { return s.Clone() }
+
+// QueryAssignments reads the wire.AssignmentSnapshot of one node.
+type QueryAssignments struct{ Node string }
+
+// Run implements Query.
+func (q QueryAssignments) Run(s *State) any { return s.AssignmentSnapshot(q.Node) }
+
+// QueryRecovery reads the RecoveryView of one stream.
+type QueryRecovery struct{ Stream string }
+
+// Run implements Query.
+func (q QueryRecovery) Run(s *State) any { return s.RecoveryView(q.Stream) }
+
+// AssignmentSnapshot is what node pulls: every assignment that includes it,
+// each with its stream's starts (never nil), retention and the traceparent
+// of the commit that made it, and the ids of all streams.
+func (s *State) AssignmentSnapshot(node string) wire.AssignmentSnapshot {
+	snap := wire.AssignmentSnapshot{
+		Version:     s.Version,
+		Node:        node,
+		Assignments: []wire.AssignedStream{},
+		Streams:     make(map[string]uint64, len(s.Streams)),
+	}
+	for _, name := range s.SortedStreams() {
+		st := s.Streams[name]
+		snap.Streams[name] = st.ID
+		if !st.Assignment.Includes(node) {
+			continue
+		}
+		snap.Assignments = append(snap.Assignments, wire.AssignedStream{
+			Assignment:  CloneAssignment(st.Assignment),
+			Starts:      append([]wire.HistoryStart{}, st.Starts...),
+			Retention:   st.Retention,
+			TraceParent: st.TraceParent,
+		})
+	}
+	return snap
+}
+
+// RecoveryView is what the recovery worker reads: the stream's pending
+// recovery (nil if none or no stream), its history starts, the leaving nodes
+// and the stream version, all from one version of the state.
+type RecoveryView struct {
+	Recovery *wire.PendingRecovery
+	Starts   []wire.HistoryStart
+	Leaving  map[string]bool
+	Version  uint64
+}
+
+// RecoveryView reads the view of stream.
+func (s *State) RecoveryView(stream string) RecoveryView {
+	v := RecoveryView{Starts: []wire.HistoryStart{}, Leaving: s.Leaving()}
+	st := s.Streams[stream]
+	if st == nil {
+		return v
+	}
+	v.Recovery = ClonePending(st.Recovery)
+	v.Starts = append(v.Starts, st.Starts...)
+	v.Version = st.Version
+	return v
+}
+
+// Status is the stream's status as stream.info shows it: recovering while a
+// pending recovery runs (or is about to be recorded for a lost owner),
+// waiting when the recovery waits or an owner-only stream's owner is gone,
+// serving otherwise.
+func (s *State) Status(st *Stream) string {
+	if st.Recovery != nil {
+		if st.Recovery.Wait != nil {
+			return wire.StatusWaiting
+		}
+		return wire.StatusRecovering
+	}
+	switch s.NodeState(st.Assignment.Owner) {
+	case wire.NodeLive:
+		return wire.StatusServing
+	case wire.NodeDraining:
+		// A draining owner still serves; a replicated stream moves off it.
+		if st.Copies > 1 {
+			return wire.StatusRecovering
+		}
+		return wire.StatusServing
+	default:
+		if st.Copies > 1 {
+			return wire.StatusRecovering
+		}
+		return wire.StatusWaiting
+	}
+}
