@@ -10,7 +10,7 @@ MODULES := pkg schemas services/coordinator services/streamhost services/attenti
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 BIN := $(CURDIR)/bin
 
-.PHONY: all build test vet fmt-check lint bench demo chaos images compose-up compose-down bench-peer clean
+.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-up compose-down bench-peer clean
 
 all: build
 
@@ -31,5 +31,44 @@ fmt-check:
 lint:
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run $(PKGS)
 
+## demo: build everything, start a local cluster, kill a stream owner, watch it fail over.
+demo:
+	go run ./tools/cmd/brook-demo $(DEMO_ARGS)
+
+## bench: the cluster bench against a local process cluster, owner killed at 5 s.
+BENCH_ARGS ?= --stream durable --kill-owner-at-secs 5 --duration 15s
+bench:
+	go run ./tools/cmd/brook-bench $(BENCH_ARGS)
+
+## bench-peer: the same workload against brook and NATS JetStream in one run.
+bench-peer:
+	go run ./tools/cmd/brook-bench --target both $(BENCH_ARGS)
+
+## chaos: a seeded randomized run of the kill suites (CHAOS_SEED, CHAOS_DURATION).
+chaos:
+	BROOK_CHAOS=1 go test -count=1 -timeout 60m -run 'TestChaos' -v ./e2e/...
+
+## images: FROM-scratch images of every service, nats-server and Jaeger (for the traces profile).
+IMAGES := coordinator streamhost attention
+images: images-core images-jaeger
+
+images-core:
+	@mkdir -p deploy/bin
+	go build -o deploy/bin/ ./services/coordinator/cmd/brook-coordinator ./services/streamhost/cmd/brook-streamhost ./services/attention/cmd/brook-attention ./tools/cmd/brook-probe
+	cd tools && go build -o ../deploy/bin/nats-server github.com/nats-io/nats-server/v2
+	for i in $(IMAGES); do docker build -q -f deploy/Dockerfile --build-arg BIN=brook-$$i -t brook/$$i:dev deploy; done
+	docker build -q -f deploy/Dockerfile --build-arg BIN=nats-server -t brook/nats:dev deploy
+
+images-jaeger:
+	@mkdir -p deploy/bin
+	cd deploy/jaeger && GOWORK=off go build -o ../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
+	docker build -q -f deploy/Dockerfile --build-arg BIN=jaeger -t brook/jaeger:dev deploy
+
+compose-up: images-core
+	docker-compose up -d
+
+compose-down:
+	docker-compose down -v
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) deploy/bin
