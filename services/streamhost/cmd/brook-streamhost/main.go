@@ -1,0 +1,181 @@
+// Command brook-streamhost runs a brook stream host: it holds the copies
+// placed on its node, serves publish and consume for the streams it owns,
+// replicates the streams it follows, answers seals and applies assignments.
+//
+// Usage:
+//
+//	brook-streamhost --node h1 --data-dir /var/lib/brook --nats-url nats://brook:brook@127.0.0.1:4222
+//	brook-streamhost healthcheck --http-addr 127.0.0.1:8081
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+
+	"github.com/brook-streams/brook/services/streamhost/config"
+	"github.com/brook-streams/brook/services/streamhost/host"
+	"github.com/brook-streams/brook/services/streamhost/telemetry"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "healthcheck" {
+		os.Exit(healthcheck(args[1:]))
+	}
+	os.Exit(run(args))
+}
+
+func run(args []string) int {
+	cfg, err := config.Load(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "brook-streamhost:", err)
+		return 2
+	}
+	log := cfg.Logger().With("service", "brook-streamhost")
+	if err := serve(cfg, log); err != nil {
+		log.Error("stream host failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(cfg config.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	tp, stopTracing, err := telemetry.Setup(ctx, "brook-streamhost", cfg.Node)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}()
+
+	// h is set before the connection can first reconnect (the host is
+	// created right after connecting); reconnects before that need nothing.
+	var h atomic.Pointer[host.Host]
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name("brook-streamhost:"+cfg.Node),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		// Start even while NATS is not up yet; the connection keeps trying.
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+			if hp := h.Load(); hp != nil {
+				hp.Reconnected()
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("nats error", "subject", subj, "err", err)
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to nats: %w", err)
+	}
+	defer nc.Close()
+
+	hst, err := host.New(host.Config{
+		Node:              cfg.Node,
+		DataDir:           cfg.DataDir,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		MaxPayload:        cfg.MaxPayload,
+		ConfirmTimeout:    cfg.ConfirmTimeout,
+		Logger:            log,
+		TracerProvider:    tp,
+	}, nc)
+	if err != nil {
+		return err
+	}
+	h.Store(hst)
+
+	var srv *http.Server
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !hst.Ready() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		log.Info("serving /healthz", "addr", ln.Addr().String())
+	}
+
+	runErr := hst.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn("drain nats", "err", err)
+	}
+	return runErr
+}
+
+// healthcheck GETs /healthz and exits 0 when it answers 200, for container
+// health checks in images that hold nothing but this binary.
+func healthcheck(args []string) int {
+	fs := pflag.NewFlagSet("healthcheck", pflag.ContinueOnError)
+	addr := fs.String("http-addr", os.Getenv("BROOK_HTTP_ADDR"), "address of the host's /healthz endpoint")
+	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
+	fs.ParseErrorsAllowlist.UnknownFlags = true // accept the service's other flags
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintln(os.Stderr, "healthcheck:", err)
+		return 2
+	}
+	if *addr == "" {
+		fmt.Fprintln(os.Stderr, "healthcheck: --http-addr is required")
+		return 2
+	}
+	client := &http.Client{Timeout: *timeout}
+	resp, err := client.Get("http://" + *addr + "/healthz")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "healthcheck:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "healthcheck: status", resp.Status)
+		return 1
+	}
+	return 0
+}

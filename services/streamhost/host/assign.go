@@ -1,0 +1,385 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/telemetry"
+)
+
+const pullTimeout = 2 * time.Second
+
+// onNotice asks for a pull when a notice names a version newer than the
+// one applied.
+func (h *Host) onNotice(m *nats.Msg) {
+	var n wire.AssignNotice
+	if err := json.Unmarshal(m.Data, &n); err != nil {
+		h.log.Warn("bad assignment notice", "err", err)
+		h.requestPull()
+		return
+	}
+	h.mu.Lock()
+	newer := n.Version > h.applied || !h.ready.Load()
+	h.mu.Unlock()
+	if newer {
+		h.requestPull()
+	}
+}
+
+// pullLoop pulls the snapshot on start (retrying until it has one), on a
+// request (notice, follower trouble) and every PullInterval.
+func (h *Host) pullLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.PullInterval)
+	defer t.Stop()
+	retry := 50 * time.Millisecond
+	for {
+		err := h.pullAndApply(ctx)
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn("pull assignment snapshot", "err", err)
+		}
+		wait := t.C
+		var again <-chan time.Time
+		if err != nil && !h.ready.Load() {
+			// Nothing is served before the first snapshot: retry soon.
+			again = time.After(retry)
+			retry = min(retry*2, time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait:
+		case <-again:
+		case <-h.pullNow:
+		}
+	}
+}
+
+// pullAndApply pulls this node's snapshot and applies it unless it is older
+// than the one applied.
+func (h *Host) pullAndApply(ctx context.Context) error {
+	body, _ := json.Marshal(wire.AssignmentPull{Node: h.cfg.Node})
+	rctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	resp, err := h.nc.RequestWithContext(rctx, wire.AssignPull, body)
+	if err != nil {
+		return fmt.Errorf("request %s: %w", wire.AssignPull, err)
+	}
+	var probe struct {
+		Error *wire.Error `json:"error"`
+	}
+	if code := resp.Header.Get(frame.HeaderError); code != "" || (json.Unmarshal(resp.Data, &probe) == nil && probe.Error != nil) {
+		if probe.Error == nil {
+			probe.Error = &wire.Error{Code: code, Message: string(resp.Data)}
+		}
+		return fmt.Errorf("coordinator refused the pull: %w", probe.Error)
+	}
+	var snap wire.AssignmentSnapshot
+	if err := json.Unmarshal(resp.Data, &snap); err != nil {
+		return fmt.Errorf("decode snapshot: %w", err)
+	}
+	if snap.Node != "" && snap.Node != h.cfg.Node {
+		return fmt.Errorf("snapshot is for node %q, not %q", snap.Node, h.cfg.Node)
+	}
+	h.mu.Lock()
+	// The same version again is applied: applying is idempotent and a
+	// copy already in line is skipped cheaply, and it retries whatever
+	// failed last time.
+	applied := h.applied
+	stale := h.ready.Load() && snap.Version < applied
+	if !stale && h.leaving.Load() {
+		// A leaving host takes no new roles; it only tracks which
+		// streams it still owns.
+		h.latest = &snap
+	}
+	h.mu.Unlock()
+	if stale {
+		h.log.Debug("ignoring an older snapshot", "version", snap.Version, "applied", applied)
+		return nil
+	}
+	if h.leaving.Load() {
+		return nil
+	}
+	h.apply(ctx, &snap)
+	return nil
+}
+
+// apply brings the copies in line with snap. It runs only in the pull loop,
+// so applies never overlap; seals may run beside it, serialized per stream.
+func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot) {
+	mine := make(map[string]bool, len(snap.Assignments))
+	for i := range snap.Assignments {
+		as := &snap.Assignments[i]
+		a := as.Assignment
+		if !a.Includes(h.cfg.Node) {
+			continue
+		}
+		if err := wire.ValidName("stream", a.Stream); err != nil {
+			h.log.Error("assignment with an invalid stream name", "stream", a.Stream, "err", err)
+			continue
+		}
+		mine[a.Stream] = true
+		if as.Starts == nil {
+			// Without its history starts the copy cannot be cut onto
+			// the owner's history: the assignment is withheld.
+			h.log.Error("assignment without a readable list of history starts; not applied", "stream", a.Stream, "epoch", a.Epoch)
+			continue
+		}
+		if err := h.applyOne(ctx, as); err != nil {
+			h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+		}
+	}
+	for _, c := range h.store.Copies() {
+		name := c.Stream()
+		if mine[name] {
+			continue
+		}
+		h.leaveOut(name, snap.Streams)
+	}
+	h.mu.Lock()
+	if snap.Version >= h.applied {
+		h.applied = snap.Version
+	}
+	h.latest = snap
+	h.mu.Unlock()
+	if !h.ready.Swap(true) {
+		h.log.Info("first assignment snapshot applied", "version", snap.Version, "assignments", len(snap.Assignments))
+	}
+	h.requestBeat()
+}
+
+// leaveOut handles a copy that no assignment includes: it stops any role;
+// if its stream still exists it stays as it is (a sealed copy stays
+// sealed), otherwise the copy is deleted.
+func (h *Host) leaveOut(stream string, streams map[string]uint64) {
+	r := h.replica(stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := h.store.Get(stream)
+	if c == nil {
+		return
+	}
+	if r.own != nil || r.fol != nil {
+		h.log.Info("copy left out of every assignment", "stream", stream)
+		r.stopRole(wire.CodeNotOwner)
+	}
+	if id, ok := streams[stream]; ok && id == c.StreamID() {
+		return
+	}
+	if err := h.store.Delete(stream); err != nil {
+		h.log.Error("delete copy of a removed stream", "stream", stream, "stream_id", c.StreamID(), "err", err)
+		return
+	}
+	h.log.Info("deleted copy of a removed stream", "stream", stream, "stream_id", c.StreamID())
+}
+
+// applyOne applies one assignment that includes this node.
+func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error) {
+	a := as.Assignment
+	r := h.replica(a.Stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.unchanged(r, as) {
+		return nil
+	}
+
+	remote := telemetry.RemoteContext(ctx, as.TraceParent)
+	opts := []trace.SpanStartOption{trace.WithAttributes(
+		attribute.String("brook.stream", a.Stream),
+		attribute.Int64("brook.epoch", int64(a.Epoch)),
+		attribute.String("brook.node", h.cfg.Node),
+		attribute.String("brook.owner", a.Owner),
+	)}
+	if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
+		// A child of the failover's commit, so that the failover trace
+		// shows the apply, and linked to it for viewers that follow links.
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := h.tracer.Start(remote, "host.apply", opts...)
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+
+	log := h.log.With("stream", a.Stream, "epoch", a.Epoch, "owner", a.Owner)
+
+	c := h.store.Get(a.Stream)
+	if c != nil && c.StreamID() != a.StreamID {
+		r.stopRole(wire.CodeStreamUnknown)
+		if err := h.store.Delete(a.Stream); err != nil {
+			return fmt.Errorf("delete copy with stream id %d: %w", c.StreamID(), err)
+		}
+		log.Info("deleted copy of an earlier stream of the same name", "old_stream_id", c.StreamID(), "stream_id", a.StreamID)
+		c = nil
+	}
+	if c == nil {
+		if c, err = h.store.Create(a.Stream, a.StreamID, as.Retention); err != nil {
+			return fmt.Errorf("create copy: %w", err)
+		}
+		log.Info("created copy", "stream_id", a.StreamID)
+	}
+	if cur := r.status.Load().retention; cur != as.Retention {
+		if err := c.SetRetention(as.Retention); err != nil {
+			return fmt.Errorf("set retention: %w", err)
+		}
+	}
+
+	seal, sealed := c.SealInfo()
+	if sealed && seal.FenceEpoch > a.Epoch {
+		// Sealed for a recovery past this assignment: stay sealed until
+		// the assignment of the fence epoch (or later) includes the copy.
+		r.stopRole(wire.CodeSealed)
+		r.publishStatus(as.Retention)
+		log.Info("copy stays sealed", "fence", seal.FenceEpoch)
+		return nil
+	}
+	if !sealed && a.Epoch < c.Epoch() {
+		r.stopRole(wire.CodeNotOwner)
+		r.publishStatus(as.Retention)
+		return fmt.Errorf("assignment epoch %d is older than the copy's epoch %d; not applied", a.Epoch, c.Epoch())
+	}
+	if a.Epoch > c.Epoch() || sealed {
+		// A role at an older epoch ends before the copy changes history.
+		if s := r.status.Load(); s.role != wire.RoleNone && s.epoch < a.Epoch {
+			r.stopRole(wire.CodeNotOwner)
+		}
+		if err := h.cut(ctx, log, c, a.Epoch, as.Starts); err != nil {
+			r.publishStatus(as.Retention)
+			return err
+		}
+		if err := h.release(ctx, log, c, a.Epoch, sealed, seal); err != nil {
+			r.publishStatus(as.Retention)
+			return err
+		}
+	}
+
+	if a.Owner == h.cfg.Node {
+		if r.own != nil && r.own.epoch == a.Epoch && r.own.c == c {
+			r.own.update(a)
+		} else {
+			r.stopRole(wire.CodeNotOwner)
+			if err := h.promote(ctx, log, r, c, a); err != nil {
+				r.publishStatus(as.Retention)
+				return err
+			}
+		}
+	} else if r.fol == nil || r.fol.epoch != a.Epoch || r.fol.owner != a.Owner || r.fol.c != c {
+		r.stopRole(wire.CodeNotOwner)
+		_, span := h.tracer.Start(ctx, "follow")
+		r.fol = startFollower(h, c, a)
+		t := c.Tails()
+		log.Info("following", "owner", a.Owner, "record_tail", t.Record, "cursor_tail", t.CursorDurable)
+		span.SetAttributes(attribute.Int64("brook.record_tail", int64(t.Record)))
+		span.End()
+		h.requestBeat()
+	}
+	r.publishStatus(as.Retention)
+	return nil
+}
+
+// unchanged reports whether the copy already plays the role as assigns it,
+// at its epoch, so that re-applying it is skipped without a span or a log
+// line (an owner still takes a changed follower set or policy). Call with
+// r.mu held.
+func (h *Host) unchanged(r *replica, as *wire.AssignedStream) bool {
+	a := as.Assignment
+	c := h.store.Get(a.Stream)
+	if c == nil || c.StreamID() != a.StreamID || r.status.Load().retention != as.Retention {
+		return false
+	}
+	if c.Epoch() != a.Epoch {
+		// A sealed copy's epoch stays at the history its seal replaced.
+		if seal, sealed := c.SealInfo(); !sealed || seal.FenceEpoch <= a.Epoch || r.own != nil || r.fol != nil {
+			return false
+		}
+		return true
+	}
+	if seal, sealed := c.SealInfo(); sealed {
+		// Still sealed past this assignment and already without a role:
+		// nothing to do until a newer assignment comes.
+		return seal.FenceEpoch > a.Epoch && r.own == nil && r.fol == nil
+	}
+	switch {
+	case a.Owner == h.cfg.Node && r.own != nil && r.own.epoch == a.Epoch && r.own.c == c:
+		r.own.update(a)
+		return true
+	case a.Owner != h.cfg.Node && r.fol != nil && r.fol.epoch == a.Epoch && r.fol.owner == a.Owner && r.fol.c == c:
+		return true
+	}
+	return false
+}
+
+// cut brings the copy onto the history of epoch (a no-op for a copy that
+// is already on it).
+func (h *Host) cut(ctx context.Context, log *slog.Logger, c *streamlog.Copy, epoch uint64, starts []wire.HistoryStart) error {
+	_, span := h.tracer.Start(ctx, "cut")
+	defer span.End()
+	res, err := c.CutToHistory(epoch, starts)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("cut to the history of epoch %d: %w", epoch, err)
+	}
+	span.SetAttributes(
+		attribute.Bool("brook.cut", res.Cut),
+		attribute.Int64("brook.record_tail", int64(res.RecordTail)),
+		attribute.Int64("brook.cursor_tail", int64(res.CursorTail)),
+		attribute.Int64("brook.removed", int64(res.Removed)),
+	)
+	log.Info("history cut", "cut", res.Cut, "record_tail", res.RecordTail, "cursor_tail", res.CursorTail, "removed", res.Removed)
+	return nil
+}
+
+// release begins the epoch on the copy, which releases a seal at or below
+// it.
+func (h *Host) release(ctx context.Context, log *slog.Logger, c *streamlog.Copy, epoch uint64, sealed bool, seal streamlog.Seal) error {
+	_, span := h.tracer.Start(ctx, "release")
+	defer span.End()
+	if err := c.BeginEpoch(epoch); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		if errors.Is(err, streamlog.ErrStaleFence) {
+			return fmt.Errorf("begin epoch %d: sealed at a later fence: %w", epoch, err)
+		}
+		return fmt.Errorf("begin epoch %d: %w", epoch, err)
+	}
+	span.SetAttributes(attribute.Bool("brook.released_seal", sealed))
+	if sealed {
+		log.Info("seal released", "fence", seal.FenceEpoch, "transition", seal.Transition)
+	} else {
+		log.Info("epoch begun")
+	}
+	return nil
+}
+
+// promote starts the owner role at the copy's own tails.
+func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment) error {
+	_, span := h.tracer.Start(ctx, "promote")
+	defer span.End()
+	o, err := startOwner(h, c, a)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("promote: %w", err)
+	}
+	r.own = o
+	t := c.Tails()
+	span.SetAttributes(attribute.Int64("brook.record_tail", int64(t.Record)), attribute.Int64("brook.cursor_tail", int64(t.CursorDurable)))
+	log.Info("promoted to owner", "record_tail", t.Record, "cursor_tail", t.CursorDurable, "followers", a.Followers, "policy", a.Policy)
+	h.requestBeat()
+	return nil
+}

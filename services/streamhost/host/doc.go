@@ -1,0 +1,28 @@
+// Package host is brook's stream host: it holds the copies placed on one
+// node in one Pebble database (package streamlog) and, for each copy, plays
+// the role its latest applied assignment gives it.
+//
+// An owner subscribes to the stream's publish, fetch, commit and
+// replication subjects. Publishes are handed to one appender goroutine per
+// copy that writes whatever is queued in one Append (group commit); a record
+// is confirmed once W copies hold it durably, the owner included, with
+// W = policy.StampW(policy, E). Followers tell the owner what they hold by
+// asking for more: a replication request from record tail T says the
+// follower holds everything below T durably. The confirmed watermark is the
+// W-th highest of the owner's durable tail and the followers' acked tails,
+// and readers only ever receive records below it.
+//
+// A follower runs one worker per copy that pulls from the owner at the
+// assignment's epoch, applies records and cursor events at the owner's
+// offsets durably, and only then asks again.
+//
+// Seals fence a copy in storage first and then stop whatever role the copy
+// played at an older epoch. Assignments are pulled from the coordinators
+// (on start, on a notice of a newer version and every 5s) and applied in
+// version order: a copy whose assignment moves to a newer epoch is first cut
+// onto that epoch's history, then begins the epoch (which releases a seal at
+// or below it), and only then takes its role at its own tails.
+//
+// Duplicate suppression (Brook-Producer and Brook-Seq headers) is a bounded
+// window in the owner's memory; it does not survive a restart or a failover.
+package host

@@ -1,0 +1,207 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Follower backoff bounds, and after how many failed requests in a row the
+// follower asks for a fresh assignment snapshot (the owner may have moved).
+const (
+	backoffMin       = 10 * time.Millisecond
+	backoffMax       = 500 * time.Millisecond
+	repullAfterFails = 5
+	replBytes        = 1 << 20
+)
+
+// follower is the follower role of one copy at one epoch: a worker that
+// pulls from the owner and applies what it gets.
+type follower struct {
+	h      *Host
+	c      *streamlog.Copy
+	stream string
+	id     uint64
+	epoch  uint64
+	owner  string
+	log    *slog.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	ownerHead atomic.Uint64 // the owner's retained head, from its last batch
+}
+
+// startFollower starts the worker; it resumes at the copy's own tails.
+func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment) *follower {
+	ctx, cancel := context.WithCancel(h.bgCtx)
+	f := &follower{
+		h:      h,
+		c:      c,
+		stream: a.Stream,
+		id:     a.StreamID,
+		epoch:  a.Epoch,
+		owner:  a.Owner,
+		log:    h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleFollower, "owner", a.Owner),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	f.ownerHead.Store(c.Tails().Head)
+	go f.run(ctx)
+	return f
+}
+
+// stop ends the worker and waits for it: nothing is applied at this epoch
+// once stop returns.
+func (f *follower) stop() {
+	f.cancel()
+	<-f.done
+}
+
+// retentionKeepFrom keeps what the owner keeps.
+func (f *follower) retentionKeepFrom() uint64 {
+	return min(f.ownerHead.Load(), f.c.Tails().Record)
+}
+
+func (f *follower) run(ctx context.Context) {
+	defer close(f.done)
+	subj := wire.ReplicationSubject(f.stream, f.epoch)
+	backoff := backoffMin
+	fails := 0
+	fail := func(level slog.Level, msg string, args ...any) bool {
+		fails++
+		if fails == 1 || fails%repullAfterFails == 0 {
+			f.log.Log(ctx, level, msg, args...)
+		}
+		if fails%repullAfterFails == 0 {
+			f.h.requestPull()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, backoffMax)
+		return true
+	}
+	waitMS := uint32(f.h.cfg.ReplWait / time.Millisecond)
+	for ctx.Err() == nil {
+		t := f.c.Tails()
+		req := frame.ReplRequest{
+			Node:       f.h.cfg.Node,
+			Epoch:      f.epoch,
+			StreamID:   f.id,
+			RecordTail: t.Record,
+			CursorTail: t.CursorDurable,
+			WaitMS:     waitMS,
+			MaxBytes:   replBytes,
+		}
+		msg := nats.NewMsg(subj)
+		msg.Data = frame.AppendReplRequest(nil, &req)
+		// The owner answers within ReplWait; a longer silence means it is
+		// gone (a dead responder is not reported as "no responders").
+		rctx, cancel := context.WithTimeout(ctx, f.h.cfg.ReplWait+time.Second)
+		resp, err := f.h.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !fail(slog.LevelDebug, "owner did not answer", "err", err, "fails", fails+1) {
+				return
+			}
+			continue
+		}
+		if code := resp.Header.Get(frame.HeaderError); code != "" {
+			var er wire.ErrorReply
+			_ = json.Unmarshal(resp.Data, &er)
+			if code == wire.CodeStaleEpoch || code == wire.CodeNotFound {
+				f.h.requestPull()
+			}
+			if !fail(slog.LevelWarn, "owner refused", "code", code, "reply", er.Error, "fails", fails+1) {
+				return
+			}
+			continue
+		}
+		b, err := frame.DecodeBatch(resp.Data)
+		if err != nil || b.Epoch != f.epoch {
+			if !fail(slog.LevelWarn, "bad batch from owner", "err", err, "fails", fails+1) {
+				return
+			}
+			continue
+		}
+		fails, backoff = 0, backoffMin
+		f.ownerHead.Store(b.Head)
+		if b.Head > t.Record {
+			// Behind the owner's retained head: what is missing is gone,
+			// so start over at the head.
+			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.Record, "owner_head", b.Head)
+			if err := f.c.ResetTo(b.Head, t.CursorDurable); err != nil {
+				if !f.applyFailed(ctx, "reset", err) {
+					return
+				}
+			}
+			continue
+		}
+		if len(b.Records) > 0 {
+			recs := make([]streamlog.Record, len(b.Records))
+			for i, r := range b.Records {
+				recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
+			}
+			if err := f.c.Apply(ctx, recs); err != nil {
+				if !f.applyFailed(ctx, "apply records", err) {
+					return
+				}
+				continue
+			}
+		}
+		if len(b.CursorEvents) > 0 {
+			evs := make([]streamlog.CursorEvent, len(b.CursorEvents))
+			for i, e := range b.CursorEvents {
+				evs[i] = streamlog.CursorEvent{Offset: e.Offset, Cursor: e.Cursor, Position: e.Position}
+			}
+			if err := f.c.ApplyCursorEvents(ctx, evs); err != nil {
+				if !f.applyFailed(ctx, "apply cursor events", err) {
+					return
+				}
+				continue
+			}
+		}
+	}
+}
+
+// applyFailed handles a storage error of the worker; it returns false when
+// the worker must end.
+func (f *follower) applyFailed(ctx context.Context, what string, err error) bool {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, streamlog.ErrSealed), errors.Is(err, streamlog.ErrClosed), errors.Is(err, streamlog.ErrDeleted):
+		// A seal stops this worker itself; until then there is nothing
+		// to do at this epoch.
+		f.log.Info("copy no longer accepts entries at this epoch", "op", what, "err", err)
+		return false
+	case errors.Is(err, streamlog.ErrDiverged):
+		// Not on the owner's history: only a newer assignment (with its
+		// history cut) can bring the copy back.
+		f.log.Error("copy diverged from the owner", "op", what, "err", err)
+		f.h.requestPull()
+	default:
+		f.log.Error("follower write failed", "op", what, "err", err)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(backoffMax):
+	}
+	return true
+}

@@ -1,0 +1,492 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Defaults of the Config fields left zero.
+const (
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultMaxPayload        = 1 << 20
+	DefaultConfirmTimeout    = 5 * time.Second
+	DefaultPullInterval      = 5 * time.Second
+	DefaultReplWait          = time.Second
+	DefaultRetentionInterval = 2 * time.Second
+	DefaultAckWait           = time.Second
+	DefaultSealLinger        = 3 * time.Second
+)
+
+// Config configures a Host.
+type Config struct {
+	Node    string
+	DataDir string
+	// HeartbeatInterval is how often heartbeats are published.
+	HeartbeatInterval time.Duration
+	// MaxPayload is the largest record accepted (payload_too_large above).
+	MaxPayload int
+	// ConfirmTimeout is how long a publish waits for W copies.
+	ConfirmTimeout time.Duration
+	// PullInterval is how often the assignment snapshot is pulled even
+	// without a notice.
+	PullInterval time.Duration
+	// ReplWait is how long a follower's request may wait at the owner
+	// for new data.
+	ReplWait time.Duration
+	// RetentionInterval is how often retention is enforced.
+	RetentionInterval time.Duration
+	// AckWait bounds how long a graceful shutdown waits for followers to
+	// acknowledge the owner's tail.
+	AckWait time.Duration
+	// SealLinger bounds how long a leaving host keeps answering seals
+	// while it still owns streams in the latest snapshot.
+	SealLinger time.Duration
+	// CursorSyncInterval is passed to the store (0: its default).
+	CursorSyncInterval time.Duration
+	Logger             *slog.Logger
+	// TracerProvider makes the "host.apply" spans; nil means no tracing.
+	TracerProvider trace.TracerProvider
+}
+
+func (c *Config) fill() {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.ConfirmTimeout <= 0 {
+		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.PullInterval <= 0 {
+		c.PullInterval = DefaultPullInterval
+	}
+	if c.ReplWait <= 0 {
+		c.ReplWait = DefaultReplWait
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.SealLinger <= 0 {
+		c.SealLinger = DefaultSealLinger
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
+}
+
+// Host is one stream host. Create it with New and run it with Run.
+type Host struct {
+	cfg         Config
+	log         *slog.Logger
+	tracer      trace.Tracer
+	nc          *nats.Conn
+	store       *streamlog.Store
+	incarnation uint64
+
+	mu       sync.Mutex
+	replicas map[string]*replica
+	// applied is the version of the last applied snapshot; latest is the
+	// last snapshot pulled (applied, or only recorded while leaving).
+	applied uint64
+	latest  *wire.AssignmentSnapshot
+
+	ready    atomic.Bool // the first snapshot is applied
+	leaving  atomic.Bool // graceful shutdown has begun
+	pullNow  chan struct{}
+	beatNow  chan struct{}
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+	reqs     tracker // request goroutines (seals)
+}
+
+// tracker runs goroutines that a shutdown waits for, refusing new ones
+// once it is closed (a WaitGroup alone may not grow while it is waited on).
+type tracker struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Go runs f unless the tracker is closed.
+func (t *tracker) Go(f func()) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return false
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Close refuses new goroutines and waits for the running ones.
+func (t *tracker) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// New opens the host's store in cfg.DataDir. The host uses nc, which the
+// caller keeps owning (and closes after Run returns).
+func New(cfg Config, nc *nats.Conn) (*Host, error) {
+	cfg.fill()
+	if err := wire.ValidName("node", cfg.Node); err != nil {
+		return nil, fmt.Errorf("new host: %w", err)
+	}
+	log := cfg.Logger.With("node", cfg.Node)
+	st, err := streamlog.Open(streamlog.Options{
+		Dir:                cfg.DataDir,
+		Logger:             log,
+		CursorSyncInterval: cfg.CursorSyncInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Host{
+		cfg:         cfg,
+		log:         log,
+		tracer:      cfg.TracerProvider.Tracer("github.com/brook-streams/brook/services/streamhost/host"),
+		nc:          nc,
+		store:       st,
+		incarnation: uint64(time.Now().UnixNano()),
+		replicas:    make(map[string]*replica),
+		pullNow:     make(chan struct{}, 1),
+		beatNow:     make(chan struct{}, 1),
+		bgCtx:       bgCtx,
+		bgCancel:    bgCancel,
+	}, nil
+}
+
+// Ready reports whether the host has applied its first assignment snapshot
+// and is not shutting down; /healthz answers 200 only then.
+func (h *Host) Ready() bool {
+	return h.ready.Load() && !h.leaving.Load() && h.nc.IsConnected()
+}
+
+// Reconnected tells the host its NATS connection came back: it pulls the
+// assignment snapshot at once, since the streams it owned may have moved
+// while it was cut off, and it must not keep serving them for a whole
+// PullInterval.
+func (h *Host) Reconnected() {
+	h.requestPull()
+	h.requestBeat()
+}
+
+// Incarnation is the id of this run of the host, sent in heartbeats.
+func (h *Host) Incarnation() uint64 { return h.incarnation }
+
+// Run serves until ctx is done, then shuts down gracefully and closes the
+// store. It returns once everything it started has stopped.
+func (h *Host) Run(ctx context.Context) error {
+	defer h.bgCancel()
+	// Seals are answered from the start, before the first snapshot: a seal
+	// only fences storage, and a restarted host that can answer one lets a
+	// waiting recovery finish.
+	sealSub, err := h.nc.Subscribe(wire.SealSubject(h.cfg.Node), h.onSeal)
+	if err != nil {
+		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.SealSubject(h.cfg.Node), err))
+	}
+	noticeSub, err := h.nc.Subscribe(wire.AssignNoticeSubject(h.cfg.Node), h.onNotice)
+	if err != nil {
+		_ = sealSub.Unsubscribe()
+		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.AssignNoticeSubject(h.cfg.Node), err))
+	}
+	h.goBG(func() { h.pullLoop(h.bgCtx) })
+	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
+	h.goBG(func() { h.retentionLoop(h.bgCtx) })
+	h.log.Info("stream host started", "incarnation", h.incarnation, "copies", len(h.store.Copies()))
+
+	<-ctx.Done()
+	h.shutdown()
+
+	_ = noticeSub.Unsubscribe()
+	_ = sealSub.Unsubscribe()
+	h.reqs.Close()
+	h.bgCancel()
+	h.bg.Wait()
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		r.stopRole(wire.CodeShuttingDown)
+		r.mu.Unlock()
+	}
+	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("flush nats on shutdown", "err", err)
+	}
+	h.log.Info("stream host stopped")
+	return h.closeStore(nil)
+}
+
+func (h *Host) closeStore(prior error) error {
+	if err := h.store.Close(); err != nil {
+		return errors.Join(prior, fmt.Errorf("close store: %w", err))
+	}
+	return prior
+}
+
+func (h *Host) goBG(f func()) {
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		f()
+	}()
+}
+
+// shutdown is the graceful part of stopping: stop taking publishes, give
+// in-flight confirms and followers a moment, flush cursor events, say that
+// the host is leaving, and keep answering seals while the coordinators move
+// the streams this host owns.
+func (h *Host) shutdown() {
+	h.leaving.Store(true)
+	h.log.Info("shutting down: stopping publishes")
+	owners := h.owners()
+	for _, o := range owners {
+		o.stopIntake(wire.CodeShuttingDown)
+	}
+
+	// Let in-flight confirms finish and followers catch up with each
+	// owner's tail, briefly: a follower holding the tail makes the coming
+	// failover lose nothing that was written.
+	deadline := time.Now().Add(h.cfg.AckWait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		settled := true
+		for _, o := range owners {
+			if !o.settled() {
+				settled = false
+				break
+			}
+		}
+		if settled {
+			break
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	for _, o := range owners {
+		o.failPending(wire.CodeShuttingDown)
+	}
+
+	for _, c := range h.store.Copies() {
+		if err := c.SyncCursors(); err != nil {
+			h.log.Warn("flush cursor events", "stream", c.Stream(), "err", err)
+		}
+	}
+
+	// Best effort both: the coordinators also notice a silent host.
+	h.publishHeartbeat(true)
+	leave, _ := json.Marshal(wire.NodeRef{Node: h.cfg.Node})
+	if _, err := h.nc.Request(wire.AdminSubject(wire.VerbNodeLeave), leave, 500*time.Millisecond); err != nil {
+		h.log.Warn("tell coordinators this node leaves", "err", err)
+	}
+
+	// Keep answering seals (and followers) until no stream in the latest
+	// snapshot is owned here any more, or the linger runs out.
+	h.requestPull()
+	linger := time.NewTimer(h.cfg.SealLinger)
+	defer linger.Stop()
+	check := time.NewTicker(25 * time.Millisecond)
+	defer check.Stop()
+	for h.ownsAnyInLatest() {
+		select {
+		case <-linger.C:
+			h.log.Warn("stopping while still owner of streams in the latest snapshot")
+			return
+		case <-check.C:
+		}
+	}
+}
+
+// ownsAnyInLatest reports whether the latest pulled snapshot names this
+// node as the owner of any stream.
+func (h *Host) ownsAnyInLatest() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.latest == nil {
+		return false
+	}
+	for _, as := range h.latest.Assignments {
+		if as.Assignment.Owner == h.cfg.Node {
+			return true
+		}
+	}
+	return false
+}
+
+// replica returns the runtime state of stream, creating it if needed.
+func (h *Host) replica(stream string) *replica {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.replicas[stream]
+	if !ok {
+		r = &replica{h: h, stream: stream}
+		r.status.Store(&roleStatus{role: wire.RoleNone})
+		h.replicas[stream] = r
+	}
+	return r
+}
+
+// lookupReplica returns the runtime state of stream, or nil.
+func (h *Host) lookupReplica(stream string) *replica {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.replicas[stream]
+}
+
+func (h *Host) allReplicas() []*replica {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*replica, 0, len(h.replicas))
+	for _, r := range h.replicas {
+		out = append(out, r)
+	}
+	return out
+}
+
+// owners returns the owner roles running now.
+func (h *Host) owners() []*owner {
+	var out []*owner
+	for _, r := range h.allReplicas() {
+		if st := r.status.Load(); st.own != nil {
+			out = append(out, st.own)
+		}
+	}
+	return out
+}
+
+// requestPull asks the pull loop for a pull soon, without blocking.
+func (h *Host) requestPull() {
+	select {
+	case h.pullNow <- struct{}{}:
+	default:
+	}
+}
+
+// requestBeat asks for a heartbeat now, after a role change.
+func (h *Host) requestBeat() {
+	select {
+	case h.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		h.publishHeartbeat(h.leaving.Load())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.beatNow:
+		}
+	}
+}
+
+// Heartbeat builds the host's heartbeat from the copies' current state.
+func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
+	hb := wire.Heartbeat{
+		Node:        h.cfg.Node,
+		Incarnation: h.incarnation,
+		Leaving:     leaving,
+		Copies:      []wire.CopyStatus{},
+		AtMS:        time.Now().UnixMilli(),
+	}
+	for _, c := range h.store.Copies() {
+		t := c.Tails()
+		_, sealed := c.SealInfo()
+		cs := wire.CopyStatus{
+			Stream:     c.Stream(),
+			StreamID:   c.StreamID(),
+			Role:       wire.RoleNone,
+			Epoch:      c.Epoch(),
+			RecordTail: t.Record,
+			CursorTail: t.CursorDurable,
+			Sealed:     sealed,
+		}
+		if r := h.lookupReplica(c.Stream()); r != nil {
+			st := r.status.Load()
+			if st.role != wire.RoleNone && st.streamID == c.StreamID() {
+				cs.Role = st.role
+				if st.own != nil {
+					cs.Confirmed = st.own.confirmed()
+				}
+			}
+		}
+		hb.Copies = append(hb.Copies, cs)
+	}
+	return hb
+}
+
+func (h *Host) publishHeartbeat(leaving bool) {
+	data, err := json.Marshal(h.Heartbeat(leaving))
+	if err != nil {
+		h.log.Error("encode heartbeat", "err", err)
+		return
+	}
+	if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("publish heartbeat", "err", err)
+	}
+}
+
+// retentionLoop advances each copy's head by its retention. An owner keeps
+// what its live followers have not acknowledged yet, so that a follower that
+// lags is not cut off needlessly; a follower keeps what its owner keeps.
+func (h *Host) retentionLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, r := range h.allReplicas() {
+			st := r.status.Load()
+			if !hasBound(st.retention) {
+				continue
+			}
+			var keepFrom uint64
+			var c *streamlog.Copy
+			switch {
+			case st.own != nil:
+				c, keepFrom = st.own.c, st.own.retentionKeepFrom(now)
+			case st.fol != nil:
+				c, keepFrom = st.fol.c, st.fol.retentionKeepFrom()
+			default:
+				continue
+			}
+			if err := c.EnforceRetention(now, keepFrom); err != nil {
+				h.log.Warn("enforce retention", "stream", r.stream, "err", err)
+			}
+		}
+	}
+}

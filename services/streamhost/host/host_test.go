@@ -1,0 +1,259 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// fixture runs one Host in this process against an embedded nats-server,
+// with the test answering assignment pulls.
+type fixture struct {
+	t    *testing.T
+	nc   *nats.Conn
+	host *Host
+	rec  *tracetest.SpanRecorder
+	done chan error
+
+	mu   sync.Mutex
+	snap wire.AssignmentSnapshot
+	hb   wire.Heartbeat
+	hbCh chan struct{}
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{})}
+	f.snap = wire.AssignmentSnapshot{Node: "n1", Streams: map[string]uint64{}}
+	if f.nc, err = nats.Connect(ns.ClientURL()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.nc.Close)
+	if _, err := f.nc.Subscribe(wire.AssignPull, func(m *nats.Msg) {
+		f.mu.Lock()
+		data, _ := json.Marshal(f.snap)
+		f.mu.Unlock()
+		_ = m.Respond(nullStarts(t, data))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.nc.Subscribe(wire.HeartbeatSubject("n1"), func(m *nats.Msg) {
+		var hb wire.Heartbeat
+		if json.Unmarshal(m.Data, &hb) == nil {
+			f.mu.Lock()
+			f.hb = hb
+			close(f.hbCh)
+			f.hbCh = make(chan struct{})
+			f.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.nc.Subscribe(wire.AdminSubject(wire.VerbNodeLeave), func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.nc.Flush()
+
+	hostNC, err := nats.Connect(ns.ClientURL(), nats.Name("brook-streamhost:n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostNC.Close)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.rec))
+	f.host, err = New(Config{
+		Node:              "n1",
+		DataDir:           t.TempDir(),
+		HeartbeatInterval: 50 * time.Millisecond,
+		AckWait:           50 * time.Millisecond,
+		SealLinger:        200 * time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TracerProvider:    tp,
+	}, hostNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { f.done <- f.host.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-f.done
+	})
+	return f
+}
+
+// nullStarts rewrites a snapshot so that assignments whose stream name
+// begins with "nostarts" carry "starts": null, as an unreadable list would
+// arrive (wire's encoder always sends a list).
+func nullStarts(t *testing.T, data []byte) []byte {
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Error(err)
+		return data
+	}
+	list, _ := doc["assignments"].([]any)
+	for _, a := range list {
+		as := a.(map[string]any)
+		if name, _ := as["assignment"].(map[string]any)["stream"].(string); len(name) >= 8 && name[:8] == "nostarts" {
+			as["starts"] = nil
+		}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Error(err)
+		return data
+	}
+	return out
+}
+
+// set replaces the snapshot and notifies the host.
+func (f *fixture) set(version uint64, streams map[string]uint64, as ...wire.AssignedStream) {
+	f.mu.Lock()
+	f.snap = wire.AssignmentSnapshot{Version: version, Node: "n1", Assignments: as, Streams: streams}
+	f.mu.Unlock()
+	data, _ := json.Marshal(wire.AssignNotice{Version: version})
+	_ = f.nc.Publish(wire.AssignNoticeSubject("n1"), data)
+	_ = f.nc.Flush()
+}
+
+// waitHB waits for a heartbeat that cond accepts.
+func (f *fixture) waitHB(what string, cond func(wire.Heartbeat) bool) wire.Heartbeat {
+	f.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		f.mu.Lock()
+		hb, ch := f.hb, f.hbCh
+		f.mu.Unlock()
+		if cond(hb) {
+			return hb
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			f.t.Fatalf("timed out waiting for %s; last heartbeat %+v", what, hb)
+		}
+	}
+}
+
+func find(hb wire.Heartbeat, stream string) (wire.CopyStatus, bool) {
+	for _, cs := range hb.Copies {
+		if cs.Stream == stream {
+			return cs, true
+		}
+	}
+	return wire.CopyStatus{}, false
+}
+
+func one(stream string, id, epoch uint64, starts []wire.HistoryStart, tp string) wire.AssignedStream {
+	return wire.AssignedStream{
+		Assignment:  wire.Assignment{Stream: stream, StreamID: id, Epoch: epoch, Owner: "n1", Policy: "majority_durable"},
+		Starts:      starts,
+		TraceParent: tp,
+	}
+}
+
+// TestApplySpans: an apply is traced as "host.apply" in the trace of the
+// assignment's traceparent, with "cut", "release" and "promote" children.
+func TestApplySpans(t *testing.T) {
+	f := newFixture(t)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	f.set(1, map[string]uint64{"s": 1}, one("s", 1, 1, []wire.HistoryStart{}, "00-"+traceID+"-"+parentID+"-01"))
+	f.waitHB("owner of s", func(hb wire.Heartbeat) bool {
+		cs, ok := find(hb, "s")
+		return ok && cs.Role == wire.RoleOwner && cs.Epoch == 1
+	})
+	var apply sdktrace.ReadOnlySpan
+	children := map[string]bool{}
+	for _, s := range f.rec.Ended() {
+		if s.Name() == "host.apply" {
+			apply = s
+		}
+	}
+	if apply == nil {
+		t.Fatal("no host.apply span")
+	}
+	if got := apply.SpanContext().TraceID().String(); got != traceID {
+		t.Fatalf("host.apply in trace %s, want %s", got, traceID)
+	}
+	if got := apply.Parent().SpanID().String(); got != parentID {
+		t.Fatalf("host.apply parent %s, want %s", got, parentID)
+	}
+	if len(apply.Links()) != 1 || apply.Links()[0].SpanContext.SpanID().String() != parentID {
+		t.Fatalf("host.apply links %+v, want one to %s", apply.Links(), parentID)
+	}
+	for _, s := range f.rec.Ended() {
+		if s.Parent().SpanID() == apply.SpanContext().SpanID() {
+			children[s.Name()] = true
+		}
+	}
+	for _, want := range []string{"cut", "release", "promote"} {
+		if !children[want] {
+			t.Errorf("host.apply has no %q child (children %v)", want, children)
+		}
+	}
+}
+
+// TestApplyCopyLifecycle: an assignment without readable starts is
+// withheld, a copy left out of a live stream stays, a copy of a deleted
+// stream is dropped, a new stream id replaces the copy, and an older
+// snapshot is never applied.
+func TestApplyCopyLifecycle(t *testing.T) {
+	f := newFixture(t)
+	f.set(1, map[string]uint64{"a": 1, "nostarts": 2}, one("a", 1, 1, []wire.HistoryStart{}, ""), one("nostarts", 2, 1, nil, ""))
+	hb := f.waitHB("owner of a, host ready", func(hb wire.Heartbeat) bool {
+		cs, ok := find(hb, "a")
+		return ok && cs.Role == wire.RoleOwner && f.host.Ready()
+	})
+	if _, ok := find(hb, "nostarts"); ok {
+		t.Fatalf("an assignment without starts was applied: %+v", hb)
+	}
+
+	// a is left out but still exists: the copy stays, without a role.
+	f.set(2, map[string]uint64{"a": 1}, one("c", 3, 1, []wire.HistoryStart{}, ""))
+	f.waitHB("a kept without role, c owned", func(hb wire.Heartbeat) bool {
+		a, okA := find(hb, "a")
+		c, okC := find(hb, "c")
+		return okA && a.Role == wire.RoleNone && okC && c.Role == wire.RoleOwner
+	})
+
+	// An older snapshot is ignored, even when pulled.
+	f.set(1, map[string]uint64{"a": 1}, one("a", 1, 1, []wire.HistoryStart{}, ""))
+	if err := f.host.pullAndApply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.host.mu.Lock()
+	applied := f.host.applied
+	f.host.mu.Unlock()
+	if applied != 2 {
+		t.Fatalf("applied version %d after pulling an older snapshot, want 2", applied)
+	}
+	if cs, _ := find(f.host.Heartbeat(false), "a"); cs.Role != wire.RoleNone {
+		t.Fatalf("copy a has role %q after an older snapshot was pulled", cs.Role)
+	}
+	// a deleted; c recreated under another id.
+	f.set(3, map[string]uint64{"c": 4}, one("c", 4, 1, []wire.HistoryStart{}, ""))
+	f.waitHB("a deleted, c recreated", func(hb wire.Heartbeat) bool {
+		_, okA := find(hb, "a")
+		c, okC := find(hb, "c")
+		return !okA && okC && c.StreamID == 4 && c.Role == wire.RoleOwner
+	})
+}

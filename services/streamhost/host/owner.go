@@ -1,0 +1,645 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/dedupe"
+)
+
+// Limits of the owner's queues and batches.
+const (
+	intakeQueue     = 256     // publishes queued for the appender per copy
+	maxAppendBatch  = 1024    // records per Append
+	maxAppendBytes  = 4 << 20 // bytes per Append
+	maxProducerName = 256     // bytes of a Brook-Producer header
+	// liveFollower is how recently a follower must have asked to hold
+	// back retention and a graceful shutdown.
+	liveFollower = 10 * time.Second
+)
+
+// owner is the owner role of one copy at one epoch. It takes publishes and
+// confirms them by W, serves fetches, cursor commits and its followers.
+type owner struct {
+	h      *Host
+	c      *streamlog.Copy
+	stream string
+	id     uint64
+	epoch  uint64
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled when the role stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the appender and request goroutines
+
+	// Intake: the publish callback hands messages to the appender over
+	// in. inMu guards closing in against a callback sending on it.
+	inMu     sync.RWMutex
+	inClosed bool
+	in       chan *nats.Msg
+	// closing holds the error code publishes get once intake stopped.
+	closing atomic.Pointer[string]
+
+	dd *dedupe.Window // the appender goroutine's only
+
+	subs    []*nats.Subscription // publish, fetch, commit
+	replSub *nats.Subscription
+
+	mu        sync.Mutex
+	followers []string
+	w         int
+	acks      map[string]followerAck
+	tail      uint64 // the owner's durable record tail
+	watermark uint64 // confirmed: every record below is on >= W copies
+	wmCh      chan struct{}
+	pending   []*waiter // appended, waiting for W; offsets and deadlines ascending
+	dups      []*waiter // repeats waiting for their first write's confirm
+	timer     *time.Timer
+	stopped   bool   // no new request goroutines
+	failCode  string // once set, every waiter fails at once with it
+}
+
+// followerAck is what a follower last said it holds.
+type followerAck struct {
+	record, cursor uint64
+	at             time.Time
+}
+
+// waiter is a publish waiting for its record to be confirmed.
+type waiter struct {
+	reply    string
+	offset   uint64
+	deadline time.Time
+	dup      bool
+}
+
+// outgoing is a reply prepared under the lock and sent after it.
+type outgoing struct {
+	to   string
+	ok   *wire.PublishConfirm
+	fail *wire.Error
+}
+
+// startOwner starts the owner role of c at a's epoch, at the copy's own
+// tails.
+func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
+	ctx, cancel := context.WithCancel(h.bgCtx)
+	o := &owner{
+		h:      h,
+		c:      c,
+		stream: a.Stream,
+		id:     a.StreamID,
+		epoch:  a.Epoch,
+		log:    h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
+		ctx:    ctx,
+		cancel: cancel,
+		in:     make(chan *nats.Msg, intakeQueue),
+		dd:     dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
+		acks:   make(map[string]followerAck),
+		wmCh:   make(chan struct{}),
+	}
+	o.mu.Lock()
+	o.tail = c.Tails().Record
+	o.setAssignmentLocked(a)
+	o.mu.Unlock()
+
+	var err error
+	// Followers first, so that the first publishes meet followers that can
+	// already ack.
+	o.replSub, err = h.nc.Subscribe(wire.ReplicationSubject(a.Stream, a.Epoch), o.onRepl)
+	if err == nil {
+		for _, s := range []struct {
+			subj string
+			cb   nats.MsgHandler
+		}{
+			{wire.PublishSubject(a.Stream), o.onPublish},
+			{wire.FetchSubject(a.Stream), o.onFetch},
+			{wire.CommitSubject(a.Stream), o.onCommit},
+		} {
+			var sub *nats.Subscription
+			if sub, err = h.nc.Subscribe(s.subj, s.cb); err != nil {
+				err = fmt.Errorf("subscribe %s: %w", s.subj, err)
+				break
+			}
+			o.subs = append(o.subs, sub)
+		}
+	} else {
+		err = fmt.Errorf("subscribe replication: %w", err)
+	}
+	o.wg.Add(1)
+	go o.appender()
+	if err != nil {
+		o.stop(wire.CodeNotOwner)
+		return nil, err
+	}
+	return o, nil
+}
+
+// setAssignmentLocked takes the followers and W of a (same epoch).
+func (o *owner) setAssignmentLocked(a wire.Assignment) {
+	o.followers = o.followers[:0]
+	for _, f := range a.Followers {
+		if f != a.Owner && !slices.Contains(o.followers, f) {
+			o.followers = append(o.followers, f)
+		}
+	}
+	for n := range o.acks {
+		if !slices.Contains(o.followers, n) {
+			delete(o.acks, n)
+		}
+	}
+	o.w = policy.StampW(a.Policy, len(a.Copies()))
+}
+
+// update applies an assignment change at the same epoch (a follower added
+// or removed, or another policy).
+func (o *owner) update(a wire.Assignment) {
+	o.mu.Lock()
+	before, w := slices.Clone(o.followers), o.w
+	o.setAssignmentLocked(a)
+	changed := w != o.w || !slices.Equal(before, o.followers)
+	after, newW := slices.Clone(o.followers), o.w
+	out := o.advanceLocked()
+	o.mu.Unlock()
+	o.send(out)
+	if changed {
+		o.log.Info("owner assignment updated", "followers", after, "w", newW, "previous_followers", before, "previous_w", w)
+	}
+}
+
+// tailsLocked returns the owner's tail followed by each follower's acked
+// tail (0 for a follower that has not asked yet).
+func (o *owner) tailsLocked() []uint64 {
+	t := make([]uint64, 0, 1+len(o.followers))
+	t = append(t, o.tail)
+	for _, f := range o.followers {
+		t = append(t, o.acks[f].record)
+	}
+	return t
+}
+
+// advanceLocked moves the watermark up to the W-th highest tail and
+// collects the confirms it releases. The watermark never moves down: a
+// confirmed record stays confirmed.
+func (o *owner) advanceLocked() []outgoing {
+	tails := o.tailsLocked()
+	if wm := wthHighest(tails, o.w); wm > o.watermark {
+		o.watermark = wm
+		close(o.wmCh)
+		o.wmCh = make(chan struct{})
+	}
+	if o.failCode != "" {
+		return nil
+	}
+	var out []outgoing
+	for len(o.pending) > 0 && o.pending[0].offset < o.watermark {
+		w := o.pending[0]
+		o.pending = o.pending[1:]
+		out = append(out, o.confirmOut(w, holders(tails, w.offset)))
+	}
+	if len(o.dups) > 0 {
+		kept := o.dups[:0]
+		for _, w := range o.dups {
+			if w.offset < o.watermark {
+				out = append(out, o.confirmOut(w, holders(tails, w.offset)))
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		o.dups = kept
+	}
+	return out
+}
+
+func (o *owner) confirmOut(w *waiter, copies int) outgoing {
+	return outgoing{to: w.reply, ok: &wire.PublishConfirm{Offset: w.offset, Epoch: o.epoch, Copies: copies, Duplicate: w.dup}}
+}
+
+// send delivers prepared replies, outside any lock.
+func (o *owner) send(out []outgoing) {
+	for _, r := range out {
+		if r.fail != nil {
+			o.h.replyErr(r.to, r.fail)
+		} else {
+			o.h.replyJSON(r.to, r.ok)
+		}
+	}
+}
+
+// confirmed returns the confirmed watermark.
+func (o *owner) confirmed() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.watermark
+}
+
+// wmState returns the watermark and a channel closed when it advances.
+func (o *owner) wmState() (uint64, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.watermark, o.wmCh
+}
+
+// closedErr is the error a publish gets after intake stopped.
+func (o *owner) closedErr() *wire.Error {
+	code := wire.CodeNotOwner
+	if p := o.closing.Load(); p != nil {
+		code = *p
+	}
+	return closeError(code, o.stream)
+}
+
+func closeError(code, stream string) *wire.Error {
+	switch code {
+	case wire.CodeSealed:
+		return wire.Errorf(code, "stream %s: copy is sealed for a recovery; not confirmed", stream)
+	case wire.CodeShuttingDown:
+		return wire.Errorf(code, "stream %s: host is shutting down; not confirmed", stream)
+	case wire.CodeStreamUnknown:
+		return wire.Errorf(code, "stream %s: this host holds no copy", stream)
+	default:
+		return wire.Errorf(code, "stream %s: this host is no longer the owner; not confirmed", stream)
+	}
+}
+
+// goTracked runs f in a goroutine the role's stop waits for, unless the
+// role has stopped.
+func (o *owner) goTracked(f func()) bool {
+	o.mu.Lock()
+	if o.stopped {
+		o.mu.Unlock()
+		return false
+	}
+	o.wg.Add(1)
+	o.mu.Unlock()
+	go func() {
+		defer o.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// onPublish is the publish subject's callback. It only checks the size and
+// queues the message: the appender writes it.
+func (o *owner) onPublish(m *nats.Msg) {
+	if len(m.Data) > o.h.cfg.MaxPayload {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodePayloadTooLarge,
+			"record of %d bytes is over this host's limit of %d", len(m.Data), o.h.cfg.MaxPayload))
+		return
+	}
+	o.inMu.RLock()
+	defer o.inMu.RUnlock()
+	if o.inClosed {
+		o.h.replyErr(m.Reply, o.closedErr())
+		return
+	}
+	// A full queue blocks this subscription's callback, which holds the
+	// next publishes in NATS: backpressure instead of unbounded memory.
+	o.in <- m
+}
+
+// appender writes queued publishes: whatever is queued goes into one Append
+// (one synced batch, shared with other copies' appends by the store).
+func (o *owner) appender() {
+	defer o.wg.Done()
+	for {
+		m, ok := <-o.in
+		if !ok {
+			return
+		}
+		batch := []*nats.Msg{m}
+		size := len(m.Data)
+	drain:
+		for len(batch) < maxAppendBatch && size < maxAppendBytes {
+			select {
+			case m, ok := <-o.in:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, m)
+				size += len(m.Data)
+			default:
+				break drain
+			}
+		}
+		if o.closing.Load() != nil {
+			e := o.closedErr()
+			for _, m := range batch {
+				o.h.replyErr(m.Reply, e)
+			}
+			continue
+		}
+		o.appendBatch(batch)
+	}
+}
+
+// produced is a publish's position in an append batch.
+type produced struct {
+	reply    string
+	producer string
+	seq      uint64
+	index    int // index in the appended data, or -1 for a repeat
+	repeatOf uint64
+	// repeatIdx is the index of the first write of a repeat within the
+	// same batch, or -1.
+	repeatIdx int
+}
+
+func (o *owner) appendBatch(batch []*nats.Msg) {
+	now := time.Now()
+	data := make([][]byte, 0, len(batch))
+	items := make([]produced, 0, len(batch))
+	inBatch := map[string]map[uint64]int{}
+	for _, m := range batch {
+		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}
+		if p := m.Header.Get(wire.HeaderProducer); p != "" {
+			seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSequence), 10, 64)
+			if err != nil || len(p) > maxProducerName {
+				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+					"%s needs %s as a decimal sequence and a producer of at most %d bytes", wire.HeaderProducer, wire.HeaderSequence, maxProducerName))
+				continue
+			}
+			it.producer, it.seq = p, seq
+			if off, ok := o.dd.Lookup(p, seq); ok {
+				it.repeatOf = off
+				items = append(items, it)
+				continue
+			}
+			if idx, ok := inBatch[p][seq]; ok {
+				it.repeatIdx = idx
+				items = append(items, it)
+				continue
+			}
+			if inBatch[p] == nil {
+				inBatch[p] = map[uint64]int{}
+			}
+			inBatch[p][seq] = len(data)
+		}
+		it.index = len(data)
+		data = append(data, m.Data)
+		items = append(items, it)
+	}
+
+	var first uint64
+	if len(data) > 0 {
+		var err error
+		first, err = o.c.Append(o.ctx, data)
+		if err != nil {
+			e := o.appendError(err)
+			if e.Code == wire.CodeInternal {
+				o.log.Error("append", "records", len(data), "err", err)
+			}
+			for _, it := range items {
+				if it.index >= 0 || it.repeatIdx >= 0 {
+					o.h.replyErr(it.reply, e)
+					continue
+				}
+				o.addRepeat(it, now) // a repeat of an earlier write still waits for it
+			}
+			return
+		}
+	}
+
+	deadline := now.Add(o.h.cfg.ConfirmTimeout)
+	o.mu.Lock()
+	if n := first + uint64(len(data)); len(data) > 0 && n > o.tail {
+		o.tail = n
+	}
+	for _, it := range items {
+		switch {
+		case it.index >= 0:
+			off := first + uint64(it.index)
+			if it.producer != "" {
+				o.dd.Record(it.producer, it.seq, off)
+			}
+			o.pending = append(o.pending, &waiter{reply: it.reply, offset: off, deadline: deadline})
+		case it.repeatIdx >= 0:
+			o.dups = append(o.dups, &waiter{reply: it.reply, offset: first + uint64(it.repeatIdx), deadline: deadline, dup: true})
+		default:
+			o.dups = append(o.dups, &waiter{reply: it.reply, offset: it.repeatOf, deadline: deadline, dup: true})
+		}
+	}
+	out := o.failLocked()
+	if out == nil {
+		out = o.advanceLocked()
+		o.armLocked(now)
+	}
+	o.mu.Unlock()
+	o.send(out)
+}
+
+// addRepeat queues a repeat of an earlier confirmed-or-pending write.
+func (o *owner) addRepeat(it produced, now time.Time) {
+	o.mu.Lock()
+	o.dups = append(o.dups, &waiter{reply: it.reply, offset: it.repeatOf, deadline: now.Add(o.h.cfg.ConfirmTimeout), dup: true})
+	out := o.failLocked()
+	if out == nil {
+		out = o.advanceLocked()
+		o.armLocked(now)
+	}
+	o.mu.Unlock()
+	o.send(out)
+}
+
+// appendError maps a storage error of Append to a wire error.
+func (o *owner) appendError(err error) *wire.Error {
+	switch {
+	case errors.Is(err, streamlog.ErrSealed):
+		return closeError(wire.CodeSealed, o.stream)
+	case o.closing.Load() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, streamlog.ErrClosed)):
+		return o.closedErr()
+	case errors.Is(err, streamlog.ErrClosed):
+		return closeError(wire.CodeShuttingDown, o.stream)
+	case errors.Is(err, streamlog.ErrDeleted):
+		return closeError(wire.CodeStreamUnknown, o.stream)
+	default:
+		return wire.Errorf(wire.CodeInternal, "stream %s: append: %v", o.stream, err)
+	}
+}
+
+// failLocked fails every waiter if the role has failed for good, and
+// returns nil otherwise.
+func (o *owner) failLocked() []outgoing {
+	if o.failCode == "" {
+		return nil
+	}
+	e := closeError(o.failCode, o.stream)
+	out := make([]outgoing, 0, len(o.pending)+len(o.dups))
+	for _, w := range o.pending {
+		out = append(out, outgoing{to: w.reply, fail: e})
+	}
+	for _, w := range o.dups {
+		out = append(out, outgoing{to: w.reply, fail: e})
+	}
+	o.pending, o.dups = nil, nil
+	if out == nil {
+		out = []outgoing{}
+	}
+	return out
+}
+
+// armLocked sets the timer for the earliest confirm deadline.
+func (o *owner) armLocked(now time.Time) {
+	if o.timer != nil || o.failCode != "" {
+		return
+	}
+	var earliest time.Time
+	if len(o.pending) > 0 {
+		earliest = o.pending[0].deadline
+	}
+	for _, w := range o.dups {
+		if earliest.IsZero() || w.deadline.Before(earliest) {
+			earliest = w.deadline
+		}
+	}
+	if earliest.IsZero() {
+		return
+	}
+	o.timer = time.AfterFunc(earliest.Sub(now), o.expire)
+}
+
+// expire answers confirm_timeout to every publish past its deadline. Such a
+// publish is never reported as confirmed afterwards, though its record may
+// still become readable once enough copies hold it.
+func (o *owner) expire() {
+	o.mu.Lock()
+	o.timer = nil
+	now := time.Now()
+	tails := o.tailsLocked()
+	var out []outgoing
+	timeout := func(w *waiter) {
+		n := holders(tails, w.offset)
+		e := wire.Errorf(wire.CodeConfirmTimeout, "stream %s: offset %d held by %d copies of the %d needed within %v; not confirmed",
+			o.stream, w.offset, n, o.w, o.h.cfg.ConfirmTimeout)
+		e.Copies = &n
+		out = append(out, outgoing{to: w.reply, fail: e})
+	}
+	for len(o.pending) > 0 && !o.pending[0].deadline.After(now) {
+		timeout(o.pending[0])
+		o.pending = o.pending[1:]
+	}
+	kept := o.dups[:0]
+	for _, w := range o.dups {
+		if w.deadline.After(now) {
+			kept = append(kept, w)
+		} else {
+			timeout(w)
+		}
+	}
+	o.dups = kept
+	o.armLocked(now)
+	o.mu.Unlock()
+	o.send(out)
+}
+
+// stopIntake stops taking publishes, fetches and cursor commits; queued
+// publishes that are not written yet fail with code. Followers are still
+// served and written publishes may still be confirmed.
+func (o *owner) stopIntake(code string) {
+	o.closing.CompareAndSwap(nil, &code)
+	for _, s := range o.subs {
+		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			o.log.Warn("unsubscribe", "subject", s.Subject, "err", err)
+		}
+	}
+	o.inMu.Lock()
+	if !o.inClosed {
+		o.inClosed = true
+		close(o.in)
+	}
+	o.inMu.Unlock()
+}
+
+// failPending fails every publish still waiting for its confirm with code,
+// and every later one too.
+func (o *owner) failPending(code string) {
+	o.mu.Lock()
+	if o.failCode == "" {
+		o.failCode = code
+	}
+	if o.timer != nil {
+		o.timer.Stop()
+		o.timer = nil
+	}
+	out := o.failLocked()
+	o.mu.Unlock()
+	o.send(out)
+}
+
+// settled reports whether no publish waits for a confirm and every live
+// follower has acknowledged the owner's tail.
+func (o *owner) settled() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.pending) > 0 || len(o.dups) > 0 {
+		return false
+	}
+	now := time.Now()
+	for _, f := range o.followers {
+		a, ok := o.acks[f]
+		if ok && now.Sub(a.at) < liveFollower && a.record < o.tail {
+			return false
+		}
+	}
+	return true
+}
+
+// stop ends the role: no more subjects, waiting publishes fail with code,
+// and every goroutine of the role has returned when it returns.
+func (o *owner) stop(code string) {
+	o.stopIntake(code)
+	if o.replSub != nil {
+		if err := o.replSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			o.log.Warn("unsubscribe", "subject", o.replSub.Subject, "err", err)
+		}
+	}
+	o.failPending(code)
+	o.mu.Lock()
+	o.stopped = true
+	o.mu.Unlock()
+	o.cancel()
+	o.wg.Wait()
+}
+
+// retentionKeepFrom is the lowest offset retention must keep: nothing at or
+// above the watermark, and nothing a live follower has not acknowledged.
+func (o *owner) retentionKeepFrom(now time.Time) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	keep := o.watermark
+	for _, f := range o.followers {
+		if a, ok := o.acks[f]; ok && now.Sub(a.at) < liveFollower && a.record < keep {
+			keep = a.record
+		}
+	}
+	return keep
+}
+
+// ack records what follower node holds and releases the confirms that
+// makes possible.
+func (o *owner) ack(node string, record, cursor uint64) {
+	o.mu.Lock()
+	o.acks[node] = followerAck{record: record, cursor: cursor, at: time.Now()}
+	out := o.advanceLocked()
+	o.mu.Unlock()
+	o.send(out)
+}
+
+// isFollower reports whether node follows this copy in the assignment.
+func (o *owner) isFollower(node string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Contains(o.followers, node)
+}

@@ -1,0 +1,71 @@
+package host
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// replica is the runtime state of this host's copy of one stream: which
+// role it plays. Role changes, seals and applies of one stream are
+// serialized by mu; readers that must not wait (heartbeats, retention) read
+// the atomic status instead.
+type replica struct {
+	h      *Host
+	stream string
+
+	mu  sync.Mutex
+	own *owner    // set while the copy is the owner
+	fol *follower // set while the copy is a follower
+
+	status atomic.Pointer[roleStatus]
+}
+
+// roleStatus is an immutable view of a replica's role.
+type roleStatus struct {
+	role      string
+	epoch     uint64
+	streamID  uint64
+	retention wire.Retention
+	own       *owner
+	fol       *follower
+}
+
+// publishStatus refreshes the atomic view; call with mu held.
+func (r *replica) publishStatus(ret wire.Retention) {
+	st := &roleStatus{role: wire.RoleNone, retention: ret, own: r.own, fol: r.fol}
+	switch {
+	case r.own != nil:
+		st.role, st.epoch, st.streamID = wire.RoleOwner, r.own.epoch, r.own.id
+	case r.fol != nil:
+		st.role, st.epoch, st.streamID = wire.RoleFollower, r.fol.epoch, r.fol.id
+	}
+	r.status.Store(st)
+}
+
+// stopRole stops whatever role the copy plays; publishes waiting for a
+// confirm fail with code. Call with mu held.
+func (r *replica) stopRole(code string) {
+	if r.own == nil && r.fol == nil {
+		return
+	}
+	ret := r.status.Load().retention
+	if r.own != nil {
+		r.own.stop(code)
+		r.h.log.Info("owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
+		r.own = nil
+	}
+	if r.fol != nil {
+		r.fol.stop()
+		r.h.log.Info("follower role stopped", "stream", r.stream, "epoch", r.fol.epoch, "reason", code)
+		r.fol = nil
+	}
+	r.publishStatus(ret)
+	r.h.requestBeat()
+}
+
+// hasBound reports whether a retention bounds anything.
+func hasBound(ret wire.Retention) bool {
+	return ret.MaxRecords > 0 || ret.MaxBytes > 0 || ret.MaxAgeMS > 0
+}

@@ -1,0 +1,73 @@
+package host
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// onSeal is the seal subject's callback. Seals of different streams are
+// answered concurrently, each in its own goroutine.
+func (h *Host) onSeal(m *nats.Msg) {
+	started := h.reqs.Go(func() {
+		reply, e := h.seal(m.Data)
+		if e != nil {
+			h.replyErr(m.Reply, e)
+			return
+		}
+		h.replyJSON(m.Reply, reply)
+	})
+	if !started {
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node))
+	}
+}
+
+// seal fences a copy at the request's fence epoch. The fence is persisted
+// before anything else, so the copy's tails cannot grow from an older owner
+// once the reply is out; then whatever role the copy played at an older
+// epoch stops (an owner fails its waiting publishes with sealed).
+func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
+	var req wire.SealRequest
+	if e := decodeStrict(body, &req); e != nil {
+		return nil, e
+	}
+	c := h.store.Get(req.Stream)
+	if c == nil || c.StreamID() != req.StreamID {
+		return nil, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
+	}
+	r := h.replica(req.Stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The copy may have been replaced while this request waited for mu.
+	if c = h.store.Get(req.Stream); c == nil || c.StreamID() != req.StreamID {
+		return nil, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
+	}
+	st, err := c.Seal(req.FenceEpoch, req.Transition)
+	if errors.Is(err, streamlog.ErrStaleFence) {
+		return nil, wire.Errorf(wire.CodeStaleEpoch, "stream %s: fence %d transition %d is stale: %v", req.Stream, req.FenceEpoch, req.Transition, err)
+	}
+	if err != nil {
+		h.log.Error("seal", "stream", req.Stream, "fence", req.FenceEpoch, "err", err)
+		return nil, wire.Errorf(wire.CodeInternal, "stream %s: seal: %v", req.Stream, err)
+	}
+	if s := r.status.Load(); s.role != wire.RoleNone && s.epoch < req.FenceEpoch {
+		r.stopRole(wire.CodeSealed)
+	}
+	h.log.Info("sealed", "stream", req.Stream, "fence", req.FenceEpoch, "transition", req.Transition,
+		"record_tail", st.Tails.Record, "cursor_tail", st.Tails.CursorDurable)
+	h.requestBeat()
+	return &wire.SealReply{
+		Node:       h.cfg.Node,
+		Stream:     req.Stream,
+		FenceEpoch: st.Seal.FenceEpoch,
+		Transition: st.Seal.Transition,
+		RecordHead: st.Tails.Head,
+		RecordTail: st.Tails.Record,
+		CursorTail: st.Tails.CursorDurable,
+		LogEpochs:  st.LogEpochs,
+		Digest:     st.Digest,
+	}, nil
+}

@@ -1,0 +1,298 @@
+package host
+
+import (
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Fetch bounds (wire.FetchRequest).
+const (
+	defaultFetchRecords = 1000
+	maxFetchRecords     = 10000
+	defaultFetchBytes   = 1 << 20
+	maxFetchBytes       = 8 << 20
+	maxFetchWait        = 30 * time.Second
+
+	// Replication bounds.
+	maxReplRecords    = 4096
+	maxReplEvents     = 4096
+	defaultReplBytes  = 1 << 20
+	maxReplWait       = 5 * time.Second
+	frameHeadroom     = 64 << 10 // frame fields and NATS headers beside the record bytes
+	minReplyByteLimit = 64 << 10
+)
+
+// byteLimit caps a requested byte bound by what one NATS message can carry.
+func (o *owner) byteLimit(asked, def, limit int) int {
+	if asked <= 0 {
+		asked = def
+	}
+	asked = min(asked, limit)
+	if mp := int(o.h.nc.MaxPayload()) - frameHeadroom; mp > 0 {
+		asked = min(asked, max(mp, minReplyByteLimit))
+	}
+	return asked
+}
+
+// replyBatch encodes b and sends it.
+func (o *owner) replyBatch(to string, b *frame.Batch) {
+	o.h.replyData(to, frame.AppendBatch(nil, b))
+}
+
+func toFrameRecords(recs []streamlog.Record) []frame.Record {
+	if len(recs) == 0 {
+		return nil
+	}
+	out := make([]frame.Record, len(recs))
+	for i, r := range recs {
+		out[i] = frame.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
+	}
+	return out
+}
+
+// onRepl is the replication subject's callback. A request may wait for new
+// data, so it is served in its own goroutine, never in the callback.
+func (o *owner) onRepl(m *nats.Msg) {
+	if !o.goTracked(func() { o.serveRepl(m) }) {
+		o.h.replyErr(m.Reply, o.closedErr())
+	}
+}
+
+// serveRepl answers a follower: records below the owner's durable tail and
+// cursor events below its durable cursor tail, from the follower's tails.
+// The request itself is the follower's ack of everything below its tails.
+func (o *owner) serveRepl(m *nats.Msg) {
+	req, err := frame.DecodeReplRequest(m.Data)
+	if err != nil {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "replication request: %v", err))
+		return
+	}
+	if req.StreamID != o.id || req.Epoch != o.epoch {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeStaleEpoch,
+			"stream %s: request for stream id %d epoch %d; this owner is stream id %d epoch %d",
+			o.stream, req.StreamID, req.Epoch, o.id, o.epoch))
+		return
+	}
+	if !o.isFollower(req.Node) {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeNotFound,
+			"stream %s: node %s is not a follower at epoch %d", o.stream, req.Node, o.epoch))
+		return
+	}
+	t := o.c.Tails()
+	if req.RecordTail > t.Record || req.CursorTail > t.CursorWritten {
+		// A follower cannot hold more than its owner wrote unless it
+		// missed a history cut; counting it would confirm records that
+		// are not there.
+		o.log.Error("follower claims more than the owner holds", "follower", req.Node,
+			"follower_tail", req.RecordTail, "owner_tail", t.Record,
+			"follower_cursor_tail", req.CursorTail, "owner_cursor_tail", t.CursorWritten)
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+			"stream %s: follower tails %d/%d are past the owner's %d/%d", o.stream, req.RecordTail, req.CursorTail, t.Record, t.CursorWritten))
+		return
+	}
+	o.ack(req.Node, req.RecordTail, req.CursorTail)
+
+	wait := min(time.Duration(req.WaitMS)*time.Millisecond, maxReplWait)
+	deadline := time.Now().Add(wait)
+	var timer *time.Timer
+	for {
+		ch := o.c.Changed()
+		t = o.c.Tails()
+		if req.RecordTail < t.Head || req.RecordTail < t.Record || req.CursorTail < t.CursorDurable {
+			break
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			deadline = time.Now()
+		case <-o.ctx.Done():
+			o.h.replyErr(m.Reply, o.closedErr())
+			return
+		}
+	}
+
+	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: o.confirmed(), Next: req.RecordTail}
+	if req.RecordTail < t.Head {
+		// The follower is behind the retained head: it restarts there.
+		b.Next = t.Head
+		o.replyBatch(m.Reply, b)
+		return
+	}
+	if req.RecordTail < t.Record {
+		recs, err := o.c.Read(req.RecordTail, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.Record)
+		if errors.Is(err, streamlog.ErrBelowHead) {
+			// Retention moved the head while this request waited.
+			b.Head = o.c.Tails().Head
+			b.Next = b.Head
+			o.replyBatch(m.Reply, b)
+			return
+		}
+		if err != nil {
+			o.log.Error("read records for follower", "follower", req.Node, "from", req.RecordTail, "err", err)
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
+			return
+		}
+		b.Records = toFrameRecords(recs)
+		b.Next = req.RecordTail + uint64(len(recs))
+	}
+	if req.CursorTail < t.CursorDurable {
+		evs, err := o.c.ReadCursorEvents(req.CursorTail, maxReplEvents, t.CursorDurable)
+		if err != nil {
+			o.log.Error("read cursor events for follower", "follower", req.Node, "from", req.CursorTail, "err", err)
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read cursor events: %v", o.stream, err))
+			return
+		}
+		for _, e := range evs {
+			b.CursorEvents = append(b.CursorEvents, frame.CursorEvent{Offset: e.Offset, Cursor: e.Cursor, Position: e.Position})
+		}
+	}
+	o.replyBatch(m.Reply, b)
+}
+
+// onFetch is the fetch subject's callback; fetches may long-poll, so each
+// is served in its own goroutine.
+func (o *owner) onFetch(m *nats.Msg) {
+	if !o.goTracked(func() { o.serveFetch(m) }) {
+		o.h.replyErr(m.Reply, o.closedErr())
+	}
+}
+
+// serveFetch answers a reader with records below the confirmed watermark
+// only: a reader never sees a record that could still be lost.
+func (o *owner) serveFetch(m *nats.Msg) {
+	var req wire.FetchRequest
+	if e := decodeStrict(m.Data, &req); e != nil {
+		o.h.replyErr(m.Reply, e)
+		return
+	}
+	t := o.c.Tails()
+	var from uint64
+	switch req.Start {
+	case "offset":
+		from = req.Offset
+	case "earliest":
+		from = t.Head
+	case "latest":
+		from = t.Record
+	case "":
+		if req.Cursor == "" {
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "fetch names neither a cursor nor a start"))
+			return
+		}
+		if e := wire.ValidName("cursor", req.Cursor); e != nil {
+			o.h.replyErr(m.Reply, wire.AsError(e))
+			return
+		}
+		pos, ok := o.c.Cursor(req.Cursor)
+		if !ok {
+			pos = t.Head // a new cursor starts at the retained head
+		}
+		from = pos
+	default:
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "start %q: want offset, earliest or latest", req.Start))
+		return
+	}
+	if req.MaxRecords < 0 || req.MaxBytes < 0 || req.WaitMS < 0 {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "max_records, max_bytes and wait_ms must not be negative"))
+		return
+	}
+	maxRecs := req.MaxRecords
+	if maxRecs == 0 {
+		maxRecs = defaultFetchRecords
+	}
+	maxRecs = min(maxRecs, maxFetchRecords)
+	maxBytes := o.byteLimit(req.MaxBytes, defaultFetchBytes, maxFetchBytes)
+	deadline := time.Now().Add(min(time.Duration(req.WaitMS)*time.Millisecond, maxFetchWait))
+
+	var timer *time.Timer
+	for {
+		wm, ch := o.wmState()
+		t = o.c.Tails()
+		if from < t.Head {
+			from = t.Head // retention removed what was asked for
+		}
+		if from < wm {
+			recs, err := o.c.Read(from, maxRecs, maxBytes, wm)
+			if errors.Is(err, streamlog.ErrBelowHead) {
+				continue // the head moved in between; start again from it
+			}
+			if err != nil {
+				o.log.Error("read records for reader", "from", from, "err", err)
+				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
+				return
+			}
+			o.replyBatch(m.Reply, &frame.Batch{
+				Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: wm,
+				Next: from + uint64(len(recs)), Records: toFrameRecords(recs),
+			})
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			o.replyBatch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: wm, Next: from})
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			deadline = time.Now()
+		case <-o.ctx.Done():
+			o.h.replyErr(m.Reply, o.closedErr())
+			return
+		}
+	}
+}
+
+// onCommit records a cursor commit as a cursor event. It is written without
+// an fsync (the store syncs cursor events on its interval), so it is quick
+// enough for the callback itself.
+func (o *owner) onCommit(m *nats.Msg) {
+	var req wire.CursorCommit
+	if e := decodeStrict(m.Data, &req); e != nil {
+		o.h.replyErr(m.Reply, e)
+		return
+	}
+	if e := wire.ValidName("cursor", req.Cursor); e != nil {
+		o.h.replyErr(m.Reply, wire.AsError(e))
+		return
+	}
+	if o.closing.Load() != nil {
+		o.h.replyErr(m.Reply, o.closedErr())
+		return
+	}
+	// A reader only ever received records below the watermark, so a
+	// commit past it is a client bug, refused rather than clamped.
+	if wm := o.confirmed(); req.Offset > wm {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+			"stream %s: commit of cursor %s at %d is past the confirmed watermark %d", o.stream, req.Cursor, req.Offset, wm))
+		return
+	}
+	ev, err := o.c.AppendCursor(req.Cursor, req.Offset)
+	if err != nil {
+		e := o.appendError(err)
+		if e.Code == wire.CodeInternal {
+			o.log.Error("append cursor event", "cursor", req.Cursor, "err", err)
+		}
+		o.h.replyErr(m.Reply, e)
+		return
+	}
+	o.h.replyJSON(m.Reply, wire.CursorCommitReply{Cursor: req.Cursor, Offset: req.Offset, EventOffset: ev})
+}
