@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// adminOnce sends one admin request and decodes the reply into resp.
+func (c *Client) adminOnce(ctx context.Context, verb string, req, resp any) error {
+	return c.jsonOnce(ctx, wire.AdminSubject(verb), req, resp)
+}
+
+// jsonOnce sends one JSON request to subject and decodes the reply.
+func (c *Client) jsonOnce(ctx context.Context, subject string, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", subject, err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	reply, err := c.request(ctx, msg, c.opts.adminTimeout, replyJSON)
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(reply.Data, resp); err != nil {
+		return fmt.Errorf("decode %s reply: %w", subject, err)
+	}
+	return nil
+}
+
+// readRetryable is what a read may retry: a read has no effect, so a
+// timeout or an unavailable coordinator is simply asked again.
+func readRetryable(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, ErrTimeout) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		wire.CodeOf(err) == wire.CodeUnavailable
+}
+
+// writeRetryable is what a write may retry: only what proves the write was
+// not applied (nobody received it, or the coordinator refused it as
+// unavailable). A timed-out write may have been applied, so it goes back to
+// the caller.
+func writeRetryable(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || wire.CodeOf(err) == wire.CodeUnavailable
+}
+
+// Admin sends an admin verb (see the wire.Verb* constants) and decodes the
+// reply into resp (which may be nil). Reads (stream.info, stream.list,
+// cluster.info) are retried on no responders, timeouts and unavailable;
+// writes only on no responders and unavailable, within the retry limits.
+func (c *Client) Admin(ctx context.Context, verb string, req, resp any) error {
+	retry := writeRetryable
+	switch verb {
+	case wire.VerbStreamInfo, wire.VerbStreamList, wire.VerbClusterInfo:
+		retry = readRetryable
+	}
+	return c.withSimpleRetry(ctx, "admin "+verb, retry, func(ctx context.Context) error {
+		return c.adminOnce(ctx, verb, req, resp)
+	})
+}
+
+// withSimpleRetry retries attempt while retry(err) holds, within the retry
+// limits and ctx, without consulting the coordinators about a stream.
+func (c *Client) withSimpleRetry(ctx context.Context, op string, retry func(error) bool, attempt func(context.Context) error) error {
+	r := c.newRetrier(op, "")
+	for {
+		err := attempt(ctx)
+		if err == nil {
+			return nil
+		}
+		if !retry(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if err := r.next(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// CreateStream creates a stream. The reply is the new stream's info as the
+// coordinator returns it.
+func (c *Client) CreateStream(ctx context.Context, req wire.StreamCreate) (wire.StreamInfo, error) {
+	var info wire.StreamInfo
+	err := c.Admin(ctx, wire.VerbStreamCreate, req, &info)
+	return info, err
+}
+
+// DeleteStream deletes a stream.
+func (c *Client) DeleteStream(ctx context.Context, stream string) (wire.OK, error) {
+	var ok wire.OK
+	err := c.Admin(ctx, wire.VerbStreamDelete, wire.StreamRef{Stream: stream}, &ok)
+	return ok, err
+}
+
+// StreamInfo returns a stream's assignment, status and copy tails. A
+// missing stream is a *wire.Error with code wire.CodeNotFound, which also
+// matches ErrNoSuchStream.
+func (c *Client) StreamInfo(ctx context.Context, stream string) (wire.StreamInfo, error) {
+	var info wire.StreamInfo
+	err := c.Admin(ctx, wire.VerbStreamInfo, wire.StreamRef{Stream: stream}, &info)
+	if err != nil && wire.CodeOf(err) == wire.CodeNotFound {
+		err = fmt.Errorf("%w: %w", ErrNoSuchStream, err)
+	}
+	return info, err
+}
+
+// ListStreams lists every stream.
+func (c *Client) ListStreams(ctx context.Context) (wire.StreamList, error) {
+	var list wire.StreamList
+	err := c.Admin(ctx, wire.VerbStreamList, wire.Empty{}, &list)
+	return list, err
+}
+
+// ClusterInfo describes the coordinators and the stream hosts.
+func (c *Client) ClusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
+	var info wire.ClusterInfo
+	err := c.Admin(ctx, wire.VerbClusterInfo, wire.Empty{}, &info)
+	return info, err
+}
+
+// DrainNode moves every stream off node (eager failover).
+func (c *Client) DrainNode(ctx context.Context, node string) (wire.OK, error) {
+	var ok wire.OK
+	err := c.Admin(ctx, wire.VerbNodeDrain, wire.NodeRef{Node: node}, &ok)
+	return ok, err
+}
+
+// WithdrawRecovery withdraws the pending recovery of stream; the controller
+// then records a new one.
+func (c *Client) WithdrawRecovery(ctx context.Context, stream string) (wire.OK, error) {
+	var ok wire.OK
+	err := c.Admin(ctx, wire.VerbRecoveryWithdraw, wire.RecoveryWithdraw{Stream: stream}, &ok)
+	return ok, err
+}
+
+// AcceptLoss moves stream to node (or, if node is empty, the live copy with
+// the furthest published tail) without sealing anything. Confirmed records
+// may be lost; it is an operator's decision.
+func (c *Client) AcceptLoss(ctx context.Context, stream, node string) (wire.OK, error) {
+	var ok wire.OK
+	err := c.Admin(ctx, wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: stream, Node: node}, &ok)
+	return ok, err
+}
+
+// ClearAttention clears an accepted-loss warning of stream.
+func (c *Client) ClearAttention(ctx context.Context, stream string) (wire.OK, error) {
+	var ok wire.OK
+	err := c.Admin(ctx, wire.VerbAttentionClear, wire.AttentionClear{Stream: stream}, &ok)
+	return ok, err
+}
+
+// AttentionList returns the attention service's list.
+func (c *Client) AttentionList(ctx context.Context) (wire.AttentionListReply, error) {
+	var list wire.AttentionListReply
+	err := c.withSimpleRetry(ctx, "attention list", readRetryable, func(ctx context.Context) error {
+		return c.jsonOnce(ctx, wire.AttentionList, wire.Empty{}, &list)
+	})
+	return list, err
+}

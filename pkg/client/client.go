@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Errors callers branch on with errors.Is. Errors returned by the client
+// wrap them together with the cause (the last *wire.Error or NATS error), so
+// errors.As to *wire.Error keeps working.
+var (
+	// ErrRecovering means the stream is failing over (its recovery is
+	// pending or waiting) and the retry limits ran out: retry later.
+	ErrRecovering = errors.New("brook: stream is recovering, retry")
+	// ErrNoSuchStream means the coordinators know no stream of that name.
+	ErrNoSuchStream = errors.New("brook: no such stream")
+	// ErrTimeout means one attempt got no reply within the request timeout.
+	ErrTimeout = errors.New("brook: request timed out")
+	// ErrClosed is returned by an AsyncPublisher or Consumer after Close.
+	ErrClosed = errors.New("brook: closed")
+)
+
+// Defaults of the options.
+const (
+	DefaultRequestTimeout = 6 * time.Second // above the hosts' default 5s confirm timeout
+	DefaultAdminTimeout   = 5 * time.Second
+	DefaultMaxAttempts    = 0 // unbounded; the retry time bounds instead
+	DefaultMaxRetryTime   = 30 * time.Second
+	DefaultBackoffMin     = 5 * time.Millisecond
+	DefaultBackoffMax     = 250 * time.Millisecond
+	DefaultInfoInterval   = 250 * time.Millisecond
+)
+
+// options are the settings of a Client.
+type options struct {
+	name           string
+	user, password string
+	requestTimeout time.Duration
+	adminTimeout   time.Duration
+	maxAttempts    int
+	maxRetryTime   time.Duration
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	infoInterval   time.Duration
+	logger         *slog.Logger
+	natsOpts       []nats.Option
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithName sets the NATS connection name (default "brook-client").
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithUserInfo sets the NATS user and password, for URLs that carry none.
+func WithUserInfo(user, password string) Option {
+	return func(o *options) { o.user, o.password = user, password }
+}
+
+// WithRequestTimeout bounds one attempt of a data-plane request (publish,
+// fetch, commit). Keep it above the hosts' confirm timeout, or a publish
+// that would have been confirmed late is retried (and written twice).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) { o.requestTimeout = d }
+}
+
+// WithAdminTimeout bounds one admin request.
+func WithAdminTimeout(d time.Duration) Option { return func(o *options) { o.adminTimeout = d } }
+
+// WithRetry bounds the retries of a request across a failover: at most
+// maxAttempts attempts (0 = unbounded) and at most maxTime from the first
+// attempt (0 = bounded by the context only). The caller's context bounds it
+// too.
+func WithRetry(maxAttempts int, maxTime time.Duration) Option {
+	return func(o *options) { o.maxAttempts, o.maxRetryTime = maxAttempts, maxTime }
+}
+
+// WithBackoff sets the bounds of the exponential backoff between attempts.
+func WithBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = minDelay, maxDelay }
+}
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithNATSOptions adds options to the NATS connection Connect makes.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
+}
+
+func defaultOptions() options {
+	return options{
+		name:           "brook-client",
+		requestTimeout: DefaultRequestTimeout,
+		adminTimeout:   DefaultAdminTimeout,
+		maxAttempts:    DefaultMaxAttempts,
+		maxRetryTime:   DefaultMaxRetryTime,
+		backoffMin:     DefaultBackoffMin,
+		backoffMax:     DefaultBackoffMax,
+		infoInterval:   DefaultInfoInterval,
+	}
+}
+
+// Client talks to a brook cluster over one NATS connection. It is safe for
+// concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	ownConn bool
+	opts    options
+	log     *slog.Logger
+}
+
+// Connect connects to the NATS server(s) at urls (comma separated, as
+// nats.Connect takes them) and returns a Client that owns the connection.
+// The connection reconnects forever, waiting 100-250ms between attempts, so
+// a client rides out a NATS restart.
+func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	nopts := []nats.Option{
+		nats.Name(o.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+	}
+	if o.user != "" {
+		nopts = append(nopts, nats.UserInfo(o.user, o.password))
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		nopts = append(nopts, nats.Timeout(time.Until(deadline)))
+	}
+	nopts = append(nopts, o.natsOpts...)
+	// nats.Connect takes no context; a dead context is honoured up front
+	// and its deadline bounds the dial above.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", urls, err)
+	}
+	nc, err := nats.Connect(urls, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", urls, err)
+	}
+	c := newClient(nc, o)
+	c.ownConn = true
+	return c, nil
+}
+
+// New returns a Client over an existing connection, which the caller keeps
+// owning (Close does not close it).
+func New(nc *nats.Conn, opts ...Option) *Client {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newClient(nc, o)
+}
+
+func newClient(nc *nats.Conn, o options) *Client {
+	log := o.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client")}
+}
+
+// Conn returns the underlying NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Close drains and closes the connection if Connect made it.
+func (c *Client) Close() error {
+	if !c.ownConn {
+		return nil
+	}
+	if err := c.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		c.nc.Close()
+		return fmt.Errorf("close nats connection: %w", err)
+	}
+	return nil
+}
+
+// replyKind says how a reply body is encoded.
+type replyKind int
+
+const (
+	replyJSON   replyKind = iota // JSON result or {"error":...}
+	replyBinary                  // binary frame, errors flagged by frame.HeaderError
+)
+
+// request makes one attempt: it sends msg and waits at most timeout (and
+// at most until ctx is done) for the reply. It returns nats.ErrNoResponders
+// when nobody subscribes, ErrTimeout when this attempt timed out, a
+// *wire.Error when the service answered with an error, or the reply.
+func (c *Client) request(ctx context.Context, msg *nats.Msg, timeout time.Duration, kind replyKind) (*nats.Msg, error) {
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	injectTrace(ctx, msg)
+	reply, err := c.nc.RequestMsgWithContext(actx, msg)
+	if err != nil {
+		// The attempt's own deadline is a retryable timeout; the
+		// caller's context ending is not.
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s: no reply in %v: %w", msg.Subject, timeout, ErrTimeout)
+		}
+		return nil, fmt.Errorf("%s: %w", msg.Subject, err)
+	}
+	if werr := replyError(reply, kind); werr != nil {
+		return nil, werr
+	}
+	return reply, nil
+}
+
+// replyError decodes an error reply, or returns nil for a result.
+func replyError(m *nats.Msg, kind replyKind) *wire.Error {
+	code := m.Header.Get(frame.HeaderError)
+	if code == "" && kind == replyBinary {
+		return nil
+	}
+	if code == "" {
+		// A JSON result never has a top-level "error" member, so a
+		// cheap probe tells the two apart without knowing the type.
+		var probe struct {
+			Error *wire.Error `json:"error"`
+		}
+		if json.Unmarshal(m.Data, &probe) != nil || probe.Error == nil {
+			return nil
+		}
+		return probe.Error
+	}
+	var er wire.ErrorReply
+	if err := json.Unmarshal(m.Data, &er); err != nil || er.Error == nil {
+		return &wire.Error{Code: code, Message: string(m.Data)}
+	}
+	if er.Error.Code == "" {
+		er.Error.Code = code
+	}
+	return er.Error
+}
+
+// IsConfirmTimeout reports whether err says a publish was not confirmed in
+// time (the record may or may not have been kept).
+func IsConfirmTimeout(err error) bool { return wire.CodeOf(err) == wire.CodeConfirmTimeout }

@@ -1,0 +1,246 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// memOwner is a test owner of one stream held in memory: records
+// 0..len-1, durable cursors, and a log of the fetches it served.
+type memOwner struct {
+	t       *testing.T
+	mu      sync.Mutex
+	records [][]byte
+	cursors map[string]uint64
+	fetches []wire.FetchRequest
+	commits []wire.CursorCommit
+}
+
+func newMemOwner(t *testing.T, nc *nats.Conn, stream string, n int) *memOwner {
+	o := &memOwner{t: t, cursors: map[string]uint64{}}
+	for i := range n {
+		o.records = append(o.records, fmt.Appendf(nil, "r%d", i))
+	}
+	subscribe(t, nc, wire.FetchSubject(stream), o.fetch)
+	subscribe(t, nc, wire.CommitSubject(stream), o.commit)
+	return o
+}
+
+func (o *memOwner) fetch(m *nats.Msg) {
+	var req wire.FetchRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "%v", err))
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fetches = append(o.fetches, req)
+	var from uint64
+	switch {
+	case req.Start == "offset":
+		from = req.Offset
+	case req.Cursor != "":
+		from = o.cursors[req.Cursor]
+	default:
+		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "no position"))
+		return
+	}
+	tail := uint64(len(o.records))
+	b := &frame.Batch{Epoch: 1, Tail: tail, Confirmed: tail, Next: from}
+	for off := from; off < tail && (req.MaxRecords == 0 || len(b.Records) < req.MaxRecords); off++ {
+		b.Records = append(b.Records, frame.Record{Offset: off, Data: o.records[off]})
+		b.Next = off + 1
+	}
+	respondBatch(o.t, m, b)
+}
+
+func (o *memOwner) commit(m *nats.Msg) {
+	var req wire.CursorCommit
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "%v", err))
+		return
+	}
+	o.mu.Lock()
+	o.commits = append(o.commits, req)
+	o.cursors[req.Cursor] = req.Offset
+	ev := uint64(len(o.commits))
+	o.mu.Unlock()
+	respondJSON(o.t, m, wire.CursorCommitReply{Cursor: req.Cursor, Offset: req.Offset, EventOffset: ev})
+}
+
+func (o *memOwner) cursor(name string) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cursors[name]
+}
+
+// The consumer starts at the cursor's committed position, then fetches by
+// its own offset, counts a record consumed when the next is asked for, and
+// commits on Close; a new consumer of the cursor resumes after it.
+func TestConsumerPositionAndCommitOnClose(t *testing.T) {
+	url := startNATS(t)
+	owner := newMemOwner(t, responderConn(t, url), "s", 10)
+	owner.cursors["c"] = 3
+	c := connectClient(t, url)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", MaxRecords: 4, CommitInterval: -1, Wait: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(3); want < 10; want++ {
+		rec, err := cn.Next(ctx)
+		if err != nil {
+			t.Fatalf("next: %v", err)
+		}
+		if rec.Offset != want || string(rec.Data) != fmt.Sprintf("r%d", want) {
+			t.Fatalf("record = %d %q, want %d r%d", rec.Offset, rec.Data, want, want)
+		}
+		// Everything before the record just returned is consumed.
+		if got := cn.Position(); got != want {
+			t.Fatalf("position after record %d = %d, want %d", want, got, want)
+		}
+	}
+	if got := owner.cursor("c"); got != 3 {
+		t.Fatalf("cursor committed early: %d", got)
+	}
+	if err := cn.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if got := owner.cursor("c"); got != 10 {
+		t.Fatalf("cursor after close = %d, want 10", got)
+	}
+	if _, err := cn.Next(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("next after close: %v, want ErrClosed", err)
+	}
+
+	owner.mu.Lock()
+	fetches := append([]wire.FetchRequest(nil), owner.fetches...)
+	owner.mu.Unlock()
+	want := []wire.FetchRequest{
+		{Cursor: "c", MaxRecords: 4, WaitMS: 10},
+		{Start: "offset", Offset: 7, MaxRecords: 4, WaitMS: 10},
+	}
+	if len(fetches) != len(want) {
+		t.Fatalf("fetches = %+v, want %+v", fetches, want)
+	}
+	for i := range want {
+		if fetches[i] != want[i] {
+			t.Fatalf("fetch %d = %+v, want %+v", i, fetches[i], want[i])
+		}
+	}
+
+	// A new consumer of the same cursor resumes after everything consumed:
+	// there is nothing more, so Next waits until its context ends.
+	cn2, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", Wait: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if rec, err := cn2.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("resumed consumer got %+v, %v; want nothing until the deadline", rec, err)
+	}
+	if cn2.Position() != 10 {
+		t.Fatalf("resumed at %d, want 10", cn2.Position())
+	}
+}
+
+// With a commit interval, Next commits what was consumed so far; nothing is
+// committed past the record the caller still holds.
+func TestConsumerCommitsPeriodically(t *testing.T) {
+	url := startNATS(t)
+	owner := newMemOwner(t, responderConn(t, url), "s", 5)
+	c := connectClient(t, url)
+	ctx := ctxTimeout(t, 10*time.Second)
+	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", CommitInterval: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := cn.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Record i is held by the caller; records below it are consumed
+		// and were committed by this Next.
+		if got := owner.cursor("c"); got != uint64(i) {
+			t.Fatalf("after handing out record %d the cursor is %d, want %d", i, got, i)
+		}
+	}
+	owner.mu.Lock()
+	n := len(owner.commits)
+	owner.mu.Unlock()
+	if n != 4 {
+		t.Fatalf("commits = %d, want 4 (none before the first record was consumed)", n)
+	}
+	if err := cn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner.cursor("c"); got != 5 {
+		t.Fatalf("cursor after close = %d, want 5", got)
+	}
+}
+
+// A record below the consumer's position is never handed out twice, and an
+// error reply of a fetch is decoded.
+func TestFetchErrorReply(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	subscribe(t, svc, wire.FetchSubject("s"), func(m *nats.Msg) {
+		respondError(t, m, wire.Errorf(wire.CodeBadRequest, "cursor or start required"))
+	})
+	c := connectClient(t, url)
+	_, err := c.Fetch(ctxTimeout(t, 10*time.Second), "s", wire.FetchRequest{})
+	var werr *wire.Error
+	if !errors.As(err, &werr) || werr.Code != wire.CodeBadRequest || werr.Message != "cursor or start required" {
+		t.Fatalf("err = %v, want bad_request", err)
+	}
+}
+
+// A fetch reply that repeats records below the requested offset (as an
+// owner might after a failover) does not make the consumer repeat them.
+func TestConsumerSkipsRecordsBelowPosition(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	var mu sync.Mutex
+	calls := 0
+	subscribe(t, svc, wire.FetchSubject("s"), func(m *nats.Msg) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		b := &frame.Batch{Records: []frame.Record{{Offset: 0, Data: []byte("a")}, {Offset: 1, Data: []byte("b")}}, Next: 2}
+		if n > 1 {
+			// Starts again one record early.
+			b = &frame.Batch{Records: []frame.Record{{Offset: 1, Data: []byte("b")}, {Offset: 2, Data: []byte("c")}}, Next: 3}
+		}
+		respondBatch(t, m, b)
+	})
+	c := connectClient(t, url)
+	ctx := ctxTimeout(t, 10*time.Second)
+	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", CommitInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for range 3 {
+		rec, err := cn.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Offset)
+	}
+	if fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("offsets = %v, want [0 1 2]", got)
+	}
+}

@@ -1,0 +1,252 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Fetch asks the stream's owner for records, at the position req names
+// (see wire.FetchRequest). Only confirmed records are returned. The batch's
+// Next is where the following fetch should start. A fetch has no effect, so
+// it is retried across a failover like a publish.
+func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest) (*frame.Batch, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: encode request: %w", stream, err)
+	}
+	// A long poll holds the reply back by up to WaitMS on purpose.
+	timeout := c.opts.requestTimeout + time.Duration(req.WaitMS)*time.Millisecond
+	r := c.newRetrier("fetch", stream)
+	for {
+		msg := nats.NewMsg(wire.FetchSubject(stream))
+		msg.Data = body
+		reply, err := c.request(ctx, msg, timeout, replyBinary)
+		if err == nil {
+			b, derr := frame.DecodeBatch(reply.Data)
+			if derr != nil {
+				return nil, fmt.Errorf("fetch %s: decode batch: %w", stream, derr)
+			}
+			return b, nil
+		}
+		if err := r.next(ctx, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// CommitCursor records that cursor of stream has consumed everything below
+// offset. Committing the same offset again is harmless, so it is retried
+// across a failover.
+func (c *Client) CommitCursor(ctx context.Context, stream, cursor string, offset uint64) (wire.CursorCommitReply, error) {
+	body, err := json.Marshal(wire.CursorCommit{Cursor: cursor, Offset: offset})
+	if err != nil {
+		return wire.CursorCommitReply{}, fmt.Errorf("commit %s/%s: encode: %w", stream, cursor, err)
+	}
+	r := c.newRetrier("commit cursor", stream)
+	for {
+		msg := nats.NewMsg(wire.CommitSubject(stream))
+		msg.Data = body
+		reply, err := c.request(ctx, msg, c.opts.requestTimeout, replyJSON)
+		if err == nil {
+			var cr wire.CursorCommitReply
+			if err := json.Unmarshal(reply.Data, &cr); err != nil {
+				return cr, fmt.Errorf("commit %s/%s: decode reply: %w", stream, cursor, err)
+			}
+			return cr, nil
+		}
+		if err := r.next(ctx, err); err != nil {
+			return wire.CursorCommitReply{}, err
+		}
+	}
+}
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// Cursor is the durable cursor's name (required). A new name starts at
+	// the stream's retained head.
+	Cursor string
+	// MaxRecords and MaxBytes bound one fetch (0: the owner's defaults).
+	MaxRecords int
+	MaxBytes   int
+	// Wait is how long the owner may hold a fetch that finds nothing new
+	// (long poll). Default 1s.
+	Wait time.Duration
+	// CommitInterval is how often Next commits the cursor when it moved.
+	// Default 1s; negative commits only on Commit and Close.
+	CommitInterval time.Duration
+}
+
+// Consumer reads a stream through a durable cursor. The first fetch starts
+// at the cursor's committed position; after that the consumer tracks its
+// own position and fetches by offset. A record counts as consumed once the
+// caller asks for the next one (or closes the consumer), and consumed
+// positions are committed every CommitInterval and on Close.
+//
+// A Consumer is meant for one goroutine at a time.
+type Consumer struct {
+	c      *Client
+	stream string
+	cfg    ConsumerConfig
+
+	started    bool   // the first fetch (by cursor) is done
+	next       uint64 // the offset the next fetch asks from
+	buf        []frame.Record
+	returned   bool   // a record was handed out and is not yet counted consumed
+	handedOut  uint64 // offset+1 of that record
+	consumed   uint64 // the caller has consumed everything below this
+	committed  uint64 // the owner has recorded everything below this
+	lastCommit time.Time
+	empties    int // fetches in a row that returned nothing
+	closed     bool
+}
+
+// NewConsumer returns a consumer of stream; it fetches nothing until Next.
+func (c *Client) NewConsumer(stream string, cfg ConsumerConfig) (*Consumer, error) {
+	if err := wire.ValidName("stream", stream); err != nil {
+		return nil, fmt.Errorf("new consumer: %w", err)
+	}
+	if err := wire.ValidName("cursor", cfg.Cursor); err != nil {
+		return nil, fmt.Errorf("new consumer: %w", err)
+	}
+	if cfg.Wait == 0 {
+		cfg.Wait = time.Second
+	}
+	if cfg.CommitInterval == 0 {
+		cfg.CommitInterval = time.Second
+	}
+	return &Consumer{c: c, stream: stream, cfg: cfg, lastCommit: time.Now()}, nil
+}
+
+// Position returns the offset below which the caller has consumed every
+// record (0 before the first fetch). The record Next returned last is not
+// counted until the next call to Next, Commit or Close.
+func (cn *Consumer) Position() uint64 { return cn.consumed }
+
+// Committed returns the offset the consumer last committed.
+func (cn *Consumer) Committed() uint64 { return cn.committed }
+
+// settle counts the record handed out last as consumed.
+func (cn *Consumer) settle() {
+	if cn.returned {
+		cn.returned = false
+		cn.consumed = max(cn.consumed, cn.handedOut)
+	}
+}
+
+// Next returns the next record, fetching (and waiting for new records) as
+// needed until ctx is done. Calling Next counts the previous record as
+// consumed; a commit due by CommitInterval is made first, and its failure
+// is logged, not returned, since a later commit covers it.
+func (cn *Consumer) Next(ctx context.Context) (frame.Record, error) {
+	if cn.closed {
+		return frame.Record{}, ErrClosed
+	}
+	cn.settle()
+	if cn.cfg.CommitInterval > 0 && cn.consumed > cn.committed && time.Since(cn.lastCommit) >= cn.cfg.CommitInterval {
+		if err := cn.Commit(ctx); err != nil {
+			cn.c.log.Warn("periodic cursor commit failed", "stream", cn.stream, "cursor", cn.cfg.Cursor, "err", err)
+		}
+	}
+	for len(cn.buf) == 0 {
+		if err := cn.fill(ctx); err != nil {
+			return frame.Record{}, err
+		}
+	}
+	rec := cn.buf[0]
+	cn.buf = cn.buf[1:]
+	cn.returned, cn.handedOut = true, rec.Offset+1
+	return rec, nil
+}
+
+// fill makes one fetch and buffers what it returned, waiting a little
+// after an empty answer the owner did not hold back.
+func (cn *Consumer) fill(ctx context.Context) error {
+	req := wire.FetchRequest{
+		MaxRecords: cn.cfg.MaxRecords,
+		MaxBytes:   cn.cfg.MaxBytes,
+		WaitMS:     cn.cfg.Wait.Milliseconds(),
+	}
+	if cn.started {
+		req.Start, req.Offset = "offset", cn.next
+	} else {
+		req.Cursor = cn.cfg.Cursor
+	}
+	began := time.Now()
+	b, err := cn.c.Fetch(ctx, cn.stream, req)
+	if err != nil {
+		return fmt.Errorf("consume %s/%s: %w", cn.stream, cn.cfg.Cursor, err)
+	}
+	recs := b.Records
+	if cn.started {
+		// Never hand out an offset twice to the same consumer, whatever
+		// the owner sent back.
+		for len(recs) > 0 && recs[0].Offset < cn.next {
+			recs = recs[1:]
+		}
+	}
+	if !cn.started {
+		// The cursor's committed position is where this consumer starts:
+		// the first record returned, or where the owner says to go on.
+		cn.started = true
+		start := b.Next
+		if len(recs) > 0 {
+			start = recs[0].Offset
+		}
+		cn.consumed, cn.committed, cn.next = start, start, start
+	}
+	if len(recs) > 0 {
+		cn.next = max(cn.next, recs[len(recs)-1].Offset+1, b.Next)
+		cn.buf = recs
+		cn.empties = 0
+		return nil
+	}
+	cn.next = max(cn.next, b.Next)
+	cn.empties++
+	if time.Since(began) >= cn.cfg.Wait/2 {
+		return nil // the owner held the fetch: it is the wait
+	}
+	t := time.NewTimer(backoff(cn.empties, cn.c.opts.backoffMin, cn.c.opts.backoffMax))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("consume %s/%s: %w", cn.stream, cn.cfg.Cursor, ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+// Commit records the consumed position on the owner if it moved since the
+// last commit.
+func (cn *Consumer) Commit(ctx context.Context) error {
+	cn.settle()
+	if !cn.started || cn.consumed <= cn.committed {
+		return nil
+	}
+	pos := cn.consumed
+	if _, err := cn.c.CommitCursor(ctx, cn.stream, cn.cfg.Cursor, pos); err != nil {
+		return err
+	}
+	cn.committed = max(cn.committed, pos)
+	cn.lastCommit = time.Now()
+	return nil
+}
+
+// Close counts the last record handed out as consumed, commits, and makes
+// further calls to Next fail with ErrClosed.
+func (cn *Consumer) Close(ctx context.Context) error {
+	if cn.closed {
+		return nil
+	}
+	cn.closed = true
+	if err := cn.Commit(ctx); err != nil {
+		return fmt.Errorf("close consumer %s/%s: %w", cn.stream, cn.cfg.Cursor, err)
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// publishOpts are the settings of one publish.
+type publishOpts struct {
+	producer string
+	seq      uint64
+	hasSeq   bool
+}
+
+// PublishOption configures one publish.
+type PublishOption func(*publishOpts)
+
+// WithProducer tags the publish with a producer id and a sequence number
+// (headers wire.HeaderProducer and wire.HeaderSequence), so that the owner
+// drops a retried copy of it within its duplicate window and answers with
+// the first write's offset. Sequences of one producer should increase.
+func WithProducer(id string, seq uint64) PublishOption {
+	return func(o *publishOpts) { o.producer, o.seq, o.hasSeq = id, seq, true }
+}
+
+// publishMsg builds the NATS message of a publish.
+func publishMsg(stream string, data []byte, o publishOpts) *nats.Msg {
+	msg := nats.NewMsg(wire.PublishSubject(stream))
+	msg.Data = data
+	if o.hasSeq {
+		msg.Header.Set(wire.HeaderProducer, o.producer)
+		msg.Header.Set(wire.HeaderSequence, strconv.FormatUint(o.seq, 10))
+	}
+	return msg
+}
+
+// decodeConfirm decodes a publish reply that is not an error.
+func decodeConfirm(stream string, m *nats.Msg) (wire.PublishConfirm, error) {
+	var pc wire.PublishConfirm
+	if err := json.Unmarshal(m.Data, &pc); err != nil {
+		// An unreadable reply is not a confirm: never report it as one.
+		return wire.PublishConfirm{}, fmt.Errorf("publish %s: decode confirm: %w", stream, err)
+	}
+	return pc, nil
+}
+
+// Publish appends data to stream and returns once the owner confirmed it
+// (W copies hold it durably). Across a failover it retries the same record
+// (see the package doc on duplicates); a confirm_timeout is returned as a
+// *wire.Error and not retried.
+func (c *Client) Publish(ctx context.Context, stream string, data []byte, opts ...PublishOption) (wire.PublishConfirm, error) {
+	var o publishOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return c.publishRetry(ctx, c.newRetrier("publish", stream), stream, data, o)
+}
+
+// publishRetry makes publish attempts under r until one is confirmed or r
+// gives up.
+func (c *Client) publishRetry(ctx context.Context, r *retrier, stream string, data []byte, o publishOpts) (wire.PublishConfirm, error) {
+	for {
+		reply, err := c.request(ctx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)
+		if err == nil {
+			return decodeConfirm(stream, reply)
+		}
+		if err := r.next(ctx, err); err != nil {
+			return wire.PublishConfirm{}, err
+		}
+	}
+}

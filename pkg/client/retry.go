@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// retryable reports whether err is one a failover explains: nobody owns the
+// stream right now, the host answering is no longer (or not yet) its owner,
+// or the owner went silent. Everything else, confirm_timeout included, goes
+// back to the caller.
+func retryable(err error) bool {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, ErrTimeout),
+		errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrConnectionReconnecting):
+		return true
+	}
+	var werr *wire.Error
+	if !errors.As(err, &werr) {
+		return false
+	}
+	switch werr.Code {
+	case wire.CodeNotOwner, wire.CodeSealed, wire.CodeShuttingDown,
+		wire.CodeRecovering, wire.CodeStaleEpoch, wire.CodeStreamUnknown,
+		wire.CodeUnavailable:
+		return true
+	}
+	return false
+}
+
+// backoff returns the delay before attempt n+1 after n failed attempts:
+// exponential from min to max, with "equal jitter" (half fixed, half random)
+// so that many clients failing together do not retry in lockstep.
+func backoff(n int, minDelay, maxDelay time.Duration) time.Duration {
+	if minDelay <= 0 {
+		minDelay = time.Millisecond
+	}
+	if maxDelay < minDelay {
+		maxDelay = minDelay
+	}
+	d := minDelay
+	for i := 1; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// retrier drives the attempts of one request across a failover.
+type retrier struct {
+	c      *Client
+	stream string // "" for requests about no stream (admin)
+	op     string
+
+	start    time.Time
+	attempts int
+	lastErr  error
+	// status is the stream's status as a coordinator last reported it,
+	// "" while unknown.
+	status    string
+	checkedAt time.Time
+}
+
+func (c *Client) newRetrier(op, stream string) *retrier {
+	return &retrier{c: c, stream: stream, op: op, start: time.Now()}
+}
+
+// next is called after a failed attempt. It returns nil after having waited
+// the backoff when another attempt should be made, or the error to return
+// to the caller.
+func (r *retrier) next(ctx context.Context, err error) error {
+	r.attempts++
+	if ctx.Err() != nil && r.lastErr != nil {
+		// The caller's context ended during a retry: report why the
+		// earlier attempts failed, not just the context.
+		return r.giveUp(ctx.Err())
+	}
+	if !retryable(err) {
+		return r.wrap(err)
+	}
+	r.lastErr = err
+	if wire.CodeOf(err) == wire.CodeRecovering {
+		r.status = wire.StatusRecovering
+	}
+	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= r.c.opts.infoInterval) {
+		// The coordinators know whether this is a failover or a stream
+		// that does not exist; ask them now and then while retrying.
+		r.checkedAt = time.Now()
+		status, ierr := r.c.streamStatus(ctx, r.stream)
+		switch {
+		case errors.Is(ierr, ErrNoSuchStream):
+			return fmt.Errorf("%s %s: %w (last attempt: %w)", r.op, r.stream, ierr, err)
+		case ierr == nil:
+			r.status = status
+		}
+	}
+	o := r.c.opts
+	delay := backoff(r.attempts, o.backoffMin, o.backoffMax)
+	if o.maxAttempts > 0 && r.attempts >= o.maxAttempts {
+		return r.giveUp(nil)
+	}
+	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
+		return r.giveUp(nil)
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return r.giveUp(ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+func (r *retrier) wrap(err error) error {
+	if r.stream == "" {
+		return fmt.Errorf("%s: %w", r.op, err)
+	}
+	return fmt.Errorf("%s %s: %w", r.op, r.stream, err)
+}
+
+// giveUp builds the final error after the limits ran out: ErrRecovering
+// when the stream is failing over, otherwise the last attempt's error.
+func (r *retrier) giveUp(ctxErr error) error {
+	what := r.op
+	if r.stream != "" {
+		what += " " + r.stream
+	}
+	var cause error = r.lastErr
+	if ctxErr != nil {
+		cause = fmt.Errorf("%w (last attempt: %w)", ctxErr, r.lastErr)
+	}
+	if r.status == wire.StatusRecovering || r.status == wire.StatusWaiting {
+		return fmt.Errorf("%s: %w: gave up after %d attempts in %v: %w",
+			what, ErrRecovering, r.attempts, time.Since(r.start).Round(time.Millisecond), cause)
+	}
+	return fmt.Errorf("%s: gave up after %d attempts in %v: %w",
+		what, r.attempts, time.Since(r.start).Round(time.Millisecond), cause)
+}
+
+// streamStatus asks a coordinator for the stream's status, within a short
+// time so that a missing coordinator does not hold up the retries.
+func (c *Client) streamStatus(ctx context.Context, stream string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(c.opts.adminTimeout, time.Second))
+	defer cancel()
+	var info wire.StreamInfo
+	err := c.adminOnce(ctx, wire.VerbStreamInfo, wire.StreamRef{Stream: stream}, &info)
+	if err != nil {
+		if wire.CodeOf(err) == wire.CodeNotFound {
+			return "", fmt.Errorf("%w: %w", ErrNoSuchStream, err)
+		}
+		return "", err
+	}
+	return info.Status, nil
+}

@@ -1,0 +1,498 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/client"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Config describes a cluster to start.
+type Config struct {
+	Bins Bins
+	// Dir holds the data directories (required).
+	Dir string
+	// Coordinators and Hosts default to 3 and 4.
+	Coordinators int
+	Hosts        int
+	// Attention also starts the attention service.
+	Attention bool
+	// Extra flags, appended after the harness's own (so they override
+	// them: the last value of a flag wins).
+	CoordArgs     []string
+	HostArgs      []string
+	AttentionArgs []string
+	// Env is added to every process's environment (e.g. OTEL_*).
+	Env []string
+	// LogDir receives one log file per process and nats.log; default
+	// Dir/logs.
+	LogDir string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL;
+	// default 5s.
+	StopGrace time.Duration
+	// Logger logs the harness's own steps (default: discard).
+	Logger *slog.Logger
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	cfg     Config
+	log     *slog.Logger
+	nats    *NATS
+	proxies []*Proxy // one per host, in front of nats
+	coords  []*Proc
+	hosts   []*Proc
+	attn    *Proc
+	client  *client.Client
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// ports hands out free loopback ports. Each port stays bound until
+// release, so two ports it hands out never collide with each other nor with
+// a listener opened meanwhile (such as a host's proxy); release comes right
+// before the processes start and bind them.
+type ports struct{ lns []net.Listener }
+
+func (ps *ports) addr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	ps.lns = append(ps.lns, ln)
+	return ln.Addr().String(), nil
+}
+
+func (ps *ports) release() {
+	for _, ln := range ps.lns {
+		_ = ln.Close()
+	}
+	ps.lns = nil
+}
+
+// Start starts NATS, the coordinators, the stream hosts and, if asked, the
+// attention service. It returns once every process was started; use
+// WaitLeader and WaitNodesLive to wait for the cluster to form. On error
+// everything started so far is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("start cluster: Config.Dir is required")
+	}
+	if cfg.Coordinators == 0 {
+		cfg.Coordinators = 3
+	}
+	if cfg.Hosts == 0 {
+		cfg.Hosts = 4
+	}
+	if cfg.LogDir == "" {
+		cfg.LogDir = filepath.Join(cfg.Dir, "logs")
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 5 * time.Second
+	}
+	if cfg.Bins.Coordinator == "" || cfg.Bins.StreamHost == "" || (cfg.Attention && cfg.Bins.Attention == "") {
+		return nil, fmt.Errorf("start cluster: missing binaries: %+v", cfg.Bins)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for _, d := range []string{cfg.Dir, cfg.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+	}
+	c := &Cluster{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+
+	c.nats, err = StartNATS(filepath.Join(cfg.LogDir, "nats.log"))
+	if err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	env := append(os.Environ(), cfg.Env...)
+	var free ports
+	defer free.release()
+
+	// Coordinators: all raft addresses must be known before the first
+	// starts, since each gets the whole peer list.
+	raftAddrs := make([]string, cfg.Coordinators)
+	peers := make([]string, cfg.Coordinators)
+	for i := range raftAddrs {
+		if raftAddrs[i], err = free.addr(); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		peers[i] = fmt.Sprintf("%d=%s", i+1, raftAddrs[i])
+	}
+	for i := range cfg.Coordinators {
+		id := strconv.Itoa(i + 1)
+		httpAddr, err := free.addr()
+		if err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		args := []string{
+			"--replica-id", id,
+			"--raft-addr", raftAddrs[i],
+			"--peers", strings.Join(peers, ","),
+			"--data-dir", filepath.Join(cfg.Dir, "coordinator-"+id),
+			"--nats-url", c.nats.URL(),
+			"--nats-system-url", c.nats.SysURL(),
+			"--http-addr", httpAddr,
+		}
+		args = append(args, cfg.CoordArgs...)
+		name := "coordinator-" + id
+		c.coords = append(c.coords, newProc(name, KindCoordinator, id, cfg.Bins.Coordinator, args, env,
+			httpAddr, filepath.Join(cfg.LogDir, name+".log")))
+	}
+	for i := range cfg.Hosts {
+		node := "h" + strconv.Itoa(i+1)
+		px, err := NewProxy(c.nats.Addr(), log.With("proxy", node))
+		if err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		c.proxies = append(c.proxies, px)
+		httpAddr, err := free.addr()
+		if err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		args := []string{
+			"--node", node,
+			"--data-dir", filepath.Join(cfg.Dir, node),
+			"--nats-url", userURL(BrookUser, BrookPassword, px.Addr()),
+			"--http-addr", httpAddr,
+		}
+		args = append(args, cfg.HostArgs...)
+		c.hosts = append(c.hosts, newProc(node, KindStreamHost, node, cfg.Bins.StreamHost, args, env,
+			httpAddr, filepath.Join(cfg.LogDir, node+".log")))
+	}
+	if cfg.Attention {
+		httpAddr, err := free.addr()
+		if err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		args := append([]string{"--nats-url", c.nats.URL(), "--http-addr", httpAddr}, cfg.AttentionArgs...)
+		c.attn = newProc("attention", KindAttention, "", cfg.Bins.Attention, args, env,
+			httpAddr, filepath.Join(cfg.LogDir, "attention.log"))
+	}
+	free.release()
+	for _, p := range c.Procs() {
+		if err := p.start(); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		log.Info("started", "proc", p.Name, "pid", p.Pid(), "log", p.LogPath)
+	}
+	c.client, err = client.Connect(ctx, c.nats.URL(),
+		client.WithName("brook-cluster-harness"),
+		client.WithAdminTimeout(time.Second),
+		client.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	return c, nil
+}
+
+// NATSURL is the URL every service uses (user brook, account BROOK).
+func (c *Cluster) NATSURL() string { return c.nats.URL() }
+
+// NATSSysURL is the system account's URL.
+func (c *Cluster) NATSSysURL() string { return c.nats.SysURL() }
+
+// NATS returns the embedded server.
+func (c *Cluster) NATS() *NATS { return c.nats }
+
+// Client is the harness's own client (connected as brook).
+func (c *Cluster) Client() *client.Client { return c.client }
+
+// Host returns stream host i (0-based; its node id is "h<i+1>").
+func (c *Cluster) Host(i int) *Proc { return c.hosts[i] }
+
+// HostByNode returns the stream host with node id node, or nil.
+func (c *Cluster) HostByNode(node string) *Proc {
+	for _, h := range c.hosts {
+		if h.Node == node {
+			return h
+		}
+	}
+	return nil
+}
+
+// Coordinator returns coordinator i (0-based; its replica id is i+1).
+func (c *Cluster) Coordinator(i int) *Proc { return c.coords[i] }
+
+// CoordinatorByReplica returns the coordinator with replica id id, or nil.
+func (c *Cluster) CoordinatorByReplica(id uint64) *Proc {
+	if id < 1 || id > uint64(len(c.coords)) {
+		return nil
+	}
+	return c.coords[id-1]
+}
+
+// Attention returns the attention process, or nil.
+func (c *Cluster) Attention() *Proc { return c.attn }
+
+// Hosts and Coordinators return how many there are.
+func (c *Cluster) Hosts() int        { return len(c.hosts) }
+func (c *Cluster) Coordinators() int { return len(c.coords) }
+
+// Procs returns every process: coordinators, hosts, then attention.
+func (c *Cluster) Procs() []*Proc {
+	ps := append(append([]*Proc(nil), c.coords...), c.hosts...)
+	if c.attn != nil {
+		ps = append(ps, c.attn)
+	}
+	return ps
+}
+
+// Kill sends sig to p's process group: SIGKILL (then waits until it is
+// reaped), SIGSTOP, SIGCONT, or any other signal.
+func (c *Cluster) Kill(p *Proc, sig syscall.Signal) error {
+	c.log.Info("signal", "proc", p.Name, "signal", sig)
+	if sig == syscall.SIGKILL {
+		return p.kill()
+	}
+	return p.signal(sig)
+}
+
+// Terminate stops p gracefully (SIGTERM), and kills it after the stop
+// grace or when ctx ends.
+func (c *Cluster) Terminate(ctx context.Context, p *Proc) error {
+	c.log.Info("terminate", "proc", p.Name)
+	return p.terminate(ctx, c.cfg.StopGrace)
+}
+
+// Restart starts p again with the same arguments (data directory, ports,
+// node id). A p that is still running is terminated first.
+func (c *Cluster) Restart(ctx context.Context, p *Proc) error {
+	if p.Running() {
+		if err := p.terminate(ctx, c.cfg.StopGrace); err != nil {
+			return fmt.Errorf("restart %s: %w", p.Name, err)
+		}
+	}
+	if err := p.start(); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	c.log.Info("restarted", "proc", p.Name, "pid", p.Pid())
+	return nil
+}
+
+// CutHost cuts stream host i off from NATS: its connections are dropped
+// and refused until HealHost. The process keeps running.
+func (c *Cluster) CutHost(i int) {
+	c.log.Info("cut host from nats", "host", c.hosts[i].Name)
+	c.proxies[i].Cut()
+}
+
+// HealHost lets stream host i reach NATS again.
+func (c *Cluster) HealHost(i int) {
+	c.log.Info("heal host", "host", c.hosts[i].Name)
+	c.proxies[i].Heal()
+}
+
+// Stop stops every process (SIGTERM, SIGKILL after the stop grace), then
+// the proxies and NATS. Stream hosts and attention stop first, while the
+// coordinators can still commit the hosts' node.leave; the coordinators
+// stop after them. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		var first, last []*Proc
+		for _, p := range c.Procs() {
+			if p.Kind == KindCoordinator {
+				last = append(last, p)
+			} else {
+				first = append(first, p)
+			}
+		}
+		errs := append(c.terminateAll(first), c.terminateAll(last)...)
+		if c.client != nil {
+			_ = c.client.Close()
+		}
+		for _, px := range c.proxies {
+			errs = append(errs, px.Close())
+		}
+		if c.nats != nil {
+			c.nats.Shutdown()
+		}
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+// terminateAll terminates procs in parallel.
+func (c *Cluster) terminateAll(procs []*Proc) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(procs))
+	for i, p := range procs {
+		if p.Starts() == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.terminate(context.Background(), c.cfg.StopGrace)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// checkProcs returns an error if a process ended that the harness did not
+// stop, with the end of its log: waiting on a cluster with a crashed member
+// would only time out.
+func (c *Cluster) checkProcs() error {
+	var errs []error
+	for _, p := range c.Procs() {
+		if bad, state := p.unexpectedExit(); bad {
+			errs = append(errs, fmt.Errorf("%s exited unexpectedly (%s); log tail:\n%s", p.Name, state, p.LogTail(20)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// poll calls try every interval until it returns true or an error, ctx
+// ends, or a process crashed.
+func (c *Cluster) poll(ctx context.Context, what string, try func(context.Context) (bool, error)) error {
+	const interval = 50 * time.Millisecond
+	var last error
+	for {
+		if err := c.checkProcs(); err != nil {
+			return fmt.Errorf("wait for %s: %w", what, err)
+		}
+		ok, err := try(ctx)
+		if err != nil {
+			last = err
+		}
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if last != nil {
+				return fmt.Errorf("wait for %s: %w (last error: %w)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// once makes one admin request with a short timeout, so a poll goes on
+// instead of waiting out the client's retries.
+func once(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 2*time.Second)
+}
+
+// LeaderReplica returns the replica id of the Raft leader as a coordinator
+// reports it (cluster.info); 0 with an error while there is none.
+func (c *Cluster) LeaderReplica(ctx context.Context) (uint64, error) {
+	ctx, cancel := once(ctx)
+	defer cancel()
+	info, err := c.client.ClusterInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("leader replica: %w", err)
+	}
+	if info.Leader == 0 {
+		return 0, errors.New("leader replica: no leader")
+	}
+	return info.Leader, nil
+}
+
+// WaitLeader waits until a coordinator reports a leader, and returns its
+// replica id.
+func (c *Cluster) WaitLeader(ctx context.Context) (uint64, error) {
+	var leader uint64
+	err := c.poll(ctx, "a coordinator leader", func(ctx context.Context) (bool, error) {
+		id, err := c.LeaderReplica(ctx)
+		leader = id
+		return err == nil, err
+	})
+	return leader, err
+}
+
+// WaitNodesLive waits until at least n stream hosts are live in the
+// coordinators' state.
+func (c *Cluster) WaitNodesLive(ctx context.Context, n int) error {
+	return c.poll(ctx, fmt.Sprintf("%d live nodes", n), func(ctx context.Context) (bool, error) {
+		ctx, cancel := once(ctx)
+		defer cancel()
+		info, err := c.client.ClusterInfo(ctx)
+		if err != nil {
+			return false, err
+		}
+		live := 0
+		for _, nd := range info.Nodes {
+			if nd.State == wire.NodeLive {
+				live++
+			}
+		}
+		return live >= n, nil
+	})
+}
+
+// StreamInfo returns the stream's info (admin stream.info).
+func (c *Cluster) StreamInfo(ctx context.Context, stream string) (wire.StreamInfo, error) {
+	ctx, cancel := once(ctx)
+	defer cancel()
+	return c.client.StreamInfo(ctx, stream)
+}
+
+// OwnerOf returns the node that owns stream in the committed assignment.
+func (c *Cluster) OwnerOf(ctx context.Context, stream string) (string, error) {
+	info, err := c.StreamInfo(ctx, stream)
+	if err != nil {
+		return "", fmt.Errorf("owner of %s: %w", stream, err)
+	}
+	if info.Assignment.Owner == "" {
+		return "", fmt.Errorf("owner of %s: no owner assigned", stream)
+	}
+	return info.Assignment.Owner, nil
+}
+
+// WaitServing waits until stream's status is serving and returns its info.
+func (c *Cluster) WaitServing(ctx context.Context, stream string) (wire.StreamInfo, error) {
+	var info wire.StreamInfo
+	err := c.poll(ctx, stream+" serving", func(ctx context.Context) (bool, error) {
+		i, err := c.StreamInfo(ctx, stream)
+		info = i
+		return err == nil && i.Status == wire.StatusServing, err
+	})
+	return info, err
+}
+
+// WaitHealthy waits until every running process answers /healthz with 200.
+func (c *Cluster) WaitHealthy(ctx context.Context) error {
+	return c.poll(ctx, "healthy processes", func(ctx context.Context) (bool, error) {
+		for _, p := range c.Procs() {
+			if p.Running() && !p.Healthy(ctx) {
+				return false, fmt.Errorf("%s not healthy", p.Name)
+			}
+		}
+		return true, nil
+	})
+}
+
+// LogTails returns the last n lines of every process's log, headed by the
+// process name, for a failed test to print.
+func (c *Cluster) LogTails(n int) string {
+	var b strings.Builder
+	for _, p := range c.Procs() {
+		fmt.Fprintf(&b, "----- %s (%s) -----\n%s\n", p.Name, p.LogPath, p.LogTail(n))
+	}
+	return b.String()
+}

@@ -1,0 +1,92 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/logger"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// The accounts of the conventions: every service connects as brook in
+// account BROOK; coordinators also connect as sys in the system account to
+// hear disconnect advisories.
+const (
+	BrookUser     = "brook"
+	BrookPassword = "brook"
+	SysUser       = "sys"
+	SysPassword   = "sys"
+	BrookAccount  = "BROOK"
+	SysAccount    = "SYS"
+)
+
+// NATS is an embedded nats-server with brook's accounts.
+type NATS struct {
+	srv  *server.Server
+	port int
+}
+
+// StartNATS runs a nats-server on a free loopback port with accounts BROOK
+// (user brook) and SYS (user sys, the system account). If logPath is not
+// empty the server logs there.
+func StartNATS(logPath string) (*NATS, error) {
+	brook := server.NewAccount(BrookAccount)
+	sys := server.NewAccount(SysAccount)
+	opts := &server.Options{
+		ServerName:    "brook-test-nats",
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		NoSigs:        true,
+		NoLog:         logPath == "",
+		Accounts:      []*server.Account{brook, sys},
+		SystemAccount: SysAccount,
+		Users: []*server.User{
+			{Username: BrookUser, Password: BrookPassword, Account: brook},
+			{Username: SysUser, Password: SysPassword, Account: sys},
+		},
+		// A host's NATS cut must not be masked by a long write deadline.
+		WriteDeadline: 2 * time.Second,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	if logPath != "" {
+		srv.SetLogger(logger.NewFileLogger(logPath, true, false, false, true), false, false)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats server: not ready for connections in 10s")
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats server: unexpected listen address %v", srv.Addr())
+	}
+	return &NATS{srv: srv, port: addr.Port}, nil
+}
+
+// Addr is the server's host:port.
+func (n *NATS) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
+
+// URL is the services' URL (user brook).
+func (n *NATS) URL() string { return userURL(BrookUser, BrookPassword, n.Addr()) }
+
+// SysURL is the system account's URL (user sys).
+func (n *NATS) SysURL() string { return userURL(SysUser, SysPassword, n.Addr()) }
+
+// Server returns the embedded server.
+func (n *NATS) Server() *server.Server { return n.srv }
+
+// Shutdown stops the server.
+func (n *NATS) Shutdown() {
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}
+
+func userURL(user, password, addr string) string {
+	return "nats://" + user + ":" + password + "@" + addr
+}

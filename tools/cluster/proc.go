@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process kinds.
+const (
+	KindCoordinator = "coordinator"
+	KindStreamHost  = "streamhost"
+	KindAttention   = "attention"
+	KindOther       = "other"
+)
+
+// Proc is one service process of the cluster. It can be signalled,
+// stopped and started again with the same arguments (same data directory
+// and ports), as a restart after a crash would.
+type Proc struct {
+	// Name is unique in the cluster: "coordinator-1", "h1", "attention".
+	Name string
+	Kind string
+	// Node is the stream host's node id ("h1"), or the coordinator's
+	// replica id ("1").
+	Node string
+	// HTTPAddr serves /healthz.
+	HTTPAddr string
+	// LogPath receives stdout and stderr of every start.
+	LogPath string
+
+	bin  string
+	args []string
+	env  []string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the current run ended
+	state    *os.ProcessState
+	waitErr  error
+	starts   int
+	expected bool // the harness stopped or killed it on purpose
+	paused   bool
+}
+
+func newProc(name, kind, node, bin string, args, env []string, httpAddr, logPath string) *Proc {
+	done := make(chan struct{})
+	close(done) // not started: counts as exited
+	return &Proc{Name: name, Kind: kind, Node: node, bin: bin, args: args, env: env,
+		HTTPAddr: httpAddr, LogPath: logPath, exited: done}
+}
+
+// Args returns the command line arguments (without the binary).
+func (p *Proc) Args() []string { return append([]string(nil), p.args...) }
+
+// start runs the process, appending its output to LogPath.
+func (p *Proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+	default:
+		return fmt.Errorf("start %s: already running (pid %d)", p.Name, p.cmd.Process.Pid)
+	}
+	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start %s: open log: %w", p.Name, err)
+	}
+	p.starts++
+	fmt.Fprintf(logf, "=== cluster harness: start #%d of %s at %s: %s %q\n",
+		p.starts, p.Name, time.Now().Format(time.RFC3339Nano), p.bin, p.args)
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited, p.state, p.waitErr, p.expected, p.paused = cmd, exited, nil, nil, false, false
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.state, p.waitErr = cmd.ProcessState, err
+		p.mu.Unlock()
+		close(exited)
+	}()
+	return nil
+}
+
+// Pid returns the pid of the current or last run (0 if never started).
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Running reports whether the process is running (a paused one is).
+func (p *Proc) Running() bool {
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited is closed when the current run of the process has ended.
+func (p *Proc) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// ExitState returns how the last run ended (nil while running).
+func (p *Proc) ExitState() *os.ProcessState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// Starts returns how many times the process was started.
+func (p *Proc) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
+// unexpectedExit reports whether the process ended without the harness
+// stopping it, with its exit state.
+func (p *Proc) unexpectedExit() (bool, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.starts == 0 || p.expected || p.state == nil {
+		return false, ""
+	}
+	return true, p.state.String()
+}
+
+// signal sends sig to the process group of the current run.
+func (p *Proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("signal %s: never started", p.Name)
+	}
+	select {
+	case <-p.exited:
+		return fmt.Errorf("signal %s: %w", p.Name, os.ErrProcessDone)
+	default:
+	}
+	switch sig {
+	case syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT:
+		p.expected = true
+	case syscall.SIGSTOP:
+		p.paused = true
+	case syscall.SIGCONT:
+		p.paused = false
+	}
+	// The process leads its own group (Setpgid), so -pid reaches it and
+	// anything it started.
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %s with %v: %w", p.Name, sig, err)
+	}
+	return nil
+}
+
+// Paused reports whether the process was stopped with SIGSTOP and not
+// continued.
+func (p *Proc) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// terminate stops the process gracefully (SIGTERM, continuing it if
+// paused), and kills it if it has not exited after grace or when ctx ends.
+func (p *Proc) terminate(ctx context.Context, grace time.Duration) error {
+	exited := p.Exited()
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			return nil
+		}
+		return err
+	}
+	_ = p.signal(syscall.SIGCONT) // a paused process cannot handle SIGTERM
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return p.kill()
+}
+
+// kill sends SIGKILL and waits for the process to be reaped.
+func (p *Proc) kill() error {
+	exited := p.Exited()
+	if err := p.signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	// SIGKILL cannot be caught; reaping follows promptly.
+	<-exited
+	return nil
+}
+
+// LogTail returns the last n lines of the process's log file.
+func (p *Proc) LogTail(n int) string {
+	b, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return tail(string(b), n)
+}
+
+// Healthy reports whether GET /healthz answers 200 within ctx.
+func (p *Proc) Healthy(ctx context.Context) bool {
+	if p.HTTPAddr == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode == http.StatusOK
+}
+
+// logContains reports whether the log holds s (used by tests).
+func (p *Proc) logContains(s string) bool {
+	b, err := os.ReadFile(p.LogPath)
+	return err == nil && bytes.Contains(b, []byte(s))
+}
