@@ -1,0 +1,158 @@
+// Command brook-bench is the cluster bench: a publish workload against a
+// brook cluster (the local process cluster it starts, or one already
+// running, e.g. the compose stack) or, for the peer comparison, against a
+// three-server NATS JetStream cluster, with an optional SIGKILL of the
+// stream's owner (leader) at a set second, and a verification that every
+// confirmed record is delivered exactly once at one offset.
+//
+//	brook-bench --stream durable --kill-owner-at-secs 5 --duration 15s
+//	brook-bench --target jetstream --kill-owner-at-secs 5 --duration 15s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/brook-streams/brook/tools/bench"
+)
+
+type options struct {
+	target     string
+	stream     string
+	killAt     float64
+	duration   time.Duration
+	recordSize int
+	publishers int
+	window     int
+	readers    int
+	natsURL    string
+	workDir    string
+	natsBin    string
+	jsonOut    string
+	svgOut     string
+	compose    bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.target, "target", "brook", "system under test: brook or jetstream")
+	flag.StringVar(&o.stream, "stream", "durable", "stream kind: durable (3 copies, majority_durable)")
+	flag.Float64Var(&o.killAt, "kill-owner-at-secs", -1, "SIGKILL the stream's owner (JetStream: leader) at this second; negative: no kill")
+	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long to publish")
+	flag.IntVar(&o.recordSize, "record-size", 256, "record size in bytes")
+	flag.IntVar(&o.publishers, "publishers", 4, "publishers")
+	flag.IntVar(&o.window, "window", 16, "outstanding publishes per publisher (async window)")
+	flag.IntVar(&o.readers, "readers", 1, "durable readers following the stream during the run")
+	flag.StringVar(&o.natsURL, "nats-url", "", "an existing brook cluster's NATS URL (e.g. the compose stack); empty: start a local process cluster")
+	flag.BoolVar(&o.compose, "compose", false, "with --nats-url: the cluster is the compose stack; kill the owner with docker kill")
+	flag.StringVar(&o.workDir, "dir", "", "work directory for data and logs (default: a temp dir)")
+	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream (default: build it)")
+	flag.StringVar(&o.jsonOut, "json", "", "write the result as JSON to this file")
+	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		fmt.Fprintln(os.Stderr, "brook-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	if o.workDir == "" {
+		d, err := os.MkdirTemp("", "brook-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		o.workDir = d
+	}
+	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		return err
+	}
+	var (
+		target bench.Target
+		closer func()
+	)
+	switch o.target {
+	case "jetstream":
+		bin := o.natsBin
+		if bin == "" {
+			var err error
+			if bin, err = bench.BuildNATSServer(ctx, filepath.Join(o.workDir, "bin")); err != nil {
+				return err
+			}
+		}
+		js, err := bench.StartJetStream(ctx, bin, o.workDir)
+		if err != nil {
+			return err
+		}
+		target, closer = js, js.Close
+	case "brook":
+		t, c, err := startBrook(ctx, o, log)
+		if err != nil {
+			return err
+		}
+		target, closer = t, c
+	default:
+		return fmt.Errorf("unknown --target %q", o.target)
+	}
+	defer closer()
+
+	cfg := bench.Config{
+		Duration: o.duration, RecordSize: o.recordSize, Publishers: o.publishers, Window: o.window,
+		Kill: o.killAt >= 0, KillAt: time.Duration(o.killAt * float64(time.Second)),
+		FollowReaders: o.readers, Logger: log, SettleAfterStop: time.Second,
+		Progress: func(p bench.Progress) {
+			mark := ""
+			if p.Killed {
+				mark = " (owner killed)"
+			}
+			fmt.Fprintf(os.Stderr, "\r%5.1fs  %9d confirmed  %6d errors%s   ", p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
+		},
+	}
+	res, err := bench.Run(ctx, target, cfg)
+	fmt.Fprintln(os.Stderr)
+	if res != nil {
+		_ = res.WriteText(os.Stdout)
+		if o.jsonOut != "" {
+			if werr := writeFile(o.jsonOut, res.WriteJSON); werr != nil {
+				return werr
+			}
+		}
+		if o.svgOut != "" {
+			if werr := writeFile(o.svgOut, res.WriteSVG); werr != nil {
+				return werr
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !res.Verify.OK {
+		return fmt.Errorf("verification failed: %+v", res.Verify)
+	}
+	return nil
+}
+
+func writeFile(path string, write func(w io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// console writes the demo's output: lines, timestamped events relative to
+// the kill, and one progress line kept at the bottom and redrawn with \r.
+// Events and the progress line come from several goroutines.
+type console struct {
+	mu       sync.Mutex
+	w        io.Writer
+	progress string // the progress line on screen, "" if none
+	killAt   time.Time
+}
+
+func newConsole(w io.Writer) *console { return &console{w: w} }
+
+// clearLocked blanks the progress line, if one is shown, and returns to
+// its start.
+func (c *console) clearLocked() {
+	if c.progress != "" {
+		fmt.Fprintf(c.w, "\r%s\r", strings.Repeat(" ", len(c.progress)))
+	}
+}
+
+// Printf prints a line above the progress line.
+func (c *console) Printf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked()
+	fmt.Fprintf(c.w, format+"\n", args...)
+	if c.progress != "" {
+		io.WriteString(c.w, c.progress)
+	}
+}
+
+// setKill makes later events carry their time relative to at.
+func (c *console) setKill(at time.Time) {
+	c.mu.Lock()
+	c.killAt = at
+	c.mu.Unlock()
+}
+
+// Event prints a line stamped with the time since the kill.
+func (c *console) Event(at time.Time, format string, args ...any) {
+	c.mu.Lock()
+	kill := c.killAt
+	c.mu.Unlock()
+	c.Printf("%s  %s", stamp(at, kill), fmt.Sprintf(format, args...))
+}
+
+// stamp renders at relative to the kill ("+  312 ms").
+func stamp(at, kill time.Time) string {
+	if kill.IsZero() {
+		return "          "
+	}
+	d := at.Sub(kill).Milliseconds()
+	sign := "+"
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	return fmt.Sprintf("%s%6d ms", sign, d)
+}
+
+// Progress redraws the progress line.
+func (c *console) Progress(line string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pad := ""
+	if n := len(c.progress) - len(line); n > 0 {
+		pad = strings.Repeat(" ", n)
+	}
+	fmt.Fprintf(c.w, "\r%s%s", line, pad)
+	if pad != "" {
+		fmt.Fprintf(c.w, "\r%s", line)
+	}
+	c.progress = line
+}
+
+// EndProgress leaves the progress line as it is and moves below it.
+func (c *console) EndProgress() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.progress != "" {
+		io.WriteString(c.w, "\n")
+		c.progress = ""
+	}
+}
+
+// progressLine renders the progress figures as one line.
+func progressLine(p progress) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  publishing %5.1fs  %8d confirmed  %7.0f rec/s  p50 %7s", p.Elapsed.Seconds(), p.Confirmed, p.Rate, ms(p.P50))
+	if p.Errors > 0 {
+		fmt.Fprintf(&b, "  %d errors", p.Errors)
+	}
+	if p.Killed {
+		fmt.Fprintf(&b, "  [owner killed %.1fs ago]", p.SinceKill.Seconds())
+	}
+	return b.String()
+}
