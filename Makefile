@@ -14,9 +14,11 @@ BIN := $(CURDIR)/bin
 
 all: build
 
+## build: the three services, the bench, and nats-server (the version the workspace pins) into bin/.
 build:
 	@mkdir -p $(BIN)
-	go build -o $(BIN)/ ./services/coordinator/cmd/brook-coordinator ./services/streamhost/cmd/brook-streamhost ./services/attention/cmd/brook-attention
+	go build -o $(BIN)/ ./services/coordinator/cmd/brook-coordinator ./services/streamhost/cmd/brook-streamhost ./services/attention/cmd/brook-attention ./tools/cmd/brook-bench ./tools/cmd/brook-demo
+	cd tools && go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## test: vet, gofmt, and every module's tests (the process suites included).
 test: fmt-check vet
