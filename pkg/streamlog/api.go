@@ -1,0 +1,220 @@
+// Package streamlog stores the copies of streams that one stream host holds,
+// all in one Pebble database: per copy a record log and a cursor event log
+// keyed by offset, plus the copy's metadata (log epochs, seal, retained head,
+// cursor snapshot, running digest).
+//
+// THIS FILE IS THE API CONTRACT other packages build against. The
+// implementation may add to it but must not change these signatures.
+package streamlog
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Errors callers branch on. Wrapped errors carry context; test with errors.Is.
+var (
+	ErrSealed     = errors.New("streamlog: copy is sealed")
+	ErrStaleFence = errors.New("streamlog: fence epoch or transition is older than the copy's")
+	ErrGap        = errors.New("streamlog: records do not start at the copy's tail")
+	ErrDiverged   = errors.New("streamlog: overlapping record differs from the one held")
+	ErrExists     = errors.New("streamlog: copy exists with another stream id")
+	ErrClosed     = errors.New("streamlog: store is closed")
+	ErrBelowHead  = errors.New("streamlog: offset is below the retained head")
+)
+
+// Options configure a Store.
+type Options struct {
+	Dir    string
+	Logger *slog.Logger
+	// CursorSyncInterval is how often written cursor events are made
+	// durable; 0 means 50ms.
+	CursorSyncInterval time.Duration
+}
+
+// Record is one record of a copy's record log.
+type Record struct {
+	Offset uint64
+	TimeNS int64 // when the owner appended it, unix nanoseconds
+	Data   []byte
+}
+
+// CursorEvent records that Cursor has consumed everything below Position.
+// Offset is the event's place in the cursor event log.
+type CursorEvent struct {
+	Offset   uint64
+	Cursor   string
+	Position uint64
+}
+
+// Tails are a copy's log bounds. Record is the durable record tail (the next
+// offset to write); CursorWritten counts events written, CursorDurable those
+// fsynced (<= CursorWritten).
+type Tails struct {
+	Head          uint64 // retained record head
+	Record        uint64
+	CursorHead    uint64 // cursor snapshot boundary
+	CursorWritten uint64
+	CursorDurable uint64
+}
+
+// Seal is a copy's persisted fence.
+type Seal struct {
+	FenceEpoch uint64
+	Transition uint64
+	// Replaced are the log epochs the copy had when it was sealed: the owner
+	// history it followed, which a history cut uses.
+	Replaced []wire.LogEpoch
+}
+
+// SealState is what a seal answers with, read from metadata only.
+type SealState struct {
+	Seal      Seal
+	Tails     Tails
+	LogEpochs []wire.LogEpoch
+	Digest    string // hex
+}
+
+// CutResult says what CutToHistory did.
+type CutResult struct {
+	Cut        bool   // false if the copy was already on the target history
+	RecordTail uint64 // tails after the cut
+	CursorTail uint64
+	Removed    uint64 // records removed
+}
+
+// Store is one Pebble database holding many copies.
+type Store struct{ impl }
+
+// Copy is one stream's copy. Its methods are safe for concurrent use.
+type Copy struct{ copyImpl }
+
+// Open opens (creating if needed) the store in opts.Dir. On open every
+// copy's record tail comes down to its record log end and any cursor above
+// it is clamped to it.
+func Open(opts Options) (*Store, error) { return open(opts) }
+
+// Close flushes cursor events and closes the database.
+func (s *Store) Close() error { return s.close() }
+
+// Copies lists the copies held, by stream name.
+func (s *Store) Copies() []*Copy { return s.copies() }
+
+// Get returns the copy of stream, or nil.
+func (s *Store) Get(stream string) *Copy { return s.get(stream) }
+
+// Create creates an empty copy, or returns the existing one if it has the
+// same stream id (ErrExists if another).
+func (s *Store) Create(stream string, streamID uint64, ret wire.Retention) (*Copy, error) {
+	return s.create(stream, streamID, ret)
+}
+
+// Delete removes every key of the copy of stream.
+func (s *Store) Delete(stream string) error { return s.delete(stream) }
+
+// Stream and StreamID name the copy.
+func (c *Copy) Stream() string   { return c.stream() }
+func (c *Copy) StreamID() uint64 { return c.streamID() }
+
+// Append writes records as the owner, assigning offsets from the tail, and
+// returns the first offset once they are durable. Concurrent appends, across
+// all copies of the store, share one synced batch (group commit).
+func (c *Copy) Append(ctx context.Context, data [][]byte) (first uint64, err error) {
+	return c.append(ctx, data)
+}
+
+// Apply writes records as a follower at the owner's offsets, durably. recs
+// must be contiguous; an overlap with identical content is skipped, one with
+// other content is ErrDiverged; a start past the tail is ErrGap.
+func (c *Copy) Apply(ctx context.Context, recs []Record) error { return c.apply(ctx, recs) }
+
+// AppendCursor writes a cursor event as the owner, without fsync.
+func (c *Copy) AppendCursor(cursor string, position uint64) (eventOffset uint64, err error) {
+	return c.appendCursor(cursor, position)
+}
+
+// ApplyCursorEvents writes cursor events as a follower at the owner's
+// offsets, durably, with the same overlap rules as Apply.
+func (c *Copy) ApplyCursorEvents(ctx context.Context, evs []CursorEvent) error {
+	return c.applyCursorEvents(ctx, evs)
+}
+
+// SyncCursors makes every written cursor event durable now.
+func (c *Copy) SyncCursors() error { return c.syncCursors() }
+
+// Read returns records from offset from, below offset below, at most
+// maxRecords and about maxBytes (at least one record if any). A from below
+// the head is ErrBelowHead.
+func (c *Copy) Read(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
+	return c.read(from, maxRecords, maxBytes, below)
+}
+
+// ReadCursorEvents returns cursor events from offset from, below below.
+func (c *Copy) ReadCursorEvents(from uint64, max int, below uint64) ([]CursorEvent, error) {
+	return c.readCursorEvents(from, max, below)
+}
+
+// Cursor returns a cursor's position (next offset to read).
+func (c *Copy) Cursor(name string) (uint64, bool) { return c.cursor(name) }
+
+// Tails returns the copy's current bounds.
+func (c *Copy) Tails() Tails { return c.tails() }
+
+// Changed returns a channel closed at the next change of the tails, for
+// long polls.
+func (c *Copy) Changed() <-chan struct{} { return c.changed() }
+
+// LogEpochs returns which owner history each range of the logs followed.
+func (c *Copy) LogEpochs() []wire.LogEpoch { return c.logEpochs() }
+
+// Epoch is the epoch of the copy's last log epoch (0 if none).
+func (c *Copy) Epoch() uint64 { return c.epoch() }
+
+// Seal fences the copy at fence for transition, persisting the seal before
+// it returns. A fence below the copy's epoch or existing seal, or the same
+// fence with an older transition, is ErrStaleFence; the same fence with a
+// newer (or the same) transition takes the seal over.
+func (c *Copy) Seal(fence, transition uint64) (SealState, error) { return c.seal(fence, transition) }
+
+// SealInfo returns the seal, if sealed.
+func (c *Copy) SealInfo() (Seal, bool) { return c.sealInfo() }
+
+// Digest is the hex running digest of the records below the record tail.
+func (c *Copy) Digest() string { return c.digest() }
+
+// CutToHistory brings the copy onto the owner history of target, as the
+// seed's 'Copies with a longer tail' defines: the cut is the lowest start
+// recorded for an epoch after the copy's own (a sealed copy: the epoch its
+// seal replaced) and up to target; both logs are cut there in one batch,
+// never below the head; a cursor snapshot past the cut keeps its state with
+// its boundary lowered; cursors above the new tail are clamped. A copy
+// already on the target history is left alone; repeating is harmless.
+func (c *Copy) CutToHistory(target uint64, starts []wire.HistoryStart) (CutResult, error) {
+	return c.cutToHistory(target, starts)
+}
+
+// BeginEpoch starts the copy's history at epoch: a seal with a fence at or
+// below epoch is released, and a log epoch (epoch, tails) is appended if
+// epoch is newer than the copy's. Call CutToHistory first. An epoch below
+// the seal's fence is ErrStaleFence.
+func (c *Copy) BeginEpoch(epoch uint64) error { return c.beginEpoch(epoch) }
+
+// EnforceRetention advances the head by the copy's retention. It never
+// removes a record at or above keepFrom (the caller passes the lowest offset
+// a follower or reader still needs, or the tail).
+func (c *Copy) EnforceRetention(now time.Time, keepFrom uint64) error {
+	return c.enforceRetention(now, keepFrom)
+}
+
+// SetRetention changes the copy's retention.
+func (c *Copy) SetRetention(ret wire.Retention) error { return c.setRetention(ret) }
+
+// ResetTo empties a follower copy that is behind the owner's retained head
+// and restarts both its head and tail at offset (and its cursor event log
+// at cursorOffset), so that it can apply the owner's records from there.
+// The digest restarts from that point.
+func (c *Copy) ResetTo(offset, cursorOffset uint64) error { return c.resetTo(offset, cursorOffset) }

@@ -1,0 +1,262 @@
+package streamlog
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// kv is one Set in a request.
+type kv struct{ k, v []byte }
+
+// request is one caller's share of a group commit. The caller encodes its
+// keys and values (and assigns offsets) while holding its copy's lock and
+// enqueues in that same critical section, so the queue holds each copy's
+// requests in offset order; the committer writes whole groups of requests
+// in one synced batch and publishes the new tails in queue order.
+type request struct {
+	c    *copyImpl // nil for a bare sync (SyncCursors)
+	kvs  []kv
+	size int
+
+	// What becomes durable when the request commits.
+	recs                      bool
+	recEnd, recDigest, recCum uint64
+	evs                       bool
+	evEnd                     uint64
+	snap                      bool // the request writes a cursor snapshot at evEnd
+
+	done chan error // buffered: the committer never blocks on a caller that gave up
+}
+
+// commitStats count group commits, for benchmarks and tests.
+type commitStats struct {
+	groups   atomic.Uint64
+	requests atomic.Uint64
+}
+
+func (s *impl) enqueue(r *request) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.stopping {
+		return ErrClosed
+	}
+	s.queue = append(s.queue, r)
+	s.kickLocked()
+	return nil
+}
+
+// kickLocked wakes the committer; the channel holds at most one wake-up.
+func (s *impl) kickLocked() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits for r's group to commit. If ctx ends first the caller gets an
+// error, but the write may still become durable: the outcome is unknown,
+// as it is for any write whose reply was lost.
+func (s *impl) wait(ctx context.Context, r *request) error {
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("streamlog: stopped waiting for the group commit, the write may still land: %w", ctx.Err())
+	}
+}
+
+// defaultHoldMax bounds how long the committer holds a group back waiting
+// for the callers of the previous group to come back (see takeGroup). It is
+// of the order of one fsync on an SSD: holding longer than an fsync would
+// cost more than the fsync it saves.
+const defaultHoldMax = 300 * time.Microsecond
+
+// commitLoop is the single committer: it takes the queued requests (up to
+// maxGroupBytes), writes them as one batch committed with pebble.Sync,
+// waits for the fsync and answers them in queue order, then takes the next
+// group. Requests that queue during an fsync form the next group, so under
+// load each fsync carries many callers' records.
+func (s *impl) commitLoop() {
+	defer close(s.committed)
+	hold := 0
+	for {
+		group, size, ok := s.takeGroup(hold)
+		if !ok {
+			return
+		}
+		s.commitGroup(group, size)
+		hold = len(group)
+	}
+}
+
+// takeGroup waits for requests and takes a group of them. The callers
+// answered by the previous group (hold of them) usually come straight back
+// with their next write; without waiting for them the next fsync would
+// carry only the first few to return, and closed-loop writers would split
+// into cohorts taking turns at the disk. So while fewer than hold requests
+// are queued, it waits up to holdMax for more.
+func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	s.qmu.Lock()
+	for {
+		if len(s.queue) == 0 && s.stopping {
+			s.qmu.Unlock()
+			return nil, 0, false
+		}
+		if len(s.queue) > 0 && (len(s.queue) >= hold || s.stopping) {
+			break
+		}
+		var expired <-chan time.Time
+		if len(s.queue) > 0 {
+			if timer == nil {
+				timer = time.NewTimer(s.holdMax)
+			}
+			expired = timer.C
+		}
+		s.qmu.Unlock()
+		select {
+		case <-s.kick:
+			s.qmu.Lock()
+		case <-expired:
+			s.qmu.Lock()
+			hold = 0
+		}
+	}
+	n, size := 0, 0
+	for n < len(s.queue) && (n == 0 || size+s.queue[n].size <= maxGroupBytes) {
+		size += s.queue[n].size
+		n++
+	}
+	group := s.queue[:n:n]
+	if n == len(s.queue) {
+		s.queue = nil
+	} else {
+		s.queue = append([]*request(nil), s.queue[n:]...)
+	}
+	s.qmu.Unlock()
+	return group, size, true
+}
+
+// commitGroup writes a group's requests in one batch committed with
+// pebble.Sync and answers them.
+func (s *impl) commitGroup(group []*request, size int) {
+	if s.beforeCommit != nil {
+		s.beforeCommit()
+	}
+	err := s.failure()
+	if err == nil {
+		b := s.db.NewBatchWithSize(size + 64)
+		for _, r := range group {
+			for _, e := range r.kvs {
+				_ = b.Set(e.k, e.v, nil)
+			}
+		}
+		if b.Empty() {
+			// Only bare syncs: an empty batch would not reach the WAL, and
+			// a synced one makes every earlier WAL entry durable.
+			_ = b.LogData(nil, nil)
+		}
+		if err = b.Commit(pebble.Sync); err != nil {
+			s.fail(err)
+		}
+		_ = b.Close()
+		s.stats.groups.Add(1)
+		s.stats.requests.Add(uint64(len(group)))
+	}
+	if err != nil {
+		err = fmt.Errorf("streamlog: group commit: %w", err)
+	}
+	s.completeGroup(group, err)
+}
+
+// completeGroup publishes a committed group's tails, in queue order, so
+// durable tails only move forward and never past a hole, and wakes each
+// touched copy's waiters once.
+func (s *impl) completeGroup(group []*request, err error) {
+	var touched []*copyImpl
+	for _, r := range group {
+		c := r.c
+		if c == nil {
+			continue
+		}
+		c.mu.Lock()
+		if err == nil {
+			if r.recs {
+				c.tail, c.tailDigest, c.tailCum = r.recEnd, r.recDigest, r.recCum
+			}
+			if r.evs {
+				// The batch was synced, so every event below evEnd is
+				// durable, including owner events written earlier without
+				// fsync.
+				c.cWritten, c.cDurable = r.evEnd, r.evEnd
+				if r.snap {
+					c.snapBoundary = r.evEnd
+				}
+			}
+		}
+		// Signal on failure too: exclusive operations waiting for
+		// in-flight writes must wake up and see the failure.
+		if !c.signalPending {
+			c.signalPending = true
+			touched = append(touched, c)
+		}
+		c.mu.Unlock()
+	}
+	for _, c := range touched {
+		c.mu.Lock()
+		c.signalPending = false
+		c.signalLocked()
+		c.mu.Unlock()
+	}
+	for _, r := range group {
+		r.done <- err
+	}
+}
+
+// syncCursorsOf makes the cursor events written so far on each copy
+// durable with one synced commit shared with whatever group is in flight.
+func (s *impl) syncCursorsOf(ctx context.Context, cs []*copyImpl) error {
+	type mark struct {
+		c       *copyImpl
+		written uint64
+		gen     uint64
+	}
+	var marks []mark
+	for _, c := range cs {
+		c.mu.Lock()
+		if !c.deleted && c.cDurable < c.cWritten {
+			marks = append(marks, mark{c, c.cWritten, c.cgen})
+		}
+		c.mu.Unlock()
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	r := &request{done: make(chan error, 1)}
+	if err := s.enqueue(r); err != nil {
+		return err
+	}
+	if err := s.wait(ctx, r); err != nil {
+		return err
+	}
+	for _, m := range marks {
+		m.c.mu.Lock()
+		// A cut or reset in between renumbered the cursor log: what was
+		// synced no longer says anything about the offsets now written.
+		if m.c.cgen == m.gen && m.c.cDurable < m.written {
+			m.c.cDurable = m.written
+			m.c.signalLocked()
+		}
+		m.c.mu.Unlock()
+	}
+	return nil
+}

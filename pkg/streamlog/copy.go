@@ -1,0 +1,731 @@
+package streamlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// copyImpl is one copy's in-memory state. The logs themselves live only in
+// Pebble; memory holds the tails, the metadata and the cursor fold (one
+// position per cursor), so it does not grow with the logs.
+type copyImpl struct {
+	s    *impl
+	id   uint64 // key prefix, assigned at create
+	name string
+	sid  uint64
+
+	// opMu serializes exclusive operations (seal, epochs, cuts, retention,
+	// reset, delete): each runs alone on the copy, see exclusive.
+	opMu sync.Mutex
+
+	mu   sync.Mutex
+	meta meta
+	// Durable record tail, with the running digest and byte count there.
+	tail, tailDigest, tailCum uint64
+	// Pending record tail: tail plus records queued for a group commit.
+	next, nextDigest, nextCum uint64
+	// Cursor event tails: written (visible), durable (fsynced), and next
+	// (written plus applied events queued for a group commit).
+	cWritten, cDurable, cNext uint64
+	// cgen changes whenever the cursor log is renumbered (cut, reset), so a
+	// cursor sync started before cannot mark later events durable.
+	cgen uint64
+	// snapBoundary is the persisted cursor snapshot's boundary; snapNext
+	// the boundary of the newest snapshot written or queued.
+	snapBoundary, snapNext uint64
+	// cursors is the fold of the snapshot and the events above it.
+	cursors map[string]uint64
+	// gate is non-nil while an exclusive operation runs; writers wait for
+	// it to close.
+	gate      chan struct{}
+	changedCh chan struct{}
+	deleted   bool
+	// signalPending is set while the completer has this copy on its list
+	// of copies to wake.
+	signalPending bool
+}
+
+func newCopy(s *impl, id uint64, m meta, cursorTail uint64) *Copy {
+	c := &Copy{}
+	c.s = s
+	c.id = id
+	c.name = m.Stream
+	c.sid = m.StreamID
+	c.meta = m
+	c.tail, c.next = m.Head, m.Head
+	c.tailDigest, c.nextDigest = m.HeadDigest, m.HeadDigest
+	c.tailCum, c.nextCum = m.HeadCum, m.HeadCum
+	c.cWritten, c.cDurable, c.cNext = cursorTail, cursorTail, cursorTail
+	c.snapBoundary, c.snapNext = cursorTail, cursorTail
+	c.cursors = make(map[string]uint64)
+	c.changedCh = make(chan struct{})
+	return c
+}
+
+// loadCopy rebuilds a copy's state on Open: the record tail comes down to
+// the record log end, the cursor fold is the snapshot plus the events above
+// its boundary, and cursors above the record tail are clamped to it.
+func (s *impl) loadCopy(name string, id uint64) (*Copy, error) {
+	mv, err := getValue(s.db, metaKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: load %s: read meta: %w", name, err)
+	}
+	if mv == nil {
+		return nil, fmt.Errorf("streamlog: load %s: copy %d has no meta", name, id)
+	}
+	m, err := decodeMeta(mv)
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: load %s: %w", name, err)
+	}
+	snap := snapshot{boundary: m.CursorStart, state: map[string]uint64{}}
+	if sv, err := getValue(s.db, snapshotKey(id)); err != nil {
+		return nil, fmt.Errorf("streamlog: load %s: read cursor snapshot: %w", name, err)
+	} else if sv != nil {
+		if snap, err = decodeSnapshot(sv); err != nil {
+			return nil, fmt.Errorf("streamlog: load %s: %w", name, err)
+		}
+	}
+	c := newCopy(s, id, m, 0)
+
+	last, rm, ok, err := lastRecord(s.db, id)
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: load %s: %w", name, err)
+	}
+	if ok && last >= m.Head {
+		c.tail, c.tailDigest, c.tailCum = last+1, rm.digest, rm.cum
+		c.next, c.nextDigest, c.nextCum = c.tail, c.tailDigest, c.tailCum
+	}
+
+	ctail, err := foldEvents(s.db, id, snap.state, snap.boundary, ^uint64(0))
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: load %s: %w", name, err)
+	}
+	ctail = max(ctail, m.CursorStart)
+	c.cWritten, c.cDurable, c.cNext = ctail, ctail, ctail
+	c.snapBoundary, c.snapNext = snap.boundary, snap.boundary
+	c.cursors = snap.state
+	if clampCursors(c.cursors, c.tail) {
+		// Persist the clamp: once the log grows again past the old
+		// position, an unclamped cursor would skip records it never read.
+		if err := s.db.Set(snapshotKey(id), encodeSnapshot(ctail, c.cursors), pebble.Sync); err != nil {
+			return nil, fmt.Errorf("streamlog: load %s: write clamped cursor snapshot: %w", name, err)
+		}
+		c.snapBoundary, c.snapNext = ctail, ctail
+	}
+	return c, nil
+}
+
+// lastRecord returns the copy's highest stored record offset and meta.
+func lastRecord(db *pebble.DB, id uint64) (uint64, recordMeta, bool, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: recordKey(id, 0), UpperBound: recordLogEnd(id)})
+	if err != nil {
+		return 0, recordMeta{}, false, fmt.Errorf("find record log end: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, recordMeta{}, false, it.Error()
+	}
+	off, err := keyOffset(it.Key())
+	if err != nil {
+		return 0, recordMeta{}, false, err
+	}
+	rm, _, err := decodeRecordValue(it.Value())
+	if err != nil {
+		return 0, recordMeta{}, false, fmt.Errorf("record %d: %w", off, err)
+	}
+	return off, rm, true, nil
+}
+
+// recordAt reads the meta of the record at off.
+func recordAt(db *pebble.DB, id, off uint64) (recordMeta, error) {
+	v, closer, err := db.Get(recordKey(id, off))
+	if err != nil {
+		return recordMeta{}, fmt.Errorf("read record %d: %w", off, err)
+	}
+	defer closer.Close()
+	rm, _, err := decodeRecordValue(v)
+	if err != nil {
+		return recordMeta{}, fmt.Errorf("record %d: %w", off, err)
+	}
+	return rm, nil
+}
+
+// foldEvents applies the cursor events in [from, below) to state and
+// returns the offset after the last one (from if there are none). The
+// events must be contiguous from from.
+func foldEvents(db *pebble.DB, id uint64, state map[string]uint64, from, below uint64) (uint64, error) {
+	upper := eventLogEnd(id)
+	if below != ^uint64(0) {
+		upper = eventKey(id, below)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: eventKey(id, from), UpperBound: upper})
+	if err != nil {
+		return 0, fmt.Errorf("replay cursor events: %w", err)
+	}
+	defer it.Close()
+	tail := from
+	for it.First(); it.Valid(); it.Next() {
+		off, err := keyOffset(it.Key())
+		if err != nil {
+			return 0, err
+		}
+		if off != tail {
+			return 0, fmt.Errorf("replay cursor events: found event %d where %d was expected", off, tail)
+		}
+		cursor, pos, err := decodeEvent(it.Value())
+		if err != nil {
+			return 0, fmt.Errorf("cursor event %d: %w", off, err)
+		}
+		state[cursor] = pos
+		tail = off + 1
+	}
+	return tail, it.Error()
+}
+
+// clampCursors lowers every position above tail to tail.
+func clampCursors(state map[string]uint64, tail uint64) bool {
+	clamped := false
+	for k, v := range state {
+		if v > tail {
+			state[k] = tail
+			clamped = true
+		}
+	}
+	return clamped
+}
+
+// signalLocked wakes everyone waiting on Changed.
+func (c *copyImpl) signalLocked() {
+	close(c.changedCh)
+	c.changedCh = make(chan struct{})
+}
+
+// waitChangeLocked releases mu until the next change (or ctx ends).
+func (c *copyImpl) waitChangeLocked(ctx context.Context) error {
+	ch := c.changedCh
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exclusive runs fn alone on the copy: new writes wait at the gate, and fn
+// starts only once every write already queued has committed, so fn sees
+// stable tails (tail == next) and whatever it reports cannot be overtaken
+// by a write from before it.
+func (c *copyImpl) exclusive(fn func() error) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.mu.Lock()
+	if c.deleted {
+		c.mu.Unlock()
+		return fmt.Errorf("streamlog: %s: %w", c.name, ErrDeleted)
+	}
+	gate := make(chan struct{})
+	c.gate = gate
+	defer func() {
+		c.mu.Lock()
+		c.gate = nil
+		close(gate)
+		c.mu.Unlock()
+	}()
+	for c.tail != c.next || c.cWritten != c.cNext {
+		if err := c.s.failure(); err != nil {
+			c.mu.Unlock()
+			return fmt.Errorf("streamlog: %s: store failed: %w", c.name, err)
+		}
+		_ = c.waitChangeLocked(context.Background())
+	}
+	c.mu.Unlock()
+	return fn()
+}
+
+// writableLocked waits for any exclusive operation to finish and then
+// checks that the copy takes writes.
+func (c *copyImpl) writableLocked(ctx context.Context, op string) error {
+	for c.gate != nil {
+		g := c.gate
+		c.mu.Unlock()
+		select {
+		case <-g:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return fmt.Errorf("streamlog: %s to %s: %w", op, c.name, ctx.Err())
+		}
+		c.mu.Lock()
+	}
+	if c.deleted {
+		return fmt.Errorf("streamlog: %s to %s: %w", op, c.name, ErrDeleted)
+	}
+	if c.meta.Sealed {
+		return fmt.Errorf("streamlog: %s to %s: fenced at epoch %d: %w", op, c.name, c.meta.Seal.FenceEpoch, ErrSealed)
+	}
+	return nil
+}
+
+func (c *copyImpl) stream() string   { return c.name }
+func (c *copyImpl) streamID() uint64 { return c.sid }
+
+// prepareRecords encodes records into one request, outside the copy's
+// lock: everything but their offsets and running digests, which assign
+// fills in under the lock. Record i gets times[i], or now if times is nil.
+func (c *copyImpl) prepareRecords(data [][]byte, times []int64, now int64) *request {
+	size := 0
+	for _, p := range data {
+		size += offsetKeyLen + recordHeaderLen + len(p)
+	}
+	r := &request{c: c, size: size, kvs: make([]kv, len(data)), done: make(chan error, 1)}
+	slab := make([]byte, size)
+	for i, p := range data {
+		n := offsetKeyLen + recordHeaderLen + len(p)
+		k, v := slab[:offsetKeyLen], slab[offsetKeyLen:n]
+		t := now
+		if times != nil {
+			t = times[i]
+		}
+		putRecordValue(v, recordMeta{timeNS: t}, p)
+		r.kvs[i] = kv{k, v}
+		slab = slab[n:]
+	}
+	return r
+}
+
+// assign places prepared records at offsets from first on, chaining the
+// digest from d and the byte count from cum.
+func (r *request) assign(id, first, d, cum uint64) {
+	for i, e := range r.kvs {
+		off := first + uint64(i)
+		data := e.v[recordHeaderLen:]
+		d = chainDigest(d, off, data)
+		cum += uint64(len(data))
+		putRecordKey(e.k, id, off)
+		binary.BigEndian.PutUint64(e.v[0:8], d)
+		binary.BigEndian.PutUint64(e.v[8:16], cum)
+	}
+	r.recs, r.recEnd, r.recDigest, r.recCum = true, first+uint64(len(r.kvs)), d, cum
+}
+
+func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
+	if len(data) == 0 {
+		return 0, fmt.Errorf("streamlog: append to %s: no records", c.name)
+	}
+	if err := c.s.enter(); err != nil {
+		return 0, err
+	}
+	defer c.s.leave()
+	r := c.prepareRecords(data, nil, time.Now().UnixNano())
+	c.mu.Lock()
+	if err := c.writableLocked(ctx, "append"); err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	first := c.next
+	r.assign(c.id, first, c.nextDigest, c.nextCum)
+	if err := c.s.enqueue(r); err != nil {
+		c.mu.Unlock()
+		return 0, fmt.Errorf("streamlog: append to %s: %w", c.name, err)
+	}
+	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
+	c.mu.Unlock()
+	if err := c.s.wait(ctx, r); err != nil {
+		return 0, fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
+	}
+	return first, nil
+}
+
+func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	first := recs[0].Offset
+	for i, r := range recs {
+		if r.Offset != first+uint64(i) {
+			return fmt.Errorf("streamlog: apply to %s: record %d has offset %d, want %d: records must be contiguous", c.name, i, r.Offset, first+uint64(i))
+		}
+	}
+	end := first + uint64(len(recs))
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := c.writableLocked(ctx, "apply"); err != nil {
+			return err
+		}
+		if first > c.next {
+			return fmt.Errorf("streamlog: apply to %s at %d: record tail is %d: %w", c.name, first, c.next, ErrGap)
+		}
+		// An overlap reaching records still queued for commit is compared
+		// once they are durable, so the comparison reads the database.
+		if ovEnd := min(end, c.next); first < ovEnd && ovEnd > c.tail {
+			if err := c.s.failure(); err != nil {
+				return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
+			}
+			if err := c.waitChangeLocked(ctx); err != nil {
+				return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
+			}
+			continue
+		}
+		break
+	}
+	// Records below the head were removed by retention and cannot be
+	// compared; they are skipped like identical ones.
+	if lo, hi := max(first, c.meta.Head), min(end, c.next); lo < hi {
+		if err := c.compareRecords(recs[lo-first : hi-first]); err != nil {
+			return err
+		}
+	}
+	if end <= c.next {
+		return nil
+	}
+	fresh := recs[max(first, c.next)-first:]
+	data := make([][]byte, len(fresh))
+	times := make([]int64, len(fresh))
+	for i, r := range fresh {
+		data[i], times[i] = r.Data, r.TimeNS
+	}
+	r := c.prepareRecords(data, times, 0)
+	r.assign(c.id, c.next, c.nextDigest, c.nextCum)
+	if err := c.s.enqueue(r); err != nil {
+		return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
+	}
+	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
+	c.mu.Unlock()
+	err := c.s.wait(ctx, r)
+	c.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("streamlog: apply to %s at %d: %w", c.name, fresh[0].Offset, err)
+	}
+	return nil
+}
+
+// compareRecords checks recs against the durable records at their offsets.
+func (c *copyImpl) compareRecords(recs []Record) error {
+	lo, hi := recs[0].Offset, recs[len(recs)-1].Offset+1
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, lo), UpperBound: recordKey(c.id, hi)})
+	if err != nil {
+		return fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, err)
+	}
+	defer it.Close()
+	want := lo
+	for it.First(); it.Valid(); it.Next() {
+		off, err := keyOffset(it.Key())
+		if err != nil {
+			return err
+		}
+		if off != want {
+			return fmt.Errorf("streamlog: apply to %s: held record %d is missing", c.name, want)
+		}
+		_, data, err := decodeRecordValue(it.Value())
+		if err != nil {
+			return fmt.Errorf("streamlog: apply to %s: record %d: %w", c.name, off, err)
+		}
+		if !bytes.Equal(data, recs[off-lo].Data) {
+			return fmt.Errorf("streamlog: apply to %s: record %d: %w", c.name, off, ErrDiverged)
+		}
+		want++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, err)
+	}
+	if want != hi {
+		return fmt.Errorf("streamlog: apply to %s: held record %d is missing", c.name, want)
+	}
+	return nil
+}
+
+func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) {
+	if cursor == "" {
+		return 0, fmt.Errorf("streamlog: cursor event on %s: empty cursor name", c.name)
+	}
+	if err := c.s.enter(); err != nil {
+		return 0, err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := c.writableLocked(context.Background(), "cursor event"); err != nil {
+			return 0, err
+		}
+		// Applied events still queued hold the offsets below cNext; an
+		// owner event must follow them in the log.
+		if c.cWritten == c.cNext {
+			break
+		}
+		if err := c.s.failure(); err != nil {
+			return 0, fmt.Errorf("streamlog: cursor event on %s: %w", c.name, err)
+		}
+		_ = c.waitChangeLocked(context.Background())
+	}
+	if position > c.tail {
+		return 0, fmt.Errorf("streamlog: cursor %s on %s at %d: beyond the record tail %d", cursor, c.name, position, c.tail)
+	}
+	off := c.cNext
+	b := c.s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(eventKey(c.id, off), encodeEvent(cursor, position), nil)
+	old, had := c.cursors[cursor]
+	c.cursors[cursor] = position
+	snap := off+1-c.snapNext >= c.s.snapEvery
+	if snap {
+		// In the same batch as the event: the snapshot and the events
+		// below its boundary become durable together or not at all.
+		_ = b.Set(snapshotKey(c.id), encodeSnapshot(off+1, c.cursors), nil)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		if had {
+			c.cursors[cursor] = old
+		} else {
+			delete(c.cursors, cursor)
+		}
+		c.s.fail(err)
+		return 0, fmt.Errorf("streamlog: cursor event on %s: %w", c.name, err)
+	}
+	c.cNext, c.cWritten = off+1, off+1
+	if snap {
+		c.snapBoundary, c.snapNext = off+1, off+1
+	}
+	c.signalLocked()
+	return off, nil
+}
+
+func (c *copyImpl) applyCursorEvents(ctx context.Context, evs []CursorEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	first := evs[0].Offset
+	for i, e := range evs {
+		if e.Offset != first+uint64(i) {
+			return fmt.Errorf("streamlog: apply cursor events to %s: event %d has offset %d, want %d: events must be contiguous", c.name, i, e.Offset, first+uint64(i))
+		}
+		if e.Cursor == "" {
+			return fmt.Errorf("streamlog: apply cursor events to %s: event %d has no cursor name", c.name, e.Offset)
+		}
+	}
+	end := first + uint64(len(evs))
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := c.writableLocked(ctx, "apply cursor events"); err != nil {
+			return err
+		}
+		if first > c.cNext {
+			return fmt.Errorf("streamlog: apply cursor events to %s at %d: cursor event tail is %d: %w", c.name, first, c.cNext, ErrGap)
+		}
+		if ovEnd := min(end, c.cNext); first < ovEnd && ovEnd > c.cWritten {
+			if err := c.s.failure(); err != nil {
+				return fmt.Errorf("streamlog: apply cursor events to %s: %w", c.name, err)
+			}
+			if err := c.waitChangeLocked(ctx); err != nil {
+				return fmt.Errorf("streamlog: apply cursor events to %s: %w", c.name, err)
+			}
+			continue
+		}
+		break
+	}
+	if lo, hi := max(first, c.meta.CursorStart), min(end, c.cNext); lo < hi {
+		if err := c.compareEvents(evs[lo-first : hi-first]); err != nil {
+			return err
+		}
+	}
+	if end <= c.cNext {
+		return nil
+	}
+	fresh := evs[max(first, c.cNext)-first:]
+	r := &request{c: c, done: make(chan error, 1)}
+	for _, e := range fresh {
+		k, v := eventKey(c.id, e.Offset), encodeEvent(e.Cursor, e.Position)
+		r.kvs = append(r.kvs, kv{k, v})
+		r.size += len(k) + len(v)
+		c.cursors[e.Cursor] = e.Position
+	}
+	r.evs, r.evEnd = true, end
+	if end-c.snapNext >= c.s.snapEvery {
+		v := encodeSnapshot(end, c.cursors)
+		r.kvs = append(r.kvs, kv{snapshotKey(c.id), v})
+		r.size += len(v) + 10
+		r.snap = true
+	}
+	if err := c.s.enqueue(r); err != nil {
+		return fmt.Errorf("streamlog: apply cursor events to %s: %w", c.name, err)
+	}
+	c.cNext = end
+	if r.snap {
+		c.snapNext = end
+	}
+	c.mu.Unlock()
+	err := c.s.wait(ctx, r)
+	c.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("streamlog: apply cursor events to %s at %d: %w", c.name, fresh[0].Offset, err)
+	}
+	return nil
+}
+
+// compareEvents checks evs against the held events at their offsets.
+func (c *copyImpl) compareEvents(evs []CursorEvent) error {
+	lo, hi := evs[0].Offset, evs[len(evs)-1].Offset+1
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(c.id, lo), UpperBound: eventKey(c.id, hi)})
+	if err != nil {
+		return fmt.Errorf("streamlog: apply cursor events to %s: read overlap: %w", c.name, err)
+	}
+	defer it.Close()
+	want := lo
+	for it.First(); it.Valid(); it.Next() {
+		off, err := keyOffset(it.Key())
+		if err != nil {
+			return err
+		}
+		if off != want {
+			return fmt.Errorf("streamlog: apply cursor events to %s: held event %d is missing", c.name, want)
+		}
+		cursor, pos, err := decodeEvent(it.Value())
+		if err != nil {
+			return fmt.Errorf("streamlog: apply cursor events to %s: event %d: %w", c.name, off, err)
+		}
+		if e := evs[off-lo]; e.Cursor != cursor || e.Position != pos {
+			return fmt.Errorf("streamlog: apply cursor events to %s: event %d: %w", c.name, off, ErrDiverged)
+		}
+		want++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("streamlog: apply cursor events to %s: read overlap: %w", c.name, err)
+	}
+	if want != hi {
+		return fmt.Errorf("streamlog: apply cursor events to %s: held event %d is missing", c.name, want)
+	}
+	return nil
+}
+
+func (c *copyImpl) syncCursors() error {
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	deleted := c.deleted
+	c.mu.Unlock()
+	if deleted {
+		return fmt.Errorf("streamlog: sync cursors of %s: %w", c.name, ErrDeleted)
+	}
+	if err := c.s.syncCursorsOf(context.Background(), []*copyImpl{c}); err != nil {
+		return fmt.Errorf("streamlog: sync cursors of %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// cursorSyncLoop makes written cursor events durable every interval.
+func (s *impl) cursorSyncLoop(interval time.Duration) {
+	defer close(s.syncDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSync:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		cs := make([]*copyImpl, 0, len(s.byName))
+		for _, c := range s.byName {
+			cs = append(cs, &c.copyImpl)
+		}
+		s.mu.Unlock()
+		if err := s.syncCursorsOf(context.Background(), cs); err != nil && !errors.Is(err, ErrClosed) {
+			s.log.Warn("periodic cursor sync failed", "err", err)
+		}
+	}
+}
+
+func (c *copyImpl) cursor(name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.cursors[name]
+	return p, ok
+}
+
+func (c *copyImpl) tailsLocked() Tails {
+	return Tails{
+		Head:          c.meta.Head,
+		Record:        c.tail,
+		CursorHead:    c.snapBoundary,
+		CursorWritten: c.cWritten,
+		CursorDurable: c.cDurable,
+	}
+}
+
+func (c *copyImpl) tails() Tails {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tailsLocked()
+}
+
+func (c *copyImpl) changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changedCh
+}
+
+func (c *copyImpl) logEpochs() []wire.LogEpoch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.meta.LogEpochs)
+}
+
+func lastEpoch(les []wire.LogEpoch) uint64 {
+	if len(les) == 0 {
+		return 0
+	}
+	return les[len(les)-1].Epoch
+}
+
+func (c *copyImpl) epoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return lastEpoch(c.meta.LogEpochs)
+}
+
+func (c *copyImpl) sealInfo() (Seal, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.meta.Sealed {
+		return Seal{}, false
+	}
+	return c.meta.clone().Seal, true
+}
+
+func (c *copyImpl) digest() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return formatDigest(c.tailDigest)
+}
+
+// cursorsSnapshot returns a copy of the cursor fold (for tests and
+// diagnostics).
+func (c *copyImpl) cursorsSnapshot() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.cursors)
+}

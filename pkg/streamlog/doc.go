@@ -1,0 +1,69 @@
+// # Storage layout
+//
+// One Pebble database per host holds every copy. Integers in keys and
+// values are big-endian, so byte order is numeric order and each log is a
+// contiguous, ordered key range. Each copy gets a numeric copy id at
+// create (never reused: the counter is persisted), and every key of the
+// copy starts with "c" + id, so deleting a copy is one range deletion.
+//
+//	key                              value
+//	"v"                              layout version (uint64, currently 1)
+//	"g"                              next copy id (uint64)
+//	"n" + stream name                copy id (uint64): the name index
+//	"c" + id(8) + "e" + offset(8)    cursor event: position(8) + cursor name
+//	"c" + id(8) + "k"                cursor snapshot: boundary(8), count(4),
+//	                                 then per cursor in name order:
+//	                                 name length(2), name, position(8)
+//	"c" + id(8) + "m"                copy metadata (JSON): stream, stream id,
+//	                                 retention, log epochs, seal (fence epoch,
+//	                                 transition, replaced log epochs), retained
+//	                                 head with the digest and byte count there,
+//	                                 cursor log start
+//	"c" + id(8) + "r" + offset(8)    record: digest(8), cum(8), time ns(8), data
+//
+// A copy's key space is ["c"+id, "c"+(id+1)); its record log is
+// ["c"+id+"r", "c"+id+"s") and its cursor event log ["c"+id+"e",
+// "c"+id+"f").
+//
+// # Running digest
+//
+// Each record stores the running digest after it: d(o+1) = xxhash64(d(o) ||
+// o || data) with d at offset 0 equal to 0 (after ResetTo, 0 at the reset
+// offset). It also stores cum, the running count of data bytes. The digest
+// and byte count at the retained head are kept in the metadata, so the
+// digest at any held offset is one point read, the digest at the tail is
+// kept in memory (a seal reads no log), a cut restores the digest at the
+// cut, and retention by bytes is a subtraction.
+//
+// # Writes and durability
+//
+// Records (Append, Apply) and applied cursor events (ApplyCursorEvents) go
+// through one committer goroutine: callers assign offsets and encode under
+// their copy's lock and enqueue in the same critical section, and the
+// committer writes everything queued, across all copies, in one batch
+// committed with pebble.Sync, then publishes tails in queue order. A caller
+// is answered only after its batch is durable, and a copy's durable tail
+// never passes a hole. Before taking the next group the committer waits
+// briefly (at most 300µs) for as many requests as the previous group had,
+// since those callers usually come straight back; otherwise closed-loop
+// writers split into cohorts that take turns at the disk.
+//
+// Owner cursor events (AppendCursor) are written with pebble.NoSync. Pebble
+// has one write-ahead log, so any later synced commit makes them durable:
+// a background loop issues one every Options.CursorSyncInterval while some
+// copy has unsynced events, and Seal, BeginEpoch, CutToHistory and Close
+// sync as part of their own writes. Tails reports CursorWritten and
+// CursorDurable separately.
+//
+// Every few cursor events (1024) the fold of all cursor events, one
+// position per cursor, is written as the cursor snapshot in the same batch
+// as the event that completes it, so Open replays only the events above
+// the snapshot boundary. Cursor events below the boundary are kept (a
+// lagging follower may still read them).
+//
+// Metadata changes (seal, epochs, cuts, retention, reset, delete) run as
+// exclusive operations on their copy: new writes to that copy wait, writes
+// already queued commit first, and the change is one synced batch. That is
+// what makes a seal's reported tails final: no write from before the seal
+// can land after it.
+package streamlog

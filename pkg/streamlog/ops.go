@@ -1,0 +1,438 @@
+package streamlog
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// commitSync commits b durably; a failure breaks the store (see
+// impl.failed).
+func (s *impl) commitSync(b *pebble.Batch) error {
+	if err := b.Commit(pebble.Sync); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+func (c *copyImpl) sealStateLocked() SealState {
+	m := c.meta.clone()
+	st := SealState{
+		Tails:     c.tailsLocked(),
+		LogEpochs: m.LogEpochs,
+		Digest:    formatDigest(c.tailDigest),
+	}
+	if m.Sealed {
+		st.Seal = m.Seal
+	}
+	return st
+}
+
+func (c *copyImpl) seal(fence, transition uint64) (SealState, error) {
+	if err := c.s.enter(); err != nil {
+		return SealState{}, err
+	}
+	defer c.s.leave()
+	var st SealState
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		written := c.cWritten
+		c.mu.Unlock()
+		epoch := lastEpoch(m.LogEpochs)
+		switch {
+		case fence < epoch:
+			return fmt.Errorf("fence %d is below the copy's epoch %d: %w", fence, epoch, ErrStaleFence)
+		case m.Sealed && fence < m.Seal.FenceEpoch:
+			return fmt.Errorf("fence %d is below the seal's fence %d: %w", fence, m.Seal.FenceEpoch, ErrStaleFence)
+		case m.Sealed && fence == m.Seal.FenceEpoch && transition < m.Seal.Transition:
+			return fmt.Errorf("transition %d at fence %d is older than the seal's %d: %w", transition, fence, m.Seal.Transition, ErrStaleFence)
+		case m.Sealed && fence == m.Seal.FenceEpoch:
+			// A newer transition at the same fence takes the seal over
+			// (a withdrawn recovery replaced by a new one).
+			m.Seal.Transition = transition
+		case m.Sealed:
+			// A higher fence: the copy still follows the history it
+			// followed when first sealed, since a seal adds no log epoch.
+			m.Seal.FenceEpoch, m.Seal.Transition = fence, transition
+		default:
+			m.Sealed = true
+			m.Seal = Seal{FenceEpoch: fence, Transition: transition, Replaced: slices.Clone(m.LogEpochs)}
+		}
+		b := c.s.db.NewBatch()
+		defer b.Close()
+		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+		// The synced commit also makes every cursor event written so far
+		// durable, so the reported cursor tail is a durable one.
+		if err := c.s.commitSync(b); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.meta = m
+		c.cDurable = written
+		c.signalLocked()
+		st = c.sealStateLocked()
+		return nil
+	})
+	if err != nil {
+		return SealState{}, fmt.Errorf("streamlog: seal %s at %d/%d: %w", c.name, fence, transition, err)
+	}
+	return st, nil
+}
+
+// ownEpoch is the epoch of the owner history the copy's log follows: its
+// last log epoch, or for a sealed copy the last of the epochs its seal
+// replaced.
+func ownEpoch(m meta) uint64 {
+	if m.Sealed {
+		return lastEpoch(m.Seal.Replaced)
+	}
+	return lastEpoch(m.LogEpochs)
+}
+
+func (c *copyImpl) beginEpoch(epoch uint64) error {
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		tail, written := c.tail, c.cWritten
+		state := maps.Clone(c.cursors)
+		c.mu.Unlock()
+		changed := false
+		if m.Sealed {
+			if epoch < m.Seal.FenceEpoch {
+				return fmt.Errorf("epoch %d is below the seal's fence %d: %w", epoch, m.Seal.FenceEpoch, ErrStaleFence)
+			}
+			m.Sealed, m.Seal = false, Seal{}
+			changed = true
+		} else if own := lastEpoch(m.LogEpochs); epoch < own {
+			return fmt.Errorf("epoch %d is below the copy's epoch %d: %w", epoch, own, ErrStaleFence)
+		}
+		if epoch > lastEpoch(m.LogEpochs) {
+			m.LogEpochs = append(m.LogEpochs, wire.LogEpoch{Epoch: epoch, RecordStart: tail, CursorStart: written})
+			changed = true
+		}
+		// A promoted follower may hold cursor events past its own record
+		// tail; clamp them before it serves, or a reader would skip the
+		// records the new owner writes there.
+		clamped := clampCursors(state, tail)
+		if !changed && !clamped {
+			return nil
+		}
+		b := c.s.db.NewBatch()
+		defer b.Close()
+		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+		if clamped {
+			_ = b.Set(snapshotKey(c.id), encodeSnapshot(written, state), nil)
+		}
+		if err := c.s.commitSync(b); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.meta = m
+		c.cDurable = written
+		if clamped {
+			c.cursors = state
+			c.snapBoundary, c.snapNext = written, written
+		}
+		c.signalLocked()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streamlog: begin epoch %d on %s: %w", epoch, c.name, err)
+	}
+	return nil
+}
+
+// chooseStart picks the history start a copy at own epoch is cut to for
+// target: among the starts with own < epoch <= target, the one with the
+// lowest record tail (then cursor tail).
+func chooseStart(own, target uint64, starts []wire.HistoryStart) (wire.HistoryStart, bool) {
+	var best wire.HistoryStart
+	found := false
+	for _, s := range starts {
+		if s.Epoch <= own || s.Epoch > target {
+			continue
+		}
+		if !found || s.RecordTail < best.RecordTail || (s.RecordTail == best.RecordTail && s.CursorTail < best.CursorTail) {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutResult, error) {
+	if err := c.s.enter(); err != nil {
+		return CutResult{}, err
+	}
+	defer c.s.leave()
+	var res CutResult
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		tail, tailDigest, tailCum := c.tail, c.tailDigest, c.tailCum
+		written := c.cWritten
+		c.mu.Unlock()
+		res = CutResult{RecordTail: tail, CursorTail: written}
+		start, ok := chooseStart(ownEpoch(m), target, starts)
+		if !ok {
+			return nil
+		}
+		// Never below the retained head (nor the start of the cursor log),
+		// and never below the start's own tails.
+		newTail := min(tail, max(start.RecordTail, m.Head))
+		newCTail := min(written, max(start.CursorTail, m.CursorStart))
+
+		digest, cum := tailDigest, tailCum
+		if newTail < tail {
+			if newTail == m.Head {
+				digest, cum = m.HeadDigest, m.HeadCum
+			} else {
+				rm, err := recordAt(c.s.db, c.id, newTail-1)
+				if err != nil {
+					return err
+				}
+				digest, cum = rm.digest, rm.cum
+			}
+		}
+
+		// The cursor fold at the cut: the persisted snapshot, with its
+		// boundary lowered if it lies past the cut (its state is kept, the
+		// new owner's events there replay over it), else plus the events
+		// up to the cut.
+		snap := snapshot{boundary: m.CursorStart, state: map[string]uint64{}}
+		if sv, err := getValue(c.s.db, snapshotKey(c.id)); err != nil {
+			return fmt.Errorf("read cursor snapshot: %w", err)
+		} else if sv != nil {
+			if snap, err = decodeSnapshot(sv); err != nil {
+				return err
+			}
+		}
+		lowered := false
+		if snap.boundary > newCTail {
+			snap.boundary, lowered = newCTail, true
+		} else if _, err := foldEvents(c.s.db, c.id, snap.state, snap.boundary, newCTail); err != nil {
+			return err
+		}
+		clamped := clampCursors(snap.state, newTail)
+		if newTail == tail && newCTail == written && !lowered && !clamped {
+			return nil
+		}
+
+		b := c.s.db.NewBatch()
+		defer b.Close()
+		if newTail < tail {
+			_ = b.DeleteRange(recordKey(c.id, newTail), recordLogEnd(c.id), nil)
+		}
+		if newCTail < written {
+			_ = b.DeleteRange(eventKey(c.id, newCTail), eventLogEnd(c.id), nil)
+		}
+		// Log epochs that began past the cut now cover an empty range. They
+		// are kept (with their starts lowered to the cut) rather than
+		// dropped, so the copy's own epoch does not move and repeating the
+		// cut selects the same start.
+		adjust := func(les []wire.LogEpoch) {
+			for i := range les {
+				les[i].RecordStart = min(les[i].RecordStart, newTail)
+				les[i].CursorStart = min(les[i].CursorStart, newCTail)
+			}
+		}
+		adjust(m.LogEpochs)
+		adjust(m.Seal.Replaced)
+		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+		_ = b.Set(snapshotKey(c.id), encodeSnapshot(newCTail, snap.state), nil)
+		if err := c.s.commitSync(b); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.meta = m
+		c.tail, c.tailDigest, c.tailCum = newTail, digest, cum
+		c.next, c.nextDigest, c.nextCum = newTail, digest, cum
+		c.cWritten, c.cDurable, c.cNext = newCTail, newCTail, newCTail
+		c.cgen++
+		c.cursors = snap.state
+		c.snapBoundary, c.snapNext = newCTail, newCTail
+		c.signalLocked()
+		// A clamp alone leaves both logs as they were: the copy was on the
+		// target history already.
+		res = CutResult{Cut: newTail < tail || newCTail < written, RecordTail: newTail, CursorTail: newCTail, Removed: tail - newTail}
+		return nil
+	})
+	if err != nil {
+		return CutResult{}, fmt.Errorf("streamlog: cut %s to the history of epoch %d: %w", c.name, target, err)
+	}
+	return res, nil
+}
+
+func (c *copyImpl) enforceRetention(now time.Time, keepFrom uint64) error {
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		tail, tailCum := c.tail, c.tailCum
+		c.mu.Unlock()
+		ret := m.Retention
+		limit := min(keepFrom, tail)
+		if limit <= m.Head {
+			return nil
+		}
+		target := m.Head
+		if ret.MaxRecords > 0 && tail-m.Head > ret.MaxRecords {
+			target = min(tail-ret.MaxRecords, limit)
+		}
+		byBytes := ret.MaxBytes > 0 && tailCum-m.HeadCum > ret.MaxBytes
+		byAge := ret.MaxAgeMS > 0
+		head, hd, hc := m.Head, m.HeadDigest, m.HeadCum
+		if byBytes || byAge {
+			// Walk up from the head while a record must go; the walk reads
+			// only what it removes (plus one record).
+			cutoff := now.UnixNano() - ret.MaxAgeMS*int64(time.Millisecond)
+			it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, m.Head), UpperBound: recordKey(c.id, limit)})
+			if err != nil {
+				return fmt.Errorf("scan records: %w", err)
+			}
+			for it.First(); it.Valid(); it.Next() {
+				off, err := keyOffset(it.Key())
+				if err != nil {
+					_ = it.Close()
+					return err
+				}
+				rm, _, err := decodeRecordValue(it.Value())
+				if err != nil {
+					_ = it.Close()
+					return fmt.Errorf("record %d: %w", off, err)
+				}
+				drop := off < target ||
+					(byBytes && tailCum-hc > ret.MaxBytes) ||
+					(byAge && rm.timeNS < cutoff)
+				if off != head || !drop {
+					break
+				}
+				head, hd, hc = off+1, rm.digest, rm.cum
+			}
+			if err := it.Close(); err != nil {
+				return fmt.Errorf("scan records: %w", err)
+			}
+		} else if target > m.Head {
+			rm, err := recordAt(c.s.db, c.id, target-1)
+			if err != nil {
+				return err
+			}
+			head, hd, hc = target, rm.digest, rm.cum
+		}
+		if head == m.Head {
+			return nil
+		}
+		b := c.s.db.NewBatch()
+		defer b.Close()
+		_ = b.DeleteRange(recordKey(c.id, m.Head), recordKey(c.id, head), nil)
+		m.Head, m.HeadDigest, m.HeadCum = head, hd, hc
+		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+		if err := c.s.commitSync(b); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.meta = m
+		c.signalLocked()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streamlog: enforce retention on %s: %w", c.name, err)
+	}
+	return nil
+}
+
+func (c *copyImpl) setRetention(ret wire.Retention) error {
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		c.mu.Unlock()
+		if m.Retention == ret {
+			return nil
+		}
+		m.Retention = ret
+		if err := c.s.db.Set(metaKey(c.id), encodeMeta(m), pebble.Sync); err != nil {
+			c.s.fail(err)
+			return err
+		}
+		c.mu.Lock()
+		c.meta = m
+		c.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streamlog: set retention on %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// resetTo empties the record log and restarts it at offset. The cursor
+// event log restarts at cursorOffset; if that is where it already ends,
+// it is kept as it is (with its cursor positions), since a follower's
+// events are a prefix of the owner's and the owner continues from there.
+func (c *copyImpl) resetTo(offset, cursorOffset uint64) error {
+	if err := c.s.enter(); err != nil {
+		return err
+	}
+	defer c.s.leave()
+	err := c.exclusive(func() error {
+		c.mu.Lock()
+		m := c.meta.clone()
+		keepCursors := cursorOffset == c.cWritten
+		c.mu.Unlock()
+		if m.Sealed {
+			return fmt.Errorf("fenced at epoch %d: %w", m.Seal.FenceEpoch, ErrSealed)
+		}
+		m.Head, m.HeadDigest, m.HeadCum = offset, 0, 0
+		b := c.s.db.NewBatch()
+		defer b.Close()
+		_ = b.DeleteRange(recordKey(c.id, 0), recordLogEnd(c.id), nil)
+		if !keepCursors {
+			m.CursorStart = cursorOffset
+			_ = b.DeleteRange(eventKey(c.id, 0), eventLogEnd(c.id), nil)
+			_ = b.Set(snapshotKey(c.id), encodeSnapshot(cursorOffset, nil), nil)
+		}
+		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+		if err := c.s.commitSync(b); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.meta = m
+		c.tail, c.tailDigest, c.tailCum = offset, 0, 0
+		c.next, c.nextDigest, c.nextCum = offset, 0, 0
+		c.cDurable = c.cWritten
+		if !keepCursors {
+			c.cWritten, c.cDurable, c.cNext = cursorOffset, cursorOffset, cursorOffset
+			c.cgen++
+			c.cursors = map[string]uint64{}
+			c.snapBoundary, c.snapNext = cursorOffset, cursorOffset
+		}
+		c.signalLocked()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streamlog: reset %s to %d/%d: %w", c.name, offset, cursorOffset, err)
+	}
+	return nil
+}

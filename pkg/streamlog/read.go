@@ -1,0 +1,112 @@
+package streamlog
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
+	if err := c.s.enter(); err != nil {
+		return nil, err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	head, tail, deleted := c.meta.Head, c.tail, c.deleted
+	c.mu.Unlock()
+	if deleted {
+		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, ErrDeleted)
+	}
+	if from < head {
+		return nil, fmt.Errorf("streamlog: read %s from %d: head is %d: %w", c.name, from, head, ErrBelowHead)
+	}
+	// Only durable records are read: the tail moves only after a commit.
+	end := min(below, tail)
+	if from >= end {
+		return nil, nil
+	}
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, from), UpperBound: recordKey(c.id, end)})
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, err)
+	}
+	defer it.Close()
+	var out []Record
+	bytes := 0
+	for it.First(); it.Valid(); it.Next() {
+		off, err := keyOffset(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		if off != from+uint64(len(out)) {
+			if len(out) == 0 {
+				// Retention (or a cut) removed it after the head was read.
+				return nil, fmt.Errorf("streamlog: read %s from %d: record is gone: %w", c.name, from, ErrBelowHead)
+			}
+			break
+		}
+		rm, data, err := decodeRecordValue(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("streamlog: read %s: record %d: %w", c.name, off, err)
+		}
+		if len(out) > 0 && maxBytes > 0 && bytes+len(data) > maxBytes {
+			break
+		}
+		out = append(out, Record{Offset: off, TimeNS: rm.timeNS, Data: slices.Clone(data)})
+		bytes += len(data)
+		if maxRecords > 0 && len(out) >= maxRecords {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, err)
+	}
+	return out, nil
+}
+
+func (c *copyImpl) readCursorEvents(from uint64, max int, below uint64) ([]CursorEvent, error) {
+	if err := c.s.enter(); err != nil {
+		return nil, err
+	}
+	defer c.s.leave()
+	c.mu.Lock()
+	start, written, deleted := c.meta.CursorStart, c.cWritten, c.deleted
+	c.mu.Unlock()
+	if deleted {
+		return nil, fmt.Errorf("streamlog: read cursor events of %s: %w", c.name, ErrDeleted)
+	}
+	if from < start {
+		return nil, fmt.Errorf("streamlog: read cursor events of %s from %d: the log starts at %d: %w", c.name, from, start, ErrBelowHead)
+	}
+	end := min(below, written)
+	if from >= end {
+		return nil, nil
+	}
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(c.id, from), UpperBound: eventKey(c.id, end)})
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: read cursor events of %s: %w", c.name, err)
+	}
+	defer it.Close()
+	var out []CursorEvent
+	for it.First(); it.Valid(); it.Next() {
+		off, err := keyOffset(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		if off != from+uint64(len(out)) {
+			break
+		}
+		cursor, pos, err := decodeEvent(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("streamlog: read cursor events of %s: event %d: %w", c.name, off, err)
+		}
+		out = append(out, CursorEvent{Offset: off, Cursor: cursor, Position: pos})
+		if max > 0 && len(out) >= max {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("streamlog: read cursor events of %s: %w", c.name, err)
+	}
+	return out, nil
+}

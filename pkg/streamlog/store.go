@@ -1,0 +1,372 @@
+package streamlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// ErrDeleted is returned by a Copy's methods after the copy was deleted.
+var ErrDeleted = errors.New("streamlog: copy was deleted")
+
+// defaultSnapshotEvery is how many cursor events may follow the cursor
+// snapshot's boundary before a new snapshot is written. It bounds how many
+// events Open and CutToHistory replay.
+const defaultSnapshotEvery = 1024
+
+// maxGroupBytes caps one group commit, so that a flood of appends still
+// commits in batches that stay well below Pebble's large batch threshold.
+const maxGroupBytes = 8 << 20
+
+type impl struct {
+	db  *pebble.DB
+	log *slog.Logger
+
+	// snapEvery is defaultSnapshotEvery; tests lower it.
+	snapEvery uint64
+	// holdMax is defaultHoldMax; benchmarks vary it.
+	holdMax time.Duration
+
+	// mu guards the copy set and the id counter.
+	mu     sync.Mutex
+	byName map[string]*Copy
+	nextID uint64
+
+	// life guards closed and active: every public operation enters and
+	// leaves, so Close can wait for operations in progress (including
+	// appends waiting for their group commit) before stopping the
+	// committer.
+	life     sync.Mutex
+	lifeCond *sync.Cond
+	closed   bool
+	active   int
+	// failed is set when a write to the database failed; the store is then
+	// unusable, since its in-memory tails may be ahead of the database.
+	failed error
+
+	// The group commit queue (commit.go).
+	qmu       sync.Mutex
+	queue     []*request
+	stopping  bool
+	kick      chan struct{} // wakes the committer (capacity 1)
+	committed chan struct{} // closed when the committer exits
+
+	stopSync chan struct{}
+	syncDone chan struct{}
+
+	stats commitStats
+	// beforeCommit, if set, runs in the committer before each group
+	// commit; tests use it to hold a group back.
+	beforeCommit func()
+}
+
+// pebbleLogger routes Pebble's log lines to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// Fatalf must not return: Pebble calls it when continuing could corrupt
+// data (for example after a failed WAL write).
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...))
+	p.l.Error(msg)
+	panic(msg)
+}
+
+func open(opts Options) (*Store, error) { return openWith(opts, nil) }
+
+// openWith opens the store, letting tests adjust it before its goroutines
+// start.
+func openWith(opts Options, configure func(*impl)) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("streamlog: open: Options.Dir is empty")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "streamlog", "dir", opts.Dir)
+	interval := opts.CursorSyncInterval
+	if interval <= 0 {
+		interval = 50 * time.Millisecond
+	}
+	db, err := pebble.Open(opts.Dir, &pebble.Options{
+		Logger: pebbleLogger{log},
+		// A larger memtable keeps group commits (up to maxGroupBytes) far
+		// from the large-batch path and flushes less often.
+		MemTableSize: 64 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: open pebble in %s: %w", opts.Dir, err)
+	}
+	s := &Store{}
+	s.db = db
+	s.log = log
+	s.snapEvery = defaultSnapshotEvery
+	s.holdMax = defaultHoldMax
+	s.byName = make(map[string]*Copy)
+	s.lifeCond = sync.NewCond(&s.life)
+	s.kick = make(chan struct{}, 1)
+	s.committed = make(chan struct{})
+	s.stopSync = make(chan struct{})
+	s.syncDone = make(chan struct{})
+	if configure != nil {
+		configure(&s.impl)
+	}
+	if err := s.load(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.commitLoop()
+	go s.cursorSyncLoop(interval)
+	return s, nil
+}
+
+// load checks the layout version and loads every copy.
+func (s *impl) load() error {
+	v, err := getValue(s.db, versionKey)
+	if err != nil {
+		return fmt.Errorf("streamlog: read layout version: %w", err)
+	}
+	switch {
+	case v == nil:
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], layoutVersion)
+		if err := s.db.Set(versionKey, b[:], pebble.Sync); err != nil {
+			return fmt.Errorf("streamlog: write layout version: %w", err)
+		}
+	case len(v) != 8 || binary.BigEndian.Uint64(v) != layoutVersion:
+		return fmt.Errorf("streamlog: database layout version %x is not %d", v, layoutVersion)
+	}
+	if v, err := getValue(s.db, nextIDKey); err != nil {
+		return fmt.Errorf("streamlog: read next copy id: %w", err)
+	} else if len(v) == 8 {
+		s.nextID = binary.BigEndian.Uint64(v)
+	}
+	lo, hi := nameRange()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("streamlog: list copies: %w", err)
+	}
+	type entry struct {
+		name string
+		id   uint64
+	}
+	var entries []entry
+	for it.First(); it.Valid(); it.Next() {
+		if len(it.Value()) != 8 {
+			_ = it.Close()
+			return fmt.Errorf("streamlog: name index entry %q is corrupt", it.Key())
+		}
+		entries = append(entries, entry{string(it.Key()[1:]), binary.BigEndian.Uint64(it.Value())})
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("streamlog: list copies: %w", err)
+	}
+	for _, e := range entries {
+		c, err := s.loadCopy(e.name, e.id)
+		if err != nil {
+			return err
+		}
+		s.byName[e.name] = c
+		if e.id >= s.nextID {
+			s.nextID = e.id + 1
+		}
+	}
+	return nil
+}
+
+// getValue reads one key; a missing key is (nil, nil).
+func getValue(db *pebble.DB, k []byte) ([]byte, error) {
+	v, closer, err := db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	return out, closer.Close()
+}
+
+// enter registers an operation in progress; it fails once the store is
+// closed or broken.
+func (s *impl) enter() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.failed != nil {
+		return fmt.Errorf("streamlog: store failed earlier: %w", s.failed)
+	}
+	s.active++
+	return nil
+}
+
+func (s *impl) leave() {
+	s.life.Lock()
+	s.active--
+	if s.active == 0 {
+		s.lifeCond.Broadcast()
+	}
+	s.life.Unlock()
+}
+
+// fail records a write failure; see impl.failed.
+func (s *impl) fail(err error) {
+	s.life.Lock()
+	if s.failed == nil {
+		s.failed = err
+		s.log.Error("store failed; refusing further operations", "err", err)
+	}
+	s.life.Unlock()
+}
+
+func (s *impl) failure() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	return s.failed
+}
+
+func (s *impl) close() error {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	for s.active > 0 {
+		s.lifeCond.Wait()
+	}
+	s.life.Unlock()
+
+	close(s.stopSync)
+	<-s.syncDone
+	s.qmu.Lock()
+	s.stopping = true
+	s.kickLocked()
+	s.qmu.Unlock()
+	<-s.committed
+
+	var errs []error
+	if s.failure() == nil {
+		// Cursor events were written without fsync; one synced write makes
+		// every earlier WAL entry durable.
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			errs = append(errs, fmt.Errorf("streamlog: sync cursor events on close: %w", err))
+		}
+	}
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("streamlog: close pebble: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *impl) copies() []*Copy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Copy, 0, len(s.byName))
+	for _, name := range slices.Sorted(maps.Keys(s.byName)) {
+		out = append(out, s.byName[name])
+	}
+	return out
+}
+
+func (s *impl) get(stream string) *Copy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byName[stream]
+}
+
+func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if stream == "" {
+		return nil, errors.New("streamlog: create: empty stream name")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.byName[stream]; c != nil {
+		if c.sid == streamID {
+			return c, nil
+		}
+		return nil, fmt.Errorf("streamlog: create %s with stream id %d: held with id %d: %w", stream, streamID, c.sid, ErrExists)
+	}
+	id := s.nextID
+	m := meta{Stream: stream, StreamID: streamID, Retention: ret}
+	b := s.db.NewBatch()
+	defer b.Close()
+	var idv [8]byte
+	binary.BigEndian.PutUint64(idv[:], id)
+	_ = b.Set(nameKey(stream), idv[:], nil)
+	_ = b.Set(metaKey(id), encodeMeta(m), nil)
+	_ = b.Set(snapshotKey(id), encodeSnapshot(0, nil), nil)
+	var next [8]byte
+	binary.BigEndian.PutUint64(next[:], id+1)
+	_ = b.Set(nextIDKey, next[:], nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		s.fail(err)
+		return nil, fmt.Errorf("streamlog: create %s: %w", stream, err)
+	}
+	s.nextID = id + 1
+	c := newCopy(s, id, m, 0)
+	s.byName[stream] = c
+	return c, nil
+}
+
+func (s *impl) delete(stream string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	// s.mu is held throughout, so a Create of the same name waits until the
+	// old copy is gone instead of being handed the dying copy.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.byName[stream]
+	if c == nil {
+		return nil
+	}
+	err := c.exclusive(func() error {
+		b := s.db.NewBatch()
+		defer b.Close()
+		_ = b.DeleteRange(copyPrefix(c.id), copyPrefix(c.id+1), nil)
+		_ = b.Delete(nameKey(stream), nil)
+		if err := b.Commit(pebble.Sync); err != nil {
+			s.fail(err)
+			return err
+		}
+		c.mu.Lock()
+		c.deleted = true
+		c.signalLocked()
+		c.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streamlog: delete %s: %w", stream, err)
+	}
+	delete(s.byName, stream)
+	return nil
+}
