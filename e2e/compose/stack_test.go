@@ -1,0 +1,409 @@
+package compose
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// composeCmd is how docker-compose is invoked: the standalone
+// docker-compose (1.x, what Debian ships) or the `docker compose` v2 plugin.
+type composeCmd []string
+
+// findCompose returns the compose command, or why there is none. The
+// standalone binary is preferred because it is what the suite was written
+// against; the compose file is valid for both.
+func findCompose(ctx context.Context) (composeCmd, error) {
+	if p, err := exec.LookPath("docker-compose"); err == nil {
+		return composeCmd{p}, nil
+	}
+	if err := exec.CommandContext(ctx, "docker", "compose", "version").Run(); err == nil {
+		return composeCmd{"docker", "compose"}, nil
+	}
+	return nil, errors.New("neither docker-compose nor the docker compose plugin is installed")
+}
+
+// dockerAnswers reports whether a Docker engine answers `docker info`.
+func dockerAnswers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("docker info: %w: %s", err, bytes.TrimSpace(out))
+	}
+	// Some clients print their half and exit 0 when the engine is away.
+	if len(bytes.TrimSpace(out)) == 0 {
+		return errors.New("docker info: no server version")
+	}
+	return nil
+}
+
+// repoRoot is the directory of the workspace's go.work, where the Makefile
+// and docker-compose.yml live.
+func repoRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOWORK").Output()
+	if err == nil {
+		if gowork := strings.TrimSpace(string(out)); gowork != "" && gowork != "off" {
+			return filepath.Dir(gowork), nil
+		}
+	}
+	// Without a go command (or with GOWORK=off) look upwards for go.work.
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find repository root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("find repository root: no go.work above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// childEnv is the environment of the make and docker-compose children:
+// this process's, without the variables of an enclosing make (a make run
+// from `make test` must not try to join its parent's job server).
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// buildImages runs `make images-core` in the repository root.
+func buildImages(ctx context.Context, root string) error {
+	cmd := exec.CommandContext(ctx, "make", "images-core")
+	cmd.Dir = root
+	cmd.Env = childEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("make images-core: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// imageExists reports whether the engine has image ref.
+func imageExists(ctx context.Context, ref string) bool {
+	return exec.CommandContext(ctx, "docker", "image", "inspect", ref).Run() == nil
+}
+
+// freePorts returns n distinct TCP ports that are free on 127.0.0.1 now.
+// Holding every listener until all are chosen keeps them distinct; another
+// process may still take one before compose binds it, which then fails the
+// start with a clear "port is already allocated".
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// stack is one compose project of the repository's docker-compose.yml.
+type stack struct {
+	t        *testing.T
+	compose  composeCmd
+	root     string
+	project  string
+	profiles []string
+	env      []string
+
+	natsPort     int
+	jaegerUIPort int
+}
+
+// stackConfig chooses what a stack runs.
+type stackConfig struct {
+	// Profiles are compose profiles to enable (e.g. "traces").
+	Profiles []string
+	// OTLPEndpoint is passed to the services as OTEL_EXPORTER_OTLP_ENDPOINT
+	// (through BROOK_OTLP_ENDPOINT); empty turns exporting off.
+	OTLPEndpoint string
+}
+
+// newStack prepares a project with a unique name and free host ports, and
+// registers its removal (containers, volumes, network) as a cleanup that
+// runs however the test ends, after printing the services' logs if it
+// failed.
+func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*stack, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("project name: %w", err)
+	}
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{
+		t:        t,
+		compose:  compose,
+		root:     root,
+		project:  projectPrefix + hex.EncodeToString(b[:]),
+		profiles: cfg.Profiles,
+		// Every variable the compose file reads is set, so nothing from
+		// the caller's environment (a BROOK_NATS_PORT of their own, an
+		// OTLP endpoint) leaks into the test's stack.
+		env: childEnv(
+			"BROOK_BIND_ADDR=127.0.0.1",
+			"BROOK_NATS_PORT="+strconv.Itoa(ports[0]),
+			"BROOK_NATS_HTTP_PORT="+strconv.Itoa(ports[1]),
+			"BROOK_ATTENTION_PORT="+strconv.Itoa(ports[2]),
+			"BROOK_JAEGER_UI_PORT="+strconv.Itoa(ports[3]),
+			"BROOK_JAEGER_OTLP_PORT="+strconv.Itoa(ports[4]),
+			"BROOK_OTLP_ENDPOINT="+cfg.OTLPEndpoint,
+		),
+		natsPort:     ports[0],
+		jaegerUIPort: ports[3],
+	}
+	t.Cleanup(s.remove)
+	return s, nil
+}
+
+// NATSURL is the URL of account BROOK on the stack's published NATS port.
+func (s *stack) NATSURL() string {
+	return fmt.Sprintf("nats://brook:brook@127.0.0.1:%d", s.natsPort)
+}
+
+// JaegerURL is the base URL of the Jaeger UI and API on its published port.
+func (s *stack) JaegerURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d", s.jaegerUIPort)
+}
+
+// Network is the project's default network, which every service joins.
+func (s *stack) Network() string { return s.project + "_default" }
+
+// run runs a compose subcommand of the project and returns its output.
+func (s *stack) run(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{}, s.compose[1:]...)
+	full = append(full, "-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yml"))
+	for _, p := range s.profiles {
+		full = append(full, "--profile", p)
+	}
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, s.compose[0], full...)
+	cmd.Dir = s.root
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w\n%s", s.compose[0], strings.Join(full, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Up starts every service of the project in the background.
+func (s *stack) Up(ctx context.Context) error {
+	_, err := s.run(ctx, "up", "-d")
+	return err
+}
+
+// Logs returns the last n lines of every service's log.
+func (s *stack) Logs(ctx context.Context, n int) string {
+	out, err := s.run(ctx, "logs", "--no-color", "--tail="+strconv.Itoa(n))
+	if err != nil {
+		return fmt.Sprintf("(logs unavailable: %v)", err)
+	}
+	return out
+}
+
+// remove is the stack's cleanup: logs on failure, then `down -v`, then
+// whatever of the project's containers, volumes and network is left (a
+// down that failed halfway, a container created outside compose's view).
+func (s *stack) remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if s.t.Failed() {
+		s.t.Logf("docker-compose logs of %s (last 150 lines per service):\n%s", s.project, s.Logs(ctx, 150))
+	}
+	if _, err := s.run(ctx, "down", "-v", "--remove-orphans", "--timeout", "5"); err != nil {
+		s.t.Logf("compose down: %v", err)
+	}
+	removeProject(ctx, s.project)
+	label := "label=com.docker.compose.project=" + s.project
+	// Say so when something could not be removed, so a leak is noticed.
+	if left := dockerLines(ctx, "ps", "-aq", "--filter", label); len(left) > 0 {
+		s.t.Errorf("containers of project %s left behind: %v", s.project, left)
+	}
+	if left := dockerLines(ctx, "volume", "ls", "-q", "--filter", label); len(left) > 0 {
+		s.t.Errorf("volumes of project %s left behind: %v", s.project, left)
+	}
+}
+
+// projectPrefix starts the name of every project the suite creates.
+const projectPrefix = "brooke2e"
+
+// staleAfter is how old a project of the suite must be before a later run
+// removes it: far beyond the suite's own timeout, so a run never removes the
+// stack of another run still going on the same engine.
+const staleAfter = 30 * time.Minute
+
+// sweepStale removes the containers, volumes and networks of projects of
+// this suite created more than staleAfter ago: what a run killed before its
+// cleanup (a go test timeout panic, a SIGKILL) left behind.
+func sweepStale(ctx context.Context, t *testing.T) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
+		"--format", `{{.ID}} {{.Label "com.docker.compose.project"}}`).Output()
+	if err != nil {
+		return
+	}
+	stale := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		id, project, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || !strings.HasPrefix(project, projectPrefix) || stale[project] {
+			continue
+		}
+		created, err := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.Created}}", id).Output()
+		if err != nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(created)))
+		if err == nil && time.Since(at) > staleAfter {
+			stale[project] = true
+		}
+	}
+	for project := range stale {
+		t.Logf("removing project %s left behind by an earlier run", project)
+		removeProject(ctx, project)
+	}
+}
+
+// removeProject removes every container, volume and network labelled with
+// project, whatever compose knows about them.
+func removeProject(ctx context.Context, project string) {
+	label := "label=com.docker.compose.project=" + project
+	if ids := dockerLines(ctx, "ps", "-aq", "--filter", label); len(ids) > 0 {
+		_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	}
+	if vols := dockerLines(ctx, "volume", "ls", "-q", "--filter", label); len(vols) > 0 {
+		_ = exec.CommandContext(ctx, "docker", append([]string{"volume", "rm", "-f"}, vols...)...).Run()
+	}
+	if nets := dockerLines(ctx, "network", "ls", "-q", "--filter", label); len(nets) > 0 {
+		_ = exec.CommandContext(ctx, "docker", append([]string{"network", "rm"}, nets...)...).Run()
+	}
+}
+
+// dockerLines runs a docker command and returns the non-empty lines of its
+// output (nil on error).
+func dockerLines(ctx context.Context, args ...string) []string {
+	out, err := exec.CommandContext(ctx, "docker", args...).Output()
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// docker runs a docker command, returning its combined output on error.
+func docker(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Container returns the id of the container of a compose service, found by
+// the project and service labels compose puts on it.
+func (s *stack) Container(ctx context.Context, service string) (string, error) {
+	ids := dockerLines(ctx, "ps", "-aq",
+		"--filter", "label=com.docker.compose.project="+s.project,
+		"--filter", "label=com.docker.compose.service="+service)
+	if len(ids) != 1 {
+		return "", fmt.Errorf("service %s of project %s: want one container, found %v", service, s.project, ids)
+	}
+	return ids[0], nil
+}
+
+// containerState is what docker inspect says about one container.
+type containerState struct {
+	Service string
+	Status  string // created, running, exited, ...
+	Health  string // starting, healthy, unhealthy; "" without a health check
+}
+
+// States returns the state of every container of the project, by service.
+func (s *stack) States(ctx context.Context) (map[string]containerState, error) {
+	ids := dockerLines(ctx, "ps", "-aq", "--filter", "label=com.docker.compose.project="+s.project)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("project %s has no containers", s.project)
+	}
+	format := `{{index .Config.Labels "com.docker.compose.service"}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}`
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"inspect", "--format", format}, ids...)...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker inspect: %w", err)
+	}
+	states := map[string]containerState{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		health := f[2]
+		if health == "none" {
+			health = ""
+		}
+		states[f[0]] = containerState{Service: f[0], Status: f[1], Health: health}
+	}
+	return states, nil
+}
+
+// WaitHealthy waits until every one of services has a running, healthy
+// container. A container that exited fails at once: it will not recover.
+func (s *stack) WaitHealthy(ctx context.Context, services ...string) error {
+	var last map[string]containerState
+	for {
+		states, err := s.States(ctx)
+		if err == nil {
+			last = states
+			ready := true
+			for _, svc := range services {
+				st, ok := states[svc]
+				switch {
+				case ok && st.Status == "exited":
+					return fmt.Errorf("service %s exited before it became healthy", svc)
+				case !ok || st.Status != "running" || st.Health != "healthy":
+					ready = false
+				}
+			}
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for healthy services: %w (last states: %v)", ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
