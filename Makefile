@@ -10,7 +10,7 @@ MODULES := pkg schemas services/coordinator services/streamhost services/attenti
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 BIN := $(CURDIR)/bin
 
-.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-up compose-down bench-peer clean
+.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-up compose-up-traces compose-down bench-peer clean
 
 all: build
 
@@ -68,6 +68,9 @@ images-jaeger:
 
 compose-up: images-core
 	docker-compose up -d
+
+compose-up-traces: images-core images-jaeger
+	BROOK_OTLP_ENDPOINT=http://jaeger:4318 docker-compose --profile traces up -d
 
 compose-down:
 	docker-compose down -v
