@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,11 +40,14 @@ type options struct {
 	jsonOut    string
 	svgOut     string
 	compose    bool
+	runs       int
+	both       bool
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.target, "target", "brook", "system under test: brook or jetstream")
+	flag.StringVar(&o.target, "target", "brook", "system under test: brook, jetstream, or both (alternating runs, side-by-side medians)")
+	flag.IntVar(&o.runs, "runs", 1, "runs per target; the comparison quotes medians")
 	flag.StringVar(&o.stream, "stream", "durable", "stream kind: durable (3 copies, majority_durable)")
 	flag.Float64Var(&o.killAt, "kill-owner-at-secs", -1, "SIGKILL the stream's owner (JetStream: leader) at this second; negative: no kill")
 	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long to publish")
@@ -58,6 +62,7 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "write the result as JSON to this file")
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.Parse()
+	o.both = o.target == "both"
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,6 +85,43 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
 		return err
 	}
+	targets := []string{o.target}
+	if o.target == "both" {
+		targets = []string{"brook", "jetstream"}
+	}
+	// Runs alternate between the targets so that both meet the same noise
+	// on a shared machine; the summary quotes medians.
+	results := map[string][]*bench.Result{}
+	var failed error
+	for i := 0; i < max(o.runs, 1); i++ {
+		for _, name := range targets {
+			ro := o
+			ro.target = name
+			ro.workDir = filepath.Join(o.workDir, fmt.Sprintf("%s-%d", name, i))
+			if err := os.MkdirAll(ro.workDir, 0o755); err != nil {
+				return err
+			}
+			res, err := runOne(ctx, ro, log)
+			if res != nil {
+				results[name] = append(results[name], res)
+			}
+			if err != nil {
+				failed = errors.Join(failed, fmt.Errorf("%s run %d: %w", name, i+1, err))
+				if ctx.Err() != nil {
+					return failed
+				}
+			}
+		}
+	}
+	if len(targets) > 1 || o.runs > 1 {
+		fmt.Println()
+		_ = bench.WriteComparison(os.Stdout, targets, results)
+	}
+	return failed
+}
+
+// runOne runs the workload once against a fresh cluster of o.target.
+func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, error) {
 	var (
 		target bench.Target
 		closer func()
@@ -90,22 +132,22 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		if bin == "" {
 			var err error
 			if bin, err = bench.BuildNATSServer(ctx, filepath.Join(o.workDir, "bin")); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		js, err := bench.StartJetStream(ctx, bin, o.workDir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		target, closer = js, js.Close
 	case "brook":
 		t, c, err := startBrook(ctx, o, log)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		target, closer = t, c
 	default:
-		return fmt.Errorf("unknown --target %q", o.target)
+		return nil, fmt.Errorf("unknown --target %q (want brook, jetstream or both)", o.target)
 	}
 	defer closer()
 
@@ -118,31 +160,35 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 			if p.Killed {
 				mark = " (owner killed)"
 			}
-			fmt.Fprintf(os.Stderr, "\r%5.1fs  %9d confirmed  %6d errors%s   ", p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
+			fmt.Fprintf(os.Stderr, "\r%s %5.1fs  %9d confirmed  %6d errors%s   ", o.target, p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
 		},
 	}
 	res, err := bench.Run(ctx, target, cfg)
 	fmt.Fprintln(os.Stderr)
 	if res != nil {
 		_ = res.WriteText(os.Stdout)
+		suffix := ""
+		if o.runs > 1 || o.both {
+			suffix = "." + filepath.Base(o.workDir)
+		}
 		if o.jsonOut != "" {
-			if werr := writeFile(o.jsonOut, res.WriteJSON); werr != nil {
-				return werr
+			if werr := writeFile(o.jsonOut+suffix, res.WriteJSON); werr != nil {
+				return res, werr
 			}
 		}
 		if o.svgOut != "" {
-			if werr := writeFile(o.svgOut, res.WriteSVG); werr != nil {
-				return werr
+			if werr := writeFile(o.svgOut+suffix, res.WriteSVG); werr != nil {
+				return res, werr
 			}
 		}
 	}
 	if err != nil {
-		return err
+		return res, err
 	}
 	if !res.Verify.OK {
-		return fmt.Errorf("verification failed: %+v", res.Verify)
+		return res, fmt.Errorf("verification failed: %+v", res.Verify)
 	}
-	return nil
+	return res, nil
 }
 
 func writeFile(path string, write func(w io.Writer) error) error {

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// WriteComparison writes a markdown table comparing targets side by side,
+// each figure the median over that target's runs, except counts that must
+// be zero in every run (lost, duplicated, cut records), which are totals.
+func WriteComparison(w io.Writer, targets []string, results map[string][]*Result) error {
+	type row struct {
+		name string
+		get  func(*Result) float64
+		unit string
+		sum  bool // a count that must be zero in every run: show the total, not the median
+	}
+	rows := []row{
+		{"confirmed records/s before the kill", func(r *Result) float64 { return r.Before.PerSecond }, "%.0f", false},
+		{"confirmed records/s, whole run", func(r *Result) float64 { return r.Whole.PerSecond }, "%.0f", false},
+		{"p50 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P50MS }, "%.2f", false},
+		{"p99 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P99MS }, "%.2f", false},
+		{"write unavailability after the kill (ms)", func(r *Result) float64 { return float64(r.UnavailableMS) }, "%.0f", false},
+		{"lost confirmed records", func(r *Result) float64 { return float64(r.Verify.Lost + r.Verify.Moved) }, "%.0f", true},
+		{"duplicates", func(r *Result) float64 { return float64(r.Verify.Duplicates) }, "%.0f", true},
+		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true},
+	}
+	var b strings.Builder
+	b.WriteString("| figure (median of runs; each run in parentheses) |")
+	for _, t := range targets {
+		fmt.Fprintf(&b, " %s (%d runs) |", t, len(results[t]))
+	}
+	b.WriteString("\n|---|")
+	for range targets {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s |", r.name)
+		for _, t := range targets {
+			var vals []float64
+			for _, res := range results[t] {
+				vals = append(vals, r.get(res))
+			}
+			if len(vals) == 0 {
+				b.WriteString(" – |")
+				continue
+			}
+			all := make([]string, len(vals))
+			for i, v := range vals {
+				all[i] = fmt.Sprintf(r.unit, v)
+			}
+			agg, how := median(vals), ""
+			if r.sum {
+				agg, how = 0, "total "
+				for _, v := range vals {
+					agg += v
+				}
+			}
+			fmt.Fprintf(&b, " %s"+r.unit+" (%s) |", how, agg, strings.Join(all, ", "))
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

@@ -1,0 +1,33 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWriteComparisonQuotesMedians(t *testing.T) {
+	mk := func(rate float64, unavail int64, lost int) *Result {
+		r := &Result{UnavailableMS: unavail}
+		r.Before.PerSecond = rate
+		r.Verify.Lost = lost
+		return r
+	}
+	var b strings.Builder
+	err := WriteComparison(&b, []string{"brook", "jetstream"}, map[string][]*Result{
+		"brook":     {mk(100, 300, 0), mk(300, 900, 0), mk(200, 350, 0)},
+		"jetstream": {mk(50, 5000, 0), mk(70, 6000, 1)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| confirmed records/s before the kill | 200 (100, 300, 200) | 60 (50, 70) |",
+		"| write unavailability after the kill (ms) | 350 (300, 900, 350) | 5500 (5000, 6000) |",
+		"| lost confirmed records | total 0 (0, 0, 0) | total 1 (0, 1) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
