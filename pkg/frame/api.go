@@ -23,10 +23,14 @@ type CursorEvent struct {
 // (records and cursor events). Records are contiguous from Records[0].Offset;
 // cursor events likewise.
 type Batch struct {
-	Epoch     uint64 // the owner's epoch
-	Head      uint64 // the owner's retained head
-	Tail      uint64 // the owner's record tail
-	Confirmed uint64 // the owner's confirmed watermark
+	Epoch uint64 // the owner's epoch
+	Head  uint64 // the owner's retained head
+	// HeadDigest is the owner's running digest at Head. A follower reset
+	// to Head starts its digest chain from it, so that its tail digest
+	// keeps matching the owner's (see ReplRequest.TailDigest).
+	HeadDigest uint64
+	Tail       uint64 // the owner's record tail
+	Confirmed  uint64 // the owner's confirmed watermark
 	// Next is the offset the next fetch should ask from.
 	Next         uint64
 	Records      []Record
@@ -43,6 +47,12 @@ type ReplRequest struct {
 	CursorTail uint64
 	WaitMS     uint32
 	MaxBytes   uint32
+	// TailDigest is the follower's running digest at RecordTail (the
+	// chained digest of every record below it). The owner compares it with
+	// its own digest there before it counts the request as an ack or
+	// serves it: equal digests show the follower's log matches the owner's
+	// below its tail.
+	TailDigest uint64
 }
 
 // AppendBatch appends the encoding of b to dst.

@@ -12,9 +12,12 @@ import (
 // Frame header bytes. Every frame starts with Magic, Version and a kind
 // byte, so a receiver tells a frame from a JSON body (which starts with '{'
 // or whitespace) and from a frame of another kind or a future layout.
+//
+// Version 2 added the batch's head digest and the replication request's
+// tail digest (log matching); a version 1 frame is rejected.
 const (
 	Magic   byte = 0xB5
-	Version byte = 1
+	Version byte = 2
 
 	KindBatch       byte = 0x01
 	KindReplRequest byte = 0x02
@@ -47,6 +50,9 @@ func appendBatch(dst []byte, b *Batch) []byte {
 	dst = append(dst, Magic, Version, KindBatch)
 	dst = binary.AppendUvarint(dst, b.Epoch)
 	dst = binary.AppendUvarint(dst, b.Head)
+	// Digests are uniformly spread 64-bit values: fixed width is shorter
+	// than a varint for almost all of them.
+	dst = binary.BigEndian.AppendUint64(dst, b.HeadDigest)
 	dst = binary.AppendUvarint(dst, b.Tail)
 	dst = binary.AppendUvarint(dst, b.Confirmed)
 	dst = binary.AppendUvarint(dst, b.Next)
@@ -94,6 +100,9 @@ func decodeBatch(p []byte) (*Batch, error) {
 		return nil, fmt.Errorf("frame: batch: %w", err)
 	}
 	if b.Head, err = d.uvarint("head"); err != nil {
+		return nil, fmt.Errorf("frame: batch: %w", err)
+	}
+	if b.HeadDigest, err = d.u64("head digest"); err != nil {
 		return nil, fmt.Errorf("frame: batch: %w", err)
 	}
 	if b.Tail, err = d.uvarint("tail"); err != nil {
@@ -168,6 +177,7 @@ func appendReplRequest(dst []byte, r *ReplRequest) []byte {
 	dst = binary.AppendUvarint(dst, r.CursorTail)
 	dst = binary.AppendUvarint(dst, uint64(r.WaitMS))
 	dst = binary.AppendUvarint(dst, uint64(r.MaxBytes))
+	dst = binary.BigEndian.AppendUint64(dst, r.TailDigest)
 	return dst
 }
 
@@ -197,6 +207,9 @@ func decodeReplRequest(p []byte) (*ReplRequest, error) {
 		return nil, fmt.Errorf("frame: repl request: %w", err)
 	}
 	if r.MaxBytes, err = d.uvarint32("max bytes"); err != nil {
+		return nil, fmt.Errorf("frame: repl request: %w", err)
+	}
+	if r.TailDigest, err = d.u64("tail digest"); err != nil {
 		return nil, fmt.Errorf("frame: repl request: %w", err)
 	}
 	if err := d.end(); err != nil {
@@ -255,6 +268,16 @@ func (d *decoder) varint(what string) (int64, error) {
 	}
 	// Zigzag, as binary.AppendVarint writes it.
 	return int64(u>>1) ^ -int64(u&1), nil
+}
+
+// u64 reads a fixed 8-byte big-endian integer.
+func (d *decoder) u64(what string) (uint64, error) {
+	if d.rest() < 8 {
+		return 0, fmt.Errorf("%s: %d bytes left of 8 at byte %d: %w", what, d.rest(), d.off, ErrMalformed)
+	}
+	v := binary.BigEndian.Uint64(d.p[d.off:])
+	d.off += 8
+	return v, nil
 }
 
 func (d *decoder) uvarint32(what string) (uint32, error) {

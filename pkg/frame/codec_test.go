@@ -18,7 +18,7 @@ import (
 func sampleBatch() *frame.Batch {
 	const t0 = 1_760_000_000_123_456_789
 	return &frame.Batch{
-		Epoch: 7, Head: 100, Tail: 1003, Confirmed: 1001, Next: 1003,
+		Epoch: 7, Head: 100, HeadDigest: 0x0123456789abcdef, Tail: 1003, Confirmed: 1001, Next: 1003,
 		Records: []frame.Record{
 			{Offset: 1000, TimeNS: t0, Data: []byte("hello")},
 			{Offset: 1001, TimeNS: t0 + 3_000, Data: []byte{}},
@@ -34,7 +34,7 @@ func sampleBatch() *frame.Batch {
 func sampleRepl() *frame.ReplRequest {
 	return &frame.ReplRequest{
 		Node: "node-2", Epoch: 7, StreamID: 42, RecordTail: 1003, CursorTail: 41,
-		WaitMS: 500, MaxBytes: 1 << 20,
+		WaitMS: 500, MaxBytes: 1 << 20, TailDigest: 0xfedcba9876543210,
 	}
 }
 
@@ -48,7 +48,7 @@ type fataler interface {
 // the encoding does not tell them apart.
 func equalBatch(t fataler, want, got *frame.Batch) {
 	t.Helper()
-	if want.Epoch != got.Epoch || want.Head != got.Head || want.Tail != got.Tail ||
+	if want.Epoch != got.Epoch || want.Head != got.Head || want.HeadDigest != got.HeadDigest || want.Tail != got.Tail ||
 		want.Confirmed != got.Confirmed || want.Next != got.Next {
 		t.Fatalf("header: want %+v, got %+v", *want, *got)
 	}
@@ -75,7 +75,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	for name, b := range map[string]*frame.Batch{
 		"sample": sampleBatch(),
 		"empty":  {},
-		"max header": {Epoch: math.MaxUint64, Head: math.MaxUint64, Tail: math.MaxUint64,
+		"max header": {Epoch: math.MaxUint64, Head: math.MaxUint64, HeadDigest: math.MaxUint64, Tail: math.MaxUint64,
 			Confirmed: math.MaxUint64, Next: math.MaxUint64},
 		"offsets at the top": {Records: []frame.Record{
 			{Offset: math.MaxUint64 - 1, TimeNS: math.MinInt64, Data: []byte("a")},
@@ -117,7 +117,8 @@ func TestReplRequestRoundTrip(t *testing.T) {
 	for name, r := range map[string]*frame.ReplRequest{
 		"sample": sampleRepl(),
 		"max": {Node: strings.Repeat("n", 64), Epoch: math.MaxUint64, StreamID: math.MaxUint64,
-			RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, WaitMS: math.MaxUint32, MaxBytes: math.MaxUint32},
+			RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, WaitMS: math.MaxUint32, MaxBytes: math.MaxUint32,
+			TailDigest: math.MaxUint64},
 		"zero": {Node: "a"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -146,7 +147,11 @@ func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 var (
 	batchHdr = []byte{frame.Magic, frame.Version, frame.KindBatch}
 	replHdr  = []byte{frame.Magic, frame.Version, frame.KindReplRequest}
-	zeroHdr5 = uv(0, 0, 0, 0, 0) // epoch, head, tail, confirmed, next
+	// zeroHdr5 is a batch's fixed fields, all zero: epoch, head, head
+	// digest (8 bytes), tail, confirmed, next.
+	zeroHdr5 = cat(uv(0, 0), make([]byte, 8), uv(0, 0, 0))
+	// noDigest is the 8-byte zero digest of a replication request.
+	noDigest = make([]byte, 8)
 )
 
 func TestDecodeBatchRejects(t *testing.T) {
@@ -155,7 +160,9 @@ func TestDecodeBatchRejects(t *testing.T) {
 		"nil":                 nil,
 		"short header":        {frame.Magic, frame.Version},
 		"bad magic":           cat([]byte{'{', frame.Version, frame.KindBatch}, zeroHdr5, uv(0, 0)),
-		"future version":      cat([]byte{frame.Magic, 2, frame.KindBatch}, zeroHdr5, uv(0, 0)),
+		"future version":      cat([]byte{frame.Magic, 3, frame.KindBatch}, zeroHdr5, uv(0, 0)),
+		"version 1":           cat([]byte{frame.Magic, 1, frame.KindBatch}, uv(0, 0, 0, 0, 0), uv(0, 0)),
+		"short head digest":   cat(batchHdr, uv(0, 0), []byte{1, 2, 3}),
 		"repl kind":           cat(replHdr, zeroHdr5, uv(0, 0)),
 		"truncated header":    cat(batchHdr, uv(1, 2)),
 		"varint overflow":     cat(batchHdr, bytes.Repeat([]byte{0xff}, 10), []byte{0x7f}),
@@ -198,6 +205,9 @@ func TestDecodeReplRequestRejects(t *testing.T) {
 		"node past input":  cat(replHdr, uv(10), []byte("n")),
 		"wait over 32":     cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, math.MaxUint32+1, 0)),
 		"maxbytes over 32": cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, math.MaxUint32+1)),
+		"version 1":        cat([]byte{frame.Magic, 1, frame.KindReplRequest}, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
+		"no tail digest":   cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
+		"short digest":     cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), []byte{1, 2, 3, 4, 5, 6, 7}),
 		"trailing byte":    append(append([]byte{}, good...), 0),
 		"truncated":        good[:len(good)-1],
 	}
@@ -217,7 +227,7 @@ func TestDecodeReplRequestRejects(t *testing.T) {
 // TestGoldenBytes pins the layout of schemas/frames.md: a change to the
 // encoding must be a deliberate new version, not an accident.
 func TestGoldenBytes(t *testing.T) {
-	b := &frame.Batch{Epoch: 3, Head: 1, Tail: 12, Confirmed: 11, Next: 12,
+	b := &frame.Batch{Epoch: 3, Head: 1, HeadDigest: 0x0102030405060708, Tail: 12, Confirmed: 11, Next: 12,
 		Records: []frame.Record{
 			{Offset: 10, TimeNS: 1000, Data: []byte("ab")},
 			{Offset: 11, TimeNS: 999, Data: nil},
@@ -225,8 +235,10 @@ func TestGoldenBytes(t *testing.T) {
 		CursorEvents: []frame.CursorEvent{{Offset: 5, Cursor: "c1", Position: 300}},
 	}
 	want := []byte{
-		0xB5, 0x01, 0x01, // magic, version, kind batch
-		0x03, 0x01, 0x0C, 0x0B, 0x0C, // epoch 3, head 1, tail 12, confirmed 11, next 12
+		0xB5, 0x02, 0x01, // magic, version 2, kind batch
+		0x03, 0x01, // epoch 3, head 1
+		0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // head digest
+		0x0C, 0x0B, 0x0C, // tail 12, confirmed 11, next 12
 		0x02, 0x0A, // 2 records from offset 10
 		0xD0, 0x0F, 0x02, 'a', 'b', // time +1000 (zigzag 2000), length 2, "ab"
 		0x01, 0x00, // time -1 (zigzag 1), length 0
@@ -236,13 +248,15 @@ func TestGoldenBytes(t *testing.T) {
 	if got := frame.AppendBatch(nil, b); !bytes.Equal(got, want) {
 		t.Fatalf("batch bytes\n got % x\nwant % x", got, want)
 	}
-	r := &frame.ReplRequest{Node: "n1", Epoch: 3, StreamID: 9, RecordTail: 12, CursorTail: 6, WaitMS: 200, MaxBytes: 65536}
+	r := &frame.ReplRequest{Node: "n1", Epoch: 3, StreamID: 9, RecordTail: 12, CursorTail: 6, WaitMS: 200, MaxBytes: 65536,
+		TailDigest: 0xA1B2C3D4E5F60718}
 	wantR := []byte{
-		0xB5, 0x01, 0x02, // magic, version, kind repl request
+		0xB5, 0x02, 0x02, // magic, version 2, kind repl request
 		0x02, 'n', '1', // node "n1"
 		0x03, 0x09, 0x0C, 0x06, // epoch, stream id, record tail, cursor tail
 		0xC8, 0x01, // wait 200
 		0x80, 0x80, 0x04, // max bytes 65536
+		0xA1, 0xB2, 0xC3, 0xD4, 0xE5, 0xF6, 0x07, 0x18, // tail digest
 	}
 	if got := frame.AppendReplRequest(nil, r); !bytes.Equal(got, wantR) {
 		t.Fatalf("repl request bytes\n got % x\nwant % x", got, wantR)
@@ -253,11 +267,12 @@ func TestGoldenBytes(t *testing.T) {
 // last one fits 64 bits, valid cursor names.
 func genBatch(t *rapid.T) *frame.Batch {
 	b := &frame.Batch{
-		Epoch:     rapid.Uint64().Draw(t, "epoch"),
-		Head:      rapid.Uint64().Draw(t, "head"),
-		Tail:      rapid.Uint64().Draw(t, "tail"),
-		Confirmed: rapid.Uint64().Draw(t, "confirmed"),
-		Next:      rapid.Uint64().Draw(t, "next"),
+		Epoch:      rapid.Uint64().Draw(t, "epoch"),
+		Head:       rapid.Uint64().Draw(t, "head"),
+		HeadDigest: rapid.Uint64().Draw(t, "head digest"),
+		Tail:       rapid.Uint64().Draw(t, "tail"),
+		Confirmed:  rapid.Uint64().Draw(t, "confirmed"),
+		Next:       rapid.Uint64().Draw(t, "next"),
 	}
 	n := rapid.IntRange(0, 20).Draw(t, "records")
 	if n > 0 {
@@ -310,6 +325,7 @@ func TestPropertyReplRequestRoundTrip(t *testing.T) {
 			CursorTail: rapid.Uint64().Draw(t, "cursor tail"),
 			WaitMS:     rapid.Uint32().Draw(t, "wait"),
 			MaxBytes:   rapid.Uint32().Draw(t, "max bytes"),
+			TailDigest: rapid.Uint64().Draw(t, "tail digest"),
 		}
 		got, err := frame.DecodeReplRequest(frame.AppendReplRequest(nil, r))
 		if err != nil {

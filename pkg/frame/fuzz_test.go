@@ -18,6 +18,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(frame.AppendBatch(nil, &frame.Batch{Epoch: 1, Records: []frame.Record{{Offset: 5, Data: []byte("x")}}}))
 	f.Add(frame.AppendBatch(nil, &frame.Batch{CursorEvents: []frame.CursorEvent{{Offset: 1, Cursor: "c", Position: 2}}}))
 	f.Add(cat(batchHdr, zeroHdr5, uv(1000, 5), uv(0, 1), []byte("x")))
+	f.Add(frame.AppendBatch(nil, &frame.Batch{Head: 9, HeadDigest: 0xdeadbeefcafef00d, Tail: 9, Next: 9}))
+	f.Add(cat([]byte{frame.Magic, 1, frame.KindBatch}, uv(0, 0, 0, 0, 0), uv(0, 0)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := frame.DecodeBatch(p)
@@ -38,6 +40,8 @@ func FuzzDecodeReplRequest(f *testing.F) {
 	f.Add(frame.AppendReplRequest(nil, sampleRepl()))
 	f.Add(frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "a"}))
 	f.Add(cat(replHdr, uv(65)))
+	f.Add(cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), noDigest))
+	f.Add(cat([]byte{frame.Magic, 1, frame.KindReplRequest}, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r, err := frame.DecodeReplRequest(p)

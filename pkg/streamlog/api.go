@@ -53,10 +53,13 @@ type CursorEvent struct {
 
 // Tails are a copy's log bounds. Record is the durable record tail (the next
 // offset to write); CursorWritten counts events written, CursorDurable those
-// fsynced (<= CursorWritten).
+// fsynced (<= CursorWritten). HeadDigest and RecordDigest are the running
+// digest at Head and at Record, read together with them.
 type Tails struct {
 	Head          uint64 // retained record head
+	HeadDigest    uint64
 	Record        uint64
+	RecordDigest  uint64
 	CursorHead    uint64 // cursor snapshot boundary
 	CursorWritten uint64
 	CursorDurable uint64
@@ -175,9 +178,11 @@ func (c *Copy) LogEpochs() []wire.LogEpoch { return c.logEpochs() }
 func (c *Copy) Epoch() uint64 { return c.epoch() }
 
 // Seal fences the copy at fence for transition, persisting the seal before
-// it returns. A fence below the copy's epoch or existing seal, or the same
-// fence with an older transition, is ErrStaleFence; the same fence with a
-// newer (or the same) transition takes the seal over.
+// it returns. A fence at or below the copy's epoch (its last log epoch: a
+// seal at fence e+1 is valid only while the copy has not begun epoch e+1),
+// below an existing seal's fence, or the same fence as the seal's with an
+// older transition, is ErrStaleFence; the same fence with a newer (or the
+// same) transition takes the seal over.
 func (c *Copy) Seal(fence, transition uint64) (SealState, error) { return c.seal(fence, transition) }
 
 // SealInfo returns the seal, if sealed.
@@ -186,13 +191,22 @@ func (c *Copy) SealInfo() (Seal, bool) { return c.sealInfo() }
 // Digest is the hex running digest of the records below the record tail.
 func (c *Copy) Digest() string { return c.digest() }
 
+// DigestAt is the running digest of the records below offset: the value
+// stored with the record at offset-1, or the head's digest at offset ==
+// head. An offset below the head is ErrBelowHead; one past the durable
+// record tail is an error. Tails carries the digests at head and tail.
+func (c *Copy) DigestAt(offset uint64) (uint64, error) { return c.digestAt(offset) }
+
 // CutToHistory brings the copy onto the owner history of target, as the
-// seed's 'Copies with a longer tail' defines: the cut is the lowest start
-// recorded for an epoch after the copy's own (a sealed copy: the epoch its
-// seal replaced) and up to target; both logs are cut there in one batch,
-// never below the head; a cursor snapshot past the cut keeps its state with
-// its boundary lowered; cursors above the new tail are clamped. A copy
-// already on the target history is left alone; repeating is harmless.
+// seed's 'Copies with a longer tail' defines. Among the starts recorded for
+// an epoch after the copy's own (a sealed copy: the epoch its seal
+// replaced) and up to target, the record log is cut at the lowest record
+// tail and the cursor event log, independently, at the lowest cursor event
+// tail (cursor tails need not rise with record tails across starts). Both
+// cuts are one batch, never below the head; a cursor snapshot past the cut
+// keeps its state with its boundary lowered; cursors above the new tail are
+// clamped. A copy already on the target history is left alone; repeating
+// is harmless.
 func (c *Copy) CutToHistory(target uint64, starts []wire.HistoryStart) (CutResult, error) {
 	return c.cutToHistory(target, starts)
 }
@@ -216,5 +230,14 @@ func (c *Copy) SetRetention(ret wire.Retention) error { return c.setRetention(re
 // ResetTo empties a follower copy that is behind the owner's retained head
 // and restarts both its head and tail at offset (and its cursor event log
 // at cursorOffset), so that it can apply the owner's records from there.
-// The digest restarts from that point.
-func (c *Copy) ResetTo(offset, cursorOffset uint64) error { return c.resetTo(offset, cursorOffset) }
+// The digest restarts from 0 at that point; ResetToDigest keeps the chain
+// equal to the owner's.
+func (c *Copy) ResetTo(offset, cursorOffset uint64) error { return c.resetTo(offset, cursorOffset, 0) }
+
+// ResetToDigest is ResetTo with the running digest at offset set to digest,
+// the owner's digest there (its DigestAt(offset)), so that the follower's
+// digest chain goes on matching the owner's and a replication request can
+// prove, by its tail digest, that the follower's log matches the owner's.
+func (c *Copy) ResetToDigest(offset, cursorOffset, digest uint64) error {
+	return c.resetTo(offset, cursorOffset, digest)
+}

@@ -669,7 +669,9 @@ func (c *copyImpl) cursor(name string) (uint64, bool) {
 func (c *copyImpl) tailsLocked() Tails {
 	return Tails{
 		Head:          c.meta.Head,
+		HeadDigest:    c.meta.HeadDigest,
 		Record:        c.tail,
+		RecordDigest:  c.tailDigest,
 		CursorHead:    c.snapBoundary,
 		CursorWritten: c.cWritten,
 		CursorDurable: c.cDurable,
@@ -720,6 +722,48 @@ func (c *copyImpl) digest() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return formatDigest(c.tailDigest)
+}
+
+// digestAt reads the running digest of the records below off: the head's
+// from metadata, the tail's from memory, anything between from the record
+// at off-1.
+func (c *copyImpl) digestAt(off uint64) (uint64, error) {
+	if err := c.s.enter(); err != nil {
+		return 0, err
+	}
+	defer c.s.leave()
+	for {
+		c.mu.Lock()
+		head, hd, tail, td, deleted := c.meta.Head, c.meta.HeadDigest, c.tail, c.tailDigest, c.deleted
+		c.mu.Unlock()
+		switch {
+		case deleted:
+			return 0, fmt.Errorf("streamlog: digest of %s at %d: %w", c.name, off, ErrDeleted)
+		case off < head:
+			return 0, fmt.Errorf("streamlog: digest of %s at %d: head is %d: %w", c.name, off, head, ErrBelowHead)
+		case off > tail:
+			return 0, fmt.Errorf("streamlog: digest of %s at %d: beyond the record tail %d", c.name, off, tail)
+		case off == head:
+			return hd, nil
+		case off == tail:
+			return td, nil
+		}
+		rm, err := recordAt(c.s.db, c.id, off-1)
+		if errors.Is(err, pebble.ErrNotFound) {
+			// Retention (or a cut) removed the record after the bounds
+			// were read; read them again.
+			c.mu.Lock()
+			moved := c.meta.Head != head || c.tail != tail || c.deleted
+			c.mu.Unlock()
+			if moved {
+				continue
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("streamlog: digest of %s at %d: %w", c.name, off, err)
+		}
+		return rm.digest, nil
+	}
 }
 
 // cursorsSnapshot returns a copy of the cursor fold (for tests and

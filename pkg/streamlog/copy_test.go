@@ -203,6 +203,15 @@ func TestSealRules(t *testing.T) {
 	if _, err := c.Seal(2, 1); !errors.Is(err, ErrStaleFence) {
 		t.Fatalf("seal below the copy's epoch: %v, want ErrStaleFence", err)
 	}
+	// A fence is the next epoch: the copy has begun epoch 3, so a seal at
+	// 3 comes from a recovery that already finished (a late or repeated
+	// seal) and must not stop the copy.
+	if _, err := c.Seal(3, 99); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("seal at the copy's epoch: %v, want ErrStaleFence", err)
+	}
+	if _, ok := c.SealInfo(); ok {
+		t.Fatal("a refused seal left the copy sealed")
+	}
 	st, err := c.Seal(4, 10)
 	if err != nil {
 		t.Fatalf("seal: %v", err)
@@ -268,6 +277,52 @@ func TestSealRules(t *testing.T) {
 	}
 	if got := mustAppend(t, c2, payloads("y", 0, 1)); got != 4 {
 		t.Fatalf("append after release at %d", got)
+	}
+	// The recovery that sealed at 6 is done and the copy began epoch 6: a
+	// late copy of that seal, even with the same transition, is refused
+	// and the copy keeps taking writes.
+	if _, err := c2.Seal(6, 2); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("late seal at the epoch the copy began: %v, want ErrStaleFence", err)
+	}
+	if got := mustAppend(t, c2, payloads("y", 1, 1)); got != 5 {
+		t.Fatalf("append after a refused late seal at %d", got)
+	}
+	if err := c2.Apply(ctx, []Record{{Offset: 6, Data: []byte("z")}}); err != nil {
+		t.Fatalf("apply after a refused late seal: %v", err)
+	}
+}
+
+// TestLateSealAfterRelease is the sequence a recovery produces: seal at
+// e+1, release by BeginEpoch(e+1), then the same seal again (a retry that
+// arrives late). The copy must stay unsealed.
+func TestLateSealAfterRelease(t *testing.T) {
+	s := openTest(t, t.TempDir(), nil)
+	c := mustCreate(t, s, "late", 1)
+	if err := c.BeginEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, c, payloads("r", 0, 3))
+	if _, err := c.Seal(2, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.BeginEpoch(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Seal(2, 7); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("late seal at the released fence: %v, want ErrStaleFence", err)
+	}
+	if _, err := c.Seal(2, 8); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("newer transition at the released fence: %v, want ErrStaleFence", err)
+	}
+	if _, sealed := c.SealInfo(); sealed {
+		t.Fatal("copy sealed by a late seal")
+	}
+	if err := c.Apply(context.Background(), []Record{{Offset: 3, Data: []byte("x")}}); err != nil {
+		t.Fatalf("apply after the late seal: %v", err)
+	}
+	// The next recovery's seal still works.
+	if st, err := c.Seal(3, 9); err != nil || st.Seal.FenceEpoch != 3 {
+		t.Fatalf("seal at the next epoch: %v %+v", err, st)
 	}
 }
 
@@ -765,6 +820,100 @@ func TestResetTo(t *testing.T) {
 	}
 	if evs, err := c2.ReadCursorEvents(40, 0, 100); err != nil || len(evs) != 1 {
 		t.Fatalf("cursor events after a records-only reset: %v %+v", err, evs)
+	}
+}
+
+// TestResetToDigest: a follower reset with the owner's digest at the reset
+// point keeps the owner's chain: after applying the same records both
+// report the same digest, at the tail and at every offset in between,
+// also after a reopen.
+func TestResetToDigest(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, nil)
+	ctx := context.Background()
+	owner := mustCreate(t, s, "o", 1)
+	all := payloads("r", 0, 12)
+	mustAppend(t, owner, all)
+	if err := owner.SetRetention(wire.Retention{MaxRecords: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.EnforceRetention(time.Now(), 100); err != nil {
+		t.Fatal(err)
+	}
+	ot := owner.Tails()
+	if ot.Head != 8 || ot.HeadDigest == 0 {
+		t.Fatalf("owner tails %+v", ot)
+	}
+	hd, err := owner.DigestAt(ot.Head)
+	if err != nil || hd != ot.HeadDigest {
+		t.Fatalf("owner DigestAt(head) %x, %v; Tails says %x", hd, err, ot.HeadDigest)
+	}
+
+	f := mustCreate(t, s, "f", 1)
+	mustAppend(t, f, payloads("old", 0, 2))
+	if err := f.ResetToDigest(ot.Head, 0, hd); err != nil {
+		t.Fatal(err)
+	}
+	if ft := f.Tails(); ft.Head != 8 || ft.Record != 8 || ft.HeadDigest != hd || ft.RecordDigest != hd {
+		t.Fatalf("follower tails after the reset %+v, want head and tail 8 with digest %x", ft, hd)
+	}
+	var recs []Record
+	for i := 8; i < 12; i++ {
+		recs = append(recs, Record{Offset: uint64(i), Data: all[i]})
+	}
+	if err := f.Apply(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if f.Digest() != owner.Digest() || f.Digest() != refDigest(0, 0, all) {
+		t.Fatalf("follower digest %s, owner %s", f.Digest(), owner.Digest())
+	}
+	for off := uint64(8); off <= 12; off++ {
+		od, err1 := owner.DigestAt(off)
+		fd, err2 := f.DigestAt(off)
+		if err1 != nil || err2 != nil || od != fd {
+			t.Fatalf("DigestAt(%d): owner %x %v, follower %x %v", off, od, err1, fd, err2)
+		}
+	}
+	_ = s.Close()
+	s2 := openTest(t, dir, nil)
+	if got := s2.Get("f"); got.Digest() != refDigest(0, 0, all) || got.Tails().HeadDigest != hd {
+		t.Fatalf("after reopen: digest %s, tails %+v", got.Digest(), got.Tails())
+	}
+}
+
+// TestDigestAt: the digest below any held offset, the head's and the
+// tail's, and the errors around them.
+func TestDigestAt(t *testing.T) {
+	s := openTest(t, t.TempDir(), nil)
+	c := mustCreate(t, s, "d", 1)
+	if d, err := c.DigestAt(0); err != nil || d != 0 {
+		t.Fatalf("DigestAt(0) of an empty copy: %x %v", d, err)
+	}
+	all := payloads("r", 0, 10)
+	mustAppend(t, c, all)
+	for off := 0; off <= 10; off++ {
+		d, err := c.DigestAt(uint64(off))
+		if err != nil || formatDigest(d) != refDigest(0, 0, all[:off]) {
+			t.Fatalf("DigestAt(%d) = %x, %v; want %s", off, d, err, refDigest(0, 0, all[:off]))
+		}
+	}
+	if tl := c.Tails(); formatDigest(tl.RecordDigest) != c.Digest() {
+		t.Fatalf("Tails().RecordDigest %x, Digest %s", tl.RecordDigest, c.Digest())
+	}
+	if _, err := c.DigestAt(11); err == nil {
+		t.Fatal("DigestAt past the tail succeeded")
+	}
+	if err := c.SetRetention(wire.Retention{MaxRecords: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnforceRetention(time.Now(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DigestAt(3); !errors.Is(err, ErrBelowHead) {
+		t.Fatalf("DigestAt below the head: %v, want ErrBelowHead", err)
+	}
+	if d, err := c.DigestAt(4); err != nil || formatDigest(d) != refDigest(0, 0, all[:4]) {
+		t.Fatalf("DigestAt(head) = %x, %v", d, err)
 	}
 }
 

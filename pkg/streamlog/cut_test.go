@@ -154,6 +154,29 @@ func TestCutRules(t *testing.T) {
 			t.Fatalf("%v %+v", err, res)
 		}
 	})
+	t.Run("each log at its own lowest start", func(t *testing.T) {
+		// Epoch 2 started at records 4 / cursor events 5, epoch 3 at 6 / 2:
+		// the record log is cut at 4 and the cursor event log at 2, not at
+		// the cursor tail of the start with the lowest record tail.
+		_, c := setup(t, 1)
+		mustAppend(t, c, payloads("x", 5, 5))
+		for i := range 6 {
+			if _, err := c.AppendCursor("c", uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		starts := []wire.HistoryStart{{Epoch: 2, RecordTail: 4, CursorTail: 5}, {Epoch: 3, RecordTail: 6, CursorTail: 2}}
+		res, err := c.CutToHistory(3, starts)
+		if err != nil || !res.Cut || res.RecordTail != 4 || res.CursorTail != 2 {
+			t.Fatalf("cut %v %+v, want records at 4 and cursor events at 2", err, res)
+		}
+		if tl := c.Tails(); tl.Record != 4 || tl.CursorWritten != 2 {
+			t.Fatalf("tails after the cut %+v", tl)
+		}
+		if p, _ := c.Cursor("c"); p != 1 {
+			t.Fatalf("cursor c at %d after the cut, want 1 (the fold of events 0 and 1)", p)
+		}
+	})
 	t.Run("caught up follower keeps its records", func(t *testing.T) {
 		// Followed epoch 2 from 5 and holds 10 records; epoch 3 starts at 10.
 		_, c := setup(t, 1, 2)

@@ -28,8 +28,9 @@
 // # Running digest
 //
 // Each record stores the running digest after it: d(o+1) = xxhash64(d(o) ||
-// o || data) with d at offset 0 equal to 0 (after ResetTo, 0 at the reset
-// offset). It also stores cum, the running count of data bytes. The digest
+// o || data) with d at offset 0 equal to 0 (after ResetToDigest, the
+// owner's digest at the reset offset, so owner and follower chains agree;
+// after ResetTo, 0). It also stores cum, the running count of data bytes. The digest
 // and byte count at the retained head are kept in the metadata, so the
 // digest at any held offset is one point read, the digest at the tail is
 // kept in memory (a seal reads no log), a cut restores the digest at the

@@ -47,8 +47,13 @@ func (c *copyImpl) seal(fence, transition uint64) (SealState, error) {
 		c.mu.Unlock()
 		epoch := lastEpoch(m.LogEpochs)
 		switch {
-		case fence < epoch:
-			return fmt.Errorf("fence %d is below the copy's epoch %d: %w", fence, epoch, ErrStaleFence)
+		case fence <= epoch:
+			// A seal at fence f stops the history of epoch f-1 so that a
+			// recovery can choose among the copies. A copy that has begun
+			// epoch f (or later) already follows the history the recovery
+			// chose: a late or repeated seal at f must not stop it, or it
+			// would seal a live copy of the current epoch.
+			return fmt.Errorf("fence %d is not above the copy's epoch %d: %w", fence, epoch, ErrStaleFence)
 		case m.Sealed && fence < m.Seal.FenceEpoch:
 			return fmt.Errorf("fence %d is below the seal's fence %d: %w", fence, m.Seal.FenceEpoch, ErrStaleFence)
 		case m.Sealed && fence == m.Seal.FenceEpoch && transition < m.Seal.Transition:
@@ -155,21 +160,26 @@ func (c *copyImpl) beginEpoch(epoch uint64) error {
 	return nil
 }
 
-// chooseStart picks the history start a copy at own epoch is cut to for
-// target: among the starts with own < epoch <= target, the one with the
-// lowest record tail (then cursor tail).
-func chooseStart(own, target uint64, starts []wire.HistoryStart) (wire.HistoryStart, bool) {
-	var best wire.HistoryStart
-	found := false
+// cutPoint returns where a copy at own epoch is cut for target: the
+// lowest record tail and, independently, the lowest cursor event tail among
+// the starts with own < epoch <= target. The two logs are cut apart because
+// the starts' cursor tails need not rise with their record tails: a
+// recovery promotes by record tail (the cursor tail only breaks ties) and an
+// accepted loss records heartbeat tails, so a later start can hold fewer
+// cursor events than an earlier one with a lower record tail, and each
+// start's owner wrote its own cursor events above its own cursor tail.
+func cutPoint(own, target uint64, starts []wire.HistoryStart) (recordTail, cursorTail uint64, ok bool) {
 	for _, s := range starts {
 		if s.Epoch <= own || s.Epoch > target {
 			continue
 		}
-		if !found || s.RecordTail < best.RecordTail || (s.RecordTail == best.RecordTail && s.CursorTail < best.CursorTail) {
-			best, found = s, true
+		if !ok {
+			recordTail, cursorTail, ok = s.RecordTail, s.CursorTail, true
+			continue
 		}
+		recordTail, cursorTail = min(recordTail, s.RecordTail), min(cursorTail, s.CursorTail)
 	}
-	return best, found
+	return recordTail, cursorTail, ok
 }
 
 func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutResult, error) {
@@ -185,14 +195,14 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 		written := c.cWritten
 		c.mu.Unlock()
 		res = CutResult{RecordTail: tail, CursorTail: written}
-		start, ok := chooseStart(ownEpoch(m), target, starts)
+		cutRecord, cutCursor, ok := cutPoint(ownEpoch(m), target, starts)
 		if !ok {
 			return nil
 		}
 		// Never below the retained head (nor the start of the cursor log),
-		// and never below the start's own tails.
-		newTail := min(tail, max(start.RecordTail, m.Head))
-		newCTail := min(written, max(start.CursorTail, m.CursorStart))
+		// and never below the starts' own tails.
+		newTail := min(tail, max(cutRecord, m.Head))
+		newCTail := min(written, max(cutCursor, m.CursorStart))
 
 		digest, cum := tailDigest, tailCum
 		if newTail < tail {
@@ -386,11 +396,13 @@ func (c *copyImpl) setRetention(ret wire.Retention) error {
 	return nil
 }
 
-// resetTo empties the record log and restarts it at offset. The cursor
-// event log restarts at cursorOffset; if that is where it already ends,
-// it is kept as it is (with its cursor positions), since a follower's
-// events are a prefix of the owner's and the owner continues from there.
-func (c *copyImpl) resetTo(offset, cursorOffset uint64) error {
+// resetTo empties the record log and restarts it at offset, with the
+// running digest there set to digest (the owner's digest at offset, so that
+// both chains go on agreeing). The cursor event log restarts at
+// cursorOffset; if that is where it already ends, it is kept as it is (with
+// its cursor positions), since a follower's events are a prefix of the
+// owner's and the owner continues from there.
+func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 	if err := c.s.enter(); err != nil {
 		return err
 	}
@@ -403,7 +415,7 @@ func (c *copyImpl) resetTo(offset, cursorOffset uint64) error {
 		if m.Sealed {
 			return fmt.Errorf("fenced at epoch %d: %w", m.Seal.FenceEpoch, ErrSealed)
 		}
-		m.Head, m.HeadDigest, m.HeadCum = offset, 0, 0
+		m.Head, m.HeadDigest, m.HeadCum = offset, digest, 0
 		b := c.s.db.NewBatch()
 		defer b.Close()
 		_ = b.DeleteRange(recordKey(c.id, 0), recordLogEnd(c.id), nil)
@@ -419,8 +431,8 @@ func (c *copyImpl) resetTo(offset, cursorOffset uint64) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.meta = m
-		c.tail, c.tailDigest, c.tailCum = offset, 0, 0
-		c.next, c.nextDigest, c.nextCum = offset, 0, 0
+		c.tail, c.tailDigest, c.tailCum = offset, digest, 0
+		c.next, c.nextDigest, c.nextCum = offset, digest, 0
 		c.cDurable = c.cWritten
 		if !keepCursors {
 			c.cWritten, c.cDurable, c.cNext = cursorOffset, cursorOffset, cursorOffset
@@ -432,7 +444,7 @@ func (c *copyImpl) resetTo(offset, cursorOffset uint64) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("streamlog: reset %s to %d/%d: %w", c.name, offset, cursorOffset, err)
+		return fmt.Errorf("streamlog: reset %s to %d/%d (digest %s): %w", c.name, offset, cursorOffset, formatDigest(digest), err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ const (
 	CodeConfirmTimeout  = "confirm_timeout"   // fewer than W copies held the record in time; not confirmed
 	CodeShuttingDown    = "shutting_down"     // the host is stopping
 	CodeStaleEpoch      = "stale_epoch"       // a request from another epoch
+	CodeDiverged        = "diverged"          // a follower's log does not match the owner's below its tail (digests differ)
 	CodeDuplicate       = "duplicate"         // producer sequence already written (reply carries the offset)
 	CodeRecovering      = "recovering"        // the stream is failing over; retry
 	CodeInternal        = "internal"          // a bug or a storage failure; see the host's log

@@ -35,8 +35,12 @@ type Config struct {
 	MaxPayload        int           `koanf:"max-payload"`
 	ConfirmTimeout    time.Duration `koanf:"confirm-timeout"`
 	HTTPAddr          string        `koanf:"http-addr"`
-	LogFormat         string        `koanf:"log-format"`
-	LogLevel          string        `koanf:"log-level"`
+	// DedupeRebuildRecords and DedupeRebuildBytes bound the tail of the
+	// log a new owner reads to rebuild its duplicate window.
+	DedupeRebuildRecords int    `koanf:"dedupe-rebuild-records"`
+	DedupeRebuildBytes   int64  `koanf:"dedupe-rebuild-bytes"`
+	LogFormat            string `koanf:"log-format"`
+	LogLevel             string `koanf:"log-level"`
 }
 
 // FlagSet returns the flags of brook-streamhost with their defaults, which
@@ -51,6 +55,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Int("max-payload", 1<<20, "largest record accepted, in bytes")
 	fs.Duration("confirm-timeout", 5*time.Second, "how long a publish waits for W copies before confirm_timeout")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
+	fs.Int("dedupe-rebuild-records", 64<<10, "on promotion, rebuild the duplicate window from at most this many of the newest records")
+	fs.Int64("dedupe-rebuild-bytes", 64<<20, "on promotion, rebuild the duplicate window from about this many bytes of the newest records")
 	fs.String("log-format", "text", "log format: text or json")
 	fs.String("log-level", "info", "log level: debug, info, warn or error")
 	return fs
@@ -107,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.ConfirmTimeout <= 0 {
 		errs = append(errs, errors.New("--confirm-timeout must be positive"))
+	}
+	if c.DedupeRebuildRecords < 1 || c.DedupeRebuildBytes < 1 {
+		errs = append(errs, errors.New("--dedupe-rebuild-records and --dedupe-rebuild-bytes must be at least 1"))
 	}
 	if _, err := c.Level(); err != nil {
 		errs = append(errs, err)

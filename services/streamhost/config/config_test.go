@@ -37,6 +37,9 @@ func TestPrecedence(t *testing.T) {
 	if c.HeartbeatInterval != 500*time.Millisecond { // default
 		t.Errorf("heartbeat-interval = %v, want 500ms", c.HeartbeatInterval)
 	}
+	if c.DedupeRebuildRecords != 64<<10 || c.DedupeRebuildBytes != 64<<20 { // defaults
+		t.Errorf("dedupe rebuild bounds %d records, %d bytes; want 65536, 67108864", c.DedupeRebuildRecords, c.DedupeRebuildBytes)
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -48,6 +51,9 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--log-level", "loud"}); err == nil {
 		t.Error("a bad log level was accepted")
+	}
+	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--dedupe-rebuild-records", "0"}); err == nil {
+		t.Error("a dedupe rebuild bound of 0 was accepted")
 	}
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x"}); err != nil {
 		t.Errorf("a minimal configuration was refused: %v", err)

@@ -2,10 +2,13 @@
 // sequences, used to answer a repeated publish (same Brook-Producer and
 // Brook-Seq) with the offset of its first write instead of writing it again.
 //
-// The window lives only in the owner's memory: it is empty after a restart
-// and it does not move with a failover, so a retry that reaches a new owner
-// is written again. It bounds both the sequences kept per producer (oldest
-// written first out) and the producers kept (least recently used out).
+// The window itself lives in the owner's memory. The producer and sequence
+// are also stored with each record (package envelope), so a host filling
+// the owner role (a promotion after a failover, or a restart) rebuilds the
+// window from the newest records of its log before it takes publishes; a
+// retry of a record older than that rebuild reaches is written again. The
+// window bounds both the sequences kept per producer (oldest written first
+// out) and the producers kept (least recently used out).
 package dedupe
 
 import "container/list"

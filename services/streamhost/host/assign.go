@@ -277,7 +277,10 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 				return err
 			}
 		}
-	} else if r.fol == nil || r.fol.epoch != a.Epoch || r.fol.owner != a.Owner || r.fol.c != c {
+	} else if r.fol == nil || r.fol.ended() || r.fol.epoch != a.Epoch || r.fol.owner != a.Owner || r.fol.c != c {
+		if r.fol != nil && r.fol.ended() {
+			log.Warn("follower worker had ended; starting it again")
+		}
 		r.stopRole(wire.CodeNotOwner)
 		_, span := h.tracer.Start(ctx, "follow")
 		r.fol = startFollower(h, c, a)
@@ -317,7 +320,9 @@ func (h *Host) unchanged(r *replica, as *wire.AssignedStream) bool {
 	case a.Owner == h.cfg.Node && r.own != nil && r.own.epoch == a.Epoch && r.own.c == c:
 		r.own.update(a)
 		return true
-	case a.Owner != h.cfg.Node && r.fol != nil && r.fol.epoch == a.Epoch && r.fol.owner == a.Owner && r.fol.c == c:
+	case a.Owner != h.cfg.Node && r.fol != nil && r.fol.epoch == a.Epoch && r.fol.owner == a.Owner && r.fol.c == c && !r.fol.ended():
+		// A follower whose worker ended is not in line: applyOne starts
+		// it again.
 		return true
 	}
 	return false

@@ -23,6 +23,14 @@
 // onto that epoch's history, then begins the epoch (which releases a seal at
 // or below it), and only then takes its role at its own tails.
 //
+// A follower's request carries its running digest at its record tail; the
+// owner counts the request as an ack, and serves it, only if that digest is
+// its own digest there (log matching), and answers diverged otherwise.
+//
 // Duplicate suppression (Brook-Producer and Brook-Seq headers) is a bounded
-// window in the owner's memory; it does not survive a restart or a failover.
+// window in the owner's memory. The producer and sequence are stored with
+// each record (package envelope, stripped again for readers), so they
+// replicate, and an owner rebuilds its window from the newest records of its
+// log when it takes the role: a retry that reaches a new owner after a
+// failover is answered with the first write's offset.
 package host

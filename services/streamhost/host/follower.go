@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,17 @@ func (f *follower) stop() {
 	<-f.done
 }
 
+// ended reports whether the worker has returned although nobody stopped
+// it (the store closed under it): the role must then be started again.
+func (f *follower) ended() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // retentionKeepFrom keeps what the owner keeps.
 func (f *follower) retentionKeepFrom() uint64 {
 	return min(f.ownerHead.Load(), f.c.Tails().Record)
@@ -104,6 +116,8 @@ func (f *follower) run(ctx context.Context) {
 			CursorTail: t.CursorDurable,
 			WaitMS:     waitMS,
 			MaxBytes:   replBytes,
+			// The proof that the log below RecordTail is the owner's.
+			TailDigest: t.RecordDigest,
 		}
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendReplRequest(nil, &req)
@@ -127,6 +141,20 @@ func (f *follower) run(ctx context.Context) {
 			if code == wire.CodeStaleEpoch || code == wire.CodeNotFound {
 				f.h.requestPull()
 			}
+			if code == wire.CodeDiverged {
+				// The copy's log differs from the owner's below its
+				// tail: nothing it holds there counts, and only a newer
+				// assignment (with its history cut) can bring it back.
+				// It keeps asking, so attention shows it not catching up.
+				if fails == 0 {
+					f.h.requestPull()
+				}
+				if !fail(slog.LevelError, "copy diverged from the owner below its tail", "follower_tail", t.Record,
+					"follower_digest", fmt.Sprintf("%016x", t.RecordDigest), "owner_reply", er.Error, "fails", fails+1) {
+					return
+				}
+				continue
+			}
 			if !fail(slog.LevelWarn, "owner refused", "code", code, "reply", er.Error, "fails", fails+1) {
 				return
 			}
@@ -144,8 +172,11 @@ func (f *follower) run(ctx context.Context) {
 		if b.Head > t.Record {
 			// Behind the owner's retained head: what is missing is gone,
 			// so start over at the head.
-			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.Record, "owner_head", b.Head)
-			if err := f.c.ResetTo(b.Head, t.CursorDurable); err != nil {
+			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.Record, "owner_head", b.Head,
+				"owner_head_digest", fmt.Sprintf("%016x", b.HeadDigest))
+			// The chain restarts from the owner's digest at its head, so
+			// that the copy's tail digest goes on matching the owner's.
+			if err := f.c.ResetToDigest(b.Head, t.CursorDurable, b.HeadDigest); err != nil {
 				if !f.applyFailed(ctx, "reset", err) {
 					return
 				}
@@ -180,16 +211,24 @@ func (f *follower) run(ctx context.Context) {
 }
 
 // applyFailed handles a storage error of the worker; it returns false when
-// the worker must end.
+// the worker must end, which is only when it was stopped or the store
+// closed. Any other error, a seal included, is retried with backoff after
+// asking for the assignment: a worker that ended silently would leave the
+// copy behind for good while the host still reports it as a follower.
 func (f *follower) applyFailed(ctx context.Context, what string, err error) bool {
 	switch {
-	case errors.Is(err, context.Canceled):
+	case ctx.Err() != nil, errors.Is(err, context.Canceled):
 		return false
-	case errors.Is(err, streamlog.ErrSealed), errors.Is(err, streamlog.ErrClosed), errors.Is(err, streamlog.ErrDeleted):
-		// A seal stops this worker itself; until then there is nothing
-		// to do at this epoch.
-		f.log.Info("copy no longer accepts entries at this epoch", "op", what, "err", err)
+	case errors.Is(err, streamlog.ErrClosed):
+		f.log.Info("store closed; follower stops", "op", what, "err", err)
 		return false
+	case errors.Is(err, streamlog.ErrSealed), errors.Is(err, streamlog.ErrDeleted):
+		// A seal at a newer fence stops this worker through the host (and
+		// a deleted copy through the apply that deleted it); until then,
+		// or if the seal came another way, the assignment decides: ask for
+		// it and try again.
+		f.log.Warn("copy does not accept entries at this epoch; asking for the assignment", "op", what, "err", err)
+		f.h.requestPull()
 	case errors.Is(err, streamlog.ErrDiverged):
 		// Not on the owner's history: only a newer assignment (with its
 		// history cut) can bring the copy back.

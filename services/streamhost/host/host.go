@@ -28,6 +28,10 @@ const (
 	DefaultRetentionInterval = 2 * time.Second
 	DefaultAckWait           = time.Second
 	DefaultSealLinger        = 3 * time.Second
+	// The duplicate window of a new owner is rebuilt from at most this
+	// many of the newest records of its log, and about this many bytes.
+	DefaultDedupeRebuildRecords = 64 << 10
+	DefaultDedupeRebuildBytes   = 64 << 20
 )
 
 // Config configures a Host.
@@ -56,7 +60,14 @@ type Config struct {
 	SealLinger time.Duration
 	// CursorSyncInterval is passed to the store (0: its default).
 	CursorSyncInterval time.Duration
-	Logger             *slog.Logger
+	// DedupeRebuildRecords and DedupeRebuildBytes bound how much of the
+	// tail of its log a new owner reads to rebuild its duplicate window
+	// (the producer ids and sequences stored with the records) before it
+	// takes publishes. A retry of a record older than that is written
+	// again.
+	DedupeRebuildRecords int
+	DedupeRebuildBytes   int64
+	Logger               *slog.Logger
 	// TracerProvider makes the "host.apply" spans; nil means no tracing.
 	TracerProvider trace.TracerProvider
 }
@@ -85,6 +96,12 @@ func (c *Config) fill() {
 	}
 	if c.SealLinger <= 0 {
 		c.SealLinger = DefaultSealLinger
+	}
+	if c.DedupeRebuildRecords <= 0 {
+		c.DedupeRebuildRecords = DefaultDedupeRebuildRecords
+	}
+	if c.DedupeRebuildBytes <= 0 {
+		c.DedupeRebuildBytes = DefaultDedupeRebuildBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

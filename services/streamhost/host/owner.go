@@ -17,18 +17,22 @@ import (
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/dedupe"
+	"github.com/brook-streams/brook/services/streamhost/envelope"
 )
 
 // Limits of the owner's queues and batches.
 const (
-	intakeQueue     = 256     // publishes queued for the appender per copy
-	maxAppendBatch  = 1024    // records per Append
-	maxAppendBytes  = 4 << 20 // bytes per Append
-	maxProducerName = 256     // bytes of a Brook-Producer header
+	intakeQueue    = 256     // publishes queued for the appender per copy
+	maxAppendBatch = 1024    // records per Append
+	maxAppendBytes = 4 << 20 // bytes per Append
 	// liveFollower is how recently a follower must have asked to hold
 	// back retention and a graceful shutdown.
 	liveFollower = 10 * time.Second
 )
+
+// maxProducerName bounds a Brook-Producer header: the record envelope
+// stores producer ids of at most that many bytes.
+const maxProducerName = envelope.MaxProducer
 
 // owner is the owner role of one copy at one epoch. It takes publishes and
 // confirms them by W, serves fetches, cursor commits and its followers.
@@ -69,6 +73,9 @@ type owner struct {
 	timer     *time.Timer
 	stopped   bool   // no new request goroutines
 	failCode  string // once set, every waiter fails at once with it
+	// diverged is the record tail at which each follower last failed the
+	// log matching check, so that a follower retrying is logged once.
+	diverged map[string]uint64
 }
 
 // followerAck is what a follower last said it holds.
@@ -97,23 +104,29 @@ type outgoing struct {
 func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	o := &owner{
-		h:      h,
-		c:      c,
-		stream: a.Stream,
-		id:     a.StreamID,
-		epoch:  a.Epoch,
-		log:    h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
-		ctx:    ctx,
-		cancel: cancel,
-		in:     make(chan *nats.Msg, intakeQueue),
-		dd:     dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
-		acks:   make(map[string]followerAck),
-		wmCh:   make(chan struct{}),
+		h:        h,
+		c:        c,
+		stream:   a.Stream,
+		id:       a.StreamID,
+		epoch:    a.Epoch,
+		log:      h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
+		ctx:      ctx,
+		cancel:   cancel,
+		in:       make(chan *nats.Msg, intakeQueue),
+		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
+		acks:     make(map[string]followerAck),
+		wmCh:     make(chan struct{}),
+		diverged: make(map[string]uint64),
 	}
 	o.mu.Lock()
 	o.tail = c.Tails().Record
 	o.setAssignmentLocked(a)
 	o.mu.Unlock()
+
+	// The window is rebuilt before any publish is taken: a retry of a
+	// record the previous owner wrote (its reply lost in the failover)
+	// must find it.
+	o.rebuildDedupe()
 
 	var err error
 	// Followers first, so that the first publishes meet followers that can
@@ -388,7 +401,9 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			inBatch[p][seq] = len(data)
 		}
 		it.index = len(data)
-		data = append(data, m.Data)
+		// The producer and sequence are stored with the record, so that
+		// they replicate and a later owner can rebuild its window.
+		data = append(data, envelope.Append(make([]byte, 0, envelope.Size(it.producer, it.seq, m.Data)), it.producer, it.seq, m.Data))
 		items = append(items, it)
 	}
 
@@ -642,4 +657,74 @@ func (o *owner) isFollower(node string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Contains(o.followers, node)
+}
+
+// rebuildDedupe fills the duplicate window from the newest records of the
+// copy's log, at most Config.DedupeRebuildRecords records and about
+// Config.DedupeRebuildBytes bytes, newest first, and then records them
+// oldest first so that the window's eviction keeps the newest. It runs
+// before the role subscribes to publishes, so the appender (the window's
+// only user) has not started.
+func (o *owner) rebuildDedupe() {
+	started := time.Now()
+	type entry struct {
+		producer string
+		seq, off uint64
+	}
+	var found []entry // newest first
+	t := o.c.Tails()
+	leftRecs := uint64(o.h.cfg.DedupeRebuildRecords)
+	leftBytes := o.h.cfg.DedupeRebuildBytes
+	var scanned, seenBytes uint64
+	hi := t.Record
+	// Chunks are read oldest to newest within, newest chunk first; the
+	// chunk size follows the average record size seen so far, so that the
+	// byte bound is not overshot by much.
+	chunk := uint64(64)
+scan:
+	for hi > t.Head && leftRecs > 0 && leftBytes > 0 {
+		n := min(chunk, hi-t.Head, leftRecs)
+		lo := hi - n
+		var recs []streamlog.Record
+		for from := lo; from < hi; {
+			rs, err := o.c.Read(from, int(hi-from), 0, hi)
+			if err != nil || len(rs) == 0 {
+				if err != nil && !errors.Is(err, streamlog.ErrBelowHead) {
+					o.log.Error("rebuild duplicate window: read", "from", from, "err", err)
+				}
+				// Retention removed what is left below: nothing older
+				// remains to read.
+				break scan
+			}
+			recs = append(recs, rs...)
+			from = rs[len(rs)-1].Offset + 1
+		}
+		for i := len(recs) - 1; i >= 0 && leftRecs > 0 && leftBytes > 0; i-- {
+			r := recs[i]
+			leftRecs--
+			leftBytes -= int64(len(r.Data))
+			scanned++
+			seenBytes += uint64(len(r.Data))
+			env, err := envelope.Decode(r.Data)
+			if err != nil {
+				o.log.Warn("rebuild duplicate window: undecodable record", "offset", r.Offset, "err", err)
+				continue
+			}
+			if env.Producer != "" {
+				found = append(found, entry{env.Producer, env.Seq, r.Offset})
+			}
+		}
+		hi = lo
+		if leftBytes > 0 {
+			avg := max(seenBytes/max(scanned, 1), 1)
+			chunk = min(max(uint64(leftBytes)/avg, 1), maxAppendBatch)
+		}
+	}
+	for i := len(found) - 1; i >= 0; i-- {
+		o.dd.Record(found[i].producer, found[i].seq, found[i].off)
+	}
+	if scanned > 0 {
+		o.log.Info("duplicate window rebuilt from the log", "records_scanned", scanned, "bytes_scanned", seenBytes,
+			"sequences", len(found), "producers", o.dd.Producers(), "took", time.Since(started))
+	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -9,6 +10,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/envelope"
 )
 
 // Fetch bounds (wire.FetchRequest).
@@ -45,6 +47,9 @@ func (o *owner) replyBatch(to string, b *frame.Batch) {
 	o.h.replyData(to, frame.AppendBatch(nil, b))
 }
 
+// toFrameRecords converts stored records for a replication batch: the
+// stored bytes (envelope included) travel unchanged, so every copy stores
+// and digests the same bytes.
 func toFrameRecords(recs []streamlog.Record) []frame.Record {
 	if len(recs) == 0 {
 		return nil
@@ -54,6 +59,23 @@ func toFrameRecords(recs []streamlog.Record) []frame.Record {
 		out[i] = frame.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
 	}
 	return out
+}
+
+// toFetchRecords converts stored records for a reader: the envelope is
+// stripped, so a reader gets the payload exactly as it was published.
+func toFetchRecords(recs []streamlog.Record) ([]frame.Record, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	out := make([]frame.Record, len(recs))
+	for i, r := range recs {
+		p, err := envelope.Payload(r.Data)
+		if err != nil {
+			return nil, fmt.Errorf("record %d: %w", r.Offset, err)
+		}
+		out[i] = frame.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: p}
+	}
+	return out, nil
 }
 
 // onRepl is the replication subject's callback. A request may wait for new
@@ -96,7 +118,27 @@ func (o *owner) serveRepl(m *nats.Msg) {
 			"stream %s: follower tails %d/%d are past the owner's %d/%d", o.stream, req.RecordTail, req.CursorTail, t.Record, t.CursorWritten))
 		return
 	}
-	o.ack(req.Node, req.RecordTail, req.CursorTail)
+	// Log matching: the follower's digest at its tail must be the owner's
+	// there, or its log differs below the tail and its ack would count
+	// records it does not hold. A tail below the owner's head cannot be
+	// checked (the owner's records there are gone); it is neither counted
+	// nor served records, only told where to restart.
+	if req.RecordTail >= t.Head {
+		switch od, err := o.c.DigestAt(req.RecordTail); {
+		case errors.Is(err, streamlog.ErrBelowHead):
+			// Retention moved the head since t was read: the follower
+			// restarts at the head, below.
+		case err != nil:
+			o.log.Error("read digest for follower", "follower", req.Node, "at", req.RecordTail, "err", err)
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, req.RecordTail, err))
+			return
+		case od != req.TailDigest:
+			o.divergedFollower(m.Reply, req, od, t.Record)
+			return
+		default:
+			o.ack(req.Node, req.RecordTail, req.CursorTail)
+		}
+	}
 
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, maxReplWait)
 	deadline := time.Now().Add(wait)
@@ -125,7 +167,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 
-	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: o.confirmed(), Next: req.RecordTail}
+	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: req.RecordTail}
 	if req.RecordTail < t.Head {
 		// The follower is behind the retained head: it restarts there.
 		b.Next = t.Head
@@ -136,7 +178,8 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		recs, err := o.c.Read(req.RecordTail, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.Record)
 		if errors.Is(err, streamlog.ErrBelowHead) {
 			// Retention moved the head while this request waited.
-			b.Head = o.c.Tails().Head
+			nt := o.c.Tails()
+			b.Head, b.HeadDigest = nt.Head, nt.HeadDigest
 			b.Next = b.Head
 			o.replyBatch(m.Reply, b)
 			return
@@ -161,6 +204,26 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 	o.replyBatch(m.Reply, b)
+}
+
+// divergedFollower answers a follower whose log does not match the
+// owner's below its record tail with diverged; its ack is not counted and
+// nothing is served to it. Only a newer assignment (with its history cut)
+// can bring such a copy back, so it is logged once per tail, not on every
+// retry.
+func (o *owner) divergedFollower(reply string, req *frame.ReplRequest, ownerDigest, ownerTail uint64) {
+	o.mu.Lock()
+	last, seen := o.diverged[req.Node]
+	o.diverged[req.Node] = req.RecordTail
+	o.mu.Unlock()
+	if !seen || last != req.RecordTail {
+		o.log.Error("follower's log diverged from the owner's; its ack is not counted", "follower", req.Node,
+			"follower_tail", req.RecordTail, "follower_digest", fmt.Sprintf("%016x", req.TailDigest),
+			"owner_digest_there", fmt.Sprintf("%016x", ownerDigest), "owner_tail", ownerTail)
+	}
+	o.h.replyErr(reply, wire.Errorf(wire.CodeDiverged,
+		"stream %s: follower %s at record tail %d has digest %016x there, the owner %016x (owner tail %d): the logs differ below the tail",
+		o.stream, req.Node, req.RecordTail, req.TailDigest, ownerDigest, ownerTail))
 }
 
 // onFetch is the fetch subject's callback; fetches may long-poll, so each
@@ -235,15 +298,21 @@ func (o *owner) serveFetch(m *nats.Msg) {
 				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
 				return
 			}
+			frecs, err := toFetchRecords(recs)
+			if err != nil {
+				o.log.Error("decode stored records for reader", "from", from, "err", err)
+				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: stored record: %v", o.stream, err))
+				return
+			}
 			o.replyBatch(m.Reply, &frame.Batch{
-				Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: wm,
-				Next: from + uint64(len(recs)), Records: toFrameRecords(recs),
+				Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm,
+				Next: from + uint64(len(recs)), Records: frecs,
 			})
 			return
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			o.replyBatch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, Tail: t.Record, Confirmed: wm, Next: from})
+			o.replyBatch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: from})
 			return
 		}
 		if timer == nil {

@@ -108,8 +108,11 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayload:        cfg.MaxPayload,
 		ConfirmTimeout:    cfg.ConfirmTimeout,
-		Logger:            log,
-		TracerProvider:    tp,
+		// The rebuild bounds are validated positive by config.
+		DedupeRebuildRecords: cfg.DedupeRebuildRecords,
+		DedupeRebuildBytes:   cfg.DedupeRebuildBytes,
+		Logger:               log,
+		TracerProvider:       tp,
 	}, nc)
 	if err != nil {
 		return err
