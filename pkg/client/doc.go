@@ -15,7 +15,11 @@
 // While it retries it asks a coordinator (admin stream.info) about the
 // stream, so a caller that runs out of patience gets ErrRecovering ("the
 // stream is failing over; retry later") when the stream is recovering or
-// waiting, and ErrNoSuchStream at once when the stream does not exist.
+// waiting, and ErrNoSuchStream at once when the stream does not exist. It
+// asks only before a retry: once the limits have run out it gives up
+// without another request, so with WithRetry(1, 0) a failed attempt is the
+// only request made (and ErrRecovering then needs the host's recovering
+// answer).
 //
 // # Delivery guarantees
 //

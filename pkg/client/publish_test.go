@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,6 +100,41 @@ func TestPublishRecoveringGivesUp(t *testing.T) {
 	}
 	if errors.Is(err, ErrNoSuchStream) {
 		t.Fatalf("err = %v also matches ErrNoSuchStream", err)
+	}
+}
+
+// A request whose retry limit runs out on its first failure gives up at
+// once: it sends no stream.info after the failed attempt, since no retry
+// could use the answer.
+func TestRetryLimitReachedAsksNoStatus(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  Option
+	}{
+		{"one attempt", WithRetry(1, 0)},
+		{"time limit", WithRetry(0, time.Nanosecond)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := startNATS(t)
+			svc := responderConn(t, url)
+			var infos atomic.Int32
+			subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+				infos.Add(1)
+				respondJSON(t, m, wire.StreamInfo{Stream: "s", Status: wire.StatusRecovering})
+			})
+			cl := connectClient(t, url, c.opt)
+
+			_, err := cl.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x"))
+			if !errors.Is(err, nats.ErrNoResponders) {
+				t.Fatalf("err = %v, want the attempt's no responders", err)
+			}
+			if !strings.Contains(err.Error(), "gave up after 1 attempts") {
+				t.Fatalf("err = %v, want a give-up after 1 attempt", err)
+			}
+			if n := infos.Load(); n != 0 {
+				t.Fatalf("asked stream.info %d times after the last attempt, want 0", n)
+			}
+		})
 	}
 }
 

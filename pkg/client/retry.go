@@ -93,6 +93,17 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if wire.CodeOf(err) == wire.CodeRecovering {
 		r.status = wire.StatusRecovering
 	}
+	// The limits come before the status check: a request that will not be
+	// retried has no use for the answer, and asking would send one more
+	// request (and spend up to a second) after the caller's limit ran out.
+	o := r.c.opts
+	delay := backoff(r.attempts, o.backoffMin, o.backoffMax)
+	if o.maxAttempts > 0 && r.attempts >= o.maxAttempts {
+		return r.giveUp(nil)
+	}
+	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
+		return r.giveUp(nil)
+	}
 	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= r.c.opts.infoInterval) {
 		// The coordinators know whether this is a failover or a stream
 		// that does not exist; ask them now and then while retrying.
@@ -104,14 +115,6 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		case ierr == nil:
 			r.status = status
 		}
-	}
-	o := r.c.opts
-	delay := backoff(r.attempts, o.backoffMin, o.backoffMax)
-	if o.maxAttempts > 0 && r.attempts >= o.maxAttempts {
-		return r.giveUp(nil)
-	}
-	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
-		return r.giveUp(nil)
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()

@@ -40,6 +40,11 @@ const (
 	DetectAdvisory = "advisory"
 	DetectLeave    = "leave"
 	DetectDrain    = "drain"
+	// For a "sealed" recovery: the state remembers a withdrawn
+	// recovery's fence, or a copy's heartbeat says it is sealed past the
+	// assignment's epoch.
+	DetectWithdrawnFence = "withdrawn_fence"
+	DetectSealedCopy     = "sealed_copy"
 )
 
 // Action is one change the controller wants. Which fields matter depends on
@@ -225,6 +230,10 @@ func planStreams(s *state.State, live Liveness, now time.Time, p Params) []Actio
 			acts = append(acts, ownerLost(s, st, live, now, p))
 			continue
 		}
+		if a, ok := fenced(s, st, live, now, p); ok {
+			acts = append(acts, a)
+			continue
+		}
 		if a, ok := grow(s, st, live, now, p); ok {
 			acts = append(acts, a)
 		}
@@ -269,6 +278,53 @@ func ownerLost(s *state.State, st *state.Stream, live Liveness, now time.Time, p
 	}
 	return Action{Kind: ActRecover, Stream: st.Name, Version: st.Version, Assignment: prop,
 		Reason: lostReason(ownerState), Node: old.Owner, Detected: detected, LostSinceMS: since}
+}
+
+// fenced records a recovery (reason "sealed") for a replicated stream whose
+// live owner cannot confirm because copies of its assignment are sealed past
+// the assignment's epoch, which happens when an operator withdraws a
+// recovery and the owner comes back before the controller records a new
+// one: the withdrawn worker's seals stay, no later assignment includes the
+// copies at the fence epoch, and nothing else would plan a recovery for a
+// live owner. Its worker seals at the same fence with a newer transition,
+// taking the seals over, and commits the next epoch (with the same owner if
+// it is furthest), which releases them.
+//
+// Two signals, either enough: the state remembers the fence of a withdrawn
+// recovery until an assignment reaches it (FencedEpoch), which covers seals
+// whose answers never arrived; and a copy of the assignment on an up node
+// publishes sealed at an epoch at or past the assignment's. That copy has
+// applied the assignment's epoch, which would have released any seal at or
+// below it, so its seal is above it. A sealed copy that still publishes an
+// older epoch is not counted: right after every recovery commit the copies
+// sealed at the new epoch publish exactly that until they apply it.
+func fenced(s *state.State, st *state.Stream, live Liveness, now time.Time, p Params) (Action, bool) {
+	if st.Copies <= 1 {
+		return Action{}, false
+	}
+	cur := st.Assignment
+	detected := ""
+	if st.FencedEpoch > cur.Epoch {
+		detected = DetectWithdrawnFence
+	} else {
+		for _, n := range cur.Copies() {
+			if !Up(s, live.Nodes, n, now, p.TTL) {
+				continue
+			}
+			if c, ok := live.Nodes[n].Copies[st.Name]; ok && c.StreamID == st.ID && c.Sealed && c.Epoch >= cur.Epoch {
+				detected = DetectSealedCopy
+				break
+			}
+		}
+	}
+	if detected == "" {
+		return Action{}, false
+	}
+	prop := state.CloneAssignment(cur)
+	prop.Epoch = cur.Epoch + 1
+	prop.Policy = p.Stamp(st)
+	return Action{Kind: ActRecover, Stream: st.Name, Version: st.Version, Assignment: prop, Reason: state.ReasonSealed,
+		Node: cur.Owner, Detected: detected}, true
 }
 
 // grow brings st back to its copy count: first live nodes that still hold

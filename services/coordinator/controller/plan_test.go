@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -310,4 +311,120 @@ func TestReturningNodeIsRegisteredOnlyAfterItsExpiry(t *testing.T) {
 	if a := find(acts, ActRegister, "h1"); a == nil {
 		t.Fatalf("returning node not registered: %s", kinds(acts))
 	}
+}
+
+// TestWithdrawnRecoveryWithOwnerBackRecordsSealedRecovery: a recovery is
+// withdrawn after its worker may have sealed copies at the fence, and the
+// owner comes back before the controller records a new one. The owner is
+// live, but its followers are sealed past its epoch, so it can never
+// confirm: the controller records a "sealed" recovery anyway, which the
+// state machine accepts with the owner live. Its commit reaches the fence
+// and nothing more is planned.
+func TestWithdrawnRecoveryWithOwnerBackRecordsSealedRecovery(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("s", 3, "h1", "h2", "h3")
+	f.apply(state.NodeExpire("h1", 1, DetectTTL, t0.UnixMilli()))
+	st := f.s.Streams["s"]
+	f.apply(state.RecoveryBegin("s", st.Version, wire.Assignment{Owner: "h2"}, "expired", "", "", t0.UnixMilli()))
+	f.apply(state.RecoveryWithdraw("s", t0.Add(time.Second).UnixMilli()))
+	// h1 is heard again (a pause, same incarnation) and registered back.
+	now := t0.Add(2 * time.Second)
+	for _, n := range []string{"h1", "h2", "h3"} {
+		f.beat(n, now)
+	}
+	f.apply(state.NodeSeen("h1", 1, now.UnixMilli()))
+	if got := f.s.Status(f.s.Streams["s"]); got != wire.StatusRecovering {
+		t.Fatalf("status %s with the withdrawn fence pending, want recovering", got)
+	}
+
+	acts := f.plan(now)
+	rec := find(acts, ActRecover, "s")
+	if rec == nil || len(acts) != 1 || rec.Reason != state.ReasonSealed || rec.Detected != DetectWithdrawnFence {
+		t.Fatalf("want one sealed recovery from the withdrawn fence, got %s %+v", kinds(acts), rec)
+	}
+	want := wire.Assignment{Stream: "s", StreamID: 1, Epoch: 2, Owner: "h1", Followers: []string{"h2", "h3"}, Policy: "majority_durable"}
+	if !reflect.DeepEqual(rec.Assignment, want) || rec.Version != f.s.Streams["s"].Version {
+		t.Fatalf("proposal %+v at version %d, want %+v at %d", rec.Assignment, rec.Version, want, f.s.Streams["s"].Version)
+	}
+	r := f.apply(state.RecoveryBegin("s", rec.Version, rec.Assignment, rec.Reason, "", "", now.UnixMilli()))
+	if f.plan(now) != nil {
+		t.Fatalf("planned again while the sealed recovery is pending: %s", kinds(f.plan(now)))
+	}
+	// The worker commits epoch 2 with h1 (furthest) as owner.
+	st = f.s.Streams["s"]
+	f.apply(state.RecoveryCommit("s", r.Transition, st.Version, want, wire.HistoryStart{Epoch: 2, Node: "h1"}, "", "", now.UnixMilli()))
+	if st := f.s.Streams["s"]; st.FencedEpoch != 0 || f.s.Status(st) != wire.StatusServing {
+		t.Fatalf("after the commit: fenced epoch %d, status %s; want cleared, serving", st.FencedEpoch, f.s.Status(st))
+	}
+	// The copies still publish their seal at epoch 1 until they apply
+	// epoch 2: that is not a seal past the assignment.
+	sealed := func(epoch uint64) wire.CopyStatus {
+		return wire.CopyStatus{Stream: "s", StreamID: 1, Role: wire.RoleNone, Epoch: epoch, RecordTail: 5, Sealed: true}
+	}
+	f.beat("h2", now, sealed(1))
+	f.beat("h3", now, sealed(1))
+	if acts := f.plan(now); len(acts) != 0 {
+		t.Fatalf("after the commit: %s", kinds(acts))
+	}
+}
+
+// TestSealedCopyPastTheEpochRecordsSealedRecovery: without any record in
+// the state (e.g. the withdrawal predates it), a copy of the assignment
+// whose heartbeat says it is sealed at the assignment's epoch or later is
+// the evidence. Copies sealed at an older epoch (not yet applied), copies
+// outside the assignment, copies of another stream id, and copies on nodes
+// that are not up are not.
+func TestSealedCopyPastTheEpochRecordsSealedRecovery(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3", "h4")
+	f.create("s", 3, "h1", "h2", "h3")
+	f.create("solo", 1, "h4")
+	now := t0.Add(time.Second)
+	cs := func(stream string, id, epoch uint64, sealed bool) wire.CopyStatus {
+		return wire.CopyStatus{Stream: stream, StreamID: id, Role: wire.RoleNone, Epoch: epoch, RecordTail: 3, Sealed: sealed}
+	}
+	for _, c := range []struct {
+		name  string
+		node  string
+		copy  wire.CopyStatus
+		stale bool // the node's last heartbeat is older than the TTL
+	}{
+		{"sealed at an older epoch", "h2", cs("s", 1, 0, true), false},
+		{"not sealed", "h2", cs("s", 1, 1, false), false},
+		{"another stream id", "h2", cs("s", 7, 1, true), false},
+		{"a copy left out", "h4", cs("s", 1, 1, true), false},
+		{"an owner-only stream", "h4", cs("solo", 2, 1, true), false},
+		{"a node that is not up", "h3", cs("s", 1, 1, true), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, n := range []string{"h1", "h2", "h3", "h4"} {
+				f.beat(n, now)
+			}
+			at := now
+			if c.stale {
+				at = now.Add(-params.TTL)
+			}
+			f.beat(c.node, at, c.copy)
+			for _, a := range f.plan(now) {
+				if a.Kind == ActRecover {
+					t.Fatalf("planned %s", kinds([]Action{a}))
+				}
+			}
+		})
+	}
+
+	for _, n := range []string{"h1", "h2", "h3", "h4"} {
+		f.beat(n, now)
+	}
+	f.beat("h3", now, cs("s", 1, 1, true))
+	acts := f.plan(now)
+	rec := find(acts, ActRecover, "s")
+	if rec == nil || rec.Reason != state.ReasonSealed || rec.Detected != DetectSealedCopy || rec.Assignment.Owner != "h1" || rec.Assignment.Epoch != 2 {
+		t.Fatalf("want a sealed recovery for s, got %s %+v", kinds(acts), rec)
+	}
+	// The state machine accepts it although the owner is live, and refuses
+	// other reasons as before.
+	if r := f.s.Clone().Apply(state.RecoveryBegin("s", rec.Version, rec.Assignment, "expired", "", "", now.UnixMilli())); r.Code != wire.CodeConflict {
+		t.Fatalf("an owner-loss recovery with the owner live: %+v, want conflict", r)
+	}
+	f.apply(state.RecoveryBegin("s", rec.Version, rec.Assignment, rec.Reason, "", "", now.UnixMilli()))
 }

@@ -297,6 +297,18 @@ func (s *Store) LocalState() (*state.State, error) {
 	return v.(*state.State), nil
 }
 
+// LocalNodeState reads node's state from this replica without a quorum
+// round ("" if unknown). It may lag; the recovery worker uses it only to
+// stop waiting for copies on gone nodes once R copies answered, which is
+// safe whatever it says.
+func (s *Store) LocalNodeState(node string) (string, error) {
+	v, err := s.nh.StaleRead(ShardID, state.QueryNodeState{Node: node})
+	if err != nil {
+		return "", fmt.Errorf("stale read of node %s: %w", node, err)
+	}
+	return v.(string), nil
+}
+
 // Snapshot asks Dragonboat to take a snapshot of the state now (it also
 // takes them every few thousand entries on its own); used by tests and
 // operators to exercise the save and recover path.

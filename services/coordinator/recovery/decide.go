@@ -24,11 +24,10 @@ type sealed struct {
 
 // historyTails returns the tails a sealed copy has on the stream's current
 // history: the tails it reported, lowered to the cut its host makes before
-// any role change at a new epoch (seed, "Copies with a longer tail"): the
-// lowest history start recorded for an epoch after the copy's own and up to
-// the fence epoch. The copy's own epoch is the highest of its log epochs at
-// or below the old assignment's epoch (a seal may have advanced them to the
-// fence without new data).
+// any role change at a new epoch (seed, "Copies with a longer tail"; see
+// lowerToCut), up to the fence epoch. The copy's own epoch is the highest of
+// its log epochs at or below the old assignment's epoch (a seal may have
+// advanced them to the fence without new data).
 //
 // For a copy whose host applied its last role change this is its reported
 // tail, so the seed's rule is unchanged. It matters for the known limit of a
@@ -39,7 +38,6 @@ type sealed struct {
 // while the recorded start claimed the raw tail. A reply without log epochs
 // is taken as it is.
 func historyTails(r *wire.SealReply, starts []wire.HistoryStart, oldEpoch uint64) (rec, cur uint64, cut bool) {
-	rec, cur = r.RecordTail, r.CursorTail
 	own, known := uint64(0), false
 	for _, le := range r.LogEpochs {
 		if le.Epoch <= oldEpoch && (!known || le.Epoch > own) {
@@ -47,21 +45,29 @@ func historyTails(r *wire.SealReply, starts []wire.HistoryStart, oldEpoch uint64
 		}
 	}
 	if !known {
-		return rec, cur, false
+		return r.RecordTail, r.CursorTail, false
 	}
-	var low *wire.HistoryStart
-	for i := range starts {
-		s := &starts[i]
-		if s.Epoch > own && s.Epoch <= oldEpoch+1 && (low == nil || s.RecordTail < low.RecordTail ||
-			(s.RecordTail == low.RecordTail && s.CursorTail < low.CursorTail)) {
-			low = s
+	rec, cur = lowerToCut(r.RecordTail, r.CursorTail, own, oldEpoch+1, starts)
+	return rec, cur, rec != r.RecordTail || cur != r.CursorTail
+}
+
+// lowerToCut returns a copy's tails lowered to the cut its host makes before
+// a role change at epoch target, given the copy's own epoch: the history
+// starts recorded for an epoch after own and up to target qualify, and the
+// record tail comes down to the lowest record tail among them and the cursor
+// tail to the lowest cursor tail among them, each on its own. Cursor event
+// tails need not grow along the starts (a promoted copy may hold fewer
+// cursor commits than the owner before it), so the lowest cursor tail can
+// belong to another start than the lowest record tail; the host's storage
+// cuts each log at its own minimum, and ranking must agree with it. With no
+// qualifying start the tails are returned as they are.
+func lowerToCut(rec, cur, own, target uint64, starts []wire.HistoryStart) (uint64, uint64) {
+	for _, s := range starts {
+		if s.Epoch > own && s.Epoch <= target {
+			rec, cur = min(rec, s.RecordTail), min(cur, s.CursorTail)
 		}
 	}
-	if low == nil {
-		return rec, cur, false
-	}
-	rec, cur = min(rec, low.RecordTail), min(cur, low.CursorTail)
-	return rec, cur, rec != r.RecordTail || cur != r.CursorTail
+	return rec, cur
 }
 
 // furthest orders copies best first: highest record tail, then highest cursor
@@ -296,8 +302,17 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 // any that did). The start is recorded from the new owner's last heartbeat
 // tails, or nil if it published none for this stream (then no start is
 // recorded and a returning copy is not cut back). belowPrefix reports that
-// the promotion lands below the confirmed prefix: its published record tail
-// is below the latest start's, or it published nothing while a start exists.
+// the promotion lands below the confirmed prefix: its record tail is below
+// the latest start's, or it published nothing while a start exists.
+//
+// Every published tail is first lowered, as Decide's historyTails lowers a
+// seal answer, to the cut the copy's host makes before the role change at
+// the new epoch, from the copy's published epoch (lowerToCut). A copy that
+// had not applied its last role change publishes its raw tail, which can
+// hold an older owner's unconfirmed suffix past a later start; ranked or
+// recorded by that tail it could win over a copy holding records confirmed
+// under the later owner, record a start its own host then cuts below, and
+// hide a promotion below the confirmed prefix.
 //
 // The other live copies of old follow, and the proposal's members that held
 // no copy join as followers; copies that are not live are left out, as copies
@@ -307,6 +322,9 @@ func AcceptLoss(old wire.Assignment, proposal wire.Assignment, starts []wire.His
 	tails := make(map[string]CopyTails, len(copies))
 	for _, c := range copies {
 		if slices.Contains(held, c.Node) {
+			if c.Published {
+				c.RecordTail, c.CursorTail = lowerToCut(c.RecordTail, c.CursorTail, c.Epoch, old.Epoch+1, starts)
+			}
 			tails[c.Node] = c
 		}
 	}

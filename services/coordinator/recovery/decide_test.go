@@ -376,3 +376,55 @@ func TestStaleHistoryCopyRankedAtItsCut(t *testing.T) {
 		t.Errorf("current history: start %+v, want 90/20", dec.Start)
 	}
 }
+
+// TestHistoryTailsCutsEachLogAtItsOwnMinimum: the record tail comes down to
+// the lowest record tail and the cursor tail to the lowest cursor tail of
+// the qualifying starts, each on its own, as the host's storage cuts. Cursor
+// tails need not grow along the starts, so taking the cursor tail of the
+// start with the lowest record tail would rank (and record) a copy above
+// the cursor log its host keeps.
+func TestHistoryTailsCutsEachLogAtItsOwnMinimum(t *testing.T) {
+	starts := []wire.HistoryStart{
+		{Epoch: 2, RecordTail: 10, CursorTail: 1, Node: "a"}, // at or below the copy's own epoch: never a cut
+		{Epoch: 3, RecordTail: 45, CursorTail: 2, Node: "x"},
+		{Epoch: 5, RecordTail: 40, CursorTail: 9, Node: "b"}, // an accepted loss below the prefix may record a lower start
+		{Epoch: 7, RecordTail: 1, CursorTail: 0, Node: "y"},  // after the fence epoch: not yet a cut
+	}
+	reply := func(rec, cur uint64, epochs ...uint64) *wire.SealReply {
+		r := &wire.SealReply{RecordTail: rec, CursorTail: cur}
+		for _, e := range epochs {
+			r.LogEpochs = append(r.LogEpochs, wire.LogEpoch{Epoch: e})
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name     string
+		r        *wire.SealReply
+		rec, cur uint64
+		cut      bool
+	}{
+		{"stale copy: each log at its own minimum", reply(50, 12, 1, 2), 40, 2, true},
+		{"only the cursor log is cut", reply(40, 12, 2), 40, 2, true},
+		{"below every cut: unchanged", reply(30, 1, 2), 30, 1, false},
+		{"on the latest history: unchanged", reply(90, 20, 2, 5), 90, 20, false},
+		{"fence entry ignored", reply(50, 12, 2, 6), 40, 2, true},
+		{"no log epochs: as reported", reply(50, 12), 50, 12, false},
+	} {
+		rec, cur, cut := historyTails(c.r, starts, 5)
+		if rec != c.rec || cur != c.cur || cut != c.cut {
+			t.Errorf("%s: got %d/%d cut %v, want %d/%d cut %v", c.name, rec, cur, cut, c.rec, c.cur, c.cut)
+		}
+	}
+
+	// Through Decide: the stale copy alone (W = E, R = 1) is promoted at
+	// 40/2, the tails its host keeps, not at 40/9.
+	pr := pending("local_durable", "b", "c")
+	pr.Old.Epoch = 5
+	a := ans(pr, "c", 50, 12)
+	a.Reply.FenceEpoch = 6
+	a.Reply.LogEpochs = []wire.LogEpoch{{Epoch: 2, RecordStart: 10, CursorStart: 1}}
+	d := Decide(pr, starts, []Answer{timedOut("b"), a}, nil, now)
+	if want := (wire.HistoryStart{Epoch: 6, RecordTail: 40, CursorTail: 2, Node: "c"}); d.Kind != Promote || d.Start != want {
+		t.Fatalf("got %s start %+v (%s), want promote with start %+v", d.Kind, d.Start, d.Reason, want)
+	}
+}

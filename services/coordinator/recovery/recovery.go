@@ -60,9 +60,13 @@ type Decision struct {
 // CopyTails is one copy's tails as its node last published them in a
 // heartbeat, for AcceptLoss.
 type CopyTails struct {
-	Node       string
-	Live       bool
-	Published  bool
+	Node      string
+	Live      bool
+	Published bool
+	// Epoch is the copy's epoch as published (wire.CopyStatus.Epoch: its
+	// last log epoch, which a seal does not advance), from which its host
+	// cuts a longer history.
+	Epoch      uint64
 	RecordTail uint64
 	CursorTail uint64
 }
@@ -99,6 +103,11 @@ type Worker struct {
 	Logger      *slog.Logger
 	Tracer      trace.Tracer
 	Now         func() time.Time
+	// Gone reports whether the liveness view counts node as gone (expired
+	// or left). Once the answers of a seal round already promote (at
+	// least R, at or past the latest start), the round does not wait for
+	// copies on gone nodes. Nil waits for every copy up to SealTimeout.
+	Gone func(node string) bool
 
 	// sleep replaces the backoff wait in tests.
 	sleep func(ctx context.Context, d time.Duration) error

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -175,7 +174,12 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 	defer span.End()
 	log = log.With("transition", pr.Transition, "round", n)
 
-	answers := w.sealAll(ctx, pr)
+	// A round may stop waiting for copies on gone nodes once the answers
+	// in hand already promote (see sealAll).
+	promotes := func(got []Answer) bool {
+		return Decide(pr, starts, got, leaving, w.now()).Kind == Promote
+	}
+	answers := w.sealAll(ctx, pr, promotes)
 	if err := ctx.Err(); err != nil {
 		// Leadership lost mid-round: the answers say nothing about the copies.
 		return false, false, err
@@ -268,27 +272,87 @@ func sameWait(a, b *wire.RecoveryWait) bool {
 // seal has its own SealTimeout; a Sealer that ignores its context still
 // cannot hold the round past it, because the answer is taken from whichever
 // of the reply or the deadline comes first.
-func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery) []Answer {
+//
+// The round ends early once the answers in hand already promote (at least
+// R of them, and the furthest at or past the latest history start, as
+// promotes tells) and every copy still outstanding is on a node that Gone
+// reports gone (expired or left). Such a node has not been heard for a TTL,
+// so waiting the whole SealTimeout for it only delays the recovery, and it
+// can be held up by anything subscribed to the dead node's seal subject (a
+// debugging "nats sub"). R answers are what safety needs; copies left out
+// are left out as copies that time out are. A copy on a live node is always
+// waited for, so a slow but live copy still becomes a follower; and while
+// the answers wait for the confirmed prefix, a gone node's copy (often the
+// one holding it) is waited for too.
+func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery, promotes func([]Answer) bool) []Answer {
 	tr := w.tracer()
 	ctx, fan := tr.Start(ctx, "seal.fanout", trace.WithAttributes(
 		attribute.Int64("fence_epoch", int64(pr.Old.Epoch+1)),
 	))
 	defer fan.End()
+	// cancel ends the seals the round stops waiting for.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	nodes := copyNodes(pr.Old)
-	answers := make([]Answer, len(nodes))
-	var wg sync.WaitGroup
-	for i, node := range nodes {
-		wg.Go(func() { answers[i] = w.sealOne(ctx, tr, pr, node) })
+	type result struct {
+		i int
+		a Answer
 	}
-	wg.Wait()
+	results := make(chan result, len(nodes)) // buffered: abandoned seals never block
+	for i, node := range nodes {
+		go func() { results <- result{i, w.sealOne(sctx, tr, pr, node)} }()
+	}
+	answers := make([]Answer, len(nodes))
+	outstanding := make(map[int]bool, len(nodes))
+	for i := range nodes {
+		outstanding[i] = true
+	}
+	var got []Answer // the answers in, in arrival order
 	n := 0
-	for _, a := range answers {
-		if a.Err == nil {
+	for len(outstanding) > 0 {
+		res := <-results
+		answers[res.i] = res.a
+		delete(outstanding, res.i)
+		got = append(got, res.a)
+		if res.a.Err == nil {
 			n++
 		}
+		// Checked on every arrival: a live copy failing fast can leave
+		// only gone ones outstanding.
+		if len(outstanding) > 0 && w.Gone != nil && promotes(got) && w.allGone(nodes, outstanding) {
+			break
+		}
 	}
+	var skipped []string
+	for i := range outstanding {
+		skipped = append(skipped, nodes[i])
+		answers[i] = Answer{Node: nodes[i], Err: fmt.Errorf("seal %s: %w", nodes[i], errGoneNotWaited)}
+	}
+	slices.Sort(skipped)
 	fan.SetAttributes(attribute.Int("copies", len(nodes)), attribute.Int("answered", n))
+	if len(skipped) > 0 {
+		fan.SetAttributes(attribute.StringSlice("not_waited_for", skipped))
+		w.logger().Info("recovery: seal round ends without copies on gone nodes", "stream", pr.Stream,
+			"transition", pr.Transition, "answered", n, "not_waited_for", skipped)
+	}
 	return answers
+}
+
+// errGoneNotWaited is the answer of a copy the round stopped waiting for.
+var errGoneNotWaited = errors.New("not waited for: its node is gone and the answers in already promote")
+
+// allGone reports whether every outstanding copy is on a node Gone reports
+// gone; with no Gone, none is.
+func (w *Worker) allGone(nodes []string, outstanding map[int]bool) bool {
+	if w.Gone == nil {
+		return false
+	}
+	for i := range outstanding {
+		if !w.Gone(nodes[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRecovery, node string) Answer {

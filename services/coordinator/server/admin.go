@@ -101,9 +101,13 @@ func (s *Server) serve(m *nats.Msg, what string, f func(ctx context.Context) (an
 		s.reply(m, nil, wire.Errorf(wire.CodeShuttingDown, "coordinator %d is stopping", s.opt.ReplicaID))
 		return
 	}
+	s.inflight.Add(1)
 	go func() {
 		defer s.handlers.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer s.inflight.Add(-1)
+		// Derived from reqCtx, so shutdown can end a request that waits
+		// for a quorum.
+		ctx, cancel := context.WithTimeout(s.reqCtx, requestTimeout)
 		defer cancel()
 		out, err := func() (out any, err error) {
 			defer func() {
@@ -466,7 +470,9 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 		ct.Live = heard && !seen.Leaving && seen.DisconnectedAt.IsZero() && now.Sub(seen.LastSeen) < s.opt.TTL &&
 			(ns == wire.NodeLive || ns == wire.NodeDraining)
 		if c, ok := seen.Copies[req.Stream]; heard && ok && c.StreamID == str.ID {
-			ct.Published, ct.RecordTail, ct.CursorTail = true, c.RecordTail, c.CursorTail
+			// The epoch goes with the tails: AcceptLoss lowers a copy that
+			// missed a role change to the cut its host will make.
+			ct.Published, ct.Epoch, ct.RecordTail, ct.CursorTail = true, c.Epoch, c.RecordTail, c.CursorTail
 		}
 		copies = append(copies, ct)
 	}
@@ -483,10 +489,10 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 	if below {
 		latest := state.LatestStart(str.Starts)
 		loss = &wire.AcceptedLoss{Stream: req.Stream, Epoch: a.Epoch, Node: a.Owner, StartTail: latest.RecordTail, AtMS: now.UnixMilli()}
-		for _, c := range copies {
-			if c.Node == a.Owner {
-				loss.RecordTail = c.RecordTail
-			}
+		if start != nil {
+			// The owner's tail as AcceptLoss judged it: lowered to its
+			// host's cut, not the raw tail it published.
+			loss.RecordTail = start.RecordTail
 		}
 	}
 	r, err := check(s.store.Propose(ctx, state.RecoveryAccept(req.Stream, str.Version, a, start, loss, traceID, recovery.TraceParent(ctx), now.UnixMilli())))

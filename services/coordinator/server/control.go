@@ -228,6 +228,7 @@ func (s *Server) startWorker(leaderCtx context.Context, stream string, transitio
 		Logger:      s.log.With("component", "recovery"),
 		Tracer:      s.tracer,
 		Now:         s.opt.Now,
+		Gone:        s.nodeGone,
 	}
 	s.workerWG.Add(1)
 	go func() {
@@ -244,6 +245,14 @@ func (s *Server) startWorker(leaderCtx context.Context, stream string, transitio
 		s.mu.Unlock()
 		s.poke()
 	}()
+}
+
+// nodeGone reports whether the state (as this replica last applied it)
+// counts node as expired or left, for the recovery worker: once R copies
+// answered a seal round it does not wait for copies on such nodes.
+func (s *Server) nodeGone(node string) bool {
+	ns, err := s.store.LocalNodeState(node)
+	return err == nil && (ns == wire.NodeExpired || ns == wire.NodeLeft)
 }
 
 // stopWorkers cancels every running worker.

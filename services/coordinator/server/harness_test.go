@@ -231,6 +231,7 @@ type host struct {
 	leaving     bool
 	silentSeals bool
 	tails       map[string][2]uint64
+	pinned      map[string]uint64 // stream -> the epoch it keeps publishing
 	copies      map[string]wire.CopyStatus
 	snap        wire.AssignmentSnapshot
 	notices     int
@@ -240,7 +241,7 @@ type host struct {
 }
 
 func (c *cluster) host(node string) *host {
-	h := &host{t: c.t, node: node, url: c.nats.URL, tails: map[string][2]uint64{}, copies: map[string]wire.CopyStatus{}}
+	h := &host{t: c.t, node: node, url: c.nats.URL, tails: map[string][2]uint64{}, pinned: map[string]uint64{}, copies: map[string]wire.CopyStatus{}}
 	h.start(1)
 	c.t.Cleanup(h.kill)
 	return h
@@ -352,7 +353,11 @@ func (h *host) pull() {
 			role = wire.RoleOwner
 		}
 		t := h.tails[a.Stream]
-		h.copies[a.Stream] = wire.CopyStatus{Stream: a.Stream, StreamID: a.StreamID, Role: role, Epoch: a.Epoch, RecordTail: t[0], CursorTail: t[1]}
+		epoch := a.Epoch
+		if e, ok := h.pinned[a.Stream]; ok {
+			epoch = e
+		}
+		h.copies[a.Stream] = wire.CopyStatus{Stream: a.Stream, StreamID: a.StreamID, Role: role, Epoch: epoch, RecordTail: t[0], CursorTail: t[1]}
 	}
 }
 
@@ -388,6 +393,18 @@ func (h *host) setTails(stream string, record, cursor uint64) {
 	}
 }
 
+// pinEpoch makes the host keep publishing epoch for its copy of stream,
+// like a host that has not applied its later role changes.
+func (h *host) pinEpoch(stream string, epoch uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pinned[stream] = epoch
+	if c, ok := h.copies[stream]; ok {
+		c.Epoch = epoch
+		h.copies[stream] = c
+	}
+}
+
 func (h *host) setSilent(silent bool) {
 	h.mu.Lock()
 	h.silentSeals = silent
@@ -408,6 +425,13 @@ func (h *host) holdCopy(stream string, id uint64, record uint64) {
 	defer h.mu.Unlock()
 	h.tails[stream] = [2]uint64{record, 0}
 	h.copies[stream] = wire.CopyStatus{Stream: stream, StreamID: id, Role: wire.RoleNone, RecordTail: record}
+}
+
+// sealsSeen returns the seal requests the host received, in order.
+func (h *host) sealsSeen() []wire.SealRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]wire.SealRequest(nil), h.seals...)
 }
 
 func (h *host) snapshot() wire.AssignmentSnapshot {

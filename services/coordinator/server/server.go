@@ -117,9 +117,19 @@ type Server struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	handlers sync.WaitGroup // admin and pull handlers in flight
-	workerWG sync.WaitGroup
-	httpSrv  *http.Server
-	httpAddr string
+	inflight atomic.Int32   // the same, counted, for logs and tests
+	// reqCtx is the parent of every request's context; shutdown cancels
+	// it, so a request waiting on a Raft quorum that will not come ends
+	// (and replies unavailable) instead of holding the process.
+	reqCtx    context.Context
+	reqCancel context.CancelFunc
+	// limits bound each step of shutdown; closeStore closes the Raft
+	// store (tests replace both).
+	limits     shutdownLimits
+	closeStore func()
+	workerWG   sync.WaitGroup
+	httpSrv    *http.Server
+	httpAddr   string
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
@@ -135,6 +145,36 @@ type Server struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 	serving   atomic.Bool
+}
+
+// shutdownLimits bound the steps of a shutdown, so that a coordinator
+// exits in time even when nothing answers: when every process stops at
+// once, the last coordinator has no Raft quorum, its requests in flight wait
+// for one, and Dragonboat's NodeHost close can block. Every step is also
+// bounded by the context given to Close.
+type shutdownLimits struct {
+	// step bounds stopping the control loop, the workers, NATS and HTTP,
+	// each of which ends at once unless something is stuck.
+	step time.Duration
+	// handlers is how long a graceful shutdown lets requests in flight
+	// finish before cancelling them; cancelled is how long it then waits
+	// for their (error) replies.
+	handlers  time.Duration
+	cancelled time.Duration
+	// transfer bounds the leadership hand-over.
+	transfer time.Duration
+	// store bounds closing the Raft NodeHost; past it the process goes on
+	// (and exits) without it: Raft's log is durable as it is written, so
+	// this is no worse than a kill.
+	store time.Duration
+}
+
+var defaultShutdownLimits = shutdownLimits{
+	step:      time.Second,
+	handlers:  500 * time.Millisecond,
+	cancelled: 200 * time.Millisecond,
+	transfer:  time.Second,
+	store:     3 * time.Second,
 }
 
 type workerRun struct {
@@ -157,7 +197,9 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		workers: map[string]*workerRun{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
 			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
+		limits: defaultShutdownLimits,
 	}
+	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
 	store, err := raftstore.Open(raftstore.Config{
 		ReplicaID: opt.ReplicaID, RaftAddr: opt.RaftAddr, Peers: opt.Peers, DataDir: opt.DataDir,
 		RTTMillisecond: opt.RTTMillisecond, Logger: s.log,
@@ -166,6 +208,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s.store = store
+	s.closeStore = store.Close
 	if err := s.connect(); err != nil {
 		s.shutdown(context.Background(), false)
 		return nil, err
@@ -375,58 +418,116 @@ func (s *Server) Ready() error {
 func (s *Server) IsLeader() bool { return s.store.IsLeader() }
 
 // Close shuts down gracefully: it stops the control loop and the recovery
-// workers, stops taking requests, hands Raft leadership to another replica,
-// and stops the replica.
+// workers, stops taking requests, lets those in flight finish for a moment,
+// hands Raft leadership to another replica, and stops the replica. Every
+// step is bounded (see shutdownLimits) and so is the whole by ctx: a step
+// that does not finish in time is logged and left behind, so Close returns
+// even without a Raft quorum.
 func (s *Server) Close(ctx context.Context) {
 	s.shutdown(ctx, true)
 }
 
-// shutdown stops everything; graceful also transfers leadership and lets
-// handlers in flight finish (bounded by ctx).
+// endedGrace is how long a step still gets once the shutdown's context has
+// ended, so that one that takes no time (closing a connection) completes
+// rather than being reported as left behind.
+const endedGrace = 25 * time.Millisecond
+
+// bounded runs f and waits for it up to limit or until ctx ends. It reports
+// whether f finished; if not, it logs the step and leaves f running, since
+// the process is stopping anyway.
+func (s *Server) bounded(ctx context.Context, step string, limit time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	if ctx.Err() != nil {
+		limit = min(limit, endedGrace)
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+		g := time.NewTimer(min(limit, endedGrace))
+		defer g.Stop()
+		select {
+		case <-done:
+			return true
+		case <-g.C:
+		}
+	}
+	s.log.Warn("shutdown: step did not finish in time; going on without it", "step", step, "limit", limit.String())
+	return false
+}
+
+// shutdown stops everything, each step bounded; graceful also lets
+// requests in flight finish and transfers leadership.
 func (s *Server) shutdown(ctx context.Context, graceful bool) {
 	s.closeOnce.Do(func() {
+		began := time.Now()
+		var unfinished []string
+		step := func(c context.Context, name string, limit time.Duration, f func()) {
+			if !s.bounded(c, name, limit, f) {
+				unfinished = append(unfinished, name)
+			}
+		}
 		s.mu.Lock()
 		s.closed.Store(true)
 		s.mu.Unlock()
+		lim := s.limits
 		if s.cancel != nil {
 			s.cancel()
-			<-s.loopDone
+			step(ctx, "control loop", lim.step, func() { <-s.loopDone })
 		}
 		s.stopWorkers()
-		s.workerWG.Wait()
+		step(ctx, "recovery workers", lim.step, s.workerWG.Wait)
 		// Stop taking requests; those in flight still reply below.
 		s.mu.Lock()
 		for _, sub := range s.subs {
 			_ = sub.Unsubscribe()
 		}
 		s.mu.Unlock()
-		if graceful {
-			done := make(chan struct{})
-			go func() { s.handlers.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-			}
-			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if err := s.store.TransferLeadership(tctx); err != nil {
-				s.log.Warn("leadership transfer on shutdown failed", "err", err)
-			}
+		if graceful && !s.bounded(ctx, "requests in flight", lim.handlers, s.handlers.Wait) {
+			s.log.Warn("shutdown: cancelling requests still in flight", "requests", s.inflight.Load())
+		}
+		// Requests still running end now: they reply (unavailable) while
+		// NATS is still connected. The wait for those replies is short and
+		// not bounded by ctx, so that they go out even if ctx has ended.
+		s.reqCancel()
+		step(context.Background(), "replies of cancelled requests", lim.cancelled, s.handlers.Wait)
+		if graceful && s.store != nil {
+			tctx, cancel := context.WithTimeout(ctx, lim.transfer)
+			step(tctx, "leadership transfer", lim.transfer, func() {
+				if err := s.store.TransferLeadership(tctx); err != nil {
+					s.log.Warn("leadership transfer on shutdown failed", "err", err)
+				}
+			})
 			cancel()
 		}
 		if s.nc != nil {
-			s.nc.Close()
+			step(ctx, "nats connection", lim.step, s.nc.Close)
 		}
 		if s.sysnc != nil {
-			s.sysnc.Close()
+			step(ctx, "nats system connection", lim.step, s.sysnc.Close)
 		}
 		if s.httpSrv != nil {
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = s.httpSrv.Shutdown(hctx)
-			cancel()
+			step(ctx, "health endpoint", lim.step, func() {
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lim.step)
+				defer cancel()
+				_ = s.httpSrv.Shutdown(hctx)
+			})
 		}
-		if s.store != nil {
-			s.store.Close()
+		if s.closeStore != nil {
+			step(ctx, "raft node host", lim.store, s.closeStore)
 		}
-		s.log.Info("coordinator stopped", "graceful", graceful)
+		if len(unfinished) > 0 {
+			s.log.Warn("coordinator stopped; some steps did not finish", "graceful", graceful,
+				"unfinished", unfinished, "took", time.Since(began).String())
+			return
+		}
+		s.log.Info("coordinator stopped", "graceful", graceful, "took", time.Since(began).String())
 	})
 }

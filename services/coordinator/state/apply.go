@@ -237,6 +237,11 @@ func (s *State) guard(c Command) (*Stream, *Result) {
 // below its copy count, kept while it stays short.
 func (st *Stream) setAssignment(a wire.Assignment, atMS int64) {
 	st.Assignment = CloneAssignment(a)
+	if a.Epoch >= st.FencedEpoch {
+		// The assignment reached the fence: copies it includes release
+		// their seals there.
+		st.FencedEpoch = 0
+	}
 	switch {
 	case len(a.Copies()) >= st.Copies:
 		st.ShortSinceMS = 0
@@ -301,10 +306,14 @@ func (s *State) recoveryBegin(c Command) Result {
 	if c.Proposal == nil {
 		return refuse(wire.CodeBadRequest, "recovery of %s carries no proposal", c.Stream)
 	}
-	// Only "grow" (adding copies that need more to confirm) may seal a
-	// stream whose owner is live; every other reason is an owner loss, and
-	// the state machine checks that it still holds.
-	if c.Reason != ReasonGrow && !s.ownerLost(st.Assignment) {
+	// Only "grow" (adding copies that need more to confirm) and "sealed"
+	// (copies fenced past the assignment's epoch) may seal a stream whose
+	// owner is live; every other reason is an owner loss, and the state
+	// machine checks that it still holds. A sealed copy is known from
+	// heartbeats, which are not replicated, so that reason rests on the
+	// version guard alone; an extra recovery costs a brief pause, never a
+	// record.
+	if c.Reason != ReasonGrow && c.Reason != ReasonSealed && !s.ownerLost(st.Assignment) {
 		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
 	}
 	s.NextTransition++
@@ -330,6 +339,12 @@ func (s *State) recoveryBegin(c Command) Result {
 // ReasonGrow is the pending-recovery reason of a copy-count increase that
 // needs more copies to confirm (W' > W) while the owner is live.
 const ReasonGrow = "grow"
+
+// ReasonSealed is the pending-recovery reason of a stream whose copies are
+// sealed past its assignment's epoch with no recovery pending (a withdrawn
+// recovery's seals): its owner may be live but cannot confirm, and only an
+// assignment at the fence epoch or later releases the seals.
+const ReasonSealed = "sealed"
 
 // checkMove validates an ownership move of st to a (recovery or accepted
 // loss): the stream's id, the next epoch, an owner that held a copy of old,
@@ -419,6 +434,9 @@ func (s *State) recoveryWithdraw(c Command) Result {
 	if st.Recovery == nil {
 		return refuse(wire.CodeNotFound, "stream %s has no pending recovery", c.Stream)
 	}
+	// Its worker may have sealed copies at the fence: remember it until an
+	// assignment reaches it (see FencedEpoch).
+	st.FencedEpoch = max(st.FencedEpoch, st.Recovery.Old.Epoch+1)
 	st.Recovery = nil
 	// Bumping the stream version makes an in-flight commit of the withdrawn
 	// transition conflict.

@@ -66,6 +66,13 @@ type Stream struct {
 	// TraceParent is the traceparent of the commit that made the current
 	// assignment, handed to hosts so their apply spans link to it.
 	TraceParent string `json:"traceparent,omitempty"`
+	// FencedEpoch is the fence epoch of the latest withdrawn recovery while
+	// no assignment has reached it (0 otherwise). Its worker may have
+	// sealed copies there, and a sealed copy accepts nothing at an older
+	// epoch, so the controller records a new recovery (reason "sealed")
+	// even if the owner is live again; the recovery that moves the stream
+	// to that epoch releases the seals and clears it.
+	FencedEpoch uint64 `json:"fenced_epoch,omitempty"`
 	// ShortSinceMS is when the assignment last fell below Copies copies;
 	// zero while it has them all. Placement replaces a missing copy once it
 	// has been short for the replace-after period.

@@ -273,3 +273,38 @@ func TestStatus(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// TestWithdrawRemembersTheFence: a withdrawn recovery's fence stays on the
+// stream (its worker may have sealed copies there) until an assignment
+// reaches it, and survives a snapshot; a "sealed" recovery may begin while
+// the owner is live, other owner-loss reasons may not.
+func TestWithdrawRemembersTheFence(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
+	mustApply(t, s, RecoveryBegin("s1", s.Streams["s1"].Version, wire.Assignment{Owner: "h2"}, "expired", "", "", 0))
+	mustApply(t, s, RecoveryWithdraw("s1", 0))
+	st := s.Streams["s1"]
+	if st.FencedEpoch != 2 || s.Status(st) != wire.StatusRecovering {
+		t.Fatalf("after withdraw: fenced epoch %d status %s, want 2, recovering", st.FencedEpoch, s.Status(st))
+	}
+	var buf bytes.Buffer
+	if err := s.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Load(&buf); err != nil || got.Streams["s1"].FencedEpoch != 2 {
+		t.Fatalf("snapshot lost the fence: %v", err)
+	}
+
+	mustApply(t, s, NodeSeen("h1", 7, 10)) // the owner is back
+	refused(t, s, RecoveryBegin("s1", st.Version, wire.Assignment{Owner: "h1"}, "expired", "", "", 10), wire.CodeConflict)
+	r := mustApply(t, s, RecoveryBegin("s1", st.Version, wire.Assignment{Owner: "h1"}, ReasonSealed, "", "", 10))
+	// Recording the new recovery keeps the fence until its commit.
+	if s.Streams["s1"].FencedEpoch != 2 {
+		t.Fatal("the new recovery cleared the fence before its commit")
+	}
+	a := wire.Assignment{Stream: "s1", StreamID: 1, Epoch: 2, Owner: "h1", Followers: []string{"h2", "h3"}, Policy: "majority_durable"}
+	mustApply(t, s, RecoveryCommit("s1", r.Transition, s.Streams["s1"].Version, a, wire.HistoryStart{Epoch: 2, Node: "h1"}, "", "", 10))
+	if st := s.Streams["s1"]; st.FencedEpoch != 0 || s.Status(st) != wire.StatusServing {
+		t.Fatalf("after the commit at the fence: fenced epoch %d status %s", st.FencedEpoch, s.Status(st))
+	}
+}

@@ -23,6 +23,13 @@ type QueryAssignments struct{ Node string }
 // Run implements Query.
 func (q QueryAssignments) Run(s *State) any { return s.AssignmentSnapshot(q.Node) }
 
+// QueryNodeState reads the state of one node (wire.NodeLive etc., or "" if
+// the node is unknown) as a string, without copying the rest of the state.
+type QueryNodeState struct{ Node string }
+
+// Run implements Query.
+func (q QueryNodeState) Run(s *State) any { return s.NodeState(q.Node) }
+
 // QueryRecovery reads the RecoveryView of one stream.
 type QueryRecovery struct{ Stream string }
 
@@ -79,7 +86,8 @@ func (s *State) RecoveryView(stream string) RecoveryView {
 }
 
 // Status is the stream's status as stream.info shows it: recovering while a
-// pending recovery runs (or is about to be recorded for a lost owner),
+// pending recovery runs (or is about to be recorded for a lost owner or for
+// a withdrawn recovery's seals),
 // waiting when the recovery waits or an owner-only stream's owner is gone,
 // serving otherwise.
 func (s *State) Status(st *Stream) string {
@@ -87,6 +95,10 @@ func (s *State) Status(st *Stream) string {
 		if st.Recovery.Wait != nil {
 			return wire.StatusWaiting
 		}
+		return wire.StatusRecovering
+	}
+	if st.FencedEpoch > st.Assignment.Epoch {
+		// A withdrawn recovery's seals: the controller records a new one.
 		return wire.StatusRecovering
 	}
 	switch s.NodeState(st.Assignment.Owner) {

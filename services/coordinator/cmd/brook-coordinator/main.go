@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/brook-streams/brook/services/coordinator/config"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
@@ -73,13 +75,45 @@ func run(args []string) int {
 	}
 	<-ctx.Done()
 	log.Info("signal received: shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv.Close(sctx)
-	if err := tp.Shutdown(sctx); err != nil {
-		log.Warn("tracing shutdown", "err", err)
-	}
+	stopBounded(log, srv, tp)
 	return 0
+}
+
+// Shutdown budget. The process must exit within 5 s of SIGTERM even when
+// nothing answers (when every process stops at once the last coordinator
+// has no Raft quorum): Close is given closeBudget and bounds each of its
+// steps, the trace flush gets flushBudget, and exitDeadline is a backstop
+// past which the process exits whatever is still running.
+const (
+	closeBudget  = 4 * time.Second
+	flushBudget  = 500 * time.Millisecond
+	exitDeadline = 4700 * time.Millisecond
+)
+
+// stopBounded closes the server and flushes traces, returning by
+// exitDeadline even if either is stuck.
+func stopBounded(log *slog.Logger, srv *server.Server, tp *sdktrace.TracerProvider) {
+	began := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cctx, cancel := context.WithTimeout(context.Background(), closeBudget)
+		srv.Close(cctx)
+		cancel()
+		fctx, cancel := context.WithTimeout(context.Background(), flushBudget)
+		defer cancel()
+		if err := tp.Shutdown(fctx); err != nil {
+			log.Warn("tracing shutdown", "err", err)
+		}
+	}()
+	t := time.NewTimer(exitDeadline)
+	defer t.Stop()
+	select {
+	case <-done:
+		log.Info("shut down", "took", time.Since(began).String())
+	case <-t.C:
+		log.Error("shutdown did not finish in time; exiting anyway", "deadline", exitDeadline.String())
+	}
 }
 
 // healthcheck GETs /healthz and exits 0 on 200, 1 otherwise; it is what a
