@@ -165,6 +165,21 @@ func TestWaitPrefixWorkerBestTailOnDownNodeIgnored(t *testing.T) {
 	wantFigures(t, e, map[string]any{"best_tail": uint64(90), "best_node": "C"})
 }
 
+// A copy that did not answer the last seal round is not the best live
+// tail, though its last heartbeat is younger than the TTL: it is the copy
+// just lost (seen in e2e TestKillNewOwner before this rule).
+func TestWaitPrefixUnansweredCopyIsNotBest(t *testing.T) {
+	s := prefixWait()
+	s.Recovery.Wait.BestTail, s.Recovery.Wait.BestNode = 80, "D"
+	s.Recovery.Wait.Unanswered = []string{"C"}
+	f := newFixture().node("B", wire.NodeExpired).
+		hb("C", cp("s", wire.RoleOwner, 3, 120)). // its last heartbeat, before it died
+		hb("D", sealed(cp("s", wire.RoleFollower, 3, 80))).
+		stream(s)
+	e := only(t, filter(f.judge(nil), wire.AttentionWaitPrefix), wire.AttentionWaitPrefix)
+	wantFigures(t, e, map[string]any{"best_tail": uint64(80), "best_node": "D"})
+}
+
 // The seed: attention judges from the tails copies publish in their
 // heartbeats, so it stays quiet while a live copy has published nothing.
 func TestWaitPrefixQuietWhileLiveCopyPublishedNothing(t *testing.T) {

@@ -88,7 +88,10 @@ func (j *judging) waitPrefix(s wire.StreamInfo, r *wire.PendingRecovery) (found,
 		if o.silent() {
 			return found{}, false
 		}
-		if o.published() && (bestNode == "" || o.cs.RecordTail > bestTail) {
+		// A copy that did not answer the worker's last seal round is not
+		// evidence of a live tail, even while its last heartbeat is
+		// younger than the TTL: it is typically the copy just lost.
+		if o.published() && !slices.Contains(w.Unanswered, n) && (bestNode == "" || o.cs.RecordTail > bestTail) {
 			bestTail, bestNode = o.cs.RecordTail, n
 		}
 	}

@@ -510,7 +510,7 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 	if local, err := s.store.LocalState(); err == nil {
 		s.notify(local.SortedNodes(), r.Version)
 	}
-	return s.infoAfter(ctx, req.Stream)
+	return wire.OK{OK: true, Version: r.Version}, nil
 }
 
 func (s *Server) attentionClear(ctx context.Context, body []byte) (any, error) {

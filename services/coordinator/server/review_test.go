@@ -82,9 +82,13 @@ func TestAcceptLossLowersAStaleCopyToItsCut(t *testing.T) {
 				return i.Recovery != nil && i.Recovery.Wait != nil
 			})
 
+			var ok wire.OK
+			if e := c.admin(wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: "s1"}, &ok); e != nil || !ok.OK {
+				t.Fatalf("accept-loss: %+v %v", ok, e)
+			}
 			info = wire.StreamInfo{}
-			if e := c.admin(wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: "s1"}, &info); e != nil {
-				t.Fatalf("accept-loss: %v", e)
+			if e := c.admin(wire.VerbStreamInfo, wire.StreamRef{Stream: "s1"}, &info); e != nil {
+				t.Fatalf("stream.info: %v", e)
 			}
 			if info.Assignment.Owner != "h3" || info.Assignment.Epoch != 3 {
 				t.Fatalf("after accept-loss: %+v", info.Assignment)

@@ -233,9 +233,13 @@ func TestWaitForConfirmedPrefixWithdrawAndAcceptLoss(t *testing.T) {
 	if e := c.admin(wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: "s1", Node: "h9"}, nil); e == nil || e.Code != wire.CodeBadRequest {
 		t.Fatalf("accept-loss onto a node without a copy: %v", e)
 	}
+	ok = wire.OK{}
+	if e := c.admin(wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: "s1"}, &ok); e != nil || !ok.OK {
+		t.Fatalf("accept-loss: %+v %v", ok, e)
+	}
 	info = wire.StreamInfo{} // decode afresh: absent fields must read as absent
-	if e := c.admin(wire.VerbRecoveryAcceptLoss, wire.RecoveryAcceptLoss{Stream: "s1"}, &info); e != nil {
-		t.Fatalf("accept-loss: %v", e)
+	if e := c.admin(wire.VerbStreamInfo, wire.StreamRef{Stream: "s1"}, &info); e != nil {
+		t.Fatalf("stream.info: %v", e)
 	}
 	if info.Assignment.Owner != "h3" || info.Assignment.Epoch != 3 || info.Recovery != nil {
 		t.Fatalf("after accept-loss: %+v recovery %+v", info, info.Recovery)

@@ -121,6 +121,9 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 	o.mu.Lock()
 	o.tail = c.Tails().Record
 	o.setAssignmentLocked(a)
+	// With W = 1 the owner's own tail is the watermark: readers must see
+	// the copy's records at once, not after the next publish or ack.
+	o.advanceLocked()
 	o.mu.Unlock()
 
 	// The window is rebuilt before any publish is taken: a retry of a
