@@ -1,7 +1,9 @@
-// Package config loads brook-attention's configuration the way every brook
-// service does: flag defaults, then an optional YAML file (--config), then
-// BROOK_* environment variables, then flags given on the command line, each
-// overriding the one before.
+// Package config loads brook-attention's configuration with pkg/svcconfig,
+// the way every brook service does: flag defaults, then an optional YAML
+// file (--config), then BROOK_* environment variables, then flags given on
+// the command line, each overriding the one before. Unlike the other
+// services it is strict: a file key or an argument that names no flag is an
+// error, and a duration must carry its unit.
 package config
 
 import (
@@ -9,21 +11,18 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/env"
-	"github.com/knadh/koanf/providers/file"
-	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+
+	"github.com/brook-streams/brook/pkg/svcconfig"
 )
 
 // EnvPrefix is stripped from environment variables: BROOK_LAG_WINDOW sets
 // lag-window.
-const EnvPrefix = "BROOK_"
+const EnvPrefix = svcconfig.EnvPrefix
 
 // Config is brook-attention's configuration.
 type Config struct {
@@ -40,61 +39,28 @@ type Config struct {
 	LogLevel       slog.Level
 }
 
-// keys are the configuration keys, which are also the flag names.
-var keys = []string{"config", "nats-url", "http-addr", "ttl", "lag-window", "refresh", "request-timeout", "log-format", "log-level"}
-
-// FlagSet returns the service's flags with their defaults.
+// FlagSet returns the service's flags with their defaults; the flag names
+// are the configuration keys.
 func FlagSet(name string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.String("config", "", "optional YAML configuration file")
+	fs := svcconfig.NewFlagSet(name) // with --config
 	fs.String("nats-url", "nats://brook:brook@127.0.0.1:4222", "NATS server URL (account BROOK)")
 	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention and /healthz (empty: off)")
 	fs.Duration("ttl", 2*time.Second, "heartbeat TTL: a node unheard for longer is down")
 	fs.Duration("lag-window", 10*time.Second, "how long a follower's tail may stand still below its owner's")
 	fs.Duration("refresh", time.Second, "period of the pull of the coordinator's stream list and cluster info")
 	fs.Duration("request-timeout", 2*time.Second, "timeout of each request to the coordinators")
-	fs.String("log-format", "text", "log format: text or json")
-	fs.String("log-level", "info", "log level: debug, info, warn or error")
+	svcconfig.AddLoggingFlags(fs)
 	return fs
 }
 
 // Load parses args (without the program name) and returns the configuration.
 // A --help request returns pflag.ErrHelp.
 func Load(name string, args []string) (Config, error) {
-	fs := FlagSet(name)
-	if err := fs.Parse(args); err != nil {
+	// BROOK_* variables meant for another service are dropped, not
+	// rejected: every brook service reads the same environment.
+	k, err := svcconfig.Merge(FlagSet(name), args, svcconfig.Options{Strict: true})
+	if err != nil {
 		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	k := koanf.New(".")
-	if path, _ := fs.GetString("config"); path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return Config{}, fmt.Errorf("read config file %s: %w", path, err)
-		}
-		for _, key := range k.Keys() {
-			if !slices.Contains(keys, key) {
-				return Config{}, fmt.Errorf("config file %s: unknown key %q", path, key)
-			}
-		}
-	}
-	// Every brook service reads the same BROOK_* variables; keys meant for
-	// another service are dropped here rather than rejected.
-	envKey := func(s string) string {
-		key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, EnvPrefix)), "_", "-")
-		if !slices.Contains(keys, key) || key == "config" {
-			return ""
-		}
-		return key
-	}
-	if err := k.Load(env.Provider(EnvPrefix, ".", envKey), nil); err != nil {
-		return Config{}, fmt.Errorf("read environment: %w", err)
-	}
-	// posflag merges a flag's default only where no earlier source set the
-	// key, and a flag given on the command line always.
-	if err := k.Load(posflag.Provider(fs, ".", k), nil); err != nil {
-		return Config{}, fmt.Errorf("read flags: %w", err)
 	}
 	return fromKoanf(k)
 }
@@ -123,12 +89,11 @@ func fromKoanf(k *koanf.Koanf) (Config, error) {
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("nats-url: must be set"))
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("log-format: %q is neither text nor json", c.LogFormat))
+	logging := svcconfig.Logging{Level: k.String("log-level"), Format: k.String("log-format")}
+	if err := logging.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if err := c.LogLevel.UnmarshalText([]byte(k.String("log-level"))); err != nil {
-		errs = append(errs, fmt.Errorf("log-level: %w", err))
-	}
+	c.LogLevel, _ = logging.SlogLevel()
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -158,9 +123,5 @@ func duration(v any) (time.Duration, error) {
 // NewLogger returns the slog logger the configuration asks for, writing to
 // stderr.
 func (c Config) NewLogger() *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.LogLevel}
-	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return svcconfig.NewLogger(os.Stderr, c.LogFormat, c.LogLevel)
 }

@@ -1,30 +1,25 @@
-// Package config loads brook-coordinator's configuration with koanf:
-// defaults (the flags' defaults) < an optional YAML file (--config) <
-// BROOK_* environment variables (BROOK_DATA_DIR sets data-dir) < flags.
+// Package config loads brook-coordinator's configuration with
+// pkg/svcconfig: defaults (the flags' defaults) < an optional YAML file
+// (--config) < BROOK_* environment variables (BROOK_DATA_DIR sets data-dir)
+// < flags.
 package config
 
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/env"
-	"github.com/knadh/koanf/providers/file"
-	"github.com/knadh/koanf/providers/posflag"
-	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 
 	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/svcconfig"
 )
 
 // EnvPrefix marks the environment variables read.
-const EnvPrefix = "BROOK_"
+const EnvPrefix = svcconfig.EnvPrefix
 
 // Config is the coordinator's configuration; keys are the flag names.
 type Config struct {
@@ -41,15 +36,14 @@ type Config struct {
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
 	HTTPAddr        string        `koanf:"http-addr"`
-	LogFormat       string        `koanf:"log-format"`
-	LogLevel        string        `koanf:"log-level"`
+	// Logging is --log-level and --log-format; Logger builds the logger.
+	svcconfig.Logging `koanf:",squash"`
 }
 
 // FlagSet returns the coordinator's flags; their defaults are the
 // configuration's defaults.
 func FlagSet(name string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.String("config", "", "optional YAML configuration file")
+	fs := svcconfig.NewFlagSet(name) // with --config
 	fs.Uint64("replica-id", 1, "this coordinator's Raft replica id (one of --peers)")
 	fs.String("raft-addr", "", "this replica's Raft address (default: its address in --peers)")
 	fs.String("peers", "1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103", "every replica as id=host:port, comma separated")
@@ -63,37 +57,15 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 10 RTT)")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
-	fs.String("log-format", "text", "log format: text or json")
-	fs.String("log-level", "info", "log level: debug, info, warn or error")
+	svcconfig.AddLoggingFlags(fs)
 	return fs
 }
 
 // Load parses args (without the program name) and merges the sources.
 func Load(args []string) (Config, error) {
-	fs := FlagSet("brook-coordinator")
-	if err := fs.Parse(args); err != nil {
-		return Config{}, fmt.Errorf("parse flags: %w", err)
-	}
-	k := koanf.New(".")
-	if path, _ := fs.GetString("config"); path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return Config{}, fmt.Errorf("load config file %s: %w", path, err)
-		}
-	}
-	envKey := func(s string) string {
-		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, EnvPrefix)), "_", "-")
-	}
-	if err := k.Load(env.Provider(EnvPrefix, ".", envKey), nil); err != nil {
-		return Config{}, fmt.Errorf("load environment: %w", err)
-	}
-	// posflag fills a key from a flag's default only if no earlier source
-	// set it, and a flag given on the command line always wins.
-	if err := k.Load(posflag.Provider(fs, ".", k), nil); err != nil {
-		return Config{}, fmt.Errorf("load flags: %w", err)
-	}
 	var c Config
-	if err := k.Unmarshal("", &c); err != nil {
-		return Config{}, fmt.Errorf("decode configuration: %w", err)
+	if err := svcconfig.Load(FlagSet("brook-coordinator"), args, &c, svcconfig.Options{}); err != nil {
+		return Config{}, err
 	}
 	if c.RaftAddr == "" {
 		if peers, err := ParsePeers(c.Peers); err == nil {
@@ -166,30 +138,8 @@ func (c Config) Validate() error {
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))
 	}
-	if _, err := c.Level(); err != nil {
+	if err := c.Logging.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.LogFormat))
-	}
 	return errors.Join(errs...)
-}
-
-// Level is the slog level named by LogLevel.
-func (c Config) Level() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return 0, fmt.Errorf("--log-level %q: %w", c.LogLevel, err)
-	}
-	return l, nil
-}
-
-// Logger builds the logger the configuration asks for, on stderr.
-func (c Config) Logger() *slog.Logger {
-	lvl, _ := c.Level()
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }

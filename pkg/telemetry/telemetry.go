@@ -1,0 +1,88 @@
+// Package telemetry builds the OpenTelemetry tracer provider of a brook
+// process.
+//
+// Spans leave the process over OTLP/HTTP only when an OTLP endpoint variable
+// is set (the exporter itself reads endpoint, headers and timeouts from the
+// standard OTEL_EXPORTER_OTLP_* variables); otherwise the provider still
+// samples and assigns ids, so trace ids reach logs, NATS headers and stream
+// info without any collector and at almost no cost. The provider is never
+// installed globally: callers pass it to what needs it. W3C trace context
+// helpers live in the tracecontext subpackage, which clients can import
+// without the exporter.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// The standard variables that name an OTLP endpoint.
+const (
+	EndpointEnv       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	TracesEndpointEnv = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
+
+// Options describe the tracer provider of one process.
+type Options struct {
+	// Service and Instance become the resource's service.name and
+	// service.instance.id; an empty Instance is left out.
+	Service, Instance string
+	// SDKResource puts those attributes over the SDK's default resource
+	// (telemetry.sdk.* and OTEL_RESOURCE_ATTRIBUTES) instead of alone.
+	SDKResource bool
+	// Sampler decides which spans are recorded; nil keeps the SDK's
+	// default, which follows a remote parent's decision and samples roots.
+	Sampler sdktrace.Sampler
+	// EndpointEnvs are the variables any of which, set and not empty,
+	// turns exporting on; nil means EndpointEnv and TracesEndpointEnv.
+	EndpointEnvs []string
+}
+
+// NewProvider returns the provider o describes. Its Shutdown flushes the
+// spans not yet exported and stops it.
+func NewProvider(ctx context.Context, o Options) (*sdktrace.TracerProvider, error) {
+	attrs := []attribute.KeyValue{attribute.String("service.name", o.Service)}
+	if o.Instance != "" {
+		attrs = append(attrs, attribute.String("service.instance.id", o.Instance))
+	}
+	res := resource.NewSchemaless(attrs...)
+	if o.SDKResource {
+		merged, err := resource.Merge(resource.Default(), res)
+		if err != nil {
+			return nil, fmt.Errorf("tracing resource: %w", err)
+		}
+		res = merged
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if o.Sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(o.Sampler))
+	}
+	if exporting(o.EndpointEnvs) {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("create OTLP/HTTP trace exporter: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
+}
+
+// exporting reports whether any of envs (by default both endpoint
+// variables) is set.
+func exporting(envs []string) bool {
+	if envs == nil {
+		envs = []string{EndpointEnv, TracesEndpointEnv}
+	}
+	for _, name := range envs {
+		if os.Getenv(name) != "" {
+			return true
+		}
+	}
+	return false
+}
