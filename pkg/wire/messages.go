@@ -121,6 +121,11 @@ type PublishConfirm struct {
 	Offset uint64 `json:"offset"`
 	Epoch  uint64 `json:"epoch"`
 	Copies int    `json:"copies"`
+	// W is the confirm rule the record was confirmed under: W of the
+	// assignment at Epoch (policy.StampW of its stamp and copy count).
+	// After a failover leaves fewer copies than the stream's E, W can be
+	// lower than the stream was created with, until placement adds a copy.
+	W int `json:"w"`
 	// Duplicate is set when a producer id and sequence had already been
 	// written; Offset is then the first write's.
 	Duplicate bool `json:"duplicate,omitempty"`

@@ -14,8 +14,10 @@ type CheckConfig struct {
 	// record may be missing or its offset may hold another record. Nil:
 	// no loss is accepted.
 	MayLose func(Outcome) bool
-	// MinCopies, if set, is the least number of copies a confirm at epoch
-	// must report (W of that epoch's assignment).
+	// MinCopies, if set, is the least W a confirm at epoch must name and
+	// the least number of copies it must report (W of that epoch's
+	// assignment). Whatever it is, every confirm must have been held by at
+	// least the W it names.
 	MinCopies func(epoch uint64) int
 }
 
@@ -105,9 +107,13 @@ func Check(outcomes []Outcome, d Delivered, cfg CheckConfig) (Report, error) {
 		}
 		rep.Confirmed++
 		x := o.Confirm.Offset
+		// The host says which rule it confirmed under; it must have met it.
+		if o.Confirm.W < 1 || o.Confirm.Copies < o.Confirm.W {
+			fail("%s confirmed at offset %d epoch %d by %d copies under W=%d", o.ID, x, o.Confirm.Epoch, o.Confirm.Copies, o.Confirm.W)
+		}
 		if cfg.MinCopies != nil {
-			if w := cfg.MinCopies(o.Confirm.Epoch); o.Confirm.Copies < w {
-				fail("%s confirmed at offset %d epoch %d by %d copies, below W=%d", o.ID, x, o.Confirm.Epoch, o.Confirm.Copies, w)
+			if w := cfg.MinCopies(o.Confirm.Epoch); o.Confirm.Copies < w || o.Confirm.W < w {
+				fail("%s confirmed at offset %d epoch %d by %d copies under W=%d, below the W=%d its assignment asks", o.ID, x, o.Confirm.Epoch, o.Confirm.Copies, o.Confirm.W, w)
 			}
 		}
 		lose := cfg.MayLose != nil && cfg.MayLose(o)

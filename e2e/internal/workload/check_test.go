@@ -43,7 +43,7 @@ func newFixture() *fixture { return &fixture{data: map[uint64][]byte{}} }
 func (f *fixture) confirmed(prod string, seq, off, epoch uint64) ID {
 	id := ID{Producer: prod, Seq: seq}
 	f.outcomes = append(f.outcomes, Outcome{ID: id, Data: Payload(id, 16), Confirmed: true,
-		Confirm: wire.PublishConfirm{Offset: off, Epoch: epoch, Copies: 2}})
+		Confirm: wire.PublishConfirm{Offset: off, Epoch: epoch, Copies: 2, W: 2}})
 	return id
 }
 
@@ -173,7 +173,7 @@ func TestCheckBelowW(t *testing.T) {
 	a := f.confirmed("p", 0, 0, 1)
 	f.deliver(0, a)
 	_, err := f.check(CheckConfig{MinCopies: func(uint64) int { return 3 }})
-	wantErr(t, err, "by 2 copies, below W=3")
+	wantErr(t, err, "below the W=3 its assignment asks")
 }
 
 func TestCheckReaderProblems(t *testing.T) {
@@ -203,4 +203,13 @@ func TestLedger(t *testing.T) {
 	if s.Published != 2 || s.Confirmed != 1 || s.Failed != 1 || s.Errors[wire.CodeInternal] != 1 {
 		t.Fatalf("stats %+v", s)
 	}
+}
+
+func TestCheckCopiesBelowNamedW(t *testing.T) {
+	f := newFixture()
+	a := f.confirmed("p", 0, 0, 1)
+	f.outcomes[0].Confirm.Copies, f.outcomes[0].Confirm.W = 1, 2
+	f.deliver(0, a)
+	_, err := f.check(CheckConfig{})
+	wantErr(t, err, "by 1 copies under W=2")
 }

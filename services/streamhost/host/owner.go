@@ -240,7 +240,7 @@ func (o *owner) advanceLocked() []outgoing {
 }
 
 func (o *owner) confirmOut(w *waiter, copies int) outgoing {
-	return outgoing{to: w.reply, ok: &wire.PublishConfirm{Offset: w.offset, Epoch: o.epoch, Copies: copies, Duplicate: w.dup}}
+	return outgoing{to: w.reply, ok: &wire.PublishConfirm{Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup}}
 }
 
 // send delivers prepared replies, outside any lock.
