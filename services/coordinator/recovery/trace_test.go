@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -54,7 +55,7 @@ func TestTrace(t *testing.T) {
 	// The controller's root span; it has ended by the time the worker runs.
 	rootCtx, root := tracer.Start(context.Background(), "brook.failover")
 	pr := pending("majority_durable", "a", "b", "c")
-	pr.TraceParent = TraceParent(rootCtx)
+	pr.TraceParent = tracecontext.TraceParent(rootCtx)
 	root.End()
 	if pr.TraceParent == "" {
 		t.Fatal("no traceparent for the root span")
@@ -145,5 +146,5 @@ func TestTrace(t *testing.T) {
 }
 
 func traceparentOf(sc trace.SpanContext) string {
-	return TraceParent(trace.ContextWithSpanContext(context.Background(), sc))
+	return tracecontext.TraceParent(trace.ContextWithSpanContext(context.Background(), sc))
 }

@@ -10,10 +10,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -25,26 +25,6 @@ const (
 
 // DefaultSealTimeout is used when Worker.SealTimeout is not set.
 const DefaultSealTimeout = 2 * time.Second
-
-// traceContext is the W3C propagator; stateless, so one value is shared.
-var traceContext = propagation.TraceContext{}
-
-// TraceParent returns the W3C traceparent of the span in ctx, or "" if it
-// has none. The worker uses it for seal requests and the commit.
-func TraceParent(ctx context.Context) string {
-	c := propagation.MapCarrier{}
-	traceContext.Inject(ctx, c)
-	return c.Get("traceparent")
-}
-
-// WithTraceParent returns ctx with the remote span named by traceparent as
-// its parent, or ctx unchanged if traceparent is empty or malformed.
-func WithTraceParent(ctx context.Context, traceparent string) context.Context {
-	if traceparent == "" {
-		return ctx
-	}
-	return traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
-}
 
 func (w *Worker) logger() *slog.Logger {
 	if w.Logger != nil {
@@ -163,7 +143,7 @@ func (w *Worker) Run(ctx context.Context, stream string) error {
 // round's span covers the wait).
 func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.PendingRecovery, starts []wire.HistoryStart, leaving map[string]bool, version uint64, backoff time.Duration) (done, waited bool, err error) {
 	tr := w.tracer()
-	ctx, span := tr.Start(WithTraceParent(ctx, pr.TraceParent), "recovery.round", trace.WithAttributes(
+	ctx, span := tr.Start(tracecontext.WithTraceParent(ctx, pr.TraceParent), "recovery.round", trace.WithAttributes(
 		attribute.String("stream", pr.Stream),
 		attribute.Int64("transition", int64(pr.Transition)),
 		attribute.Int("round", n),
@@ -235,7 +215,7 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 		attribute.Int64("start.cursor_tail", int64(d.Start.CursorTail)),
 	))
 	defer cs.End()
-	err = w.State.Commit(cctx, pr.Stream, pr.Transition, version, d.Assignment, d.Start, TraceParent(cctx))
+	err = w.State.Commit(cctx, pr.Stream, pr.Transition, version, d.Assignment, d.Start, tracecontext.TraceParent(cctx))
 	if err != nil {
 		cs.RecordError(err)
 		cs.SetStatus(codes.Error, "commit failed")
@@ -365,7 +345,7 @@ func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRe
 		StreamID:    pr.Old.StreamID,
 		FenceEpoch:  pr.Old.Epoch + 1,
 		Transition:  pr.Transition,
-		TraceParent: TraceParent(ctx),
+		TraceParent: tracecontext.TraceParent(ctx),
 	}
 	type result struct {
 		reply *wire.SealReply

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
@@ -495,7 +496,7 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 			loss.RecordTail = start.RecordTail
 		}
 	}
-	r, err := check(s.store.Propose(ctx, state.RecoveryAccept(req.Stream, str.Version, a, start, loss, traceID, recovery.TraceParent(ctx), now.UnixMilli())))
+	r, err := check(s.store.Propose(ctx, state.RecoveryAccept(req.Stream, str.Version, a, start, loss, traceID, tracecontext.TraceParent(ctx), now.UnixMilli())))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
@@ -177,7 +178,7 @@ func (s *Server) beginRecovery(ctx context.Context, st *state.State, a controlle
 	))
 	det.End(trace.WithTimestamp(now))
 	traceID := root.SpanContext().TraceID().String()
-	traceParent := recovery.TraceParent(rootCtx)
+	traceParent := tracecontext.TraceParent(rootCtx)
 
 	pctx, pc := s.tracer.Start(rootCtx, "pending_recovery.commit", trace.WithAttributes(attribute.Int64("version", int64(a.Version))))
 	pctx, cancel := context.WithTimeout(pctx, 5*time.Second)

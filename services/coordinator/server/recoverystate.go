@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -33,7 +34,7 @@ func (r recoveryState) Read(ctx context.Context, stream string) (*wire.PendingRe
 
 // traceIDOf returns the trace id of a W3C traceparent, or "".
 func traceIDOf(traceParent string) string {
-	sc := trace.SpanContextFromContext(recovery.WithTraceParent(context.Background(), traceParent))
+	sc := trace.SpanContextFromContext(tracecontext.WithTraceParent(context.Background(), traceParent))
 	if !sc.TraceID().IsValid() {
 		return ""
 	}
