@@ -106,12 +106,18 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	if interval <= 0 {
 		interval = 50 * time.Millisecond
 	}
-	db, err := pebble.Open(opts.Dir, &pebble.Options{
+	popts := &pebble.Options{
 		Logger: pebbleLogger{log},
 		// A larger memtable keeps group commits (up to maxGroupBytes) far
 		// from the large-batch path and flushes less often.
 		MemTableSize: 64 << 20,
-	})
+	}
+	// Record payloads are mostly opaque bytes that block compression
+	// barely shrinks, and compressing them on every flush and compaction
+	// costs the CPU that synced appends share on a small host.
+	popts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	popts.L0CompactionThreshold = 8
+	db, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("streamlog: open pebble in %s: %w", opts.Dir, err)
 	}
