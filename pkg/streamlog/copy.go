@@ -365,25 +365,8 @@ func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
 	defer c.s.leave()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for {
-		if err := c.writableLocked(ctx, "apply"); err != nil {
-			return err
-		}
-		if first > c.next {
-			return fmt.Errorf("streamlog: apply to %s at %d: record tail is %d: %w", c.name, first, c.next, ErrGap)
-		}
-		// An overlap reaching records still queued for commit is compared
-		// once they are durable, so the comparison reads the database.
-		if ovEnd := min(end, c.next); first < ovEnd && ovEnd > c.tail {
-			if err := c.s.failure(); err != nil {
-				return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
-			}
-			if err := c.waitChangeLocked(ctx); err != nil {
-				return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
-			}
-			continue
-		}
-		break
+	if err := c.settleOverlapLocked(ctx, "apply", "record", first, end, func() (uint64, uint64) { return c.next, c.tail }); err != nil {
+		return err
 	}
 	// Records below the head were removed by retention and cannot be
 	// compared; they are skipped like identical ones.
@@ -527,23 +510,8 @@ func (c *copyImpl) applyCursorEvents(ctx context.Context, evs []CursorEvent) err
 	defer c.s.leave()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for {
-		if err := c.writableLocked(ctx, "apply cursor events"); err != nil {
-			return err
-		}
-		if first > c.cNext {
-			return fmt.Errorf("streamlog: apply cursor events to %s at %d: cursor event tail is %d: %w", c.name, first, c.cNext, ErrGap)
-		}
-		if ovEnd := min(end, c.cNext); first < ovEnd && ovEnd > c.cWritten {
-			if err := c.s.failure(); err != nil {
-				return fmt.Errorf("streamlog: apply cursor events to %s: %w", c.name, err)
-			}
-			if err := c.waitChangeLocked(ctx); err != nil {
-				return fmt.Errorf("streamlog: apply cursor events to %s: %w", c.name, err)
-			}
-			continue
-		}
-		break
+	if err := c.settleOverlapLocked(ctx, "apply cursor events", "cursor event", first, end, func() (uint64, uint64) { return c.cNext, c.cWritten }); err != nil {
+		return err
 	}
 	if lo, hi := max(first, c.meta.CursorStart), min(end, c.cNext); lo < hi {
 		if err := c.compareEvents(evs[lo-first : hi-first]); err != nil {
@@ -772,4 +740,32 @@ func (c *copyImpl) cursorsSnapshot() map[string]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.cursors)
+}
+
+// settleOverlapLocked prepares a follower's apply of entries [first, end)
+// with c.mu held: it fails with ErrGap when first is past the log's tail,
+// and waits while the part that overlaps what the copy holds reaches
+// entries still queued for commit, so that the overlap is compared against
+// what is durable in the database. tails returns the log's next offset to
+// assign and its written (committed) tail.
+func (c *copyImpl) settleOverlapLocked(ctx context.Context, what, entry string, first, end uint64, tails func() (next, written uint64)) error {
+	for {
+		if err := c.writableLocked(ctx, what); err != nil {
+			return err
+		}
+		next, written := tails()
+		if first > next {
+			return fmt.Errorf("streamlog: %s to %s at %d: %s tail is %d: %w", what, c.name, first, entry, next, ErrGap)
+		}
+		if ovEnd := min(end, next); first < ovEnd && ovEnd > written {
+			if err := c.s.failure(); err != nil {
+				return fmt.Errorf("streamlog: %s to %s: %w", what, c.name, err)
+			}
+			if err := c.waitChangeLocked(ctx); err != nil {
+				return fmt.Errorf("streamlog: %s to %s: %w", what, c.name, err)
+			}
+			continue
+		}
+		return nil
+	}
 }
