@@ -401,37 +401,11 @@ func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
 
 // compareRecords checks recs against the durable records at their offsets.
 func (c *copyImpl) compareRecords(recs []Record) error {
-	lo, hi := recs[0].Offset, recs[len(recs)-1].Offset+1
-	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, lo), UpperBound: recordKey(c.id, hi)})
-	if err != nil {
-		return fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, err)
-	}
-	defer it.Close()
-	want := lo
-	for it.First(); it.Valid(); it.Next() {
-		off, err := keyOffset(it.Key())
-		if err != nil {
-			return err
-		}
-		if off != want {
-			return fmt.Errorf("streamlog: apply to %s: held record %d is missing", c.name, want)
-		}
-		_, data, err := decodeRecordValue(it.Value())
-		if err != nil {
-			return fmt.Errorf("streamlog: apply to %s: record %d: %w", c.name, off, err)
-		}
-		if !bytes.Equal(data, recs[off-lo].Data) {
-			return fmt.Errorf("streamlog: apply to %s: record %d: %w", c.name, off, ErrDiverged)
-		}
-		want++
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, err)
-	}
-	if want != hi {
-		return fmt.Errorf("streamlog: apply to %s: held record %d is missing", c.name, want)
-	}
-	return nil
+	lo := recs[0].Offset
+	return c.compareHeld("apply", "record", tagRecord, lo, lo+uint64(len(recs)), func(off uint64, value []byte) (bool, error) {
+		_, data, err := decodeRecordValue(value)
+		return err == nil && bytes.Equal(data, recs[off-lo].Data), err
+	})
 }
 
 func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) {
@@ -554,10 +528,23 @@ func (c *copyImpl) applyCursorEvents(ctx context.Context, evs []CursorEvent) err
 
 // compareEvents checks evs against the held events at their offsets.
 func (c *copyImpl) compareEvents(evs []CursorEvent) error {
-	lo, hi := evs[0].Offset, evs[len(evs)-1].Offset+1
-	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(c.id, lo), UpperBound: eventKey(c.id, hi)})
+	lo := evs[0].Offset
+	return c.compareHeld("apply cursor events", "event", tagEvent, lo, lo+uint64(len(evs)), func(off uint64, value []byte) (bool, error) {
+		cursor, pos, err := decodeEvent(value)
+		e := evs[off-lo]
+		return err == nil && e.Cursor == cursor && e.Position == pos, err
+	})
+}
+
+// compareHeld walks the durable entries of one log (tag) at offsets
+// [lo, hi) and asks same whether each matches what a follower applies; a
+// missing entry, an undecodable one, or a mismatch (ErrDiverged) is an
+// error. Followers re-sent an overlap after a lost reply must agree with
+// what the copy holds, or the two histories have forked.
+func (c *copyImpl) compareHeld(what, entry string, tag byte, lo, hi uint64, same func(off uint64, value []byte) (bool, error)) error {
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: offsetKey(c.id, tag, lo), UpperBound: offsetKey(c.id, tag, hi)})
 	if err != nil {
-		return fmt.Errorf("streamlog: apply cursor events to %s: read overlap: %w", c.name, err)
+		return fmt.Errorf("streamlog: %s to %s: read overlap: %w", what, c.name, err)
 	}
 	defer it.Close()
 	want := lo
@@ -567,22 +554,22 @@ func (c *copyImpl) compareEvents(evs []CursorEvent) error {
 			return err
 		}
 		if off != want {
-			return fmt.Errorf("streamlog: apply cursor events to %s: held event %d is missing", c.name, want)
+			return fmt.Errorf("streamlog: %s to %s: held %s %d is missing", what, c.name, entry, want)
 		}
-		cursor, pos, err := decodeEvent(it.Value())
+		ok, err := same(off, it.Value())
 		if err != nil {
-			return fmt.Errorf("streamlog: apply cursor events to %s: event %d: %w", c.name, off, err)
+			return fmt.Errorf("streamlog: %s to %s: %s %d: %w", what, c.name, entry, off, err)
 		}
-		if e := evs[off-lo]; e.Cursor != cursor || e.Position != pos {
-			return fmt.Errorf("streamlog: apply cursor events to %s: event %d: %w", c.name, off, ErrDiverged)
+		if !ok {
+			return fmt.Errorf("streamlog: %s to %s: %s %d: %w", what, c.name, entry, off, ErrDiverged)
 		}
 		want++
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("streamlog: apply cursor events to %s: read overlap: %w", c.name, err)
+		return fmt.Errorf("streamlog: %s to %s: read overlap: %w", what, c.name, err)
 	}
 	if want != hi {
-		return fmt.Errorf("streamlog: apply cursor events to %s: held event %d is missing", c.name, want)
+		return fmt.Errorf("streamlog: %s to %s: held %s %d is missing", what, c.name, entry, want)
 	}
 	return nil
 }

@@ -70,21 +70,12 @@ func (c *copyImpl) seal(fence, transition uint64) (SealState, error) {
 			m.Sealed = true
 			m.Seal = Seal{FenceEpoch: fence, Transition: transition, Replaced: slices.Clone(m.LogEpochs)}
 		}
-		b := c.s.db.NewBatch()
-		defer b.Close()
-		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
 		// The synced commit also makes every cursor event written so far
 		// durable, so the reported cursor tail is a durable one.
-		if err := c.s.commitSync(b); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.meta = m
-		c.cDurable = written
-		c.signalLocked()
-		st = c.sealStateLocked()
-		return nil
+		return c.commitMeta(m, nil, func() {
+			c.cDurable = written
+			st = c.sealStateLocked()
+		})
 	})
 	if err != nil {
 		return SealState{}, fmt.Errorf("streamlog: seal %s at %d/%d: %w", c.name, fence, transition, err)
@@ -134,25 +125,17 @@ func (c *copyImpl) beginEpoch(epoch uint64) error {
 		if !changed && !clamped {
 			return nil
 		}
-		b := c.s.db.NewBatch()
-		defer b.Close()
-		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
-		if clamped {
-			_ = b.Set(snapshotKey(c.id), encodeSnapshot(written, state), nil)
-		}
-		if err := c.s.commitSync(b); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.meta = m
-		c.cDurable = written
-		if clamped {
-			c.cursors = state
-			c.snapBoundary, c.snapNext = written, written
-		}
-		c.signalLocked()
-		return nil
+		return c.commitMeta(m, func(b *pebble.Batch) {
+			if clamped {
+				_ = b.Set(snapshotKey(c.id), encodeSnapshot(written, state), nil)
+			}
+		}, func() {
+			c.cDurable = written
+			if clamped {
+				c.cursors = state
+				c.snapBoundary, c.snapNext = written, written
+			}
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("streamlog: begin epoch %d on %s: %w", epoch, c.name, err)
@@ -240,14 +223,6 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 			return nil
 		}
 
-		b := c.s.db.NewBatch()
-		defer b.Close()
-		if newTail < tail {
-			_ = b.DeleteRange(recordKey(c.id, newTail), recordLogEnd(c.id), nil)
-		}
-		if newCTail < written {
-			_ = b.DeleteRange(eventKey(c.id, newCTail), eventLogEnd(c.id), nil)
-		}
 		// Log epochs that began past the cut now cover an empty range. They
 		// are kept (with their starts lowered to the cut) rather than
 		// dropped, so the copy's own epoch does not move and repeating the
@@ -260,25 +235,25 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 		}
 		adjust(m.LogEpochs)
 		adjust(m.Seal.Replaced)
-		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
-		_ = b.Set(snapshotKey(c.id), encodeSnapshot(newCTail, snap.state), nil)
-		if err := c.s.commitSync(b); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.meta = m
-		c.tail, c.tailDigest, c.tailCum = newTail, digest, cum
-		c.next, c.nextDigest, c.nextCum = newTail, digest, cum
-		c.cWritten, c.cDurable, c.cNext = newCTail, newCTail, newCTail
-		c.cgen++
-		c.cursors = snap.state
-		c.snapBoundary, c.snapNext = newCTail, newCTail
-		c.signalLocked()
 		// A clamp alone leaves both logs as they were: the copy was on the
 		// target history already.
 		res = CutResult{Cut: newTail < tail || newCTail < written, RecordTail: newTail, CursorTail: newCTail, Removed: tail - newTail}
-		return nil
+		return c.commitMeta(m, func(b *pebble.Batch) {
+			if newTail < tail {
+				_ = b.DeleteRange(recordKey(c.id, newTail), recordLogEnd(c.id), nil)
+			}
+			if newCTail < written {
+				_ = b.DeleteRange(eventKey(c.id, newCTail), eventLogEnd(c.id), nil)
+			}
+			_ = b.Set(snapshotKey(c.id), encodeSnapshot(newCTail, snap.state), nil)
+		}, func() {
+			c.tail, c.tailDigest, c.tailCum = newTail, digest, cum
+			c.next, c.nextDigest, c.nextCum = newTail, digest, cum
+			c.cWritten, c.cDurable, c.cNext = newCTail, newCTail, newCTail
+			c.cgen++
+			c.cursors = snap.state
+			c.snapBoundary, c.snapNext = newCTail, newCTail
+		})
 	})
 	if err != nil {
 		return CutResult{}, fmt.Errorf("streamlog: cut %s to the history of epoch %d: %w", c.name, target, err)
@@ -348,19 +323,11 @@ func (c *copyImpl) enforceRetention(now time.Time, keepFrom uint64) error {
 		if head == m.Head {
 			return nil
 		}
-		b := c.s.db.NewBatch()
-		defer b.Close()
-		_ = b.DeleteRange(recordKey(c.id, m.Head), recordKey(c.id, head), nil)
+		oldHead := m.Head
 		m.Head, m.HeadDigest, m.HeadCum = head, hd, hc
-		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
-		if err := c.s.commitSync(b); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.meta = m
-		c.signalLocked()
-		return nil
+		return c.commitMeta(m, func(b *pebble.Batch) {
+			_ = b.DeleteRange(recordKey(c.id, oldHead), recordKey(c.id, head), nil)
+		}, nil)
 	})
 	if err != nil {
 		return fmt.Errorf("streamlog: enforce retention on %s: %w", c.name, err)
@@ -416,35 +383,53 @@ func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 			return fmt.Errorf("fenced at epoch %d: %w", m.Seal.FenceEpoch, ErrSealed)
 		}
 		m.Head, m.HeadDigest, m.HeadCum = offset, digest, 0
-		b := c.s.db.NewBatch()
-		defer b.Close()
-		_ = b.DeleteRange(recordKey(c.id, 0), recordLogEnd(c.id), nil)
 		if !keepCursors {
 			m.CursorStart = cursorOffset
-			_ = b.DeleteRange(eventKey(c.id, 0), eventLogEnd(c.id), nil)
-			_ = b.Set(snapshotKey(c.id), encodeSnapshot(cursorOffset, nil), nil)
 		}
-		_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
-		if err := c.s.commitSync(b); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.meta = m
-		c.tail, c.tailDigest, c.tailCum = offset, digest, 0
-		c.next, c.nextDigest, c.nextCum = offset, digest, 0
-		c.cDurable = c.cWritten
-		if !keepCursors {
-			c.cWritten, c.cDurable, c.cNext = cursorOffset, cursorOffset, cursorOffset
-			c.cgen++
-			c.cursors = map[string]uint64{}
-			c.snapBoundary, c.snapNext = cursorOffset, cursorOffset
-		}
-		c.signalLocked()
-		return nil
+		return c.commitMeta(m, func(b *pebble.Batch) {
+			_ = b.DeleteRange(recordKey(c.id, 0), recordLogEnd(c.id), nil)
+			if !keepCursors {
+				_ = b.DeleteRange(eventKey(c.id, 0), eventLogEnd(c.id), nil)
+				_ = b.Set(snapshotKey(c.id), encodeSnapshot(cursorOffset, nil), nil)
+			}
+		}, func() {
+			c.tail, c.tailDigest, c.tailCum = offset, digest, 0
+			c.next, c.nextDigest, c.nextCum = offset, digest, 0
+			c.cDurable = c.cWritten
+			if !keepCursors {
+				c.cWritten, c.cDurable, c.cNext = cursorOffset, cursorOffset, cursorOffset
+				c.cgen++
+				c.cursors = map[string]uint64{}
+				c.snapBoundary, c.snapNext = cursorOffset, cursorOffset
+			}
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("streamlog: reset %s to %d/%d (digest %s): %w", c.name, offset, cursorOffset, formatDigest(digest), err)
 	}
+	return nil
+}
+
+// commitMeta writes ops and the copy's new metadata m in one synced batch
+// and, only once that is durable, installs m and runs then under c.mu
+// before waking waiters, so the copy's state in memory never runs ahead of
+// what is on disk. Callers hold the copy exclusively (see exclusive).
+func (c *copyImpl) commitMeta(m meta, ops func(b *pebble.Batch), then func()) error {
+	b := c.s.db.NewBatch()
+	defer b.Close()
+	if ops != nil {
+		ops(b)
+	}
+	_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+	if err := c.s.commitSync(b); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.meta = m
+	if then != nil {
+		then()
+	}
+	c.signalLocked()
 	return nil
 }
