@@ -20,6 +20,7 @@ import (
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/envelope"
+	"github.com/brook-streams/brook/services/streamhost/internal/assigntest"
 )
 
 // miniCluster runs several Hosts in this process against one embedded
@@ -134,23 +135,11 @@ func newMiniCluster(t *testing.T) *miniCluster {
 }
 
 func (c *miniCluster) onPull(m *nats.Msg) {
-	var req wire.AssignmentPull
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		return
-	}
-	c.mu.Lock()
-	snap := wire.AssignmentSnapshot{Version: c.version, Node: req.Node, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
-	for _, as := range c.assigns {
-		if as.Assignment.Includes(req.Node) {
-			snap.Assignments = append(snap.Assignments, as)
-		}
-	}
-	for k, v := range c.streams {
-		snap.Streams[k] = v
-	}
-	c.mu.Unlock()
-	data, _ := json.Marshal(snap)
-	_ = m.Respond(data)
+	assigntest.Respond(m, func(node string) wire.AssignmentSnapshot {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return assigntest.Snapshot(c.version, node, c.assigns, c.streams)
+	})
 }
 
 func (c *miniCluster) onHeartbeat(m *nats.Msg) {

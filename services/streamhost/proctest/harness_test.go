@@ -21,6 +21,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/internal/assigntest"
 )
 
 // hostBin is the brook-streamhost binary built once for the package.
@@ -136,23 +137,11 @@ func (c *cluster) notifyLocked() {
 }
 
 func (c *cluster) onPull(m *nats.Msg) {
-	var req wire.AssignmentPull
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		return
-	}
-	c.mu.Lock()
-	snap := wire.AssignmentSnapshot{Version: c.version, Node: req.Node, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
-	for _, as := range c.assigns {
-		if as.Assignment.Includes(req.Node) {
-			snap.Assignments = append(snap.Assignments, as)
-		}
-	}
-	for k, v := range c.streams {
-		snap.Streams[k] = v
-	}
-	c.mu.Unlock()
-	data, _ := json.Marshal(snap)
-	_ = m.Respond(data)
+	assigntest.Respond(m, func(node string) wire.AssignmentSnapshot {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return assigntest.Snapshot(c.version, node, c.assigns, c.streams)
+	})
 }
 
 func (c *cluster) onHeartbeat(m *nats.Msg) {
