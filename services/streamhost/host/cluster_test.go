@@ -32,10 +32,9 @@ type miniCluster struct {
 	nc  *nats.Conn
 	dir string
 
+	table *assigntest.Table // its own lock
+
 	mu      sync.Mutex
-	version uint64
-	assigns map[string]wire.AssignedStream
-	streams map[string]uint64
 	hbs     map[string]wire.Heartbeat
 	changed chan struct{} // closed and replaced on every heartbeat
 	hosts   map[string]*testHost
@@ -109,8 +108,7 @@ func newMiniCluster(t *testing.T) *miniCluster {
 		t:       t,
 		url:     ns.ClientURL(),
 		dir:     t.TempDir(),
-		assigns: map[string]wire.AssignedStream{},
-		streams: map[string]uint64{},
+		table:   assigntest.NewTable(),
 		hbs:     map[string]wire.Heartbeat{},
 		changed: make(chan struct{}),
 		hosts:   map[string]*testHost{},
@@ -119,7 +117,7 @@ func newMiniCluster(t *testing.T) *miniCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.nc.Close)
-	if _, err := c.nc.Subscribe(wire.AssignPull, c.onPull); err != nil {
+	if _, err := c.nc.Subscribe(wire.AssignPull, c.table.ServePull); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.nc.Subscribe(wire.HeartbeatWildcard, c.onHeartbeat); err != nil {
@@ -132,14 +130,6 @@ func newMiniCluster(t *testing.T) *miniCluster {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func (c *miniCluster) onPull(m *nats.Msg) {
-	assigntest.Respond(m, func(node string) wire.AssignmentSnapshot {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return assigntest.Snapshot(c.version, node, c.assigns, c.streams)
-	})
 }
 
 func (c *miniCluster) onHeartbeat(m *nats.Msg) {
@@ -213,26 +203,14 @@ func (th *testHost) stop() {
 // assign sets the assignments of the given streams, bumps the version and
 // notifies every host.
 func (c *miniCluster) assign(as ...wire.AssignedStream) uint64 {
+	v := c.table.Set(as...)
 	c.mu.Lock()
-	for _, a := range as {
-		if a.Starts == nil {
-			a.Starts = []wire.HistoryStart{}
-		}
-		c.assigns[a.Assignment.Stream] = a
-		c.streams[a.Assignment.Stream] = a.Assignment.StreamID
-	}
-	c.version++
-	v := c.version
 	nodes := make([]string, 0, len(c.hosts))
 	for n := range c.hosts {
 		nodes = append(nodes, n)
 	}
 	c.mu.Unlock()
-	data, _ := json.Marshal(wire.AssignNotice{Version: v})
-	for _, n := range nodes {
-		_ = c.nc.Publish(wire.AssignNoticeSubject(n), data)
-	}
-	_ = c.nc.Flush()
+	assigntest.Notify(c.nc, v, nodes)
 	return v
 }
 

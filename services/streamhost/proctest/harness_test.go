@@ -69,10 +69,9 @@ type cluster struct {
 	nc  *nats.Conn
 	dir string
 
+	table *assigntest.Table // its own lock
+
 	mu      sync.Mutex
-	version uint64
-	assigns map[string]wire.AssignedStream // by stream
-	streams map[string]uint64
 	hbs     map[string]wire.Heartbeat
 	leaves  []string
 	changed chan struct{} // closed and replaced on every heartbeat or leave
@@ -104,8 +103,7 @@ func newCluster(t testing.TB) *cluster {
 		ns:      ns,
 		url:     ns.ClientURL(),
 		dir:     t.TempDir(),
-		assigns: map[string]wire.AssignedStream{},
-		streams: map[string]uint64{},
+		table:   assigntest.NewTable(),
 		hbs:     map[string]wire.Heartbeat{},
 		changed: make(chan struct{}),
 		hosts:   map[string]*proc{},
@@ -116,7 +114,7 @@ func newCluster(t testing.TB) *cluster {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(c.nc.Close)
-	c.sub(wire.AssignPull, c.onPull)
+	c.sub(wire.AssignPull, c.table.ServePull)
 	c.sub(wire.HeartbeatWildcard, c.onHeartbeat)
 	c.sub(wire.AdminSubject(wire.VerbNodeLeave), c.onLeave)
 	if err := c.nc.Flush(); err != nil {
@@ -134,14 +132,6 @@ func (c *cluster) sub(subj string, cb nats.MsgHandler) {
 func (c *cluster) notifyLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
-}
-
-func (c *cluster) onPull(m *nats.Msg) {
-	assigntest.Respond(m, func(node string) wire.AssignmentSnapshot {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return assigntest.Snapshot(c.version, node, c.assigns, c.streams)
-	})
 }
 
 func (c *cluster) onHeartbeat(m *nats.Msg) {
@@ -164,9 +154,8 @@ func (c *cluster) onLeave(m *nats.Msg) {
 	_ = json.Unmarshal(m.Data, &req)
 	c.mu.Lock()
 	c.leaves = append(c.leaves, req.Node)
-	c.version++
+	v := c.table.Bump()
 	c.notifyLocked()
-	v := c.version
 	c.mu.Unlock()
 	data, _ := json.Marshal(wire.OK{OK: true, Version: v})
 	_ = m.Respond(data)
@@ -175,26 +164,14 @@ func (c *cluster) onLeave(m *nats.Msg) {
 // assign sets the assignments of the given streams (replacing earlier ones
 // of the same streams), bumps the version and notifies every host.
 func (c *cluster) assign(as ...wire.AssignedStream) {
+	v := c.table.Set(as...)
 	c.mu.Lock()
-	for _, a := range as {
-		if a.Starts == nil {
-			a.Starts = []wire.HistoryStart{}
-		}
-		c.assigns[a.Assignment.Stream] = a
-		c.streams[a.Assignment.Stream] = a.Assignment.StreamID
-	}
-	c.version++
-	v := c.version
 	nodes := make([]string, 0, len(c.hosts))
 	for n := range c.hosts {
 		nodes = append(nodes, n)
 	}
 	c.mu.Unlock()
-	data, _ := json.Marshal(wire.AssignNotice{Version: v})
-	for _, n := range nodes {
-		_ = c.nc.Publish(wire.AssignNoticeSubject(n), data)
-	}
-	_ = c.nc.Flush()
+	assigntest.Notify(c.nc, v, nodes)
 }
 
 // proc is one brook-streamhost process.
