@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 const benchRecordSize = 256
@@ -137,31 +139,83 @@ func BenchmarkSealLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkAppendVsBare interleaves the two loops above in short rounds, so
-// that a noisy machine (other processes, a shared disk) affects both alike;
-// it reports both overall rates and the median of the per-round ratios.
+// BenchmarkAppendVsBare interleaves, in short rounds, four loops that each
+// make records of 256 bytes durable in groups of up to N, so that a noisy
+// machine affects them alike, and reports the median of the per-round
+// ratios to the bare loop:
+//
+//   - bare: one goroutine writes N records to a file and fsyncs it (the
+//     physical limit the issue measures against);
+//   - append: N goroutines each append one record at a time to the store,
+//     sharing group commits (median-ratio, the figure the goal is about);
+//   - ideal: N goroutines each hand one record at a time to the smallest
+//     in-process group commit over a plain file (idealCommitter): what any
+//     store that answers synchronous callers in one process pays for
+//     handing records between goroutines and waking the callers;
+//   - pebble: one goroutine commits batches of N records straight to the
+//     store's Pebble database with a synced commit, no callers at all:
+//     what the engine's write path costs on its own;
+//   - batched: one goroutine appends N records per Append call to another
+//     copy, as the stream host's appender does with the publishes queued
+//     for a copy: the store without the hand-off of one record per caller.
+//
+// So median-ratio is roughly ideal-ratio times what the store adds on top
+// of it (append-vs-ideal), and pebble-ratio bounds the engine's share.
 func BenchmarkAppendVsBare(b *testing.B) {
 	for _, n := range benchAppenders {
 		b.Run(fmt.Sprintf("appenders=%d", n), func(b *testing.B) {
 			dir := b.TempDir()
 			s := openTest(b, filepath.Join(dir, "store"), nil)
 			c := mustCreate(b, s, "bench", 1)
+			cb := mustCreate(b, s, "batched", 2)
 			f, err := os.Create(filepath.Join(dir, "bare"))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer f.Close()
-			rec := [][]byte{bytes.Repeat([]byte{'x'}, benchRecordSize)}
+			ideal, err := newIdealCommitter(filepath.Join(dir, "ideal"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ideal.close()
+			data := bytes.Repeat([]byte{'x'}, benchRecordSize)
+			rec := [][]byte{data}
 			buf := bytes.Repeat([]byte{'x'}, n*benchRecordSize)
 			ctx := context.Background()
 			const rounds = 20
 			per := max(b.N/rounds, n)
 			var appendTime, bareTime time.Duration
 			var appended, bared int
-			var ratios []float64
+			var ratios, idealRatios, pebbleRatios, batchedRatios, vsIdeal []float64
+			many := make([][]byte, n)
+			for i := range many {
+				many[i] = data
+			}
+			// closedLoop runs n goroutines that each call one until per
+			// calls were made in all, and returns how long that took.
+			closedLoop := func(one func() error) time.Duration {
+				var issued atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for issued.Add(1) <= int64(per) {
+							if err := one(); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				return time.Since(start)
+			}
+			pebbleOff := uint64(0)
+			value := make([]byte, recordHeaderLen+benchRecordSize)
 			b.ResetTimer()
 			for range rounds {
-				bare0, append0 := bareTime, appendTime
 				start := time.Now()
 				for i := 0; i < per; i += n {
 					if _, err := f.Write(buf); err != nil {
@@ -172,34 +226,155 @@ func BenchmarkAppendVsBare(b *testing.B) {
 					}
 					bared += n
 				}
-				bareTime += time.Since(start)
+				bare := time.Since(start)
+				bareTime += bare
 
-				var issued atomic.Int64
-				var wg sync.WaitGroup
-				start = time.Now()
-				for range n {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for issued.Add(1) <= int64(per) {
-							if _, err := c.Append(ctx, rec); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				appendTime += time.Since(start)
+				app := closedLoop(func() error { _, err := c.Append(ctx, rec); return err })
+				appendTime += app
 				appended += per
-				ratios = append(ratios, (bareTime-bare0).Seconds()/(appendTime-append0).Seconds())
+
+				idl := closedLoop(func() error { return ideal.append(data) })
+
+				start = time.Now()
+				for i := 0; i < per; i += n {
+					batch := s.db.NewBatch()
+					for range n {
+						// A copy id no copy gets: the keys are the store's
+						// record keys, written where no copy reads.
+						_ = batch.Set(recordKey(1<<62, pebbleOff), value, nil)
+						pebbleOff++
+					}
+					if err := batch.Commit(pebble.Sync); err != nil {
+						b.Fatal(err)
+					}
+					_ = batch.Close()
+				}
+				peb := time.Since(start)
+
+				start = time.Now()
+				for i := 0; i < per; i += n {
+					if _, err := cb.Append(ctx, many); err != nil {
+						b.Fatal(err)
+					}
+				}
+				bat := time.Since(start)
+
+				ratios = append(ratios, bare.Seconds()/app.Seconds())
+				idealRatios = append(idealRatios, bare.Seconds()/idl.Seconds())
+				pebbleRatios = append(pebbleRatios, bare.Seconds()/peb.Seconds())
+				batchedRatios = append(batchedRatios, bare.Seconds()/bat.Seconds())
+				vsIdeal = append(vsIdeal, idl.Seconds()/app.Seconds())
 			}
-			slices.Sort(ratios)
 			b.StopTimer()
 			ar, br := float64(appended)/appendTime.Seconds(), float64(bared)/bareTime.Seconds()
 			b.ReportMetric(ar, "append-records/s")
 			b.ReportMetric(br, "bare-records/s")
-			b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
+			b.ReportMetric(median(ratios), "median-ratio")
+			b.ReportMetric(median(idealRatios), "ideal-ratio")
+			b.ReportMetric(median(pebbleRatios), "pebble-ratio")
+			b.ReportMetric(median(batchedRatios), "batched-ratio")
+			b.ReportMetric(median(vsIdeal), "append-vs-ideal")
 		})
 	}
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// idealCommitter is the smallest in-process group commit, the yardstick of
+// BenchmarkAppendVsBare: callers add a record and wait; one goroutine
+// writes everything added since its last write with one write and one
+// fsync, then wakes all of that group's callers with one channel close.
+// Like the store it holds a group back (up to defaultHoldMax) until as many
+// callers as the last group had are back. It has no engine, keys, offsets
+// or digests, so what it loses against the bare loop is only the handing
+// of records between goroutines and the waking of callers.
+type idealCommitter struct {
+	f    *os.File
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{} // closed when run returns
+
+	mu    sync.Mutex
+	buf   []byte
+	n     int
+	want  int
+	group chan struct{} // closed when the records added so far are durable
+	err   error
+}
+
+func newIdealCommitter(path string) (*idealCommitter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	ic := &idealCommitter{f: f, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), want: 1, group: make(chan struct{})}
+	go ic.run()
+	return ic, nil
+}
+
+func (ic *idealCommitter) append(rec []byte) error {
+	ic.mu.Lock()
+	ic.buf = append(ic.buf, rec...)
+	ic.n++
+	g := ic.group
+	if ic.n == 1 || ic.n >= ic.want {
+		select {
+		case ic.kick <- struct{}{}:
+		default:
+		}
+	}
+	ic.mu.Unlock()
+	<-g
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	return ic.err
+}
+
+func (ic *idealCommitter) run() {
+	defer close(ic.done)
+	hold := 1
+	var spare []byte
+	for {
+		ic.mu.Lock()
+		var timer <-chan time.Time
+		for ic.n < hold {
+			ic.want = hold
+			if ic.n > 0 && timer == nil {
+				timer = time.After(defaultHoldMax)
+			}
+			ic.mu.Unlock()
+			select {
+			case <-ic.kick:
+			case <-timer:
+				hold = 1
+			case <-ic.stop:
+				return
+			}
+			ic.mu.Lock()
+		}
+		buf, n, g := ic.buf, ic.n, ic.group
+		ic.buf, ic.n, ic.group = spare[:0], 0, make(chan struct{})
+		ic.mu.Unlock()
+		_, err := ic.f.Write(buf)
+		if err == nil {
+			err = ic.f.Sync()
+		}
+		if err != nil {
+			ic.mu.Lock()
+			ic.err = err
+			ic.mu.Unlock()
+		}
+		close(g)
+		spare, hold = buf, n
+	}
+}
+
+func (ic *idealCommitter) close() {
+	close(ic.stop)
+	<-ic.done
+	_ = ic.f.Close()
 }
