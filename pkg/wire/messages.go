@@ -13,6 +13,13 @@ type Heartbeat struct {
 	Leaving bool         `json:"leaving,omitempty"`
 	Copies  []CopyStatus `json:"copies"`
 	AtMS    int64        `json:"at_ms"`
+	// Beat numbers the host's beats within an incarnation. A beat whose
+	// copies do not fit in one message is sent as Parts messages (Part 0
+	// to Parts-1), each with a share of the copies; 0 or 1 parts means the
+	// message is the whole beat (see package heartbeat).
+	Beat  uint64 `json:"beat,omitempty"`
+	Part  int    `json:"part,omitempty"`
+	Parts int    `json:"parts,omitempty"`
 }
 
 // CopyStatus is one copy's state in a heartbeat.

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/attention/judge"
 	"github.com/brook-streams/brook/services/attention/telemetry"
@@ -78,6 +79,7 @@ type Watcher struct {
 	lowerCluster   int
 	noticed        uint64 // highest notice version that asked for a pull
 	hbs            map[string]judge.HeartbeatSeen
+	parts          *heartbeat.Assembler // guarded by mu
 	listeningSince time.Time
 	reconnects     uint64
 }
@@ -103,6 +105,7 @@ func New(nc *nats.Conn, opts Options) *Watcher {
 		tracer:  opts.Tracer,
 		pullNow: make(chan struct{}, 1),
 		hbs:     map[string]judge.HeartbeatSeen{},
+		parts:   heartbeat.NewAssembler(),
 	}
 }
 
@@ -170,7 +173,20 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: hb, At: at}
+	whole, ok := w.parts.Add(hb)
+	if !ok {
+		// One part of a beat split into several: proof of life, but the
+		// copies stay those of the last whole beat until all parts are in.
+		seen, had := w.hbs[hb.Node]
+		if !had || seen.Heartbeat.Incarnation != hb.Incarnation {
+			return
+		}
+		seen.At = at
+		seen.Heartbeat.Leaving = hb.Leaving
+		w.hbs[hb.Node] = seen
+		return
+	}
+	w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: whole, At: at}
 }
 
 func (w *Watcher) onNotice(msg *nats.Msg) {

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -100,6 +102,56 @@ func TestHeartbeatsKeptPerNode(t *testing.T) {
 	}
 	if time.Since(hbs["h1"].At) > time.Minute {
 		t.Errorf("receive time %v", hbs["h1"].At)
+	}
+}
+
+// TestSplitHeartbeatsAssembled publishes a host's beats in parts (as a host
+// with more copies than one message holds does): the watcher must keep the
+// copies of the last whole beat, never a part's share of them.
+func TestSplitHeartbeatsAssembled(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+
+	copies := make([]wire.CopyStatus, 40)
+	for i := range copies {
+		copies[i] = wire.CopyStatus{Stream: fmt.Sprintf("s%02d", i), StreamID: uint64(i + 1), Role: wire.RoleFollower, Epoch: 1, RecordTail: 7}
+	}
+	beat := uint64(0)
+	publishBeat := func(upTo int) int {
+		beat++
+		parts := heartbeat.Split(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: beat, Copies: copies}, 4096)
+		for _, p := range parts[:min(upTo, len(parts))] {
+			data, _ := json.Marshal(p)
+			if err := nc.Publish(wire.HeartbeatSubject("h1"), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return len(parts)
+	}
+	eventually(t, "a whole split beat kept", func() bool {
+		if n := publishBeat(1 << 30); n < 3 {
+			t.Fatalf("%d parts, want at least 3", n)
+		}
+		time.Sleep(20 * time.Millisecond) // one heartbeat period between rounds
+		_, hbs, _ := w.Snapshot(time.Now())
+		return len(hbs["h1"].Heartbeat.Copies) == len(copies)
+	})
+	// Half of the next beat: life is refreshed, the copies stay whole.
+	_, before, _ := w.Snapshot(time.Now())
+	time.Sleep(5 * time.Millisecond)
+	publishBeat(1)
+	eventually(t, "a part refreshes the receive time", func() bool {
+		_, hbs, _ := w.Snapshot(time.Now())
+		return hbs["h1"].At.After(before["h1"].At)
+	})
+	_, hbs, _ := w.Snapshot(time.Now())
+	if got := len(hbs["h1"].Heartbeat.Copies); got != len(copies) {
+		t.Fatalf("after one part of a beat the watcher keeps %d copies, want %d", got, len(copies))
 	}
 }
 

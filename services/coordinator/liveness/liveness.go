@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -35,14 +36,18 @@ type Seen struct {
 type Tracker struct {
 	mu    sync.Mutex
 	nodes map[string]*Seen
+	parts *heartbeat.Assembler
 }
 
 // New returns an empty tracker.
 func New() *Tracker {
-	return &Tracker{nodes: map[string]*Seen{}}
+	return &Tracker{nodes: map[string]*Seen{}, parts: heartbeat.NewAssembler()}
 }
 
-// Heartbeat records hb, received at at. It reports whether the heartbeat
+// Heartbeat records hb, received at at; hb may be one part of a beat split
+// into several messages (see package heartbeat): every part is proof of
+// life, and the copies are replaced once all parts of a beat are in. It
+// reports whether the heartbeat
 // says something the controller should act on soon: a node or incarnation
 // not heard before, a change of the leaving flag, or the end of a pending
 // disconnect.
@@ -67,8 +72,12 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
 		s.DisconnectedAt = time.Time{}
 	}
-	copies := make(map[string]wire.CopyStatus, len(hb.Copies))
-	for _, c := range hb.Copies {
+	whole, ok := t.parts.Add(hb)
+	if !ok {
+		return notable
+	}
+	copies := make(map[string]wire.CopyStatus, len(whole.Copies))
+	for _, c := range whole.Copies {
 		copies[c.Stream] = c
 	}
 	s.Copies = copies

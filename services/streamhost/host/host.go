@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -131,6 +132,7 @@ type Host struct {
 	leaving  atomic.Bool // graceful shutdown has begun
 	pullNow  chan struct{}
 	beatNow  chan struct{}
+	beat     atomic.Uint64 // the last heartbeat's number
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
@@ -462,14 +464,29 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 	return hb
 }
 
+// publishHeartbeat publishes the host's heartbeat, in as many parts as the
+// server's payload limit requires (see package heartbeat).
 func (h *Host) publishHeartbeat(leaving bool) {
-	data, err := json.Marshal(h.Heartbeat(leaving))
-	if err != nil {
-		h.log.Error("encode heartbeat", "err", err)
+	hb := h.Heartbeat(leaving)
+	hb.Beat = h.beat.Add(1)
+	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
+	if parts == nil {
+		h.log.Error("heartbeat does not fit the server's payload limit even in parts",
+			"copies", len(hb.Copies), "max_payload", h.nc.MaxPayload())
 		return
 	}
-	if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		h.log.Warn("publish heartbeat", "err", err)
+	for _, p := range parts {
+		data, err := json.Marshal(p)
+		if err != nil {
+			h.log.Error("encode heartbeat", "err", err)
+			return
+		}
+		if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil {
+			if !errors.Is(err, nats.ErrConnectionClosed) {
+				h.log.Warn("publish heartbeat", "part", p.Part, "parts", p.Parts, "err", err)
+			}
+			return
+		}
 	}
 }
 

@@ -32,9 +32,20 @@ type fixture struct {
 	hbCh chan struct{}
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, fixtureOptions{}) }
+
+// fixtureOptions change the fixture's server and host for one test.
+type fixtureOptions struct {
+	maxPayload int32  // the server's payload limit; 0 for its default
+	dataDir    string // the host's data dir; "" for a new empty one
+	// streams are the streams that exist (name to id) in the first
+	// snapshot the host pulls; copies of others are deleted.
+	streams map[string]uint64
+}
+
+func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: opts.maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +56,9 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(ns.Shutdown)
 	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{})}
 	f.snap = wire.AssignmentSnapshot{Node: "n1", Streams: map[string]uint64{}}
+	for name, id := range opts.streams {
+		f.snap.Streams[name] = id
+	}
 	if f.nc, err = nats.Connect(ns.ClientURL()); err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +94,12 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(hostNC.Close)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.rec))
+	if opts.dataDir == "" {
+		opts.dataDir = t.TempDir()
+	}
 	f.host, err = New(Config{
 		Node:              "n1",
-		DataDir:           t.TempDir(),
+		DataDir:           opts.dataDir,
 		HeartbeatInterval: 50 * time.Millisecond,
 		AckWait:           50 * time.Millisecond,
 		SealLinger:        200 * time.Millisecond,

@@ -1,0 +1,52 @@
+package liveness
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/heartbeat"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// TestSplitBeatRefreshesLifeAndReplacesCopiesWhenWhole feeds the tracker a
+// beat in parts: every part must count as proof of life, and the copies
+// must stay those of the last whole beat until the new beat is complete.
+func TestSplitBeatRefreshesLifeAndReplacesCopiesWhenWhole(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	copies := func(tail uint64) []wire.CopyStatus {
+		out := make([]wire.CopyStatus, 40)
+		for i := range out {
+			out[i] = wire.CopyStatus{Stream: fmt.Sprintf("s%02d", i), StreamID: uint64(i + 1), Role: wire.RoleFollower, Epoch: 1, RecordTail: tail}
+		}
+		return out
+	}
+	if !tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 1, Copies: copies(10)}, t0) {
+		t.Fatal("a new node's first heartbeat is not notable")
+	}
+	parts := heartbeat.Split(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 2, Copies: copies(20)}, 4096)
+	if len(parts) < 3 {
+		t.Fatalf("%d parts, want at least 3", len(parts))
+	}
+	for i, p := range parts {
+		at := t0.Add(time.Duration(i+1) * time.Second)
+		tr.Heartbeat(p, at)
+		s := tr.View()["h"]
+		if !s.LastSeen.Equal(at) {
+			t.Fatalf("part %d: last seen %v, want %v", i, s.LastSeen, at)
+		}
+		want := uint64(10)
+		if i == len(parts)-1 {
+			want = 20
+		}
+		if len(s.Copies) != 40 {
+			t.Fatalf("part %d: %d copies, want 40", i, len(s.Copies))
+		}
+		for name, c := range s.Copies {
+			if c.RecordTail != want {
+				t.Fatalf("part %d: copy %s has tail %d, want %d", i, name, c.RecordTail, want)
+			}
+		}
+	}
+}
