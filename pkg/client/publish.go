@@ -16,6 +16,7 @@ type publishOpts struct {
 	producer string
 	seq      uint64
 	hasSeq   bool
+	streamID uint64 // 0: any stream of the name
 }
 
 // PublishOption configures one publish.
@@ -29,6 +30,15 @@ func WithProducer(id string, seq uint64) PublishOption {
 	return func(o *publishOpts) { o.producer, o.seq, o.hasSeq = id, seq, true }
 }
 
+// WithStreamID makes the publish land only in the stream with this id
+// (header wire.HeaderStreamID; the id is in StreamInfo and in every
+// confirm). Once the stream is deleted the publish fails with not_found,
+// even if a stream of the same name was created since, and an owner that
+// has not yet learnt of a newer stream of the name is not used.
+func WithStreamID(id uint64) PublishOption {
+	return func(o *publishOpts) { o.streamID = id }
+}
+
 // publishMsg builds the NATS message of a publish.
 func publishMsg(stream string, data []byte, o publishOpts) *nats.Msg {
 	msg := nats.NewMsg(wire.PublishSubject(stream))
@@ -36,6 +46,9 @@ func publishMsg(stream string, data []byte, o publishOpts) *nats.Msg {
 	if o.hasSeq {
 		msg.Header.Set(wire.HeaderProducer, o.producer)
 		msg.Header.Set(wire.HeaderSequence, strconv.FormatUint(o.seq, 10))
+	}
+	if o.streamID != 0 {
+		msg.Header.Set(wire.HeaderStreamID, strconv.FormatUint(o.streamID, 10))
 	}
 	return msg
 }

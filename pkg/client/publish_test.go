@@ -267,6 +267,39 @@ func TestPublishErrorDecodingAndProducerHeaders(t *testing.T) {
 	}
 }
 
+// WithStreamID sends the stream id; the not_found of an owner of a newer
+// stream of the name is final (the stream meant is gone), and the confirm
+// carries the stream id through.
+func TestPublishWithStreamID(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	var calls atomic.Int32
+	var got atomic.Value
+	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
+		calls.Add(1)
+		h := m.Header.Get(wire.HeaderStreamID)
+		got.Store(h)
+		if h == "3" {
+			respondError(t, m, wire.Errorf(wire.CodeNotFound, "stream s id 3 was deleted; the stream of that name is now id 4"))
+			return
+		}
+		respondJSON(t, m, wire.PublishConfirm{StreamID: 4, Offset: 1, Epoch: 1, Copies: 1, W: 1})
+	})
+	c := connectClient(t, url)
+	_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x"), WithStreamID(3))
+	var werr *wire.Error
+	if !errors.As(err, &werr) || werr.Code != wire.CodeNotFound || calls.Load() != 1 {
+		t.Fatalf("publish to a deleted stream id: %v after %d attempts, want not_found after 1", err, calls.Load())
+	}
+	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x"), WithStreamID(4))
+	if err != nil || pc.StreamID != 4 || got.Load() != "4" {
+		t.Fatalf("publish = %+v, %v, header %v; want a confirm of stream 4", pc, err, got.Load())
+	}
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x")); err != nil || got.Load() != "" {
+		t.Fatalf("publish without a stream id sent header %q (%v)", got.Load(), err)
+	}
+}
+
 // A duplicate confirm (the owner dropped a repeated producer sequence) is
 // a confirm: the record is held, at the first write's offset.
 func TestPublishDuplicateConfirm(t *testing.T) {

@@ -125,9 +125,12 @@ type FetchRequest struct {
 // Offset, written at Epoch, and Copies copies held it durably when it was
 // confirmed (at least W).
 type PublishConfirm struct {
-	Offset uint64 `json:"offset"`
-	Epoch  uint64 `json:"epoch"`
-	Copies int    `json:"copies"`
+	// StreamID is the id of the stream the record was written to: a
+	// stream deleted and created again under the same name has a new id.
+	StreamID uint64 `json:"stream_id"`
+	Offset   uint64 `json:"offset"`
+	Epoch    uint64 `json:"epoch"`
+	Copies   int    `json:"copies"`
 	// W is the confirm rule the record was confirmed under: W of the
 	// assignment at Epoch (policy.StampW of its stamp and copy count).
 	// After a failover leaves fewer copies than the stream's E, W can be
@@ -138,8 +141,16 @@ type PublishConfirm struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
-// Headers a publisher may set on a publish for duplicate suppression.
+// Headers a publisher may set on a publish: a producer id and sequence for
+// duplicate suppression, and the id of the stream it means. An owner of
+// another stream of that name refuses the publish: not_found when the id
+// named is older than its own (the stream meant was deleted), not_owner
+// when it is newer (this owner has not yet learnt that its stream was
+// deleted and created again; the client retries until the new owner
+// answers). Without the header a publish goes to whichever stream holds
+// the name.
 const (
 	HeaderProducer = "Brook-Producer"
 	HeaderSequence = "Brook-Seq"
+	HeaderStreamID = "Brook-Stream-Id"
 )

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -273,4 +274,56 @@ func TestApplyCopyLifecycle(t *testing.T) {
 		c, okC := find(hb, "c")
 		return !okA && okC && c.StreamID == 4 && c.Role == wire.RoleOwner
 	})
+}
+
+// TestPublishNamesItsStream: a confirm says which stream (id) the record
+// went to, and a publish that names a stream id lands only in that stream:
+// an owner of an older stream of the name answers not_owner (the client
+// retries until the new owner answers), one of a newer stream not_found.
+func TestPublishNamesItsStream(t *testing.T) {
+	f := newFixture(t)
+	f.set(1, map[string]uint64{"p": 5}, one("p", 5, 1, []wire.HistoryStart{}, ""))
+	f.waitHB("owner of p", func(hb wire.Heartbeat) bool {
+		cs, ok := find(hb, "p")
+		return ok && cs.Role == wire.RoleOwner && f.host.Ready()
+	})
+	publish := func(header string) (wire.PublishConfirm, *wire.Error) {
+		t.Helper()
+		m := nats.NewMsg(wire.PublishSubject("p"))
+		m.Data = []byte("rec")
+		if header != "" {
+			m.Header.Set(wire.HeaderStreamID, header)
+		}
+		resp, err := f.nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Header.Get(frame.HeaderError); code != "" {
+			var er wire.ErrorReply
+			if err := json.Unmarshal(resp.Data, &er); err != nil || er.Error == nil || er.Error.Code != code {
+				t.Fatalf("error reply %q with header %q", resp.Data, code)
+			}
+			return wire.PublishConfirm{}, er.Error
+		}
+		var pc wire.PublishConfirm
+		if err := json.Unmarshal(resp.Data, &pc); err != nil {
+			t.Fatal(err)
+		}
+		return pc, nil
+	}
+	for i, h := range []string{"", "5"} {
+		pc, werr := publish(h)
+		if werr != nil || pc.StreamID != 5 || pc.Offset != uint64(i) {
+			t.Fatalf("publish with stream id %q: %+v %v", h, pc, werr)
+		}
+	}
+	for h, code := range map[string]string{"4": wire.CodeNotFound, "6": wire.CodeNotOwner, "five": wire.CodeBadRequest} {
+		if _, werr := publish(h); werr == nil || werr.Code != code {
+			t.Fatalf("publish with stream id %q: %v, want %s", h, werr, code)
+		}
+	}
+	// The refused publishes wrote nothing.
+	if pc, werr := publish("5"); werr != nil || pc.Offset != 2 {
+		t.Fatalf("publish after refusals: %+v %v, want offset 2", pc, werr)
+	}
 }

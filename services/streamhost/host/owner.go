@@ -240,7 +240,7 @@ func (o *owner) advanceLocked() []outgoing {
 }
 
 func (o *owner) confirmOut(w *waiter, copies int) outgoing {
-	return outgoing{to: w.reply, ok: &wire.PublishConfirm{Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup}}
+	return outgoing{to: w.reply, ok: &wire.PublishConfirm{StreamID: o.id, Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup}}
 }
 
 // send delivers prepared replies, outside any lock.
@@ -361,6 +361,25 @@ func (o *owner) appender() {
 	}
 }
 
+// checkStreamID refuses a publish whose wire.HeaderStreamID names another
+// stream of this name than the one this owner writes to.
+func (o *owner) checkStreamID(m *nats.Msg) *wire.Error {
+	h := m.Header.Get(wire.HeaderStreamID)
+	if h == "" {
+		return nil
+	}
+	id, err := strconv.ParseUint(h, 10, 64)
+	switch {
+	case err != nil:
+		return wire.Errorf(wire.CodeBadRequest, "%s must be a decimal stream id, not %q", wire.HeaderStreamID, h)
+	case id < o.id:
+		return wire.Errorf(wire.CodeNotFound, "stream %s id %d was deleted; the stream of that name is now id %d", o.stream, id, o.id)
+	case id > o.id:
+		return wire.Errorf(wire.CodeNotOwner, "this host owns stream %s id %d, not id %d", o.stream, o.id, id)
+	}
+	return nil
+}
+
 // produced is a publish's position in an append batch.
 type produced struct {
 	reply    string
@@ -379,6 +398,10 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	items := make([]produced, 0, len(batch))
 	inBatch := map[string]map[uint64]int{}
 	for _, m := range batch {
+		if werr := o.checkStreamID(m); werr != nil {
+			o.h.replyErr(m.Reply, werr)
+			continue
+		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}
 		if p := m.Header.Get(wire.HeaderProducer); p != "" {
 			seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSequence), 10, 64)
