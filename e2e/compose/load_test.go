@@ -71,6 +71,10 @@ func failoverKind(err error) string {
 		return "no_responders"
 	case errors.Is(err, client.ErrTimeout), errors.Is(err, nats.ErrTimeout):
 		return "timeout"
+	case errors.Is(err, client.ErrOwnerLost):
+		// The attempt went to an owner that died holding it; the client's
+		// probe found the stream served by nobody, or by a newer owner.
+		return "owner_lost"
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
 		return "disconnected"
 	}

@@ -61,10 +61,11 @@ func (f *Future) Wait(ctx context.Context) (wire.PublishConfirm, error) {
 
 // pending is one publish whose first attempt awaits its reply.
 type pending struct {
-	fut   *Future
-	opts  publishOpts
-	timer *time.Timer
-	r     *retrier
+	fut     *Future
+	opts    publishOpts
+	timer   *time.Timer
+	r       *retrier
+	watched func(epoch uint64) // ends the owner watch of the first attempt
 }
 
 // AsyncPublisher publishes to one stream with up to Window publishes
@@ -166,6 +167,9 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
 		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
 	})
+	pd.watched = p.c.watchAttempt(p.stream, func() {
+		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
+	})
 	// Sending under the lock keeps first attempts in call order.
 	msg := publishMsg(p.stream, data, o)
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
@@ -187,6 +191,7 @@ func (p *AsyncPublisher) take(id uint64) *pending {
 	if pd != nil {
 		delete(p.pend, id)
 		pd.timer.Stop()
+		pd.watched(0)
 	}
 	return pd
 }
@@ -210,6 +215,7 @@ func (p *AsyncPublisher) onReply(m *nats.Msg) {
 		return
 	}
 	pc, err := decodeConfirm(p.stream, m)
+	p.c.noteEpoch(p.stream, pc.Epoch)
 	p.complete(pd, pc, err)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,10 @@ var (
 	ErrTimeout = errors.New("brook: request timed out")
 	// ErrClosed is returned by an AsyncPublisher or Consumer after Close.
 	ErrClosed = errors.New("brook: closed")
+	// ErrOwnerLost means a publish attempt was abandoned because the owner
+	// it went to no longer serves the stream (see WithOwnerProbe); it is
+	// retried like a timeout.
+	ErrOwnerLost = errors.New("brook: the owner the request went to is gone")
 )
 
 // Defaults of the options.
@@ -51,6 +56,7 @@ type options struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	infoInterval   time.Duration
+	probeAfter     time.Duration
 	logger         *slog.Logger
 	natsOpts       []nats.Option
 }
@@ -107,6 +113,7 @@ func defaultOptions() options {
 		backoffMin:     DefaultBackoffMin,
 		backoffMax:     DefaultBackoffMax,
 		infoInterval:   DefaultInfoInterval,
+		probeAfter:     DefaultProbeAfter,
 	}
 }
 
@@ -117,6 +124,11 @@ type Client struct {
 	ownConn bool
 	opts    options
 	log     *slog.Logger
+
+	// watches hold, per stream published to, the owner watch of the
+	// attempts in flight (ownerwatch.go).
+	watchMu sync.Mutex
+	watches map[string]*ownerWatch
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as
@@ -170,7 +182,7 @@ func newClient(nc *nats.Conn, o options) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client")}
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}}
 }
 
 // Conn returns the underlying NATS connection.

@@ -9,9 +9,14 @@
 // every request to the owner and the client needs no topology. While a
 // stream fails over there is briefly no owner (nats.ErrNoResponders), or a
 // host answers not_owner, sealed, shutting_down or recovering, or a request
-// times out because the owner died holding it. The client retries such a
-// request with a bounded exponential backoff with jitter, bounded by the
-// caller's context and by the retry limits of the Client (see WithRetry).
+// gets no reply because the owner died holding it. A publish that waits
+// longer than WithOwnerProbe (250ms by default) makes the client ask who
+// serves the stream, with a fetch that reads nothing; if nobody does, or an
+// owner at a newer epoch than the client last saw answers, the attempt is
+// abandoned (ErrOwnerLost) instead of waiting out the request timeout. The
+// client retries such a request with a bounded exponential backoff with
+// jitter, bounded by the caller's context and by the retry limits of the
+// Client (see WithRetry).
 // While it retries it asks a coordinator (admin stream.info) about the
 // stream, so a caller that runs out of patience gets ErrRecovering ("the
 // stream is failing over; retry later") when the stream is recovering or

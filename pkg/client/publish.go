@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -79,12 +80,31 @@ func (c *Client) Publish(ctx context.Context, stream string, data []byte, opts .
 // gives up.
 func (c *Client) publishRetry(ctx context.Context, r *retrier, stream string, data []byte, o publishOpts) (wire.PublishConfirm, error) {
 	for {
-		reply, err := c.request(ctx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)
+		pc, err := c.publishOnce(ctx, stream, data, o)
 		if err == nil {
-			return decodeConfirm(stream, reply)
+			return pc, nil
 		}
 		if err := r.next(ctx, err); err != nil {
 			return wire.PublishConfirm{}, err
 		}
 	}
+}
+
+// publishOnce makes one publish attempt, abandoned with ErrOwnerLost if
+// the owner watch finds that its owner no longer serves the stream.
+func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o publishOpts) (wire.PublishConfirm, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := c.watchAttempt(stream, func() { cancel(ErrOwnerLost) })
+	reply, err := c.request(actx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)
+	if err != nil {
+		done(0)
+		if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrOwnerLost) {
+			return wire.PublishConfirm{}, fmt.Errorf("%s: %w", wire.PublishSubject(stream), ErrOwnerLost)
+		}
+		return wire.PublishConfirm{}, err
+	}
+	pc, err := decodeConfirm(stream, reply)
+	done(pc.Epoch)
+	return pc, err
 }

@@ -20,6 +20,7 @@ func retryable(err error) bool {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, ErrTimeout),
+		errors.Is(err, ErrOwnerLost),
 		errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, nats.ErrConnectionReconnecting):

@@ -40,14 +40,13 @@ func TestFailoverByAdvisoryThenRejoinWithoutRecovery(t *testing.T) {
 		return len(ct) == 3 && ct[0].Published && ct[1].Published && ct[2].Published
 	})
 
-	killed := time.Now()
 	h1.kill()
-	info = c.waitInfo("s1", "the failover commit", 4*time.Second, func(i wire.StreamInfo) bool {
+	// The advisory, not the 5s TTL, must have detected the loss: the detect
+	// span's "how" says so below (a wall-clock bound here would only
+	// measure how loaded the machine is).
+	info = c.waitInfo("s1", "the failover commit", 15*time.Second, func(i wire.StreamInfo) bool {
 		return i.Assignment.Epoch == 2 && i.Recovery == nil
 	})
-	if took := time.Since(killed); took > 3*time.Second {
-		t.Fatalf("failover took %v; the advisory should beat the 5s TTL", took)
-	}
 	a = info.Assignment
 	if a.Owner != "h3" || !reflect.DeepEqual(a.Followers, []string{"h2"}) || info.Status != wire.StatusServing {
 		t.Fatalf("after failover: %+v", info)
@@ -76,12 +75,16 @@ func TestFailoverByAdvisoryThenRejoinWithoutRecovery(t *testing.T) {
 			t.Errorf("trace %s has no %q span (has %v)", info.LastTraceID, name, spans)
 		}
 	}
+	detectedBy := ""
 	for _, s := range c.spansOf(info.LastTraceID)["detect"] {
 		for _, kv := range s.Attributes() {
-			if string(kv.Key) == "how" && kv.Value.AsString() != "advisory" {
-				t.Errorf("detected by %s, want advisory", kv.Value.AsString())
+			if string(kv.Key) == "how" {
+				detectedBy = kv.Value.AsString()
 			}
 		}
+	}
+	if detectedBy != "advisory" {
+		t.Errorf("detected by %q, want advisory", detectedBy)
 	}
 	// The new owner's pulled snapshot carries the starts and the commit's traceparent.
 	testutil.Eventually(t, 3*time.Second, "h3 pulls the new assignment", func() bool {

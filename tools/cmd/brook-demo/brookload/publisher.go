@@ -2,7 +2,6 @@ package brookload
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/client"
-	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -97,9 +95,9 @@ type attempt struct {
 var errOwnerLost = errors.New("the owner the attempt went to is gone")
 
 // ClientOptions are the client settings a Publisher relies on: no retry
-// limit but the caller's context, and a request timeout above the attempt
-// timeout, so that the client itself never resends a publish that got no
-// answer (the Publisher decides that).
+// limit but the caller's context, a request timeout above the attempt
+// timeout and no owner probe, so that the client itself never resends a
+// publish that got no answer (the Publisher probes and decides that).
 func ClientOptions(attemptTimeout time.Duration) []client.Option {
 	if attemptTimeout <= 0 {
 		attemptTimeout = DefaultAttemptTimeout
@@ -108,6 +106,7 @@ func ClientOptions(attemptTimeout time.Duration) []client.Option {
 		client.WithRetry(0, 0),
 		client.WithRequestTimeout(2*attemptTimeout + 5*time.Second),
 		client.WithAdminTimeout(2 * time.Second),
+		client.WithOwnerProbe(0),
 	}
 }
 
@@ -312,33 +311,13 @@ func (p *Publisher) watch(ctx context.Context) {
 	}
 }
 
-// probeRequest reads nothing: it starts at the tail and does not wait.
-var probeRequest, _ = json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords: 1})
-
-// probe asks whoever serves the stream for its epoch, in one request:
-// gone is true when nobody serves it.
+// probe asks whoever serves the stream for its epoch: gone is true when
+// nobody serves it.
 func (p *Publisher) probe(ctx context.Context) (epoch uint64, gone bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	msg := nats.NewMsg(wire.FetchSubject(p.cfg.Stream))
-	msg.Data = probeRequest
-	reply, err := p.c.Conn().RequestMsgWithContext(ctx, msg)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return 0, true, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("probe %s: %w", p.cfg.Stream, err)
-	}
-	if code := reply.Header.Get(frame.HeaderError); code != "" {
-		// A host that answers but does not serve (sealed, not owner)
-		// fails its own waiting publishes; nothing to abandon.
-		return 0, false, fmt.Errorf("probe %s: %s", p.cfg.Stream, code)
-	}
-	b, err := frame.DecodeBatch(reply.Data)
-	if err != nil {
-		return 0, false, fmt.Errorf("probe %s: %w", p.cfg.Stream, err)
-	}
-	return b.Epoch, false, nil
+	epoch, served, err := p.c.ServingEpoch(ctx, p.cfg.Stream)
+	return epoch, err == nil && !served, err
 }
 
 // resolve decides about a record whose attempt, sent while sentEpoch was

@@ -1,0 +1,192 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// A publish that reached an owner which then died gets no reply at all: the
+// request went to the owner's subscription and was lost with the process.
+// Waiting out the request timeout (seconds) would keep such a publish far
+// longer than the failover takes (well under a second), so while publishes
+// to a stream wait unusually long the client probes who serves the stream,
+// with a fetch that reads nothing, and abandons the attempts whose owner is
+// gone (nobody serves the stream) or was replaced (an owner at a newer
+// epoch answers). An abandoned attempt is retried like a timed-out one:
+// its record may have been written before the owner died, so a retry can
+// write it twice unless the publish carries a producer id (WithProducer).
+
+// Defaults of WithOwnerProbe.
+const (
+	DefaultProbeAfter = 250 * time.Millisecond
+	probeEvery        = 100 * time.Millisecond
+	probeTimeout      = 500 * time.Millisecond
+)
+
+// WithOwnerProbe sets how long a publish waits for its reply before the
+// client starts checking whether the owner it went to is still the
+// stream's owner (default DefaultProbeAfter); 0 turns the check off, and a
+// publish held by a dead owner then waits for the request timeout.
+func WithOwnerProbe(after time.Duration) Option {
+	return func(o *options) { o.probeAfter = after }
+}
+
+// watched is one attempt in flight.
+type watched struct {
+	sent    time.Time
+	epoch   uint64 // the newest epoch of the stream known when it was sent; 0 if none
+	abandon func()
+}
+
+// ownerWatch watches the attempts in flight to one stream; its goroutine
+// runs while there are any.
+type ownerWatch struct {
+	c      *Client
+	stream string
+
+	mu       sync.Mutex
+	attempts map[*watched]struct{}
+	epoch    uint64 // the newest epoch seen in a confirm or a probe
+	running  bool
+}
+
+// watchAttempt registers an attempt to stream that abandon cancels; the
+// caller must call the returned done once the attempt ended, with the
+// epoch of its confirm (0 if none).
+func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch uint64)) {
+	if c.opts.probeAfter <= 0 {
+		return func(uint64) {}
+	}
+	c.watchMu.Lock()
+	w := c.watches[stream]
+	if w == nil {
+		w = &ownerWatch{c: c, stream: stream, attempts: map[*watched]struct{}{}}
+		c.watches[stream] = w
+	}
+	c.watchMu.Unlock()
+
+	w.mu.Lock()
+	a := &watched{sent: time.Now(), epoch: w.epoch, abandon: abandon}
+	w.attempts[a] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+	w.mu.Unlock()
+	return func(epoch uint64) {
+		w.mu.Lock()
+		delete(w.attempts, a)
+		w.epoch = max(w.epoch, epoch)
+		w.mu.Unlock()
+	}
+}
+
+// noteEpoch records an epoch seen in a confirm that came outside an
+// attempt's done (the async publisher's replies).
+func (c *Client) noteEpoch(stream string, epoch uint64) {
+	c.watchMu.Lock()
+	w := c.watches[stream]
+	c.watchMu.Unlock()
+	if w == nil || epoch == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.epoch = max(w.epoch, epoch)
+	w.mu.Unlock()
+}
+
+// run probes while attempts wait longer than probeAfter, and ends when
+// none is left (the watch stays registered and keeps the epoch it saw).
+func (w *ownerWatch) run() {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for range t.C {
+		w.mu.Lock()
+		var oldest time.Time
+		for a := range w.attempts {
+			if oldest.IsZero() || a.sent.Before(oldest) {
+				oldest = a.sent
+			}
+		}
+		if oldest.IsZero() {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		if time.Since(oldest) < w.c.opts.probeAfter {
+			continue
+		}
+		at := time.Now()
+		epoch, gone, err := w.probe()
+		if err != nil {
+			continue // inconclusive (a slow owner): the request timeout decides
+		}
+		w.mu.Lock()
+		var lost []*watched
+		for a := range w.attempts {
+			// Gone: every attempt sent before the probe went to an owner
+			// that no longer serves. Replaced: an attempt sent while an
+			// older epoch was the newest known went to an older owner.
+			if (gone && a.sent.Before(at)) || (!gone && a.epoch != 0 && a.epoch < epoch) {
+				lost = append(lost, a)
+				delete(w.attempts, a)
+			}
+		}
+		if !gone {
+			w.epoch = max(w.epoch, epoch)
+		}
+		w.mu.Unlock()
+		if len(lost) > 0 {
+			w.c.log.Debug("owner lost: abandoning publishes that wait for it", "stream", w.stream, "gone", gone, "epoch", epoch, "attempts", len(lost))
+		}
+		for _, a := range lost {
+			a.abandon()
+		}
+	}
+}
+
+// probeRequest reads nothing: it starts at the tail and does not wait.
+var probeRequest, _ = json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords: 1})
+
+// ServingEpoch asks whoever serves stream for the epoch it serves at, with
+// one fetch that reads nothing; served is false when nobody serves it (no
+// responders). An error is inconclusive: a slow owner, or a host that
+// answers without serving (sealed, not the owner).
+func (c *Client) ServingEpoch(ctx context.Context, stream string) (epoch uint64, served bool, err error) {
+	msg := nats.NewMsg(wire.FetchSubject(stream))
+	msg.Data = probeRequest
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
+	}
+	if werr := replyError(reply, replyBinary); werr != nil {
+		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, werr)
+	}
+	b, err := frame.DecodeBatch(reply.Data)
+	if err != nil {
+		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
+	}
+	return b.Epoch, true, nil
+}
+
+// probe is ServingEpoch bounded by probeTimeout; gone is true when nobody
+// serves the stream.
+func (w *ownerWatch) probe() (epoch uint64, gone bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	epoch, served, err := w.c.ServingEpoch(ctx, w.stream)
+	return epoch, err == nil && !served, err
+}

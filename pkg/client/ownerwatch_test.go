@@ -1,0 +1,187 @@
+package client
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// standInOwner plays a stream's owner at one epoch: it confirms publishes
+// and answers fetches with its epoch. With hold set it keeps the next
+// publish unanswered and unsubscribes, as an owner that died holding it.
+type standInOwner struct {
+	t     *testing.T
+	epoch uint64
+	nc    *nats.Conn
+	subs  []*nats.Subscription
+
+	mu     sync.Mutex
+	hold   bool
+	held   chan struct{}
+	pubs   atomic.Int32
+	delay  time.Duration // before answering a publish
+	offset uint64
+}
+
+func startOwner(t *testing.T, url string, epoch uint64) *standInOwner {
+	o := &standInOwner{t: t, epoch: epoch, nc: responderConn(t, url), held: make(chan struct{})}
+	o.subs = append(o.subs,
+		subscribe(t, o.nc, wire.PublishSubject("s"), o.onPublish),
+		subscribe(t, o.nc, wire.FetchSubject("s"), func(m *nats.Msg) {
+			respondBatch(t, m, &frame.Batch{Epoch: o.epoch})
+		}))
+	return o
+}
+
+func (o *standInOwner) onPublish(m *nats.Msg) {
+	o.pubs.Add(1)
+	o.mu.Lock()
+	hold, delay := o.hold, o.delay
+	o.offset++
+	off := o.offset
+	o.mu.Unlock()
+	if hold {
+		for _, s := range o.subs {
+			_ = s.Unsubscribe()
+		}
+		_ = o.nc.Flush()
+		close(o.held)
+		return
+	}
+	if delay > 0 {
+		go func() {
+			time.Sleep(delay)
+			respondJSON(o.t, m, wire.PublishConfirm{StreamID: 1, Offset: off, Epoch: o.epoch, Copies: 2, W: 2})
+		}()
+		return
+	}
+	respondJSON(o.t, m, wire.PublishConfirm{StreamID: 1, Offset: off, Epoch: o.epoch, Copies: 2, W: 2})
+}
+
+// publishAfterOwnerDies confirms a first publish at epoch 1, then lets the
+// owner die holding the second, starts a new owner at epoch 2 after
+// newOwnerAfter, and returns the second publish's confirm, error and time.
+func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Option) (wire.PublishConfirm, error, time.Duration, *standInOwner, *standInOwner) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, append([]Option{WithRequestTimeout(3 * time.Second)}, opts...)...)
+	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {
+		t.Fatalf("first publish: %+v %v", pc, err)
+	}
+	a.mu.Lock()
+	a.hold = true
+	a.mu.Unlock()
+	started := make(chan *standInOwner, 1)
+	go func() {
+		<-a.held
+		time.Sleep(newOwnerAfter)
+		started <- startOwner(t, url, 2)
+	}()
+	start := time.Now()
+	pc, err := c.Publish(ctxTimeout(t, 20*time.Second), "s", []byte("two"))
+	took := time.Since(start)
+	return pc, err, took, a, <-started
+}
+
+// An owner replaced by one at a newer epoch: the publish it held is
+// abandoned after the probe and confirmed by the new owner, long before
+// the 3s request timeout.
+func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
+	pc, err, took, a, b := publishAfterOwnerDies(t, 0)
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("publish took %v; the held attempt should be abandoned well before the 3s request timeout", took)
+	}
+	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
+	}
+}
+
+// An owner that died with nobody serving yet: the probe finds no
+// responders, the attempt is abandoned and retried until the new owner
+// serves.
+func TestPublishAbandonsAnAttemptToAGoneOwner(t *testing.T) {
+	pc, err, took, _, b := publishAfterOwnerDies(t, 700*time.Millisecond)
+	if err != nil || pc.Epoch != 2 || b.pubs.Load() < 1 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 2500*time.Millisecond {
+		t.Fatalf("publish took %v; want the new owner's confirm soon after it started (700ms)", took)
+	}
+}
+
+// With the probe off, the held attempt waits out the request timeout: the
+// probe is what makes the two tests above fast.
+func TestPublishWithoutOwnerProbeWaitsForTheTimeout(t *testing.T) {
+	pc, err, took, _, _ := publishAfterOwnerDies(t, 0, WithOwnerProbe(0))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took < 3*time.Second {
+		t.Fatalf("publish took %v without the probe, less than the 3s request timeout", took)
+	}
+}
+
+// A slow owner that still serves at the epoch the client knows is not
+// abandoned: its publish is answered once, by it.
+func TestPublishKeepsAnAttemptToASlowLiveOwner(t *testing.T) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(3*time.Second))
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.delay = time.Second
+	a.mu.Unlock()
+	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two"))
+	if err != nil || pc.Offset != 2 || a.pubs.Load() != 2 {
+		t.Fatalf("publish: %+v %v after %d publishes; want offset 2 from the only attempt", pc, err, a.pubs.Load())
+	}
+}
+
+// The async publisher abandons a first attempt held by a dead owner the
+// same way.
+func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(3*time.Second))
+	p, err := c.NewAsyncPublisher("s", AsyncConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.PublishAsync(ctxTimeout(t, 5*time.Second), []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc, err := f.Wait(ctxTimeout(t, 5*time.Second)); err != nil || pc.Epoch != 1 {
+		t.Fatalf("first publish: %+v %v", pc, err)
+	}
+	a.mu.Lock()
+	a.hold = true
+	a.mu.Unlock()
+	go func() {
+		<-a.held
+		startOwner(t, url, 2)
+	}()
+	start := time.Now()
+	f, err = p.PublishAsync(ctxTimeout(t, 5*time.Second), []byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := f.Wait(ctxTimeout(t, 10*time.Second))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("async publish took %v; want it abandoned well before the 3s request timeout", took)
+	}
+}
