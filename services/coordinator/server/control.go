@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -88,14 +90,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	since := s.leaderSince
 	s.mu.Unlock()
 	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, Nodes: s.live.View()}, now, s.params)
-	changed := false
-	for _, a := range acts {
-		if ctx.Err() != nil {
-			return false
-		}
-		if s.execute(ctx, st, a, now) {
-			changed = true
-		}
+	changed := s.executeAll(ctx, st, acts, now)
+	if ctx.Err() != nil {
+		return false
 	}
 	for _, name := range st.SortedStreams() {
 		if pr := st.Streams[name].Recovery; pr != nil {
@@ -104,6 +101,61 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	}
 	s.announce(st)
 	return changed
+}
+
+// maxConcurrentActions bounds the stream actions of one round in flight
+// at once.
+const maxConcurrentActions = 64
+
+// executeAll carries out a round's actions and reports whether any changed
+// the state. Node actions go first and in order: the stream actions were
+// planned against the state they leave (an expiry fails the node's streams
+// over). Stream actions are independent guarded writes, each on its own
+// stream's version, so they run concurrently: a host that owned hundreds
+// of streams has them all recorded for recovery in about one Raft round
+// trip (Dragonboat batches concurrent proposals), not one after another.
+func (s *Server) executeAll(ctx context.Context, st *state.State, acts []controller.Action, now time.Time) bool {
+	changed := false
+	i := 0
+	for ; i < len(acts) && acts[i].Stream == ""; i++ {
+		if ctx.Err() != nil {
+			return changed
+		}
+		if s.execute(ctx, st, acts[i], now) {
+			changed = true
+		}
+	}
+	// Actions on one stream (the plan makes at most one, but nothing
+	// here depends on it) keep their order.
+	var order []string
+	byStream := map[string][]controller.Action{}
+	for _, a := range acts[i:] {
+		if _, ok := byStream[a.Stream]; !ok {
+			order = append(order, a.Stream)
+		}
+		byStream[a.Stream] = append(byStream[a.Stream], a)
+	}
+	var wg sync.WaitGroup
+	var streamChanged atomic.Bool
+	sem := make(chan struct{}, maxConcurrentActions)
+	for _, name := range order {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for _, a := range byStream[name] {
+				if ctx.Err() == nil && s.execute(ctx, st, a, now) {
+					streamChanged.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return changed || streamChanged.Load()
 }
 
 // execute carries out one action; it reports whether the state changed.

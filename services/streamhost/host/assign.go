@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -115,10 +116,20 @@ func (h *Host) pullAndApply(ctx context.Context) error {
 	return nil
 }
 
+// maxConcurrentApplies bounds the streams one apply brings in line at
+// once.
+const maxConcurrentApplies = 16
+
 // apply brings the copies in line with snap. It runs only in the pull loop,
 // so applies never overlap; seals may run beside it, serialized per stream.
+// Streams are independent (each applyOne holds its replica's lock), so
+// they are applied concurrently: a host taking over many streams of a dead
+// one promotes them side by side, its synced metadata writes sharing
+// Pebble's WAL syncs, instead of one fsync after another.
 func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot) {
 	mine := make(map[string]bool, len(snap.Assignments))
+	sem := make(chan struct{}, maxConcurrentApplies)
+	var wg sync.WaitGroup
 	for i := range snap.Assignments {
 		as := &snap.Assignments[i]
 		a := as.Assignment
@@ -136,10 +147,17 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot) {
 			h.log.Error("assignment without a readable list of history starts; not applied", "stream", a.Stream, "epoch", a.Epoch)
 			continue
 		}
-		if err := h.applyOne(ctx, as); err != nil {
-			h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := h.applyOne(ctx, as); err != nil {
+				h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 	for _, c := range h.store.Copies() {
 		name := c.Stream()
 		if mine[name] {

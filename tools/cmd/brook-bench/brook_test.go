@@ -73,3 +73,26 @@ func TestBrookTargetKillOwner(t *testing.T) {
 		}
 	}
 }
+
+// The mass failover on a local process cluster, small: every stream the
+// killed host owned must serve again, and every stream must hold both of
+// its records once each (runMassFailover checks that and fails otherwise).
+func TestMassFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the process cluster in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	res, err := runMassFailover(ctx, options{workDir: t.TempDir()}, 24, log)
+	var text bytes.Buffer
+	res.write(&text)
+	t.Logf("result:\n%s", text.String())
+	if err != nil {
+		t.Fatalf("mass failover: %v\n%s", err, logs.String())
+	}
+	if res.Owned == 0 || len(res.Serve) != res.Owned || len(res.Serve)+len(res.Others) != res.Streams {
+		t.Fatalf("killed %s owning %d; %d owned and %d others served again, of %d", res.Killed, res.Owned, len(res.Serve), len(res.Others), res.Streams)
+	}
+}

@@ -7,6 +7,10 @@
 //
 //	brook-bench --stream durable --kill-owner-at-secs 5 --duration 15s
 //	brook-bench --target jetstream --kill-owner-at-secs 5 --duration 15s
+//	brook-bench --failover-streams 300
+//
+// The last form measures a mass failover instead: many streams, the host
+// that owns the most of them killed, and how soon each serves again.
 package main
 
 import (
@@ -42,6 +46,8 @@ type options struct {
 	compose    bool
 	runs       int
 	both       bool
+	// failoverStreams > 0 runs the mass failover instead of the workload.
+	failoverStreams int
 }
 
 func main() {
@@ -61,6 +67,7 @@ func main() {
 	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream (default: build it)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the result as JSON to this file")
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
+	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
 	flag.Parse()
 	o.both = o.target == "both"
 
@@ -83,6 +90,13 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		o.workDir = d
 	}
 	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		return err
+	}
+	if o.failoverStreams > 0 {
+		res, err := runMassFailover(ctx, o, o.failoverStreams, log)
+		if res.Killed != "" {
+			res.write(os.Stdout)
+		}
 		return err
 	}
 	targets := []string{o.target}

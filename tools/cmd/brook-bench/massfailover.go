@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/client"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// massResult is what one mass failover measured.
+type massResult struct {
+	Streams int    // streams created
+	Killed  string // the node killed
+	Owned   int    // streams the killed node owned
+	// Serve holds, per stream the killed node owned, how long after the
+	// SIGKILL its first publish was confirmed again, ascending.
+	Serve []time.Duration
+	// Others is the same for the streams it did not own (a follower lost:
+	// they should keep confirming without a recovery).
+	Others []time.Duration
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+func (r massResult) write(w io.Writer) {
+	line := func(what string, ds []time.Duration) {
+		fmt.Fprintf(w, "%-28s %5d  p50 %4d ms  p90 %4d ms  p99 %4d ms  max %4d ms\n", what, len(ds),
+			quantile(ds, 0.5).Milliseconds(), quantile(ds, 0.9).Milliseconds(),
+			quantile(ds, 0.99).Milliseconds(), quantile(ds, 1).Milliseconds())
+	}
+	fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned)
+	line("serving again (owned)", r.Serve)
+	line("confirming (not owned)", r.Others)
+}
+
+// massProducer is the producer id of the mass failover's publishes: each
+// stream gets sequence 1 before the kill and 2 after, so a publish retried
+// across the failover is written once and the check below can demand
+// exactly two records.
+const massProducer = "mass-failover"
+
+// runMassFailover measures how many streams come back when the host that
+// owns the most of them dies: it creates n streams of three copies on a
+// local cluster, publishes one record to each, SIGKILLs that host, and
+// publishes again to every stream until confirmed, timing each from the
+// kill. Then it reads every stream back: both records, once each, in
+// order. Each stream fails over on its own recovery worker, so the time
+// should not grow with the number of streams the host owned.
+func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (massResult, error) {
+	res := massResult{Streams: n}
+	cl, err := startLocalCluster(ctx, o, log)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = cl.Stop() }()
+	// Short backoffs: the measure is when the stream serves again, not
+	// when a client that backed off for long happens to ask.
+	c, err := client.Connect(ctx, cl.NATSURL(), client.WithName("brook-bench-mass"), client.WithLogger(log),
+		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
+		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(5*time.Second))
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+
+	streams := make([]string, n)
+	for i := range streams {
+		streams[i] = fmt.Sprintf("mass-%04d", i)
+		if _, err := c.CreateStream(ctx, wire.StreamCreate{Stream: streams[i], Copies: benchCopies, Policy: benchPolicy}); err != nil {
+			return res, fmt.Errorf("create %s: %w", streams[i], err)
+		}
+	}
+	var mu sync.Mutex
+	owners := map[string]string{}
+	err = forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		info, err := cl.WaitServing(wctx, s)
+		if err != nil {
+			return err
+		}
+		// One record on every copy's W before the kill.
+		if _, err := c.Publish(wctx, s, record(s, 1), client.WithProducer(massProducer, 1)); err != nil {
+			return fmt.Errorf("publish before the kill: %w", err)
+		}
+		mu.Lock()
+		owners[s] = info.Assignment.Owner
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	owned := map[string]int{}
+	for _, o := range owners {
+		owned[o]++
+	}
+	for node, k := range owned {
+		if k > res.Owned || (k == res.Owned && node < res.Killed) {
+			res.Killed, res.Owned = node, k
+		}
+	}
+	victim := cl.HostByNode(res.Killed)
+	if victim == nil {
+		return res, fmt.Errorf("no process for node %s", res.Killed)
+	}
+	log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
+	killed := time.Now()
+	if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
+		return res, err
+	}
+	// Every stream at once: a stream queued behind others would be timed
+	// from the kill while it waited for a turn.
+	err = forEach(ctx, streams, len(streams), func(ctx context.Context, s string) error {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if _, err := c.Publish(pctx, s, record(s, 2), client.WithProducer(massProducer, 2)); err != nil {
+			return fmt.Errorf("publish after the kill: %w", err)
+		}
+		d := time.Since(killed)
+		mu.Lock()
+		if owners[s] == res.Killed {
+			res.Serve = append(res.Serve, d)
+		} else {
+			res.Others = append(res.Others, d)
+		}
+		mu.Unlock()
+		return nil
+	})
+	slices.Sort(res.Serve)
+	slices.Sort(res.Others)
+	if err != nil {
+		return res, err
+	}
+	return res, forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
+		return checkTwoRecords(ctx, c, s)
+	})
+}
+
+// record is the payload of the mass failover's seq-th publish to stream.
+func record(stream string, seq int) []byte { return fmt.Appendf(nil, "%s/%d", stream, seq) }
+
+// checkTwoRecords reads stream from its start and demands exactly the two
+// records published, in order, each once.
+func checkTwoRecords(ctx context.Context, c *client.Client, stream string) error {
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got [][]byte
+	for fctx.Err() == nil {
+		b, err := c.Fetch(fctx, stream, wire.FetchRequest{Start: "offset", Offset: 0, MaxRecords: 10, WaitMS: 200})
+		if err != nil {
+			return fmt.Errorf("read %s back: %w", stream, err)
+		}
+		got = got[:0]
+		for _, r := range b.Records {
+			got = append(got, r.Data)
+		}
+		// The second record is confirmed, but a new owner's watermark may
+		// need its followers' acks before a fetch sees it.
+		if len(got) >= 2 {
+			break
+		}
+	}
+	want := [][]byte{record(stream, 1), record(stream, 2)}
+	if !slices.EqualFunc(got, want, bytes.Equal) {
+		return fmt.Errorf("%s holds %q, want %q", stream, got, want)
+	}
+	return nil
+}
+
+// forEach runs fn for every stream, at most limit at a time, and returns
+// the first error (the calls still running are cancelled).
+func forEach(ctx context.Context, streams []string, limit int, fn func(context.Context, string) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, max(limit, 1))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, s := range streams {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, s); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("%s: %w", s, err)
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
