@@ -19,17 +19,31 @@ import (
 // Waiting out the request timeout (seconds) would keep such a publish far
 // longer than the failover takes (well under a second), so while publishes
 // to a stream wait unusually long the client probes who serves the stream,
-// with a fetch that reads nothing, and abandons the attempts whose owner is
-// gone (nobody serves the stream) or was replaced (an owner at a newer
-// epoch answers). An abandoned attempt is retried like a timed-out one:
-// its record may have been written before the owner died, so a retry can
-// write it twice unless the publish carries a producer id (WithProducer).
+// with a fetch that reads nothing.
+//
+// The first probe sent after an attempt bounds the owner the attempt
+// reached: both went out on one connection, in that order, so the attempt
+// reached the owner that answers the probe or one before it. If the probe
+// finds nobody serving, the attempt's owner is one the client knew of
+// before (its newest known epoch bounds it). The attempt is abandoned only
+// once an owner at an epoch above that bound answers: its own owner has
+// been replaced, and a replaced owner never confirms (its followers are
+// sealed; a sealed owner fails its waiting publishes with an error). Nobody
+// serving is not enough on its own, since an owner that shuts down
+// gracefully unsubscribes first and still confirms what it holds. An
+// abandoned attempt is retried like a timed-out one: its record may have
+// been written before the owner died, so a retry can write it twice unless
+// the publish carries a producer id (WithProducer).
 
 // Defaults of WithOwnerProbe.
 const (
 	DefaultProbeAfter = 250 * time.Millisecond
 	probeEvery        = 100 * time.Millisecond
 	probeTimeout      = 500 * time.Millisecond
+	// sendGuard: an attempt is registered just before it is sent, so only
+	// a probe started this long after the registration is taken to have
+	// gone out after the attempt.
+	sendGuard = 50 * time.Millisecond
 )
 
 // WithOwnerProbe sets how long a publish waits for its reply before the
@@ -42,8 +56,12 @@ func WithOwnerProbe(after time.Duration) Option {
 
 // watched is one attempt in flight.
 type watched struct {
-	sent    time.Time
-	epoch   uint64 // the newest epoch of the stream known when it was sent; 0 if none
+	sent time.Time // registered, just before it was sent
+	// bound is the highest epoch the owner the attempt reached can have,
+	// set by the first conclusive probe after it (bounded); 0 means
+	// unknown, and such an attempt is never abandoned.
+	bound   uint64
+	bounded bool
 	abandon func()
 }
 
@@ -75,7 +93,7 @@ func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch ui
 	c.watchMu.Unlock()
 
 	w.mu.Lock()
-	a := &watched{sent: time.Now(), epoch: w.epoch, abandon: abandon}
+	a := &watched{sent: time.Now(), abandon: abandon}
 	w.attempts[a] = struct{}{}
 	if !w.running {
 		w.running = true
@@ -134,10 +152,17 @@ func (w *ownerWatch) run() {
 		w.mu.Lock()
 		var lost []*watched
 		for a := range w.attempts {
-			// Gone: every attempt sent before the probe went to an owner
-			// that no longer serves. Replaced: an attempt sent while an
-			// older epoch was the newest known went to an older owner.
-			if (gone && a.sent.Before(at)) || (!gone && a.epoch != 0 && a.epoch < epoch) {
+			if !a.bounded {
+				if at.Sub(a.sent) < sendGuard {
+					continue
+				}
+				a.bounded = true
+				a.bound = epoch
+				if gone {
+					a.bound = w.epoch
+				}
+			}
+			if !gone && a.bound != 0 && epoch > a.bound {
 				lost = append(lost, a)
 				delete(w.attempts, a)
 			}

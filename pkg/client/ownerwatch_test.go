@@ -89,11 +89,12 @@ func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Op
 	return pc, err, took, a, <-started
 }
 
-// An owner replaced by one at a newer epoch: the publish it held is
-// abandoned after the probe and confirmed by the new owner, long before
-// the 3s request timeout.
+// An owner that died and was replaced by one at a newer epoch (after a
+// moment with nobody serving, as a failover takes): the publish it held is
+// abandoned once the new owner answers the probe, and confirmed by it,
+// long before the 3s request timeout.
 func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
-	pc, err, took, a, b := publishAfterOwnerDies(t, 0)
+	pc, err, took, a, b := publishAfterOwnerDies(t, 400*time.Millisecond)
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}
@@ -121,7 +122,7 @@ func TestPublishAbandonsAnAttemptToAGoneOwner(t *testing.T) {
 // With the probe off, the held attempt waits out the request timeout: the
 // probe is what makes the two tests above fast.
 func TestPublishWithoutOwnerProbeWaitsForTheTimeout(t *testing.T) {
-	pc, err, took, _, _ := publishAfterOwnerDies(t, 0, WithOwnerProbe(0))
+	pc, err, took, _, _ := publishAfterOwnerDies(t, 400*time.Millisecond, WithOwnerProbe(0))
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}
@@ -148,6 +149,31 @@ func TestPublishKeepsAnAttemptToASlowLiveOwner(t *testing.T) {
 	}
 }
 
+// A client that knew an older epoch publishes to the new owner, which is
+// slow to confirm (as right after a promotion): the probe finds that owner
+// serving, so the attempt reached it and is not abandoned; the record is
+// written once.
+func TestPublishKeepsAnAttemptToASlowNewOwner(t *testing.T) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(3*time.Second))
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range a.subs {
+		_ = sub.Unsubscribe()
+	}
+	_ = a.nc.Flush()
+	b := startOwner(t, url, 2)
+	b.mu.Lock()
+	b.delay = 600 * time.Millisecond
+	b.mu.Unlock()
+	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two"))
+	if err != nil || pc.Epoch != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("publish: %+v %v with %d publishes at the new owner; want its one confirm", pc, err, b.pubs.Load())
+	}
+}
+
 // The async publisher abandons a first attempt held by a dead owner the
 // same way.
 func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
@@ -170,6 +196,7 @@ func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 	a.mu.Unlock()
 	go func() {
 		<-a.held
+		time.Sleep(400 * time.Millisecond)
 		startOwner(t, url, 2)
 	}()
 	start := time.Now()

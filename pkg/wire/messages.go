@@ -146,9 +146,10 @@ type PublishConfirm struct {
 // another stream of that name refuses the publish: not_found when the id
 // named is older than its own (the stream meant was deleted), not_owner
 // when it is newer (this owner has not yet learnt that its stream was
-// deleted and created again; the client retries until the new owner
-// answers). Without the header a publish goes to whichever stream holds
-// the name.
+// deleted and created again; it answers only after a delay, so that the
+// new owner, which gets the same request, answers first if it serves
+// already, and the client retries otherwise). Without the header a publish
+// goes to whichever stream holds the name.
 const (
 	HeaderProducer = "Brook-Producer"
 	HeaderSequence = "Brook-Seq"

@@ -171,6 +171,12 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 		w.log.Warn("heartbeat names another node than its subject", "subject", msg.Subject, "node", hb.Node)
 		return
 	}
+	if err := wire.ValidName("node", hb.Node); err != nil {
+		// Node names bound what the watcher keeps per node; a forged
+		// subject must not add entries at will.
+		w.log.Warn("heartbeat with an invalid node name", "subject", msg.Subject, "err", err)
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	whole, ok := w.parts.Add(hb)

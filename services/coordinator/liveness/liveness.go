@@ -63,6 +63,11 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if s.Incarnation != hb.Incarnation || s.Leaving != hb.Leaving || !s.DisconnectedAt.IsZero() {
 		notable = true
 	}
+	if s.Incarnation != hb.Incarnation {
+		// A new process: what the old one reported says nothing of what
+		// this one holds (it may have started on an empty disk).
+		s.Copies = nil
+	}
 	s.Incarnation = hb.Incarnation
 	s.Leaving = hb.Leaving
 	if at.After(s.LastSeen) {

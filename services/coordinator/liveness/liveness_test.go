@@ -50,3 +50,27 @@ func TestSplitBeatRefreshesLifeAndReplacesCopiesWhenWhole(t *testing.T) {
 		}
 	}
 }
+
+// A restarted host's first part must not leave the old process's copies
+// standing under the new incarnation.
+func TestNewIncarnationDropsTheOldCopies(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	old := []wire.CopyStatus{{Stream: "s", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 500}}
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 9, Copies: old}, t0)
+	copies := make([]wire.CopyStatus, 40)
+	for i := range copies {
+		copies[i] = wire.CopyStatus{Stream: fmt.Sprintf("s%02d", i), StreamID: uint64(i + 1), Role: wire.RoleNone}
+	}
+	parts := heartbeat.Split(wire.Heartbeat{Node: "h", Incarnation: 2, Beat: 1, Copies: copies}, 4096)
+	tr.Heartbeat(parts[0], t0.Add(time.Second))
+	if s := tr.View()["h"]; s.Incarnation != 2 || len(s.Copies) != 0 {
+		t.Fatalf("after the first part of a new incarnation: incarnation %d, %d copies; want 2 and none", s.Incarnation, len(s.Copies))
+	}
+	for _, p := range parts[1:] {
+		tr.Heartbeat(p, t0.Add(2*time.Second))
+	}
+	if s := tr.View()["h"]; len(s.Copies) != 40 {
+		t.Fatalf("%d copies once the beat is whole, want 40", len(s.Copies))
+	}
+}

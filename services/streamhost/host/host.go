@@ -128,11 +128,15 @@ type Host struct {
 	applied uint64
 	latest  *wire.AssignmentSnapshot
 
-	ready    atomic.Bool // the first snapshot is applied
-	leaving  atomic.Bool // graceful shutdown has begun
-	pullNow  chan struct{}
-	beatNow  chan struct{}
-	beat     atomic.Uint64 // the last heartbeat's number
+	ready   atomic.Bool // the first snapshot is applied
+	leaving atomic.Bool // graceful shutdown has begun
+	pullNow chan struct{}
+	beatNow chan struct{}
+	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
+	// numbers follow the order the heartbeats were built in and the parts
+	// of two beats do not interleave.
+	beatMu   sync.Mutex
+	beat     uint64 // the last heartbeat's number; guarded by beatMu
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
@@ -467,8 +471,11 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 // publishHeartbeat publishes the host's heartbeat, in as many parts as the
 // server's payload limit requires (see package heartbeat).
 func (h *Host) publishHeartbeat(leaving bool) {
+	h.beatMu.Lock()
+	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
-	hb.Beat = h.beat.Add(1)
+	h.beat++
+	hb.Beat = h.beat
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {
 		h.log.Error("heartbeat does not fit the server's payload limit even in parts",

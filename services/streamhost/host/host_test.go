@@ -318,8 +318,14 @@ func TestPublishNamesItsStream(t *testing.T) {
 		}
 	}
 	for h, code := range map[string]string{"4": wire.CodeNotFound, "6": wire.CodeNotOwner, "five": wire.CodeBadRequest} {
+		start := time.Now()
 		if _, werr := publish(h); werr == nil || werr.Code != code {
 			t.Fatalf("publish with stream id %q: %v, want %s", h, werr, code)
+		}
+		// An owner of an older stream holds its refusal back, so that the
+		// newer stream's owner, if it serves already, answers first.
+		if took := time.Since(start); code == wire.CodeNotOwner && took < staleOwnerReplyDelay {
+			t.Fatalf("not_owner for a newer stream id came after %v, want at least %v", took, staleOwnerReplyDelay)
 		}
 	}
 	// The refused publishes wrote nothing.

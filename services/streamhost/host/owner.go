@@ -361,23 +361,28 @@ func (o *owner) appender() {
 	}
 }
 
+// staleOwnerReplyDelay is how long an owner of an older stream of a name
+// holds its not_owner answer to a publish naming a newer stream id.
+const staleOwnerReplyDelay = 500 * time.Millisecond
+
 // checkStreamID refuses a publish whose wire.HeaderStreamID names another
-// stream of this name than the one this owner writes to.
-func (o *owner) checkStreamID(m *nats.Msg) *wire.Error {
+// stream of this name than the one this owner writes to; stale is set when
+// the publish names a newer stream than this owner's.
+func (o *owner) checkStreamID(m *nats.Msg) (werr *wire.Error, stale bool) {
 	h := m.Header.Get(wire.HeaderStreamID)
 	if h == "" {
-		return nil
+		return nil, false
 	}
 	id, err := strconv.ParseUint(h, 10, 64)
 	switch {
 	case err != nil:
-		return wire.Errorf(wire.CodeBadRequest, "%s must be a decimal stream id, not %q", wire.HeaderStreamID, h)
+		return wire.Errorf(wire.CodeBadRequest, "%s must be a decimal stream id, not %q", wire.HeaderStreamID, h), false
 	case id < o.id:
-		return wire.Errorf(wire.CodeNotFound, "stream %s id %d was deleted; the stream of that name is now id %d", o.stream, id, o.id)
+		return wire.Errorf(wire.CodeNotFound, "stream %s id %d was deleted; the stream of that name is now id %d", o.stream, id, o.id), false
 	case id > o.id:
-		return wire.Errorf(wire.CodeNotOwner, "this host owns stream %s id %d, not id %d", o.stream, o.id, id)
+		return wire.Errorf(wire.CodeNotOwner, "this host owns stream %s id %d, not id %d", o.stream, o.id, id), true
 	}
-	return nil
+	return nil, false
 }
 
 // produced is a publish's position in an append batch.
@@ -398,7 +403,18 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	items := make([]produced, 0, len(batch))
 	inBatch := map[string]map[uint64]int{}
 	for _, m := range batch {
-		if werr := o.checkStreamID(m); werr != nil {
+		if werr, stale := o.checkStreamID(m); werr != nil {
+			if stale {
+				// This owner is of an older stream of the name and has
+				// not learnt of the newer one yet: the newer one's owner,
+				// if it serves already, gets the same request and must
+				// answer first, or the client would retry a publish that
+				// owner is about to confirm. Ask for the assignments now.
+				o.h.requestPull()
+				reply := m.Reply
+				time.AfterFunc(staleOwnerReplyDelay, func() { o.h.replyErr(reply, werr) })
+				continue
+			}
 			o.h.replyErr(m.Reply, werr)
 			continue
 		}
