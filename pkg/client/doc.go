@@ -11,9 +11,10 @@
 // host answers not_owner, sealed, shutting_down or recovering, or a request
 // gets no reply because the owner died holding it. A publish that waits
 // longer than WithOwnerProbe (250ms by default) makes the client ask who
-// serves the stream, with a fetch that reads nothing; if nobody does, or an
-// owner at a newer epoch than the client last saw answers, the attempt is
-// abandoned (ErrOwnerLost) instead of waiting out the request timeout. The
+// serves the stream, with a fetch that reads nothing; once an owner at a
+// newer epoch than the one the attempt reached answers, the attempt is
+// abandoned (ErrOwnerLost) instead of waiting out the request timeout (see
+// ownerwatch.go for how the owner an attempt reached is bounded). The
 // client retries such a request with a bounded exponential backoff with
 // jitter, bounded by the caller's context and by the retry limits of the
 // Client (see WithRetry).
