@@ -58,7 +58,9 @@ func bounds() (int, int) {
 // Split returns hb as parts whose JSON encodings are at most maxBytes each
 // (the server's payload limit), every part with hb's node, incarnation,
 // leaving flag, time and beat. A heartbeat that fits is returned whole, as
-// one part. It returns nil when maxBytes cannot hold even one copy.
+// one part. It returns nil when maxBytes cannot hold even one copy, or the
+// copies would need more than MaxParts parts (the caller logs it: such a
+// host cannot report its copies at this payload limit).
 func Split(hb wire.Heartbeat, maxBytes int) []wire.Heartbeat {
 	per := (maxBytes - maxHeaderBytes) / maxCopyBytes
 	if per < 1 {
