@@ -15,7 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -360,13 +360,21 @@ func phase(lat []time.Duration, span time.Duration) Phase {
 	if len(lat) == 0 {
 		return p
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	q := func(f float64) float64 {
-		i := int(f * float64(len(lat)-1))
-		return float64(lat[i].Microseconds()) / 1000
-	}
+	q := func(f float64) float64 { return float64(Quantile(lat, f).Microseconds()) / 1000 }
 	p.P50MS, p.P99MS, p.P999MS = q(0.50), q(0.99), q(0.999)
 	return p
+}
+
+// Quantile returns the q-quantile (0..1) of lat by the nearest rank below;
+// lat is sorted in place. Zero for no samples. The bench, the demo and the
+// mass failover all report their latencies with it.
+func Quantile(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	i := int(q * float64(len(lat)-1))
+	return lat[min(max(i, 0), len(lat)-1)]
 }
 
 func (r *Result) verify(c map[recordID]confirm, delivered map[recordID][]uint64, byOffset map[uint64]recordID, followed map[uint64]recordID, followDup int) {

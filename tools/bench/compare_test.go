@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWriteComparisonQuotesMedians(t *testing.T) {
@@ -29,5 +30,18 @@ func TestWriteComparisonQuotesMedians(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	if Quantile(nil, 0.5) != 0 {
+		t.Error("no samples: want 0")
+	}
+	lat := []time.Duration{5, 1, 4, 2, 3}
+	if p := Quantile(lat, 0.5); p != 3 {
+		t.Errorf("p50 %v, want 3", p)
+	}
+	if p := Quantile(lat, 1); p != 5 {
+		t.Errorf("p100 %v, want 5", p)
 	}
 }

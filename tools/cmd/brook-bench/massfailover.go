@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/bench"
 )
 
 // massResult is what one mass failover measured.
@@ -28,18 +29,11 @@ type massResult struct {
 	Others []time.Duration
 }
 
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
-}
-
 func (r massResult) write(w io.Writer) {
 	line := func(what string, ds []time.Duration) {
 		fmt.Fprintf(w, "%-28s %5d  p50 %4d ms  p90 %4d ms  p99 %4d ms  max %4d ms\n", what, len(ds),
-			quantile(ds, 0.5).Milliseconds(), quantile(ds, 0.9).Milliseconds(),
-			quantile(ds, 0.99).Milliseconds(), quantile(ds, 1).Milliseconds())
+			bench.Quantile(ds, 0.5).Milliseconds(), bench.Quantile(ds, 0.9).Milliseconds(),
+			bench.Quantile(ds, 0.99).Milliseconds(), bench.Quantile(ds, 1).Milliseconds())
 	}
 	fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned)
 	line("serving again (owned)", r.Serve)

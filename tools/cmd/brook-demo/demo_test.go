@@ -161,19 +161,6 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	if percentile(nil, 0.5) != 0 {
-		t.Error("no samples: want 0")
-	}
-	lat := []time.Duration{5, 1, 4, 2, 3}
-	if p := percentile(lat, 0.5); p != 3 {
-		t.Errorf("p50 %v, want 3", p)
-	}
-	if p := percentile(lat, 1); p != 5 {
-		t.Errorf("p100 %v, want 5", p)
-	}
-}
-
 // The failover as the watcher sees it, poll by poll.
 func TestDescribe(t *testing.T) {
 	kill := time.UnixMilli(10_000)

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/brook-streams/brook/tools/bench"
 	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
 )
 
@@ -100,7 +100,7 @@ func (r *recorder) tick(now time.Time, every time.Duration) progress {
 	if span := time.Duration(len(r.recent)) * every; span > 0 {
 		p.Rate = float64(len(lat)) / span.Seconds()
 	}
-	p.P50 = percentile(lat, 0.5)
+	p.P50 = bench.Quantile(lat, 0.5)
 	if !r.killAt.IsZero() {
 		p.Killed, p.SinceKill = true, now.Sub(r.killAt)
 	}
@@ -120,15 +120,4 @@ func (r *recorder) snapshot() (map[brookload.ID]confirmed, int, time.Time, time.
 		out[id] = c
 	}
 	return out, r.errors, r.killAt, r.firstAfter
-}
-
-// percentile returns the q-quantile (0..1) of lat by the nearest rank
-// below; lat is sorted in place. Zero for no samples.
-func percentile(lat []time.Duration, q float64) time.Duration {
-	if len(lat) == 0 {
-		return 0
-	}
-	slices.Sort(lat)
-	i := int(q * float64(len(lat)-1))
-	return lat[min(max(i, 0), len(lat)-1)]
 }

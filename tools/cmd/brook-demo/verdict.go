@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/brook-streams/brook/tools/bench"
 	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
 )
 
@@ -121,7 +122,7 @@ func summarizeRecords(s *summary, confirms map[brookload.ID]confirmed, errors in
 	if s.Duration > 0 {
 		s.Rate = float64(len(confirms)) / s.Duration.Seconds()
 	}
-	s.P50, s.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	s.P50, s.P99 = bench.Quantile(lat, 0.50), bench.Quantile(lat, 0.99)
 	if !killAt.IsZero() {
 		s.KilledAt = killAt.Sub(start)
 		if !firstAfter.IsZero() {
