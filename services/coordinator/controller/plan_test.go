@@ -54,7 +54,27 @@ func (f *fixture) create(name string, copies int, owner string, followers ...str
 	f.apply(state.StreamCreate(name, copies, "", wire.Retention{}, wire.Assignment{Owner: owner, Followers: followers, Policy: "majority_durable"}, t0.UnixMilli()))
 }
 
-func (f *fixture) plan(now time.Time) []Action { return Plan(f.s, f.live, now, params) }
+// plan plans, and checks the shape the control loop relies on to run
+// stream actions concurrently: node actions first, then at most one
+// action per stream.
+func (f *fixture) plan(now time.Time) []Action {
+	f.t.Helper()
+	acts := Plan(f.s, f.live, now, params)
+	streams := map[string]bool{}
+	for i, a := range acts {
+		if a.Stream == "" {
+			if len(streams) > 0 {
+				f.t.Fatalf("node action %d (%s) after a stream action: %s", i, a.Kind, kinds(acts))
+			}
+			continue
+		}
+		if streams[a.Stream] {
+			f.t.Fatalf("two actions for stream %s in one plan: %s", a.Stream, kinds(acts))
+		}
+		streams[a.Stream] = true
+	}
+	return acts
+}
 
 func kinds(acts []Action) string {
 	out := ""

@@ -125,20 +125,12 @@ func (s *Server) executeAll(ctx context.Context, st *state.State, acts []control
 			changed = true
 		}
 	}
-	// Actions on one stream (the plan makes at most one, but nothing
-	// here depends on it) keep their order.
-	var order []string
-	byStream := map[string][]controller.Action{}
-	for _, a := range acts[i:] {
-		if _, ok := byStream[a.Stream]; !ok {
-			order = append(order, a.Stream)
-		}
-		byStream[a.Stream] = append(byStream[a.Stream], a)
-	}
+	// The plan makes at most one action per stream (and were there two,
+	// the second would read a version the first moved, and be refused).
 	var wg sync.WaitGroup
 	var streamChanged atomic.Bool
 	sem := make(chan struct{}, maxConcurrentActions)
-	for _, name := range order {
+	for _, a := range acts[i:] {
 		if ctx.Err() != nil {
 			break
 		}
@@ -147,10 +139,8 @@ func (s *Server) executeAll(ctx context.Context, st *state.State, acts []control
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			for _, a := range byStream[name] {
-				if ctx.Err() == nil && s.execute(ctx, st, a, now) {
-					streamChanged.Store(true)
-				}
+			if s.execute(ctx, st, a, now) {
+				streamChanged.Store(true)
 			}
 		}()
 	}
