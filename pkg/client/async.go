@@ -215,7 +215,7 @@ func (p *AsyncPublisher) onReply(m *nats.Msg) {
 		return
 	}
 	pc, err := decodeConfirm(p.stream, m)
-	p.c.noteEpoch(p.stream, pc.Epoch)
+	pd.watched(pc.Epoch) // take ended the watch; this records the epoch seen
 	p.complete(pd, pc, err)
 }
 

@@ -79,7 +79,8 @@ type ownerWatch struct {
 
 // watchAttempt registers an attempt to stream that abandon cancels; the
 // caller must call the returned done once the attempt ended, with the
-// epoch of its confirm (0 if none).
+// epoch of its confirm (0 if none). Calling done again only records the
+// epoch.
 func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch uint64)) {
 	if c.opts.probeAfter <= 0 {
 		return func(uint64) {}
@@ -106,20 +107,6 @@ func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch ui
 		w.epoch = max(w.epoch, epoch)
 		w.mu.Unlock()
 	}
-}
-
-// noteEpoch records an epoch seen in a confirm that came outside an
-// attempt's done (the async publisher's replies).
-func (c *Client) noteEpoch(stream string, epoch uint64) {
-	c.watchMu.Lock()
-	w := c.watches[stream]
-	c.watchMu.Unlock()
-	if w == nil || epoch == 0 {
-		return
-	}
-	w.mu.Lock()
-	w.epoch = max(w.epoch, epoch)
-	w.mu.Unlock()
 }
 
 // run probes while attempts wait longer than probeAfter, and ends when
