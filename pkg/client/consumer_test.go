@@ -24,6 +24,25 @@ type memOwner struct {
 	cursors map[string]uint64
 	fetches []wire.FetchRequest
 	commits []wire.CursorCommit
+	// id, if set, is the stream's id: a request naming another id in
+	// wire.HeaderStreamID is answered not_found, as by an owner of a
+	// newer stream of the name. headers logs the header of every request.
+	id      uint64
+	headers []string
+}
+
+// refuse answers m with not_found if it names another stream id than o's,
+// and logs the header it carried.
+func (o *memOwner) refuse(m *nats.Msg) bool {
+	h := m.Header.Get(wire.HeaderStreamID)
+	o.mu.Lock()
+	o.headers = append(o.headers, h)
+	o.mu.Unlock()
+	if h != "" && o.id != 0 && h != fmt.Sprint(o.id) {
+		respondError(o.t, m, wire.Errorf(wire.CodeNotFound, "stream id %s was deleted", h))
+		return true
+	}
+	return false
 }
 
 func newMemOwner(t *testing.T, nc *nats.Conn, stream string, n int) *memOwner {
@@ -37,6 +56,9 @@ func newMemOwner(t *testing.T, nc *nats.Conn, stream string, n int) *memOwner {
 }
 
 func (o *memOwner) fetch(m *nats.Msg) {
+	if o.refuse(m) {
+		return
+	}
 	var req wire.FetchRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "%v", err))
@@ -65,6 +87,9 @@ func (o *memOwner) fetch(m *nats.Msg) {
 }
 
 func (o *memOwner) commit(m *nats.Msg) {
+	if o.refuse(m) {
+		return
+	}
 	var req wire.CursorCommit
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "%v", err))
@@ -242,5 +267,52 @@ func TestConsumerSkipsRecordsBelowPosition(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[0 1 2]" {
 		t.Fatalf("offsets = %v, want [0 1 2]", got)
+	}
+}
+
+// A consumer tied to a stream id sends it with every fetch and commit, and
+// fails with not_found once the stream of that id is gone, rather than
+// reading a new stream of the same name; without an id no header is sent.
+func TestConsumerWithStreamID(t *testing.T) {
+	url := startNATS(t)
+	o := newMemOwner(t, responderConn(t, url), "s", 3)
+	o.id = 7
+	c := connectClient(t, url)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "k", StreamID: 7, CommitInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := range uint64(2) {
+		if rec, err := cn.Next(ctx); err != nil || rec.Offset != want {
+			t.Fatalf("next = %+v, %v; want offset %d", rec, err, want)
+		}
+	}
+	if err := cn.Close(ctx); err != nil || o.cursor("k") != 2 {
+		t.Fatalf("close = %v, cursor at %d; want 2", err, o.cursor("k"))
+	}
+
+	old, err := c.NewConsumer("s", ConsumerConfig{Cursor: "k", StreamID: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Next(ctx); wire.CodeOf(err) != wire.CodeNotFound {
+		t.Fatalf("next on a deleted stream id = %v, want not_found", err)
+	}
+	if _, err := c.CommitCursor(ctx, "s", "k", 3, FromStreamID(6)); wire.CodeOf(err) != wire.CodeNotFound || o.cursor("k") != 2 {
+		t.Fatalf("commit on a deleted stream id = %v, cursor at %d; want not_found and 2", err, o.cursor("k"))
+	}
+	if _, err := c.Fetch(ctx, "s", wire.FetchRequest{Start: "offset"}); err != nil {
+		t.Fatal(err)
+	}
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	// One fetch (it returned all three records) and the commit of Close;
+	// the old consumer's fetch and the commit; the fetch without an id.
+	want := []string{"7", "7", "6", "6", ""}
+	if fmt.Sprint(o.headers) != fmt.Sprint(want) {
+		t.Fatalf("stream id headers %q, want %q", o.headers, want)
 	}
 }

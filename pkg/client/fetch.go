@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,11 +13,42 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
+// readOpts are the settings of one Fetch or CommitCursor.
+type readOpts struct {
+	streamID uint64 // 0: any stream of the name
+}
+
+// ReadOption configures one Fetch or CommitCursor.
+type ReadOption func(*readOpts)
+
+// FromStreamID makes a fetch or cursor commit reach only the stream with
+// this id (header wire.HeaderStreamID; the id is in StreamInfo and in every
+// confirm), as WithStreamID does for a publish: once that stream is deleted
+// it fails with not_found, even if a stream of the same name was created
+// since, so a reader never takes the new stream's offsets for the old's.
+func FromStreamID(id uint64) ReadOption {
+	return func(o *readOpts) { o.streamID = id }
+}
+
+// readMsg builds the NATS message of a fetch or cursor commit.
+func readMsg(subject string, body []byte, opts []ReadOption) *nats.Msg {
+	var o readOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	if o.streamID != 0 {
+		msg.Header.Set(wire.HeaderStreamID, strconv.FormatUint(o.streamID, 10))
+	}
+	return msg
+}
+
 // Fetch asks the stream's owner for records, at the position req names
 // (see wire.FetchRequest). Only confirmed records are returned. The batch's
 // Next is where the following fetch should start. A fetch has no effect, so
 // it is retried across a failover like a publish.
-func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest) (*frame.Batch, error) {
+func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest, opts ...ReadOption) (*frame.Batch, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: encode request: %w", stream, err)
@@ -25,9 +57,7 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 	timeout := c.opts.requestTimeout + time.Duration(req.WaitMS)*time.Millisecond
 	r := c.newRetrier("fetch", stream)
 	for {
-		msg := nats.NewMsg(wire.FetchSubject(stream))
-		msg.Data = body
-		reply, err := c.request(ctx, msg, timeout, replyBinary)
+		reply, err := c.request(ctx, readMsg(wire.FetchSubject(stream), body, opts), timeout, replyBinary)
 		if err == nil {
 			b, derr := frame.DecodeBatch(reply.Data)
 			if derr != nil {
@@ -44,16 +74,14 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 // CommitCursor records that cursor of stream has consumed everything below
 // offset. Committing the same offset again is harmless, so it is retried
 // across a failover.
-func (c *Client) CommitCursor(ctx context.Context, stream, cursor string, offset uint64) (wire.CursorCommitReply, error) {
+func (c *Client) CommitCursor(ctx context.Context, stream, cursor string, offset uint64, opts ...ReadOption) (wire.CursorCommitReply, error) {
 	body, err := json.Marshal(wire.CursorCommit{Cursor: cursor, Offset: offset})
 	if err != nil {
 		return wire.CursorCommitReply{}, fmt.Errorf("commit %s/%s: encode: %w", stream, cursor, err)
 	}
 	r := c.newRetrier("commit cursor", stream)
 	for {
-		msg := nats.NewMsg(wire.CommitSubject(stream))
-		msg.Data = body
-		reply, err := c.request(ctx, msg, c.opts.requestTimeout, replyJSON)
+		reply, err := c.request(ctx, readMsg(wire.CommitSubject(stream), body, opts), c.opts.requestTimeout, replyJSON)
 		if err == nil {
 			var cr wire.CursorCommitReply
 			if err := json.Unmarshal(reply.Data, &cr); err != nil {
@@ -81,6 +109,10 @@ type ConsumerConfig struct {
 	// CommitInterval is how often Next commits the cursor when it moved.
 	// Default 1s; negative commits only on Commit and Close.
 	CommitInterval time.Duration
+	// StreamID, if set, ties the consumer to the stream with this id (see
+	// FromStreamID): after that stream is deleted, Next and Commit fail
+	// with not_found instead of reading a new stream of the same name.
+	StreamID uint64
 }
 
 // Consumer reads a stream through a durable cursor. The first fetch starts
@@ -122,6 +154,14 @@ func (c *Client) NewConsumer(stream string, cfg ConsumerConfig) (*Consumer, erro
 		cfg.CommitInterval = time.Second
 	}
 	return &Consumer{c: c, stream: stream, cfg: cfg, lastCommit: time.Now()}, nil
+}
+
+// readOpts are the options of the consumer's fetches and commits.
+func (cn *Consumer) readOpts() []ReadOption {
+	if cn.cfg.StreamID == 0 {
+		return nil
+	}
+	return []ReadOption{FromStreamID(cn.cfg.StreamID)}
 }
 
 // Position returns the offset below which the caller has consumed every
@@ -179,7 +219,7 @@ func (cn *Consumer) fill(ctx context.Context) error {
 		req.Cursor = cn.cfg.Cursor
 	}
 	began := time.Now()
-	b, err := cn.c.Fetch(ctx, cn.stream, req)
+	b, err := cn.c.Fetch(ctx, cn.stream, req, cn.readOpts()...)
 	if err != nil {
 		return fmt.Errorf("consume %s/%s: %w", cn.stream, cn.cfg.Cursor, err)
 	}
@@ -230,7 +270,7 @@ func (cn *Consumer) Commit(ctx context.Context) error {
 		return nil
 	}
 	pos := cn.consumed
-	if _, err := cn.c.CommitCursor(ctx, cn.stream, cn.cfg.Cursor, pos); err != nil {
+	if _, err := cn.c.CommitCursor(ctx, cn.stream, cn.cfg.Cursor, pos, cn.readOpts()...); err != nil {
 		return err
 	}
 	cn.committed = max(cn.committed, pos)

@@ -289,21 +289,9 @@ func TestPublishNamesItsStream(t *testing.T) {
 	})
 	publish := func(header string) (wire.PublishConfirm, *wire.Error) {
 		t.Helper()
-		m := nats.NewMsg(wire.PublishSubject("p"))
-		m.Data = []byte("rec")
-		if header != "" {
-			m.Header.Set(wire.HeaderStreamID, header)
-		}
-		resp, err := f.nc.RequestMsg(m, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code := resp.Header.Get(frame.HeaderError); code != "" {
-			var er wire.ErrorReply
-			if err := json.Unmarshal(resp.Data, &er); err != nil || er.Error == nil || er.Error.Code != code {
-				t.Fatalf("error reply %q with header %q", resp.Data, code)
-			}
-			return wire.PublishConfirm{}, er.Error
+		resp, werr := requestNamingStream(t, f.nc, wire.PublishSubject("p"), []byte("rec"), header)
+		if werr != nil {
+			return wire.PublishConfirm{}, werr
 		}
 		var pc wire.PublishConfirm
 		if err := json.Unmarshal(resp.Data, &pc); err != nil {
@@ -332,4 +320,63 @@ func TestPublishNamesItsStream(t *testing.T) {
 	if pc, werr := publish("5"); werr != nil || pc.Offset != 2 {
 		t.Fatalf("publish after refusals: %+v %v, want offset 2", pc, werr)
 	}
+
+	// Fetches and cursor commits follow the same rule.
+	fetch := []byte(`{"start":"earliest"}`)
+	commit := []byte(`{"cursor":"k","offset":2}`)
+	for _, tc := range []struct{ h, code string }{
+		{"4", wire.CodeNotFound}, {"6", wire.CodeNotOwner}, {"five", wire.CodeBadRequest}, {"5", ""},
+	} {
+		h, code := tc.h, tc.code
+		resp, werr := requestNamingStream(t, f.nc, wire.FetchSubject("p"), fetch, h)
+		if codeOf(werr) != code {
+			t.Fatalf("fetch with stream id %q: %v, want %q", h, werr, code)
+		}
+		if code == "" {
+			if b, err := frame.DecodeBatch(resp.Data); err != nil || len(b.Records) != 3 {
+				t.Fatalf("fetch with stream id %q: %+v %v, want 3 records", h, b, err)
+			}
+		}
+		if _, werr := requestNamingStream(t, f.nc, wire.CommitSubject("p"), commit, h); codeOf(werr) != code {
+			t.Fatalf("cursor commit with stream id %q: %v, want %q", h, werr, code)
+		}
+		want := uint64(0)
+		if code == "" {
+			want = 2
+		}
+		if pos, _ := f.host.store.Get("p").Cursor("k"); pos != want {
+			t.Fatalf("cursor k at %d after a commit with stream id %q, want %d", pos, h, want)
+		}
+	}
+}
+
+// codeOf is the code of werr, or "" for none.
+func codeOf(werr *wire.Error) string {
+	if werr == nil {
+		return ""
+	}
+	return werr.Code
+}
+
+// requestNamingStream sends a request with wire.HeaderStreamID set to
+// header (none if empty) and returns the reply, or the error it carried.
+func requestNamingStream(t *testing.T, nc *nats.Conn, subject string, data []byte, header string) (*nats.Msg, *wire.Error) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = data
+	if header != "" {
+		m.Header.Set(wire.HeaderStreamID, header)
+	}
+	resp, err := nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Header.Get(frame.HeaderError); code != "" {
+		var er wire.ErrorReply
+		if err := json.Unmarshal(resp.Data, &er); err != nil || er.Error == nil || er.Error.Code != code {
+			t.Fatalf("error reply %q with header %q", resp.Data, code)
+		}
+		return resp, er.Error
+	}
+	return resp, nil
 }

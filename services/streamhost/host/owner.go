@@ -362,12 +362,12 @@ func (o *owner) appender() {
 }
 
 // staleOwnerReplyDelay is how long an owner of an older stream of a name
-// holds its not_owner answer to a publish naming a newer stream id.
+// holds its not_owner answer to a request naming a newer stream id.
 const staleOwnerReplyDelay = 500 * time.Millisecond
 
-// checkStreamID refuses a publish whose wire.HeaderStreamID names another
+// checkStreamID refuses a request whose wire.HeaderStreamID names another
 // stream of this name than the one this owner writes to; stale is set when
-// the publish names a newer stream than this owner's.
+// the request names a newer stream than this owner's.
 func (o *owner) checkStreamID(m *nats.Msg) (werr *wire.Error, stale bool) {
 	h := m.Header.Get(wire.HeaderStreamID)
 	if h == "" {
@@ -383,6 +383,29 @@ func (o *owner) checkStreamID(m *nats.Msg) (werr *wire.Error, stale bool) {
 		return wire.Errorf(wire.CodeNotOwner, "this host owns stream %s id %d, not id %d", o.stream, o.id, id), true
 	}
 	return nil, false
+}
+
+// refuseOtherStream answers a request (publish, fetch or cursor commit)
+// that names another stream of this name than this owner's, and reports
+// whether it did; the caller then does nothing else with the request.
+func (o *owner) refuseOtherStream(m *nats.Msg) bool {
+	werr, stale := o.checkStreamID(m)
+	if werr == nil {
+		return false
+	}
+	if !stale {
+		o.h.replyErr(m.Reply, werr)
+		return true
+	}
+	// This owner is of an older stream of the name and has not learnt of
+	// the newer one yet: the newer one's owner, if it serves already, gets
+	// the same request and must answer first, or the client would retry a
+	// publish (or commit) that owner is about to confirm. Ask for the
+	// assignments now.
+	o.h.requestPull()
+	reply := m.Reply
+	time.AfterFunc(staleOwnerReplyDelay, func() { o.h.replyErr(reply, werr) })
+	return true
 }
 
 // produced is a publish's position in an append batch.
@@ -403,19 +426,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	items := make([]produced, 0, len(batch))
 	inBatch := map[string]map[uint64]int{}
 	for _, m := range batch {
-		if werr, stale := o.checkStreamID(m); werr != nil {
-			if stale {
-				// This owner is of an older stream of the name and has
-				// not learnt of the newer one yet: the newer one's owner,
-				// if it serves already, gets the same request and must
-				// answer first, or the client would retry a publish that
-				// owner is about to confirm. Ask for the assignments now.
-				o.h.requestPull()
-				reply := m.Reply
-				time.AfterFunc(staleOwnerReplyDelay, func() { o.h.replyErr(reply, werr) })
-				continue
-			}
-			o.h.replyErr(m.Reply, werr)
+		if o.refuseOtherStream(m) {
 			continue
 		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}

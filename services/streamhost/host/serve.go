@@ -237,6 +237,9 @@ func (o *owner) onFetch(m *nats.Msg) {
 // serveFetch answers a reader with records below the confirmed watermark
 // only: a reader never sees a record that could still be lost.
 func (o *owner) serveFetch(m *nats.Msg) {
+	if o.refuseOtherStream(m) {
+		return
+	}
 	var req wire.FetchRequest
 	if e := decodeStrict(m.Data, &req); e != nil {
 		o.h.replyErr(m.Reply, e)
@@ -345,6 +348,9 @@ func (o *owner) onCommit(m *nats.Msg) {
 	}
 	if o.closing.Load() != nil {
 		o.h.replyErr(m.Reply, o.closedErr())
+		return
+	}
+	if o.refuseOtherStream(m) {
 		return
 	}
 	// A reader only ever received records below the watermark, so a
