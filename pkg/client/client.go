@@ -127,8 +127,9 @@ type Client struct {
 
 	// watches hold, per stream published to, the owner watch of the
 	// attempts in flight (ownerwatch.go).
-	watchMu sync.Mutex
-	watches map[string]*ownerWatch
+	watchMu      sync.Mutex
+	watches      map[string]*ownerWatch
+	watchPruneAt int // look for idle watches to drop at this many
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as

@@ -44,6 +44,16 @@ const (
 	// a probe started this long after the registration is taken to have
 	// gone out after the attempt.
 	sendGuard = 50 * time.Millisecond
+	// watchIdleTTL: a stream's watch unused this long may be dropped, so
+	// that a client publishing to ever new stream names keeps bounded
+	// memory. A dropped watch forgets the newest epoch it saw, which only
+	// makes a later attempt found with nobody serving wait for its
+	// request timeout (the cautious direction).
+	watchIdleTTL = 5 * time.Minute
+	// minWatchPrune is how many watches there must be before the client
+	// looks for idle ones to drop; it then looks again at twice as many
+	// as it kept, so the cost per new watch stays constant.
+	minWatchPrune = 1024
 )
 
 // WithOwnerProbe sets how long a publish waits for its reply before the
@@ -75,6 +85,8 @@ type ownerWatch struct {
 	attempts map[*watched]struct{}
 	epoch    uint64 // the newest epoch seen in a confirm or a probe
 	running  bool
+	idle     time.Time // when the last attempt ended
+	dropped  bool      // removed from Client.watches: take the stream's current watch
 }
 
 // watchAttempt registers an attempt to stream that abandon cancels; the
@@ -85,28 +97,57 @@ func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch ui
 	if c.opts.probeAfter <= 0 {
 		return func(uint64) {}
 	}
-	c.watchMu.Lock()
-	w := c.watches[stream]
-	if w == nil {
-		w = &ownerWatch{c: c, stream: stream, attempts: map[*watched]struct{}{}}
-		c.watches[stream] = w
-	}
-	c.watchMu.Unlock()
-
-	w.mu.Lock()
-	a := &watched{sent: time.Now(), abandon: abandon}
-	w.attempts[a] = struct{}{}
-	if !w.running {
-		w.running = true
-		go w.run()
-	}
-	w.mu.Unlock()
-	return func(epoch uint64) {
+	for {
+		w := c.streamWatch(stream)
 		w.mu.Lock()
-		delete(w.attempts, a)
-		w.epoch = max(w.epoch, epoch)
+		if w.dropped {
+			// Dropped as idle between the lookup and now.
+			w.mu.Unlock()
+			continue
+		}
+		a := &watched{sent: time.Now(), abandon: abandon}
+		w.attempts[a] = struct{}{}
+		if !w.running {
+			w.running = true
+			go w.run()
+		}
 		w.mu.Unlock()
+		return func(epoch uint64) {
+			w.mu.Lock()
+			delete(w.attempts, a)
+			w.epoch = max(w.epoch, epoch)
+			if len(w.attempts) == 0 {
+				w.idle = time.Now()
+			}
+			w.mu.Unlock()
+		}
 	}
+}
+
+// streamWatch returns stream's watch, creating it if there is none; when
+// it creates one and the client holds many, it first drops those idle for
+// watchIdleTTL.
+func (c *Client) streamWatch(stream string) *ownerWatch {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if w := c.watches[stream]; w != nil {
+		return w
+	}
+	if len(c.watches) >= max(c.watchPruneAt, minWatchPrune) {
+		now := time.Now()
+		for name, w := range c.watches {
+			w.mu.Lock()
+			if !w.running && len(w.attempts) == 0 && now.Sub(w.idle) >= watchIdleTTL {
+				w.dropped = true
+				delete(c.watches, name)
+			}
+			w.mu.Unlock()
+		}
+		c.watchPruneAt = 2 * len(c.watches)
+	}
+	w := &ownerWatch{c: c, stream: stream, attempts: map[*watched]struct{}{}}
+	c.watches[stream] = w
+	return w
 }
 
 // run probes while attempts wait longer than probeAfter, and ends when

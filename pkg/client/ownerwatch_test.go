@@ -1,6 +1,8 @@
 package client
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,5 +212,73 @@ func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("async publish took %v; want it abandoned well before the 3s request timeout", took)
+	}
+}
+
+// A client keeps a watch per stream it published to; once it holds many,
+// creating another drops those idle for watchIdleTTL and keeps the rest,
+// and a dropped stream's next attempt gets a new watch.
+func TestIdleWatchesAreDropped(t *testing.T) {
+	c := connectClient(t, startNATS(t))
+	for i := range minWatchPrune {
+		done := c.watchAttempt(fmt.Sprintf("s%d", i), func() {})
+		done(7)
+	}
+	// Everything but s0 has been idle long enough; s1 still has an
+	// attempt in flight.
+	busy := c.watchAttempt("s1", func() {})
+	defer busy(0)
+	c.watchMu.Lock()
+	for name, w := range c.watches {
+		w.mu.Lock()
+		if name != "s0" {
+			w.idle = time.Now().Add(-watchIdleTTL)
+		}
+		w.mu.Unlock()
+	}
+	old := c.watches["s2"]
+	c.watchMu.Unlock()
+	// The watch goroutines of the ended attempts stop within a tick.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		running := 0
+		c.watchMu.Lock()
+		for name, w := range c.watches {
+			w.mu.Lock()
+			if w.running && name != "s1" {
+				running++
+			}
+			w.mu.Unlock()
+		}
+		c.watchMu.Unlock()
+		if running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watches still run with no attempt", running)
+		}
+	}
+	c.watchAttempt("new", func() {})(0)
+	c.watchMu.Lock()
+	var kept []string
+	for name := range c.watches {
+		kept = append(kept, name)
+	}
+	c.watchMu.Unlock()
+	slices.Sort(kept)
+	if want := []string{"new", "s0", "s1"}; !slices.Equal(kept, want) {
+		t.Fatalf("watches kept %v, want %v", kept, want)
+	}
+	old.mu.Lock()
+	dropped := old.dropped
+	old.mu.Unlock()
+	if !dropped {
+		t.Fatal("the dropped watch of s2 is not marked dropped")
+	}
+	c.watchAttempt("s2", func() {})(0)
+	c.watchMu.Lock()
+	renewed := c.watches["s2"]
+	c.watchMu.Unlock()
+	if renewed == nil || renewed == old || renewed.epoch != 0 {
+		t.Fatalf("s2 after being dropped: %+v, want a new watch", renewed)
 	}
 }
