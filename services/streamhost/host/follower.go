@@ -89,8 +89,10 @@ func (f *follower) run(ctx context.Context) {
 	subj := wire.ReplicationSubject(f.stream, f.epoch)
 	backoff := backoffMin
 	fails := 0
+	wait := f.h.cfg.ReplWait
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++
+		wait = f.h.cfg.ReplWait
 		if fails == 1 || fails%repullAfterFails == 0 {
 			f.log.Log(ctx, level, msg, args...)
 		}
@@ -105,7 +107,6 @@ func (f *follower) run(ctx context.Context) {
 		backoff = min(backoff*2, backoffMax)
 		return true
 	}
-	waitMS := uint32(f.h.cfg.ReplWait / time.Millisecond)
 	for ctx.Err() == nil {
 		t := f.c.Tails()
 		req := frame.ReplRequest{
@@ -114,16 +115,16 @@ func (f *follower) run(ctx context.Context) {
 			StreamID:   f.id,
 			RecordTail: t.Record,
 			CursorTail: t.CursorDurable,
-			WaitMS:     waitMS,
+			WaitMS:     uint32(wait / time.Millisecond),
 			MaxBytes:   replBytes,
 			// The proof that the log below RecordTail is the owner's.
 			TailDigest: t.RecordDigest,
 		}
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendReplRequest(nil, &req)
-		// The owner answers within ReplWait; a longer silence means it is
+		// The owner answers within the wait; a longer silence means it is
 		// gone (a dead responder is not reported as "no responders").
-		rctx, cancel := context.WithTimeout(ctx, f.h.cfg.ReplWait+time.Second)
+		rctx, cancel := context.WithTimeout(ctx, wait+time.Second)
 		resp, err := f.h.nc.RequestMsgWithContext(rctx, msg)
 		cancel()
 		if err != nil {
@@ -168,6 +169,11 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		fails, backoff = 0, backoffMin
+		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
+			wait = min(2*wait, f.h.cfg.ReplIdleWait)
+		} else {
+			wait = f.h.cfg.ReplWait
+		}
 		f.ownerHead.Store(b.Head)
 		if b.Head > t.Record {
 			// Behind the owner's retained head: what is missing is gone,

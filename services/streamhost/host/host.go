@@ -26,6 +26,7 @@ const (
 	DefaultConfirmTimeout    = 5 * time.Second
 	DefaultPullInterval      = 5 * time.Second
 	DefaultReplWait          = time.Second
+	DefaultReplIdleWait      = 4 * time.Second
 	DefaultRetentionInterval = 2 * time.Second
 	DefaultAckWait           = time.Second
 	DefaultSealLinger        = 3 * time.Second
@@ -49,8 +50,14 @@ type Config struct {
 	// without a notice.
 	PullInterval time.Duration
 	// ReplWait is how long a follower's request may wait at the owner
-	// for new data.
-	ReplWait time.Duration
+	// for new data. After each request that brought nothing the follower
+	// doubles its wait, up to ReplIdleWait (at least ReplWait, at most the
+	// owner's limit of 5 s), and goes back to ReplWait when data comes or
+	// a request fails: an idle copy costs a request every few seconds
+	// instead of every second, and a long poll returns as soon as data is
+	// written whatever its wait.
+	ReplWait     time.Duration
+	ReplIdleWait time.Duration
 	// RetentionInterval is how often retention is enforced.
 	RetentionInterval time.Duration
 	// AckWait bounds how long a graceful shutdown waits for followers to
@@ -89,6 +96,11 @@ func (c *Config) fill() {
 	if c.ReplWait <= 0 {
 		c.ReplWait = DefaultReplWait
 	}
+	if c.ReplIdleWait <= 0 {
+		c.ReplIdleWait = DefaultReplIdleWait
+	}
+	c.ReplIdleWait = min(max(c.ReplIdleWait, c.ReplWait), maxReplWait)
+	c.ReplWait = min(c.ReplWait, c.ReplIdleWait)
 	if c.RetentionInterval <= 0 {
 		c.RetentionInterval = DefaultRetentionInterval
 	}

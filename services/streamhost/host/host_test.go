@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +44,8 @@ type fixtureOptions struct {
 	// streams are the streams that exist (name to id) in the first
 	// snapshot the host pulls; copies of others are deleted.
 	streams map[string]uint64
+	// replWait and replIdleWait are the host's (0: its defaults).
+	replWait, replIdleWait time.Duration
 }
 
 func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
@@ -104,6 +108,8 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		HeartbeatInterval: 50 * time.Millisecond,
 		AckWait:           50 * time.Millisecond,
 		SealLinger:        200 * time.Millisecond,
+		ReplWait:          opts.replWait,
+		ReplIdleWait:      opts.replIdleWait,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TracerProvider:    tp,
 	}, hostNC)
@@ -379,4 +385,53 @@ func requestNamingStream(t *testing.T, nc *nats.Conn, subject string, data []byt
 		return resp, er.Error
 	}
 	return resp, nil
+}
+
+// An idle follower doubles its long poll's wait after every empty reply,
+// up to ReplIdleWait, and goes back to ReplWait once records come.
+func TestIdleFollowerWaitsLonger(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{replWait: 40 * time.Millisecond, replIdleWait: 200 * time.Millisecond})
+	waits := make(chan uint32, 64)
+	var served atomic.Int32
+	sub, err := f.nc.Subscribe(wire.ReplicationSubject("fo", 1), func(m *nats.Msg) {
+		req, err := frame.DecodeReplRequest(m.Data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		select {
+		case waits <- req.WaitMS:
+		default:
+		}
+		// Answer at once, as an owner whose wait ran out would: the
+		// fifth answer carries a record.
+		b := &frame.Batch{Epoch: 1, Tail: req.RecordTail, Next: req.RecordTail}
+		if served.Add(1) == 5 {
+			b.Records = []frame.Record{{Offset: req.RecordTail, Data: []byte{0, 'r'}}}
+			b.Tail, b.Next = req.RecordTail+1, req.RecordTail+1
+		}
+		_ = m.Respond(frame.AppendBatch(nil, b))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	as := one("fo", 3, 1, []wire.HistoryStart{}, "")
+	as.Assignment.Owner, as.Assignment.Followers = "n9", []string{"n1"}
+	f.set(1, map[string]uint64{"fo": 3}, as)
+
+	var got []uint32
+	for len(got) < 7 {
+		select {
+		case w := <-waits:
+			got = append(got, w)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("follower sent %d requests: waits %v", len(got), got)
+		}
+	}
+	// 40, 80, 160, 200 (capped), 200; the fifth reply brought a record:
+	// 40, then 80 after the next empty one.
+	if want := []uint32{40, 80, 160, 200, 200, 40, 80}; !slices.Equal(got, want) {
+		t.Fatalf("follower waits %v ms, want %v", got, want)
+	}
 }

@@ -165,14 +165,15 @@ func BenchmarkIdleStreamsRSS(b *testing.B) {
 		return true
 	})
 	b.Logf("1000 streams placed on 3 hosts in %v", time.Since(t0))
-	// Let the follower long-polls reach their steady state, then measure
-	// memory, and CPU over a quiet window.
-	time.Sleep(3 * time.Second)
+	// Let the follower long-polls reach their steady state (an idle
+	// follower's wait grows 1, 2, 4 s), then measure memory, and CPU over
+	// a quiet window of two of the longest waits.
+	time.Sleep(10 * time.Second)
 	cpu0 := map[string]float64{}
 	for _, n := range three {
 		cpu0[n] = cpuSeconds(b, procs[n].cmd.Process.Pid)
 	}
-	const window = 5 * time.Second
+	const window = 8 * time.Second
 	time.Sleep(window)
 	var worst, worstCPU float64
 	for _, n := range three {
