@@ -309,6 +309,16 @@ func (s *Store) LocalNodeState(node string) (string, error) {
 	return v.(string), nil
 }
 
+// LocalNodes reads the ids of all known nodes, sorted, from this replica
+// without a quorum round. It may lag; it is for choosing whom to notify.
+func (s *Store) LocalNodes() ([]string, error) {
+	v, err := s.nh.StaleRead(ShardID, state.QueryNodes{})
+	if err != nil {
+		return nil, fmt.Errorf("stale read of the nodes: %w", err)
+	}
+	return v.([]string), nil
+}
+
 // Snapshot asks Dragonboat to take a snapshot of the state now (it also
 // takes them every few thousand entries on its own); used by tests and
 // operators to exercise the save and recover path.

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -155,6 +156,11 @@ func TestReplicatedStateSurvivesLeaderLossAndFullRestart(t *testing.T) {
 	want := read(t, c.stores[newLeader])
 	if want.Streams["s1"].Recovery == nil || want.Nodes["h4"] == nil {
 		t.Fatalf("state after leader loss: %+v", want)
+	}
+	// The leader has applied what it committed: its local node list has
+	// every node, sorted.
+	if nodes, err := c.stores[newLeader].LocalNodes(); err != nil || !slices.Equal(nodes, []string{"h1", "h2", "h3", "h4"}) {
+		t.Fatalf("local nodes %v (%v), want h1..h4", nodes, err)
 	}
 
 	// Full restart of all three: the state comes back as it was.

@@ -30,6 +30,13 @@ type QueryNodeState struct{ Node string }
 // Run implements Query.
 func (q QueryNodeState) Run(s *State) any { return s.NodeState(q.Node) }
 
+// QueryNodes reads the ids of all known nodes, sorted ([]string), without
+// copying the rest of the state.
+type QueryNodes struct{}
+
+// Run implements Query.
+func (QueryNodes) Run(s *State) any { return s.SortedNodes() }
+
 // QueryRecovery reads the RecoveryView of one stream.
 type QueryRecovery struct{ Stream string }
 
