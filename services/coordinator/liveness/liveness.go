@@ -101,6 +101,24 @@ func (t *Tracker) Disconnected(node string, at time.Time) {
 	s.DisconnectedAt = at
 }
 
+// ViewStream is View with each node's copies cut down to stream's copy (if
+// it reported one): what a view of one stream needs, without copying every
+// node's copies of every stream.
+func (t *Tracker) ViewStream(stream string) map[string]Seen {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]Seen, len(t.nodes))
+	for id, s := range t.nodes {
+		c := *s
+		c.Copies = nil
+		if cs, ok := s.Copies[stream]; ok {
+			c.Copies = map[string]wire.CopyStatus{stream: cs}
+		}
+		out[id] = c
+	}
+	return out
+}
+
 // View returns a copy of everything heard, by node.
 func (t *Tracker) View() map[string]Seen {
 	t.mu.Lock()

@@ -74,3 +74,31 @@ func TestNewIncarnationDropsTheOldCopies(t *testing.T) {
 		t.Fatalf("%d copies once the beat is whole, want 40", len(s.Copies))
 	}
 }
+
+// ViewStream is View with only the one stream's copy of each node.
+func TestViewStream(t *testing.T) {
+	tr := New()
+	now := time.Unix(1_000, 0)
+	tr.Heartbeat(wire.Heartbeat{Node: "a", Incarnation: 1, Beat: 1, Copies: []wire.CopyStatus{
+		{Stream: "s", StreamID: 1, Role: wire.RoleOwner, Epoch: 2, RecordTail: 7},
+		{Stream: "t", StreamID: 2, Role: wire.RoleFollower, Epoch: 1},
+	}}, now)
+	tr.Heartbeat(wire.Heartbeat{Node: "b", Incarnation: 1, Beat: 1, Copies: []wire.CopyStatus{
+		{Stream: "t", StreamID: 2, Role: wire.RoleOwner, Epoch: 1},
+	}}, now)
+	v := tr.ViewStream("s")
+	if len(v) != 2 || !v["a"].LastSeen.Equal(now) || !v["b"].LastSeen.Equal(now) {
+		t.Fatalf("view of s: %+v, want both nodes seen at %v", v, now)
+	}
+	if c, ok := v["a"].Copies["s"]; !ok || c.RecordTail != 7 || len(v["a"].Copies) != 1 {
+		t.Fatalf("a's copies in the view of s: %+v, want only s at tail 7", v["a"].Copies)
+	}
+	if len(v["b"].Copies) != 0 {
+		t.Fatalf("b's copies in the view of s: %+v, want none", v["b"].Copies)
+	}
+	// The view is a copy.
+	v["a"].Copies["s"] = wire.CopyStatus{}
+	if c := tr.ViewStream("s")["a"].Copies["s"]; c.RecordTail != 7 {
+		t.Fatalf("changing the view changed the tracker: %+v", c)
+	}
+}

@@ -227,15 +227,15 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 
 // infoAfter reads the stream's info after a write.
 func (s *Server) infoAfter(ctx context.Context, stream string) (any, error) {
-	st, err := s.store.State(ctx)
+	v, err := s.store.Read(ctx, state.QueryStream{Stream: stream})
 	if err != nil {
 		return nil, err
 	}
-	str := st.Streams[stream]
-	if str == nil {
+	sv := v.(state.StreamView)
+	if sv.Stream == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", stream)
 	}
-	return s.info(st, str, s.live.View(), s.opt.Now()), nil
+	return s.info(sv.Stream, sv.Status, s.live.ViewStream(stream), s.opt.Now()), nil
 }
 
 func (s *Server) streamDelete(ctx context.Context, body []byte) (any, error) {
@@ -251,8 +251,8 @@ func (s *Server) streamDelete(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	s.log.Info("stream deleted", "stream", req.Stream, "version", r.Version)
-	if st, err := s.store.LocalState(); err == nil {
-		s.notify(st.SortedNodes(), r.Version)
+	if nodes, err := s.store.LocalNodes(); err == nil {
+		s.notify(nodes, r.Version)
 	}
 	return wire.OK{OK: true, Version: r.Version}, nil
 }
@@ -279,7 +279,8 @@ func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
 	view, now := s.live.View(), s.opt.Now()
 	out := wire.StreamList{Streams: []wire.StreamInfo{}, Version: st.Version}
 	for _, name := range st.SortedStreams() {
-		out.Streams = append(out.Streams, s.info(st, st.Streams[name], view, now))
+		str := st.Streams[name]
+		out.Streams = append(out.Streams, s.info(str, st.Status(str), view, now))
 	}
 	return out, nil
 }
@@ -288,7 +289,7 @@ func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
 // status, starts, pending recovery, and each copy's tails from the latest
 // heartbeats (the assignment's copies first, then other nodes that report a
 // copy of this stream, such as a sealed copy left out).
-func (s *Server) info(st *state.State, str *state.Stream, view map[string]liveness.Seen, now time.Time) wire.StreamInfo {
+func (s *Server) info(str *state.Stream, status string, view map[string]liveness.Seen, now time.Time) wire.StreamInfo {
 	a := state.CloneAssignment(str.Assignment)
 	e := len(a.Copies())
 	out := wire.StreamInfo{
@@ -300,7 +301,7 @@ func (s *Server) info(st *state.State, str *state.Stream, view map[string]livene
 		R:            policy.StampR(a.Policy, e),
 		Retention:    str.Retention,
 		Assignment:   a,
-		Status:       st.Status(str),
+		Status:       status,
 		Starts:       append([]wire.HistoryStart{}, str.Starts...),
 		Recovery:     state.ClonePending(str.Recovery),
 		CopyTails:    []wire.CopyTails{},

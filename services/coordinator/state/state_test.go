@@ -272,6 +272,19 @@ func TestStatus(t *testing.T) {
 	if got := s.Status(s.Streams["s1"]); got != wire.StatusWaiting {
 		t.Fatal(got)
 	}
+
+	// QueryStream reads the same status with a copy of the one stream.
+	sv := QueryStream{Stream: "s1"}.Run(s).(StreamView)
+	if sv.Status != wire.StatusWaiting || sv.Stream == nil || sv.Stream.Recovery == nil || sv.Stream == s.Streams["s1"] {
+		t.Fatalf("stream view %+v, want a copy of s1, waiting", sv)
+	}
+	sv.Stream.Recovery.Wait.Kind = "changed"
+	if s.Streams["s1"].Recovery.Wait.Kind != "answers" {
+		t.Fatal("the stream view shares its recovery with the state")
+	}
+	if sv := (QueryStream{Stream: "nope"}).Run(s).(StreamView); sv.Stream != nil {
+		t.Fatalf("view of a missing stream: %+v", sv)
+	}
 }
 
 // TestWithdrawRemembersTheFence: a withdrawn recovery's fence stays on the

@@ -37,6 +37,27 @@ type QueryNodes struct{}
 // Run implements Query.
 func (QueryNodes) Run(s *State) any { return s.SortedNodes() }
 
+// QueryStream reads one stream (StreamView) without copying the others:
+// stream.info is asked by every client whose publishes find no owner, so
+// during a mass failover it must not cost a copy of the whole state.
+type QueryStream struct{ Stream string }
+
+// StreamView is one stream and its status, from one version of the state.
+// Stream is nil if there is no such stream.
+type StreamView struct {
+	Stream *Stream
+	Status string
+}
+
+// Run implements Query.
+func (q QueryStream) Run(s *State) any {
+	st := s.Streams[q.Stream]
+	if st == nil {
+		return StreamView{}
+	}
+	return StreamView{Stream: st.Clone(), Status: s.Status(st)}
+}
+
 // QueryRecovery reads the RecoveryView of one stream.
 type QueryRecovery struct{ Stream string }
 
