@@ -55,7 +55,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
 	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
-	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 10 RTT)")
+	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
 	svcconfig.AddLoggingFlags(fs)
 	return fs
