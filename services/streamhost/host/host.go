@@ -431,16 +431,33 @@ func (h *Host) requestBeat() {
 	}
 }
 
+// minBeatGap is the least time between a heartbeat and one asked for by a
+// role change. Role changes come in bursts (a host taking over hundreds of
+// streams applies them over a few hundred milliseconds), and every beat
+// lists every copy: one beat per role change made the host and every
+// coordinator encode and decode the whole list hundreds of times in the
+// middle of a failover. The first change of a burst is still reported at
+// once; the rest share a beat at most minBeatGap later.
+const minBeatGap = 50 * time.Millisecond
+
 func (h *Host) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.HeartbeatInterval)
 	defer t.Stop()
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	for {
 		h.publishHeartbeat(h.leaving.Load())
+		gap.Reset(minBeatGap)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-h.beatNow:
+			select {
+			case <-ctx.Done():
+				return
+			case <-gap.C:
+			}
 		}
 	}
 }
