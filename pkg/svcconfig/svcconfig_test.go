@@ -2,6 +2,9 @@ package svcconfig
 
 import (
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -129,5 +132,24 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := Merge(testFlags(), []string{"--help"}, Options{}); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("--help: err %v, want pflag.ErrHelp", err)
+	}
+}
+
+// HandlePProf serves the index and a named profile.
+func TestHandlePProf(t *testing.T) {
+	mux := http.NewServeMux()
+	HandlePProf(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
+			t.Fatalf("GET %s: %d %.200q", path, resp.StatusCode, body)
+		}
 	}
 }

@@ -36,6 +36,7 @@ type Config struct {
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
 	HTTPAddr        string        `koanf:"http-addr"`
+	PProf           bool          `koanf:"pprof"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
 	svcconfig.Logging `koanf:",squash"`
 }
@@ -57,6 +58,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
+	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs
 }

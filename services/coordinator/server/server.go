@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/brook-streams/brook/pkg/policy"
+	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
@@ -55,8 +56,10 @@ type Options struct {
 	SealTimeout     time.Duration
 	DefaultPolicy   string
 	RTTMillisecond  uint64
-	// HTTPAddr serves GET /healthz when set.
+	// HTTPAddr serves GET /healthz when set, and with PProf the runtime
+	// profiles under /debug/pprof/.
 	HTTPAddr string
+	PProf    bool
 	// ControlInterval is the leader's planning period (default 100ms); the
 	// loop also runs at once on notable heartbeats and advisories.
 	ControlInterval time.Duration
@@ -386,6 +389,9 @@ func (s *Server) serveHTTP(addr string) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if s.opt.PProf {
+		svcconfig.HandlePProf(mux)
+	}
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	s.httpAddr = l.Addr().String()
 	go func() {

@@ -28,6 +28,7 @@ type Config struct {
 	MaxPayload        int           `koanf:"max-payload"`
 	ConfirmTimeout    time.Duration `koanf:"confirm-timeout"`
 	HTTPAddr          string        `koanf:"http-addr"`
+	PProf             bool          `koanf:"pprof"`
 	// DedupeRebuildRecords and DedupeRebuildBytes bound the tail of the
 	// log a new owner reads to rebuild its duplicate window.
 	DedupeRebuildRecords int   `koanf:"dedupe-rebuild-records"`
@@ -49,6 +50,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
 	fs.Int("dedupe-rebuild-records", 64<<10, "on promotion, rebuild the duplicate window from at most this many of the newest records")
 	fs.Int64("dedupe-rebuild-bytes", 64<<20, "on promotion, rebuild the duplicate window from about this many bytes of the newest records")
+	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs
 }

@@ -65,6 +65,7 @@ func run(args []string) int {
 		DefaultPolicy:   cfg.DefaultPolicy,
 		RTTMillisecond:  cfg.RTTMillisecond,
 		HTTPAddr:        cfg.HTTPAddr,
+		PProf:           cfg.PProf,
 		Logger:          log,
 		TracerProvider:  tp,
 	})

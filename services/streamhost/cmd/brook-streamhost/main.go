@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
+	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/services/streamhost/config"
 	"github.com/brook-streams/brook/services/streamhost/host"
 	"github.com/brook-streams/brook/services/streamhost/telemetry"
@@ -133,6 +134,9 @@ func serve(cfg config.Config, log *slog.Logger) error {
 			}
 			_, _ = w.Write([]byte("ok\n"))
 		})
+		if cfg.PProf {
+			svcconfig.HandlePProf(mux)
+		}
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
