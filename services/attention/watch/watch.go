@@ -80,6 +80,7 @@ type Watcher struct {
 	noticed        uint64 // highest notice version that asked for a pull
 	hbs            map[string]judge.HeartbeatSeen
 	parts          *heartbeat.Assembler // guarded by mu
+	hbDec          *heartbeat.Decoder   // guarded by mu
 	listeningSince time.Time
 	reconnects     uint64
 }
@@ -106,6 +107,7 @@ func New(nc *nats.Conn, opts Options) *Watcher {
 		pullNow: make(chan struct{}, 1),
 		hbs:     map[string]judge.HeartbeatSeen{},
 		parts:   heartbeat.NewAssembler(),
+		hbDec:   heartbeat.NewDecoder(),
 	}
 }
 
@@ -158,8 +160,10 @@ func (w *Watcher) PullNow() {
 
 func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 	at := time.Now()
-	var hb wire.Heartbeat
-	if err := json.Unmarshal(msg.Data, &hb); err != nil {
+	w.mu.Lock()
+	hb, err := w.hbDec.Decode(msg.Subject, msg.Data)
+	w.mu.Unlock()
+	if err != nil {
 		w.log.Warn("undecodable heartbeat", "subject", msg.Subject, "err", err)
 		return
 	}

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -111,6 +112,9 @@ type Server struct {
 	tracer trace.Tracer
 	store  *raftstore.Store
 	live   *liveness.Tracker
+	// hbMu guards hbDec, which decodes heartbeats.
+	hbMu   sync.Mutex
+	hbDec  *heartbeat.Decoder
 	nc     *nats.Conn
 	sysnc  *nats.Conn
 	subs   []*nats.Subscription
@@ -196,6 +200,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		log:     opt.Logger.With("replica_id", opt.ReplicaID),
 		tracer:  opt.TracerProvider.Tracer("github.com/brook-streams/brook/services/coordinator"),
 		live:    liveness.New(),
+		hbDec:   heartbeat.NewDecoder(),
 		kick:    make(chan struct{}, 1),
 		workers: map[string]*workerRun{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
@@ -330,8 +335,10 @@ func (s *Server) Serving() bool { return s.serving.Load() }
 // onHeartbeat records a host's heartbeat; a notable one wakes the leader's
 // loop so a leaving host fails over without waiting for the next tick.
 func (s *Server) onHeartbeat(m *nats.Msg) {
-	var hb wire.Heartbeat
-	if err := json.Unmarshal(m.Data, &hb); err != nil {
+	s.hbMu.Lock()
+	hb, err := s.hbDec.Decode(m.Subject, m.Data)
+	s.hbMu.Unlock()
+	if err != nil {
 		s.log.Debug("bad heartbeat", "subject", m.Subject, "err", err)
 		return
 	}
