@@ -151,7 +151,8 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 }
 
 // run probes while attempts wait longer than probeAfter, and ends when
-// none is left (the watch stays registered and keeps the epoch it saw).
+// none is left (the watch stays registered and keeps the epoch it saw,
+// until streamWatch drops it as idle).
 func (w *ownerWatch) run() {
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()

@@ -446,6 +446,11 @@ func (h *Host) heartbeatLoop(ctx context.Context) {
 	gap := time.NewTimer(0)
 	defer gap.Stop()
 	for {
+		// This beat carries every role change asked about so far.
+		select {
+		case <-h.beatNow:
+		default:
+		}
 		h.publishHeartbeat(h.leaving.Load())
 		gap.Reset(minBeatGap)
 		select {

@@ -354,6 +354,15 @@ func TestPublishNamesItsStream(t *testing.T) {
 			t.Fatalf("cursor k at %d after a commit with stream id %q, want %d", pos, h, want)
 		}
 	}
+	// A long-poll fetch naming a newer stream is refused only after its
+	// wait too: the newer stream's owner may hold it that long.
+	start := time.Now()
+	if _, werr := requestNamingStream(t, f.nc, wire.FetchSubject("p"), []byte(`{"start":"latest","wait_ms":300}`), "6"); codeOf(werr) != wire.CodeNotOwner {
+		t.Fatalf("long-poll fetch with a newer stream id: %v, want not_owner", werr)
+	}
+	if took, least := time.Since(start), staleOwnerReplyDelay+300*time.Millisecond; took < least {
+		t.Fatalf("not_owner to a long-poll fetch came after %v, want at least %v", took, least)
+	}
 }
 
 // codeOf is the code of werr, or "" for none.

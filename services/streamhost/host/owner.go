@@ -387,8 +387,11 @@ func (o *owner) checkStreamID(m *nats.Msg) (werr *wire.Error, stale bool) {
 
 // refuseOtherStream answers a request (publish, fetch or cursor commit)
 // that names another stream of this name than this owner's, and reports
-// whether it did; the caller then does nothing else with the request.
-func (o *owner) refuseOtherStream(m *nats.Msg) bool {
+// whether it did; the caller then does nothing else with the request. A
+// not_owner (the request names a newer stream) is held back by
+// staleOwnerReplyDelay plus hold, the longest the newer stream's owner may
+// keep the request on purpose.
+func (o *owner) refuseOtherStream(m *nats.Msg, hold time.Duration) bool {
 	werr, stale := o.checkStreamID(m)
 	if werr == nil {
 		return false
@@ -404,7 +407,7 @@ func (o *owner) refuseOtherStream(m *nats.Msg) bool {
 	// assignments now.
 	o.h.requestPull()
 	reply := m.Reply
-	time.AfterFunc(staleOwnerReplyDelay, func() { o.h.replyErr(reply, werr) })
+	time.AfterFunc(staleOwnerReplyDelay+hold, func() { o.h.replyErr(reply, werr) })
 	return true
 }
 
@@ -426,7 +429,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	items := make([]produced, 0, len(batch))
 	inBatch := map[string]map[uint64]int{}
 	for _, m := range batch {
-		if o.refuseOtherStream(m) {
+		if o.refuseOtherStream(m, 0) {
 			continue
 		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}

@@ -237,12 +237,15 @@ func (o *owner) onFetch(m *nats.Msg) {
 // serveFetch answers a reader with records below the confirmed watermark
 // only: a reader never sees a record that could still be lost.
 func (o *owner) serveFetch(m *nats.Msg) {
-	if o.refuseOtherStream(m) {
-		return
-	}
 	var req wire.FetchRequest
 	if e := decodeStrict(m.Data, &req); e != nil {
 		o.h.replyErr(m.Reply, e)
+		return
+	}
+	// A newer stream's owner may hold this fetch for its whole wait (a long
+	// poll with nothing new): a refusal held back only the usual delay
+	// would beat it every time.
+	if o.refuseOtherStream(m, min(time.Duration(max(req.WaitMS, 0))*time.Millisecond, maxFetchWait)) {
 		return
 	}
 	t := o.c.Tails()
@@ -350,7 +353,7 @@ func (o *owner) onCommit(m *nats.Msg) {
 		o.h.replyErr(m.Reply, o.closedErr())
 		return
 	}
-	if o.refuseOtherStream(m) {
+	if o.refuseOtherStream(m, 0) {
 		return
 	}
 	// A reader only ever received records below the watermark, so a
