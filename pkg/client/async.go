@@ -65,7 +65,7 @@ type pending struct {
 	opts    publishOpts
 	timer   *time.Timer
 	r       *retrier
-	watched func(epoch uint64) // ends the owner watch of the first attempt
+	watched func(wire.PublishConfirm) // ends the owner watch of the first attempt
 }
 
 // AsyncPublisher publishes to one stream with up to Window publishes
@@ -191,7 +191,7 @@ func (p *AsyncPublisher) take(id uint64) *pending {
 	if pd != nil {
 		delete(p.pend, id)
 		pd.timer.Stop()
-		pd.watched(0)
+		pd.watched(wire.PublishConfirm{})
 	}
 	return pd
 }
@@ -215,7 +215,7 @@ func (p *AsyncPublisher) onReply(m *nats.Msg) {
 		return
 	}
 	pc, err := decodeConfirm(p.stream, m)
-	pd.watched(pc.Epoch) // take ended the watch; this records the epoch seen
+	pd.watched(pc) // take ended the watch; this records the stream id and epoch seen
 	p.complete(pd, pc, err)
 }
 

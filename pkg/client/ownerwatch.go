@@ -33,7 +33,10 @@ import (
 // gracefully unsubscribes first and still confirms what it holds. An
 // abandoned attempt is retried like a timed-out one: its record may have
 // been written before the owner died, so a retry can write it twice unless
-// the publish carries a producer id (WithProducer).
+// the publish carries a producer id (WithProducer). Probes name the stream
+// id the client's confirms carried, so that an owner of another stream of
+// the same name (one deleted, or created again) never bounds or abandons
+// an attempt with an epoch of its own history.
 
 // Defaults of WithOwnerProbe.
 const (
@@ -84,18 +87,24 @@ type ownerWatch struct {
 	mu       sync.Mutex
 	attempts map[*watched]struct{}
 	epoch    uint64 // the newest epoch seen in a confirm or a probe
+	// streamID is the newest stream id a confirm carried (0 until one
+	// did). Probes name it, so that an owner of another stream of the
+	// same name (before a delete it has not learnt of, or after a
+	// recreate) refuses the probe instead of answering with an epoch of
+	// another history; epoch is of this stream.
+	streamID uint64
 	running  bool
 	idle     time.Time // when the last attempt ended
 	dropped  bool      // removed from Client.watches: take the stream's current watch
 }
 
 // watchAttempt registers an attempt to stream that abandon cancels; the
-// caller must call the returned done once the attempt ended, with the
-// epoch of its confirm (0 if none). Calling done again only records the
-// epoch.
-func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch uint64)) {
+// caller must call the returned done once the attempt ended, with its
+// confirm (zero if none). Calling done again only records the confirm's
+// stream id and epoch.
+func (c *Client) watchAttempt(stream string, abandon func()) (done func(wire.PublishConfirm)) {
 	if c.opts.probeAfter <= 0 {
-		return func(uint64) {}
+		return func(wire.PublishConfirm) {}
 	}
 	for {
 		w := c.streamWatch(stream)
@@ -112,10 +121,16 @@ func (c *Client) watchAttempt(stream string, abandon func()) (done func(epoch ui
 			go w.run()
 		}
 		w.mu.Unlock()
-		return func(epoch uint64) {
+		return func(pc wire.PublishConfirm) {
 			w.mu.Lock()
 			delete(w.attempts, a)
-			w.epoch = max(w.epoch, epoch)
+			switch {
+			case pc.StreamID > w.streamID:
+				// A newer stream of the name: epochs start again.
+				w.streamID, w.epoch = pc.StreamID, pc.Epoch
+			case pc.StreamID == w.streamID:
+				w.epoch = max(w.epoch, pc.Epoch)
+			}
 			if len(w.attempts) == 0 {
 				w.idle = time.Now()
 			}
@@ -174,7 +189,10 @@ func (w *ownerWatch) run() {
 			continue
 		}
 		at := time.Now()
-		epoch, gone, err := w.probe()
+		w.mu.Lock()
+		id := w.streamID
+		w.mu.Unlock()
+		epoch, gone, err := w.probe(id)
 		if err != nil {
 			continue // inconclusive (a slow owner): the request timeout decides
 		}
@@ -215,11 +233,10 @@ var probeRequest, _ = json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords
 // ServingEpoch asks whoever serves stream for the epoch it serves at, with
 // one fetch that reads nothing; served is false when nobody serves it (no
 // responders). An error is inconclusive: a slow owner, or a host that
-// answers without serving (sealed, not the owner).
-func (c *Client) ServingEpoch(ctx context.Context, stream string) (epoch uint64, served bool, err error) {
-	msg := nats.NewMsg(wire.FetchSubject(stream))
-	msg.Data = probeRequest
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+// answers without serving (sealed, not the owner, or with FromStreamID
+// the owner of another stream of the name).
+func (c *Client) ServingEpoch(ctx context.Context, stream string, opts ...ReadOption) (epoch uint64, served bool, err error) {
+	reply, err := c.nc.RequestMsgWithContext(ctx, readMsg(wire.FetchSubject(stream), probeRequest, opts))
 	if errors.Is(err, nats.ErrNoResponders) {
 		return 0, false, nil
 	}
@@ -236,11 +253,15 @@ func (c *Client) ServingEpoch(ctx context.Context, stream string) (epoch uint64,
 	return b.Epoch, true, nil
 }
 
-// probe is ServingEpoch bounded by probeTimeout; gone is true when nobody
-// serves the stream.
-func (w *ownerWatch) probe() (epoch uint64, gone bool, err error) {
+// probe is ServingEpoch of the stream with streamID (any, if 0) bounded by
+// probeTimeout; gone is true when nobody serves the stream.
+func (w *ownerWatch) probe(streamID uint64) (epoch uint64, gone bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	epoch, served, err := w.c.ServingEpoch(ctx, w.stream)
+	var opts []ReadOption
+	if streamID != 0 {
+		opts = append(opts, FromStreamID(streamID))
+	}
+	epoch, served, err := w.c.ServingEpoch(ctx, w.stream, opts...)
 	return epoch, err == nil && !served, err
 }

@@ -222,12 +222,12 @@ func TestIdleWatchesAreDropped(t *testing.T) {
 	c := connectClient(t, startNATS(t))
 	for i := range minWatchPrune {
 		done := c.watchAttempt(fmt.Sprintf("s%d", i), func() {})
-		done(7)
+		done(wire.PublishConfirm{Epoch: 7})
 	}
 	// Everything but s0 has been idle long enough; s1 still has an
 	// attempt in flight.
 	busy := c.watchAttempt("s1", func() {})
-	defer busy(0)
+	defer busy(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	for name, w := range c.watches {
 		w.mu.Lock()
@@ -257,7 +257,7 @@ func TestIdleWatchesAreDropped(t *testing.T) {
 			t.Fatalf("%d watches still run with no attempt", running)
 		}
 	}
-	c.watchAttempt("new", func() {})(0)
+	c.watchAttempt("new", func() {})(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	var kept []string
 	for name := range c.watches {
@@ -274,11 +274,65 @@ func TestIdleWatchesAreDropped(t *testing.T) {
 	if !dropped {
 		t.Fatal("the dropped watch of s2 is not marked dropped")
 	}
-	c.watchAttempt("s2", func() {})(0)
+	c.watchAttempt("s2", func() {})(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	renewed := c.watches["s2"]
 	c.watchMu.Unlock()
 	if renewed == nil || renewed == old || renewed.epoch != 0 {
 		t.Fatalf("s2 after being dropped: %+v, want a new watch", renewed)
+	}
+}
+
+// Probes name the stream id the client's confirms carried: an owner of an
+// older stream of the same name, at a higher epoch of its own history,
+// must not make the client abandon a publish the owner of the stream it
+// reached is about to confirm.
+func TestProbeNamesTheStreamID(t *testing.T) {
+	url := startNATS(t)
+	// The owner of stream 2 confirms at epoch 1, the second publish only
+	// after 800 ms; it answers probes a little late.
+	owner := responderConn(t, url)
+	var pubs atomic.Int32
+	var probeIDs sync.Map
+	subscribe(t, owner, wire.PublishSubject("s"), func(m *nats.Msg) {
+		n := pubs.Add(1)
+		go func() {
+			if n > 1 {
+				time.Sleep(800 * time.Millisecond)
+			}
+			respondJSON(t, m, wire.PublishConfirm{StreamID: 2, Offset: uint64(n - 1), Epoch: 1, Copies: 2, W: 2})
+		}()
+	})
+	subscribe(t, owner, wire.FetchSubject("s"), func(m *nats.Msg) {
+		probeIDs.Store(m.Header.Get(wire.HeaderStreamID), true)
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			respondBatch(t, m, &frame.Batch{Epoch: 1})
+		}()
+	})
+	// A stale owner of stream 1 (deleted; it has not learnt yet) at epoch
+	// 9: it answers a probe for stream 2 with not_owner, any other with
+	// its epoch, at once.
+	stale := responderConn(t, url)
+	subscribe(t, stale, wire.FetchSubject("s"), func(m *nats.Msg) {
+		if m.Header.Get(wire.HeaderStreamID) == "2" {
+			respondError(t, m, wire.Errorf(wire.CodeNotOwner, "this host owns stream s id 1, not id 2"))
+			return
+		}
+		respondBatch(t, m, &frame.Batch{Epoch: 9})
+	})
+	c := connectClient(t, url, WithRetry(1, 10*time.Second))
+	ctx := ctxTimeout(t, 10*time.Second)
+	for i := range 2 {
+		pc, err := c.Publish(ctx, "s", []byte("x"))
+		if err != nil || pc.Offset != uint64(i) {
+			t.Fatalf("publish %d: %+v %v", i, pc, err)
+		}
+	}
+	if n := pubs.Load(); n != 2 {
+		t.Fatalf("the owner got %d publishes, want 2 (the second was abandoned and sent again)", n)
+	}
+	if _, ok := probeIDs.Load("2"); !ok {
+		t.Fatal("no probe named stream id 2")
 	}
 }

@@ -98,13 +98,13 @@ func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o 
 	done := c.watchAttempt(stream, func() { cancel(ErrOwnerLost) })
 	reply, err := c.request(actx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)
 	if err != nil {
-		done(0)
+		done(wire.PublishConfirm{})
 		if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrOwnerLost) {
 			return wire.PublishConfirm{}, fmt.Errorf("%s: %w", wire.PublishSubject(stream), ErrOwnerLost)
 		}
 		return wire.PublishConfirm{}, err
 	}
 	pc, err := decodeConfirm(stream, reply)
-	done(pc.Epoch)
+	done(pc)
 	return pc, err
 }
