@@ -39,22 +39,8 @@ type decodedPrefix struct {
 // NewDecoder returns a Decoder that remembers nothing yet.
 func NewDecoder() *Decoder { return &Decoder{last: map[string]*decodedPrefix{}} }
 
-// tailFields are the fields a message may carry after its copies; a field
-// is present when its pointer is set.
-type tailFields struct {
-	Node        *string `json:"node"`
-	Incarnation *uint64 `json:"incarnation"`
-	Leaving     *bool   `json:"leaving"`
-	Copies      present `json:"copies"`
-	AtMS        *int64  `json:"at_ms"`
-	Beat        *uint64 `json:"beat"`
-	Part        *int    `json:"part"`
-	Parts       *int    `json:"parts"`
-}
-
-// present records that a member was there, even as null: a null copies
-// member empties the copies, unlike a null number or string, which
-// json.Unmarshal leaves as they were.
+// present records that a member was there, even as null (a null copies
+// member empties the copies).
 type present bool
 
 // UnmarshalJSON implements json.Unmarshaler; json calls it for null too.
@@ -114,33 +100,19 @@ func withTail(prefix wire.Heartbeat, tail []byte) (wire.Heartbeat, bool) {
 	default:
 		return wire.Heartbeat{}, false
 	}
-	var f tailFields
-	if err := json.Unmarshal(obj, &f); err != nil || f.Copies {
+	// Decoding into a copy of prefix sets exactly the members the tail
+	// has, as json.Unmarshal of the whole message would after reading the
+	// prefix. The outer Copies hides the embedded one, so the tail cannot
+	// write into the copies prefix shares with the Decoder's memory, and
+	// tells when the tail sets them again.
+	tf := struct {
+		wire.Heartbeat
+		Copies present `json:"copies"`
+	}{Heartbeat: prefix}
+	if err := json.Unmarshal(obj, &tf); err != nil || tf.Copies {
 		return wire.Heartbeat{}, false
 	}
-	hb := prefix
-	if f.Node != nil {
-		hb.Node = *f.Node
-	}
-	if f.Incarnation != nil {
-		hb.Incarnation = *f.Incarnation
-	}
-	if f.Leaving != nil {
-		hb.Leaving = *f.Leaving
-	}
-	if f.AtMS != nil {
-		hb.AtMS = *f.AtMS
-	}
-	if f.Beat != nil {
-		hb.Beat = *f.Beat
-	}
-	if f.Part != nil {
-		hb.Part = *f.Part
-	}
-	if f.Parts != nil {
-		hb.Parts = *f.Parts
-	}
-	return hb, true
+	return tf.Heartbeat, true
 }
 
 // copiesEnd returns the offset in data just past the value of the last
