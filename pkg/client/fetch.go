@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +25,7 @@ type ReadOption func(*readOpts)
 // confirm), as WithStreamID does for a publish: once that stream is deleted
 // it fails with not_found, even if a stream of the same name was created
 // since, so a reader never takes the new stream's offsets for the old's.
+// An id of 0 names no stream: any stream of the name is read.
 func FromStreamID(id uint64) ReadOption {
 	return func(o *readOpts) { o.streamID = id }
 }
@@ -38,9 +38,7 @@ func readMsg(subject string, body []byte, opts []ReadOption) *nats.Msg {
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = body
-	if o.streamID != 0 {
-		msg.Header.Set(wire.HeaderStreamID, strconv.FormatUint(o.streamID, 10))
-	}
+	setStreamID(msg, o.streamID)
 	return msg
 }
 
@@ -156,14 +154,6 @@ func (c *Client) NewConsumer(stream string, cfg ConsumerConfig) (*Consumer, erro
 	return &Consumer{c: c, stream: stream, cfg: cfg, lastCommit: time.Now()}, nil
 }
 
-// readOpts are the options of the consumer's fetches and commits.
-func (cn *Consumer) readOpts() []ReadOption {
-	if cn.cfg.StreamID == 0 {
-		return nil
-	}
-	return []ReadOption{FromStreamID(cn.cfg.StreamID)}
-}
-
 // Position returns the offset below which the caller has consumed every
 // record (0 before the first fetch). The record Next returned last is not
 // counted until the next call to Next, Commit or Close.
@@ -219,7 +209,7 @@ func (cn *Consumer) fill(ctx context.Context) error {
 		req.Cursor = cn.cfg.Cursor
 	}
 	began := time.Now()
-	b, err := cn.c.Fetch(ctx, cn.stream, req, cn.readOpts()...)
+	b, err := cn.c.Fetch(ctx, cn.stream, req, FromStreamID(cn.cfg.StreamID))
 	if err != nil {
 		return fmt.Errorf("consume %s/%s: %w", cn.stream, cn.cfg.Cursor, err)
 	}
@@ -270,7 +260,7 @@ func (cn *Consumer) Commit(ctx context.Context) error {
 		return nil
 	}
 	pos := cn.consumed
-	if _, err := cn.c.CommitCursor(ctx, cn.stream, cn.cfg.Cursor, pos, cn.readOpts()...); err != nil {
+	if _, err := cn.c.CommitCursor(ctx, cn.stream, cn.cfg.Cursor, pos, FromStreamID(cn.cfg.StreamID)); err != nil {
 		return err
 	}
 	cn.committed = max(cn.committed, pos)

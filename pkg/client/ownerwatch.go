@@ -184,14 +184,12 @@ func (w *ownerWatch) run() {
 			w.mu.Unlock()
 			return
 		}
+		id := w.streamID
 		w.mu.Unlock()
 		if time.Since(oldest) < w.c.opts.probeAfter {
 			continue
 		}
 		at := time.Now()
-		w.mu.Lock()
-		id := w.streamID
-		w.mu.Unlock()
 		epoch, gone, err := w.probe(id)
 		if err != nil {
 			continue // inconclusive (a slow owner): the request timeout decides
@@ -258,10 +256,6 @@ func (c *Client) ServingEpoch(ctx context.Context, stream string, opts ...ReadOp
 func (w *ownerWatch) probe(streamID uint64) (epoch uint64, gone bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	var opts []ReadOption
-	if streamID != 0 {
-		opts = append(opts, FromStreamID(streamID))
-	}
-	epoch, served, err := w.c.ServingEpoch(ctx, w.stream, opts...)
+	epoch, served, err := w.c.ServingEpoch(ctx, w.stream, FromStreamID(streamID))
 	return epoch, err == nil && !served, err
 }

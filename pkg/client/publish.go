@@ -48,10 +48,16 @@ func publishMsg(stream string, data []byte, o publishOpts) *nats.Msg {
 		msg.Header.Set(wire.HeaderProducer, o.producer)
 		msg.Header.Set(wire.HeaderSequence, strconv.FormatUint(o.seq, 10))
 	}
-	if o.streamID != 0 {
-		msg.Header.Set(wire.HeaderStreamID, strconv.FormatUint(o.streamID, 10))
-	}
+	setStreamID(msg, o.streamID)
 	return msg
+}
+
+// setStreamID names the stream id a request means (wire.HeaderStreamID);
+// 0 names none.
+func setStreamID(msg *nats.Msg, id uint64) {
+	if id != 0 {
+		msg.Header.Set(wire.HeaderStreamID, strconv.FormatUint(id, 10))
+	}
 }
 
 // decodeConfirm decodes a publish reply that is not an error.
