@@ -105,28 +105,25 @@ func (t *Tracker) Disconnected(node string, at time.Time) {
 // it reported one): what a view of one stream needs, without copying every
 // node's copies of every stream.
 func (t *Tracker) ViewStream(stream string) map[string]Seen {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]Seen, len(t.nodes))
-	for id, s := range t.nodes {
-		c := *s
-		c.Copies = nil
-		if cs, ok := s.Copies[stream]; ok {
-			c.Copies = map[string]wire.CopyStatus{stream: cs}
+	return t.view(func(copies map[string]wire.CopyStatus) map[string]wire.CopyStatus {
+		if cs, ok := copies[stream]; ok {
+			return map[string]wire.CopyStatus{stream: cs}
 		}
-		out[id] = c
-	}
-	return out
+		return nil
+	})
 }
 
 // View returns a copy of everything heard, by node.
-func (t *Tracker) View() map[string]Seen {
+func (t *Tracker) View() map[string]Seen { return t.view(maps.Clone) }
+
+// view copies every node's Seen, with the copies that copies returns.
+func (t *Tracker) view(copies func(map[string]wire.CopyStatus) map[string]wire.CopyStatus) map[string]Seen {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make(map[string]Seen, len(t.nodes))
 	for id, s := range t.nodes {
 		c := *s
-		c.Copies = maps.Clone(s.Copies)
+		c.Copies = copies(s.Copies)
 		out[id] = c
 	}
 	return out

@@ -251,9 +251,7 @@ func (s *Server) streamDelete(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	s.log.Info("stream deleted", "stream", req.Stream, "version", r.Version)
-	if nodes, err := s.store.LocalNodes(); err == nil {
-		s.notify(nodes, r.Version)
-	}
+	s.notifyAll(r.Version, nil)
 	return wire.OK{OK: true, Version: r.Version}, nil
 }
 
@@ -509,9 +507,7 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 		s.log.Warn("owner loss accepted", "stream", req.Stream, "owner", a.Owner, "epoch", a.Epoch,
 			"start_recorded", start != nil, "trace_id", traceID, "version", r.Version)
 	}
-	if local, err := s.store.LocalState(); err == nil {
-		s.notify(local.SortedNodes(), r.Version)
-	}
+	s.notifyAll(r.Version, nil)
 	return wire.OK{OK: true, Version: r.Version}, nil
 }
 

@@ -323,6 +323,19 @@ func (s *Server) announce(st *state.State) {
 	}
 }
 
+// notifyAll publishes AssignNotice{version} to every node this replica
+// knows, or to fallback if it cannot read them. It reads the node list
+// only: a copy of the whole state per write, under the state machine's
+// lock, delayed the other commits and their notices when hundreds of
+// streams failed over at once.
+func (s *Server) notifyAll(version uint64, fallback []string) {
+	nodes, err := s.store.LocalNodes()
+	if err != nil {
+		nodes = fallback
+	}
+	s.notify(nodes, version)
+}
+
 // notify publishes AssignNotice{version} to each node.
 func (s *Server) notify(nodes []string, version uint64) {
 	data, err := json.Marshal(wire.AssignNotice{Version: version})

@@ -62,14 +62,7 @@ func (r recoveryState) Commit(ctx context.Context, stream string, transition, ve
 		"followers", a.Followers, "epoch", a.Epoch, "start_record_tail", start.RecordTail,
 		"start_cursor_tail", start.CursorTail, "trace_id", traceID, "version", res.Version)
 	// The old copies (sealed or not) and any new member must look again.
-	// Only the node list is read: a copy of the whole state here, once per
-	// commit, held the state machine's lock long enough to delay the other
-	// commits and every notice when hundreds of streams failed over.
-	nodes := a.Copies()
-	if all, err := s.store.LocalNodes(); err == nil {
-		nodes = all
-	}
-	s.notify(nodes, res.Version)
+	s.notifyAll(res.Version, a.Copies())
 	s.poke()
 	return nil
 }
