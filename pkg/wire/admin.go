@@ -46,6 +46,10 @@ const (
 	StatusServing    = "serving"
 	StatusRecovering = "recovering"
 	StatusWaiting    = "waiting" // a recovery that waits (answers or confirmed prefix), or an owner-only stream whose owner is gone
+	// StatusPlacing is stream.create's answer when the stream is created
+	// but its owner did not serve it within the create's bounded wait: a
+	// publish may still meet no responders for a moment.
+	StatusPlacing = "placing"
 )
 
 // StreamInfo describes one stream: its assignment, the copies' tails from

@@ -9,6 +9,7 @@ import (
 	"io"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +28,18 @@ import (
 
 // requestTimeout bounds one admin request or pull, Raft round trips included.
 const requestTimeout = 5 * time.Second
+
+// ownerServeWait bounds how long stream.create waits for the new owner to
+// serve the stream on the data plane before it answers (StatusPlacing if it
+// does not in time).
+const ownerServeWait = 2 * time.Second
+
+// ownerProbeTimeout bounds one probe of the new owner; ownerProbePause is
+// the pause between probes.
+const (
+	ownerProbeTimeout = 250 * time.Millisecond
+	ownerProbePause   = 5 * time.Millisecond
+)
 
 type handler func(ctx context.Context, body []byte) (any, error)
 
@@ -222,7 +235,49 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	s.log.Info("stream created", "stream", req.Stream, "stream_id", r.StreamID, "owner", owner,
 		"followers", followers, "policy", stamp, "version", r.Version)
 	s.notify(a.Copies(), r.Version)
-	return s.infoAfter(ctx, req.Stream)
+	// Answer once the owner serves, so that a publish sent the moment the
+	// create answers reaches it rather than no responders. No lock is held
+	// across the wait.
+	served := s.ownerServes(ctx, req.Stream, r.StreamID)
+	out, err := s.infoAfter(ctx, req.Stream)
+	if err != nil {
+		return nil, err
+	}
+	info := out.(wire.StreamInfo)
+	if !served && info.StreamID == r.StreamID && info.Status == wire.StatusServing {
+		s.log.Warn("stream created but its owner does not serve it yet", "stream", req.Stream,
+			"stream_id", r.StreamID, "owner", owner, "waited", ownerServeWait.String())
+		info.Status = wire.StatusPlacing
+	}
+	return info, nil
+}
+
+// ownerServes reports whether stream id's owner answers on the data plane
+// within ownerServeWait (or ctx): it asks for the latest record with a fetch
+// that does not wait, naming the stream id, until a reply that is not an
+// error comes back. No responders (the owner has not subscribed yet), a
+// refusal (an older stream's owner, or a copy not yet owner) and a timeout
+// are all asked again after a short pause.
+func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) bool {
+	ctx, cancel := context.WithTimeout(ctx, ownerServeWait)
+	defer cancel()
+	body, _ := json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords: 1})
+	for {
+		m := nats.NewMsg(wire.FetchSubject(stream))
+		m.Header.Set(wire.HeaderStreamID, strconv.FormatUint(id, 10))
+		m.Data = body
+		actx, acancel := context.WithTimeout(ctx, ownerProbeTimeout)
+		resp, err := s.nc.RequestMsgWithContext(actx, m)
+		acancel()
+		if err == nil && resp.Header.Get(HeaderError) == "" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(ownerProbePause):
+		}
+	}
 }
 
 // infoAfter reads the stream's info after a write.

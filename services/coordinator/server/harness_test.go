@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -236,12 +237,31 @@ type host struct {
 	snap        wire.AssignmentSnapshot
 	notices     int
 	seals       []wire.SealRequest
-	stop        chan struct{}
-	done        chan struct{}
+	// mute keeps the host off the data plane: it takes ownership without
+	// subscribing to the streams' subjects, like an owner that is slow to
+	// start serving.
+	mute bool
+	// serving holds the data-plane subscriptions of the streams this host
+	// owns, by stream name, as a real host makes them once it has pulled
+	// its assignment.
+	serving map[string]served
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// served is a scripted owner's presence on a stream's data plane.
+type served struct {
+	id   uint64
+	subs []*nats.Subscription
 }
 
 func (c *cluster) host(node string) *host {
-	h := &host{t: c.t, node: node, url: c.nats.URL, tails: map[string][2]uint64{}, pinned: map[string]uint64{}, copies: map[string]wire.CopyStatus{}}
+	return c.hostWith(node, false)
+}
+
+// hostWith starts a scripted host; a mute one never serves the data plane.
+func (c *cluster) hostWith(node string, mute bool) *host {
+	h := &host{t: c.t, node: node, url: c.nats.URL, tails: map[string][2]uint64{}, pinned: map[string]uint64{}, copies: map[string]wire.CopyStatus{}, mute: mute}
 	h.start(1)
 	c.t.Cleanup(h.kill)
 	return h
@@ -256,6 +276,7 @@ func (h *host) start(inc uint64) {
 	}
 	h.mu.Lock()
 	h.inc, h.nc, h.leaving = inc, nc, false
+	h.serving = map[string]served{}
 	h.stop, h.done = make(chan struct{}), make(chan struct{})
 	stop, done := h.stop, h.done
 	h.mu.Unlock()
@@ -358,6 +379,68 @@ func (h *host) pull() {
 			epoch = e
 		}
 		h.copies[a.Stream] = wire.CopyStatus{Stream: a.Stream, StreamID: a.StreamID, Role: role, Epoch: epoch, RecordTail: t[0], CursorTail: t[1]}
+	}
+	h.serveLocked(nc, snap)
+}
+
+// serveLocked subscribes to the publish and fetch subjects of the streams
+// the snapshot makes this host own, and leaves those of the others, as a
+// real owner does once it has taken its role. A publish is answered with a
+// confirm at the host's record tail, a fetch with an empty reply; both
+// refuse a Brook-Stream-Id naming another stream.
+func (h *host) serveLocked(nc *nats.Conn, snap wire.AssignmentSnapshot) {
+	if h.mute {
+		return
+	}
+	owned := map[string]wire.Assignment{}
+	for _, as := range snap.Assignments {
+		if as.Assignment.Owner == h.node {
+			owned[as.Assignment.Stream] = as.Assignment
+		}
+	}
+	for name, sv := range h.serving {
+		if a, ok := owned[name]; !ok || a.StreamID != sv.id {
+			for _, sub := range sv.subs {
+				_ = sub.Unsubscribe()
+			}
+			delete(h.serving, name)
+		}
+	}
+	for name, a := range owned {
+		if _, ok := h.serving[name]; ok {
+			continue
+		}
+		id, epoch := a.StreamID, a.Epoch
+		answer := func(m *nats.Msg, data []byte) {
+			resp := nats.NewMsg(m.Reply)
+			if got := m.Header.Get(wire.HeaderStreamID); got != "" && got != strconv.FormatUint(id, 10) {
+				resp.Header.Set(HeaderError, wire.CodeNotFound)
+				data = []byte(`{"error":{"code":"not_found","message":"another stream"}}`)
+			}
+			resp.Data = data
+			_ = m.RespondMsg(resp)
+		}
+		sv := served{id: id}
+		for _, sub := range []struct {
+			subj string
+			cb   nats.MsgHandler
+		}{
+			{wire.PublishSubject(name), func(m *nats.Msg) {
+				h.mu.Lock()
+				t := h.tails[name]
+				h.mu.Unlock()
+				data, _ := json.Marshal(wire.PublishConfirm{StreamID: id, Offset: t[0], Epoch: epoch, Copies: 1, W: 1})
+				answer(m, data)
+			}},
+			{wire.FetchSubject(name), func(m *nats.Msg) { answer(m, nil) }},
+		} {
+			s, err := nc.Subscribe(sub.subj, sub.cb)
+			if err != nil {
+				return // the connection is closing
+			}
+			sv.subs = append(sv.subs, s)
+		}
+		h.serving[name] = sv
 	}
 }
 

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// TestCreateAnswersOnceTheOwnerServes: the README's two lines back to back.
+// A publish sent with a plain NATS request (no retry) the moment
+// stream.create answers must reach the new owner and be confirmed, not meet
+// "no responders", for replicated and owner-only streams alike.
+func TestCreateAnswersOnceTheOwnerServes(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	for _, n := range []string{"h1", "h2", "h3"} {
+		c.host(n)
+	}
+	c.liveHosts(3)
+	for i, copies := range []int{3, 1, 3, 2, 1, 3} {
+		stream := fmt.Sprintf("orders%d", i)
+		start := time.Now()
+		info := c.create(stream, copies)
+		took := time.Since(start)
+		if info.Status != wire.StatusServing {
+			t.Fatalf("create %s answered status %q after %v, want %q", stream, info.Status, took, wire.StatusServing)
+		}
+		m, err := c.client.Request(wire.PublishSubject(stream), []byte("hello"), 2*time.Second)
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) {
+				t.Fatalf("publish to %s right after its create (answered in %v): no responders: the create answered before the owner served", stream, took)
+			}
+			t.Fatalf("publish to %s: %v", stream, err)
+		}
+		if code := m.Header.Get(HeaderError); code != "" {
+			t.Fatalf("publish to %s refused: %s %s", stream, code, m.Data)
+		}
+		var pc wire.PublishConfirm
+		if err := json.Unmarshal(m.Data, &pc); err != nil || pc.StreamID != info.StreamID {
+			t.Fatalf("publish to %s: confirm %s (%v), want stream id %d", stream, m.Data, err, info.StreamID)
+		}
+	}
+}
+
+// TestCreateSaysPlacingWhenTheOwnerDoesNotServe: an owner that does not
+// serve within ownerServeWait gets the stream all the same (the create is
+// committed), but the answer says placing, after a bounded wait.
+func TestCreateSaysPlacingWhenTheOwnerDoesNotServe(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	c.hostWith("h1", true)
+	c.liveHosts(1)
+	start := time.Now()
+	info := c.create("quiet", 1)
+	took := time.Since(start)
+	if info.Status != wire.StatusPlacing {
+		t.Fatalf("create answered status %q after %v, want %q", info.Status, took, wire.StatusPlacing)
+	}
+	if took < ownerServeWait || took > ownerServeWait+2*time.Second {
+		t.Fatalf("create answered after %v, want about %v", took, ownerServeWait)
+	}
+	if info.Assignment.Owner != "h1" || info.StreamID == 0 {
+		t.Fatalf("create answered %+v, want the stream placed on h1", info)
+	}
+	// The stream exists: a second create is refused as such.
+	if e := c.admin(wire.VerbStreamCreate, wire.StreamCreate{Stream: "quiet", Copies: 1}, nil); e == nil || e.Code != wire.CodeExists {
+		t.Fatalf("second create: %v, want %s", e, wire.CodeExists)
+	}
+}
