@@ -43,6 +43,8 @@ type owner struct {
 	id     uint64
 	epoch  uint64
 	log    *slog.Logger
+	// idHeader is id in decimal, for the wire.HeaderStreamID of replies.
+	idHeader string
 
 	ctx    context.Context // cancelled when the role stops
 	cancel context.CancelFunc
@@ -108,6 +110,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 		c:        c,
 		stream:   a.Stream,
 		id:       a.StreamID,
+		idHeader: strconv.FormatUint(a.StreamID, 10),
 		epoch:    a.Epoch,
 		log:      h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
 		ctx:      ctx,

@@ -47,8 +47,14 @@ func (h *Host) replyErr(to string, e *wire.Error) {
 	m := nats.NewMsg(to)
 	m.Header.Set(frame.HeaderError, e.Code)
 	m.Data = data
+	h.publishReply(m)
+}
+
+// publishReply sends a reply message with headers, best effort like
+// replyData.
+func (h *Host) publishReply(m *nats.Msg) {
 	if err := h.nc.PublishMsg(m); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		h.log.Warn("send error reply", "err", err)
+		h.log.Warn("send reply", "subject", m.Subject, "err", err)
 	}
 }
 

@@ -19,7 +19,7 @@ const (
 	maxFetchRecords     = 10000
 	defaultFetchBytes   = 1 << 20
 	maxFetchBytes       = 8 << 20
-	maxFetchWait        = 30 * time.Second
+	maxFetchWait        = wire.MaxFetchWait
 
 	// Replication bounds.
 	maxReplRecords    = 4096
@@ -45,6 +45,19 @@ func (o *owner) byteLimit(asked, def, limit int) int {
 // replyBatch encodes b and sends it.
 func (o *owner) replyBatch(to string, b *frame.Batch) {
 	o.h.replyData(to, frame.AppendBatch(nil, b))
+}
+
+// replyFetch encodes b and sends it to a reader with the owner's stream id
+// in the wire.HeaderStreamID header, so that a reader learns which stream
+// of the name (which incarnation) it reads on its first fetch.
+func (o *owner) replyFetch(to string, b *frame.Batch) {
+	if to == "" {
+		return
+	}
+	m := nats.NewMsg(to)
+	m.Header.Set(wire.HeaderStreamID, o.idHeader)
+	m.Data = frame.AppendBatch(nil, b)
+	o.h.publishReply(m)
 }
 
 // toFrameRecords converts stored records for a replication batch: the
@@ -245,7 +258,8 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	// A newer stream's owner may hold this fetch for its whole wait (a long
 	// poll with nothing new): a refusal held back only the usual delay
 	// would beat it every time.
-	if o.refuseOtherStream(m, min(time.Duration(max(req.WaitMS, 0))*time.Millisecond, maxFetchWait)) {
+	wait := wire.WaitUpTo(req.WaitMS, maxFetchWait)
+	if o.refuseOtherStream(m, wait) {
 		return
 	}
 	t := o.c.Tails()
@@ -256,7 +270,10 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	case "earliest":
 		from = t.Head
 	case "latest":
-		from = t.Record
+		// The confirmed watermark, not the tail: records between the two
+		// may be cut by a failover, and a reader told to go on past them
+		// would skip whatever a new owner confirms at those offsets.
+		from = o.confirmed()
 	case "":
 		if req.Cursor == "" {
 			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "fetch names neither a cursor nor a start"))
@@ -285,7 +302,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	}
 	maxRecs = min(maxRecs, maxFetchRecords)
 	maxBytes := o.byteLimit(req.MaxBytes, defaultFetchBytes, maxFetchBytes)
-	deadline := time.Now().Add(min(time.Duration(req.WaitMS)*time.Millisecond, maxFetchWait))
+	deadline := time.Now().Add(wait)
 
 	var timer *time.Timer
 	for {
@@ -310,7 +327,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: stored record: %v", o.stream, err))
 				return
 			}
-			o.replyBatch(m.Reply, &frame.Batch{
+			o.replyFetch(m.Reply, &frame.Batch{
 				Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm,
 				Next: from + uint64(len(recs)), Records: frecs,
 			})
@@ -318,7 +335,11 @@ func (o *owner) serveFetch(m *nats.Msg) {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			o.replyBatch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: from})
+			// Nothing to read: the reader goes on from where it asked,
+			// but never from past this copy's watermark (a position
+			// asked for by offset, or a cursor replicated from an owner
+			// whose watermark was ahead of this one's).
+			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, wm)})
 			return
 		}
 		if timer == nil {
@@ -336,9 +357,15 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	}
 }
 
+// commitHold is how long a cursor commit above the watermark but within
+// the owner's tail waits for the watermark to pass it before it is
+// answered with the retryable recovering code.
+const commitHold = time.Second
+
 // onCommit records a cursor commit as a cursor event. It is written without
-// an fsync (the store syncs cursor events on its interval), so it is quick
-// enough for the callback itself.
+// an fsync (the store syncs cursor events on its interval), so a commit at
+// or below the watermark is quick enough for the callback itself; one
+// above it waits for the watermark in its own goroutine.
 func (o *owner) onCommit(m *nats.Msg) {
 	var req wire.CursorCommit
 	if e := decodeStrict(m.Data, &req); e != nil {
@@ -356,21 +383,60 @@ func (o *owner) onCommit(m *nats.Msg) {
 	if o.refuseOtherStream(m, 0) {
 		return
 	}
-	// A reader only ever received records below the watermark, so a
-	// commit past it is a client bug, refused rather than clamped.
-	if wm := o.confirmed(); req.Offset > wm {
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
-			"stream %s: commit of cursor %s at %d is past the confirmed watermark %d", o.stream, req.Cursor, req.Offset, wm))
+	if req.Offset <= o.confirmed() {
+		o.commit(m.Reply, req)
 		return
 	}
+	// A reader is only ever given records below the watermark of the
+	// owner that answered it, and every confirmed record is on the copy a
+	// failover promotes, so a commit past this copy's tail is a client
+	// bug. One within the tail but above the watermark is honest right
+	// after a failover: the previous owner's watermark was ahead of this
+	// owner's until its followers acknowledge.
+	if tail := o.c.Tails().Record; req.Offset > tail {
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+			"stream %s: commit of cursor %s at %d is past the owner's tail %d", o.stream, req.Cursor, req.Offset, tail))
+		return
+	}
+	if !o.goTracked(func() { o.commitWhenConfirmed(m.Reply, req) }) {
+		o.h.replyErr(m.Reply, o.closedErr())
+	}
+}
+
+// commitWhenConfirmed waits up to commitHold for the watermark to reach a
+// commit's offset, then records it, or answers recovering (retryable).
+func (o *owner) commitWhenConfirmed(reply string, req wire.CursorCommit) {
+	timer := time.NewTimer(commitHold)
+	defer timer.Stop()
+	for {
+		wm, ch := o.wmState()
+		if req.Offset <= wm {
+			o.commit(reply, req)
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			o.h.replyErr(reply, wire.Errorf(wire.CodeRecovering,
+				"stream %s: commit of cursor %s at %d waits for the confirmed watermark %d of a new owner; retry", o.stream, req.Cursor, req.Offset, wm))
+			return
+		case <-o.ctx.Done():
+			o.h.replyErr(reply, o.closedErr())
+			return
+		}
+	}
+}
+
+// commit writes a cursor commit at or below the watermark and answers it.
+func (o *owner) commit(reply string, req wire.CursorCommit) {
 	ev, err := o.c.AppendCursor(req.Cursor, req.Offset)
 	if err != nil {
 		e := o.appendError(err)
 		if e.Code == wire.CodeInternal {
 			o.log.Error("append cursor event", "cursor", req.Cursor, "err", err)
 		}
-		o.h.replyErr(m.Reply, e)
+		o.h.replyErr(reply, e)
 		return
 	}
-	o.h.replyJSON(m.Reply, wire.CursorCommitReply{Cursor: req.Cursor, Offset: req.Offset, EventOffset: ev})
+	o.h.replyJSON(reply, wire.CursorCommitReply{Cursor: req.Cursor, Offset: req.Offset, EventOffset: ev})
 }
