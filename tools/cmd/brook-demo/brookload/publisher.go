@@ -112,7 +112,8 @@ func ClientOptions(attemptTimeout time.Duration) []client.Option {
 
 // NewPublisher returns a publisher to cfg.Stream over c, which should be
 // made with ClientOptions. It asks the stream's owner for its epoch and
-// tail first (waiting, within ctx, for the stream to be served).
+// confirmed watermark first (waiting, within ctx, for the stream to be
+// served).
 func NewPublisher(ctx context.Context, c *client.Client, cfg PublisherConfig) (*Publisher, error) {
 	if err := wire.ValidName("stream", cfg.Stream); err != nil {
 		return nil, fmt.Errorf("new publisher: %w", err)
@@ -140,10 +141,13 @@ func NewPublisher(ctx context.Context, c *client.Client, cfg PublisherConfig) (*
 	mctx, stop := context.WithCancel(context.Background())
 	p := &Publisher{
 		c: c, cfg: cfg, log: log,
-		// Whatever this publisher writes lands at or past today's tail,
-		// so a record of an earlier run can never be taken for one of
-		// ours while resolving.
-		epoch: b.Epoch, floor: b.Tail,
+		// Whatever this publisher writes lands at or past today's
+		// confirmed watermark: not past the tail, since a failover may
+		// cut the unconfirmed records between the two and ours then land
+		// there. Only an unconfirmed record of an earlier run that
+		// survives the failover could be taken for one of ours while
+		// resolving, and it is then confirmed and byte for byte the same.
+		epoch: b.Epoch, floor: b.Confirmed,
 		inflight: map[*attempt]struct{}{},
 		stop:     stop, done: make(chan struct{}),
 	}

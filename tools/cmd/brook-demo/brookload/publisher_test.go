@@ -31,10 +31,13 @@ type fakeOwner struct {
 	log     [][]byte
 	window  map[string]uint64 // producer/seq -> offset, of this epoch's owner
 	swallow bool
-	subs    []*nats.Subscription
-	writes  map[ID]int // how often each record was appended
-	keys    map[ID]string
-	url     string
+	// unconfirmed is how many records at the log's tail are not yet
+	// confirmed (the watermark is that far below the tail).
+	unconfirmed int
+	subs        []*nats.Subscription
+	writes      map[ID]int // how often each record was appended
+	keys        map[ID]string
+	url         string
 }
 
 func newFakeOwner(t *testing.T, url, stream string) *fakeOwner {
@@ -119,11 +122,12 @@ func (f *fakeOwner) onFetch(m *nats.Msg) {
 	}
 	f.mu.Lock()
 	tail := uint64(len(f.log))
-	b := &frame.Batch{Epoch: f.epoch, Tail: tail, Confirmed: tail}
-	from := tail
+	wm := tail - uint64(min(f.unconfirmed, len(f.log)))
+	b := &frame.Batch{Epoch: f.epoch, Tail: tail, Confirmed: wm}
+	from := wm
 	switch req.Start {
 	case "offset":
-		from = min(req.Offset, tail)
+		from = min(req.Offset, wm)
 	case "earliest":
 		from = 0
 	}
@@ -131,7 +135,7 @@ func (f *fakeOwner) onFetch(m *nats.Msg) {
 	if n == 0 {
 		n = 1000
 	}
-	for off := from; off < tail && off < from+n; off++ {
+	for off := from; off < wm && off < from+n; off++ {
 		b.Records = append(b.Records, frame.Record{Offset: off, Data: f.log[off]})
 	}
 	b.Next = from + uint64(len(b.Records))
@@ -312,5 +316,68 @@ func TestEarlierRunsRecordsAreNotOurs(t *testing.T) {
 	f.serve(2)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A publisher that starts while the owner's tail runs ahead of its
+// watermark takes the watermark as its floor, not the tail: a failover may
+// cut the records in between, and the publisher's own records then land
+// there. Before the fix the floor was the tail (8), so the unanswered
+// record written at 5 after the failover was not found and was written a
+// second time.
+func TestFloorIsTheWatermarkNotTheTail(t *testing.T) {
+	ns, err := cluster.StartNATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	f := newFakeOwner(t, ns.URL(), "s")
+	for i := range 8 {
+		f.log = append(f.log, Encode(ID{Pub: 9, Seq: uint64(i)}, 32))
+	}
+	f.unconfirmed = 3 // tail 8, watermark 5
+	f.serve(1)
+	c, err := client.Connect(ctx, ns.URL(), ClientOptions(10*time.Second)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	p, err := NewPublisher(ctx, c, PublisherConfig{Stream: "s", Producer: "test", AttemptTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+
+	// The owner dies; the copy promoted at epoch 2 held only the 5
+	// confirmed records. It writes the next publish and dies without
+	// answering; the owner at epoch 3 holds what it wrote.
+	f.die()
+	f.mu.Lock()
+	f.log, f.unconfirmed = f.log[:5], 0
+	f.mu.Unlock()
+	f.serve(2)
+	f.setSwallow(true)
+	lost := ID{Pub: 1, Seq: 0}
+	done := make(chan error, 1)
+	go func() {
+		c, err := p.Publish(ctx, lost, Encode(lost, 32))
+		if err == nil && c.Offset != 5 {
+			err = fmt.Errorf("confirm %+v, want offset 5", c)
+		}
+		done <- err
+	}()
+	for f.written(lost) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	f.die()
+	time.Sleep(100 * time.Millisecond)
+	f.serve(3)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := f.written(lost); n != 1 {
+		t.Fatalf("record written %d times, want once: the publisher looked for it only past the old owner's tail", n)
 	}
 }
