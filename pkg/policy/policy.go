@@ -53,9 +53,10 @@ func (p Policy) String() string {
 	}
 }
 
-// Parse reads a policy stamp. The empty stamp is LocalDurable. Counted
-// policies must name a count of at least 1; a count above the replica set is
-// accepted here and capped by W.
+// Parse reads a policy stamp. Surrounding white space is ignored, here and
+// so everywhere a policy is read (Normalize, StampW, StampR). The empty
+// stamp is LocalDurable. Counted policies must name a count of at least 1; a
+// count above the replica set is accepted here and capped by W.
 func Parse(stamp string) (Policy, error) {
 	s := strings.TrimSpace(stamp)
 	switch s {
@@ -81,6 +82,23 @@ func Parse(stamp string) (Policy, error) {
 	}
 	return Policy{}, fmt.Errorf("policy %q: unknown; want %s, %s, %s(n) or %s(n)",
 		stamp, LocalDurable, MajorityDurable, ReplicaDurable, ReplicaAccepted)
+}
+
+// Normalize returns a policy read from outside (a create request, a flag, a
+// configuration file) in the one form brook stores on streams and
+// assignments and answers: surrounding white space removed and the policy
+// written as String renders it, so "majority_durable " is stored as
+// "majority_durable". A policy that Parse refuses is an error. An empty or
+// blank policy stays empty: on a create it means the cluster default.
+func Normalize(policy string) (string, error) {
+	if strings.TrimSpace(policy) == "" {
+		return "", nil
+	}
+	p, err := Parse(policy)
+	if err != nil {
+		return "", err
+	}
+	return p.String(), nil
 }
 
 // W returns how many of the e copies, the owner included, must hold a record

@@ -113,3 +113,35 @@ func TestIntersection(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalize: surrounding white space is ignored wherever a policy is
+// read, and what brook stores and answers is the canonical form.
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                       "",
+		"  \t":                   "",
+		"majority_durable":       "majority_durable",
+		"majority_durable ":      "majority_durable",
+		" local_durable":         "local_durable",
+		"\treplica_durable(2)\n": "replica_durable(2)",
+		" replica_accepted(3) ":  "replica_accepted(3)",
+	} {
+		got, err := Normalize(in)
+		if err != nil || got != want {
+			t.Errorf("Normalize(%q) = %q, %v; want %q", in, got, err, want)
+			continue
+		}
+		// The padded and the canonical stamp read alike on both sides of
+		// the rule.
+		for e := 1; e <= 7; e++ {
+			if StampW(in, e) != StampW(got, e) || StampR(in, e) != StampR(got, e) {
+				t.Errorf("stamp %q and %q differ in W or R at E=%d", in, got, e)
+			}
+		}
+	}
+	for _, bad := range []string{"majority", "majority durable", "MAJORITY_DURABLE", "replica_durable( 2)", "replica_durable(0) ", "local_durable,"} {
+		if got, err := Normalize(bad); err == nil {
+			t.Errorf("Normalize(%q) = %q, accepted a bad policy", bad, got)
+		}
+	}
+}

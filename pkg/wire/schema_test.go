@@ -124,6 +124,10 @@ func validExamples() []exampleCase {
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "orders", Copies: 3, Policy: "majority_durable", Retention: exRetention}},
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "audit_log-2", Copies: 1}},
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 5, Policy: "replica_accepted(3)"}},
+		// Surrounding white space is ignored by the coordinator (package
+		// policy, Normalize), so the request schema allows it.
+		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 3, Policy: "majority_durable "}},
+		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 3, Policy: "\treplica_durable(2)\n"}},
 		{"stream-delete.request.schema.json", wire.StreamRef{Stream: "orders"}},
 		{"stream-info.request.schema.json", wire.StreamRef{Stream: "orders"}},
 		{"stream-list.request.schema.json", wire.Empty{}},
@@ -290,6 +294,9 @@ func TestMalformedExamplesAreRejected(t *testing.T) {
 		{"create: unknown policy", "stream-create.request.schema.json", mutate(t, create, set("policy", "majority"))},
 		{"create: zero replica count", "stream-create.request.schema.json", mutate(t, create, set("policy", "replica_durable(0)"))},
 		{"create: empty policy", "stream-create.request.schema.json", mutate(t, create, set("policy", ""))},
+		{"create: blank policy", "stream-create.request.schema.json", mutate(t, create, set("policy", "  "))},
+		{"create: space inside policy", "stream-create.request.schema.json", mutate(t, create, set("policy", "replica_durable( 2)"))},
+		{"info: padded policy", "stream-info.reply.schema.json", mutate(t, exStreamInfo, set("policy", "majority_durable "))},
 		{"create: negative retention", "stream-create.request.schema.json", mutate(t, create, set("retention", map[string]any{"max_records": -1}))},
 		{"create: unknown retention field", "stream-create.request.schema.json", mutate(t, create, set("retention", map[string]any{"max_days": 3}))},
 		{"create: array body", "stream-create.request.schema.json", []byte(`[{"stream":"orders","copies":3}]`)},

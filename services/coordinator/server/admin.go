@@ -200,13 +200,10 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	if req.Copies < 1 || req.Copies > state.MaxCopies {
 		return nil, wire.Errorf(wire.CodeBadRequest, "copies %d: want 1..%d", req.Copies, state.MaxCopies)
 	}
-	named := ""
-	if strings.TrimSpace(req.Policy) != "" {
-		p, err := policy.Parse(req.Policy)
-		if err != nil {
-			return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
-		}
-		named = p.String()
+	// Stored in canonical form; empty means the cluster default.
+	named, err := policy.Normalize(req.Policy)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
 	}
 	if req.Retention.MaxAgeMS < 0 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "retention max_age_ms %d is negative", req.Retention.MaxAgeMS)

@@ -71,3 +71,48 @@ func TestCreateSaysPlacingWhenTheOwnerDoesNotServe(t *testing.T) {
 		t.Fatalf("second create: %v, want %s", e, wire.CodeExists)
 	}
 }
+
+// TestPaddedPolicyIsStoredCanonical: a policy with surrounding white space,
+// named on a create or set as the cluster default, is read as the policy
+// it names and stored and answered in its canonical form, on the stream and
+// on every assignment stamp; a policy that is still unknown once trimmed is
+// a bad request.
+func TestPaddedPolicyIsStoredCanonical(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = ""; o.DefaultPolicy = "majority_durable " })
+	for _, n := range []string{"h1", "h2", "h3"} {
+		c.host(n)
+	}
+	c.liveHosts(3)
+	check := func(info wire.StreamInfo, want string, w int) {
+		t.Helper()
+		if info.Policy != want || info.Assignment.Policy != want || info.W != w {
+			t.Fatalf("%s: policy %q, assignment stamp %q, W %d; want %q and W %d",
+				info.Stream, info.Policy, info.Assignment.Policy, info.W, want, w)
+		}
+	}
+	check(c.create("dflt", 3), "majority_durable", 2)
+	check(c.info("dflt"), "majority_durable", 2)
+	for body, want := range map[string]string{
+		`{"stream":"named","copies":3,"policy":"majority_durable "}`:       "majority_durable",
+		`{"stream":"counted","copies":3,"policy":" replica_durable(3)\t"}`: "replica_durable(3)",
+	} {
+		var info wire.StreamInfo
+		if e := c.admin(wire.VerbStreamCreate, body, &info); e != nil {
+			t.Fatalf("create %s: %v", body, e)
+		}
+		w := 2
+		if want == "replica_durable(3)" {
+			w = 3
+		}
+		check(info, want, w)
+		check(c.info(info.Stream), want, w)
+	}
+	for _, body := range []string{
+		`{"stream":"bad","copies":3,"policy":"majority durable"}`,
+		`{"stream":"bad","copies":3,"policy":" majority "}`,
+	} {
+		if e := c.admin(wire.VerbStreamCreate, body, nil); e == nil || e.Code != wire.CodeBadRequest {
+			t.Fatalf("create %s: %v, want %s", body, e, wire.CodeBadRequest)
+		}
+	}
+}

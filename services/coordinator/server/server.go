@@ -84,12 +84,15 @@ func (o *Options) defaults() error {
 	if o.SealTimeout <= 0 {
 		o.SealTimeout = time.Second
 	}
-	if o.DefaultPolicy == "" {
-		o.DefaultPolicy = policy.Default
-	}
-	if _, err := policy.Parse(o.DefaultPolicy); err != nil {
+	// Stamped on assignments as is, so in canonical form.
+	dp, err := policy.Normalize(o.DefaultPolicy)
+	if err != nil {
 		return fmt.Errorf("default policy: %w", err)
 	}
+	if dp == "" {
+		dp = policy.Default
+	}
+	o.DefaultPolicy = dp
 	if o.ControlInterval <= 0 {
 		o.ControlInterval = 100 * time.Millisecond
 	}

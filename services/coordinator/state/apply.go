@@ -178,10 +178,9 @@ func (s *State) streamCreate(c Command) Result {
 	if c.Copies < 1 || c.Copies > MaxCopies {
 		return refuse(wire.CodeBadRequest, "copies %d: want 1..%d", c.Copies, MaxCopies)
 	}
-	if c.Policy != "" {
-		if _, err := policy.Parse(c.Policy); err != nil {
-			return refuse(wire.CodeBadRequest, "%v", err)
-		}
+	named, err := policy.Normalize(c.Policy)
+	if err != nil {
+		return refuse(wire.CodeBadRequest, "%v", err)
 	}
 	if s.Streams[c.Stream] != nil {
 		return refuse(wire.CodeExists, "stream %s exists", c.Stream)
@@ -199,7 +198,7 @@ func (s *State) streamCreate(c Command) Result {
 	s.NextStreamID++
 	a.Stream, a.StreamID, a.Epoch = c.Stream, s.NextStreamID, 1
 	st := &Stream{
-		Name: c.Stream, ID: a.StreamID, Copies: c.Copies, Policy: c.Policy, Retention: c.Retention,
+		Name: c.Stream, ID: a.StreamID, Copies: c.Copies, Policy: named, Retention: c.Retention,
 		Assignment: a, Starts: []wire.HistoryStart{}, CreatedMS: c.AtMS,
 	}
 	s.Streams[c.Stream] = st

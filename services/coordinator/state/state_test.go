@@ -321,3 +321,18 @@ func TestWithdrawRemembersTheFence(t *testing.T) {
 		t.Fatalf("after the commit at the fence: fenced epoch %d status %s", st.FencedEpoch, s.Status(st))
 	}
 }
+
+// TestCreateStoresThePolicyCanonical: a create command naming a policy with
+// surrounding white space stores it without; an unknown one is refused.
+func TestCreateStoresThePolicyCanonical(t *testing.T) {
+	s := New()
+	for _, n := range []string{"h1", "h2"} {
+		mustApply(t, s, NodeSeen(n, 1, 0))
+	}
+	a := wire.Assignment{Owner: "h1", Followers: []string{"h2"}, Policy: "replica_durable(2)"}
+	mustApply(t, s, StreamCreate("p", 2, " replica_durable(2)\t", wire.Retention{}, a, 0))
+	if got := s.Streams["p"].Policy; got != "replica_durable(2)" {
+		t.Fatalf("stored policy %q, want replica_durable(2)", got)
+	}
+	refused(t, s, StreamCreate("q", 2, "replica durable(2)", wire.Retention{}, a, 0), wire.CodeBadRequest)
+}
