@@ -169,16 +169,12 @@ func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, er
 		Duration: o.duration, RecordSize: o.recordSize, Publishers: o.publishers, Window: o.window,
 		Kill: o.killAt >= 0, KillAt: time.Duration(o.killAt * float64(time.Second)),
 		FollowReaders: o.readers, Logger: log, SettleAfterStop: time.Second,
-		Progress: func(p bench.Progress) {
-			mark := ""
-			if p.Killed {
-				mark = " (owner killed)"
-			}
-			fmt.Fprintf(os.Stderr, "\r%s %5.1fs  %9d confirmed  %6d errors%s   ", o.target, p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
-		},
+		Progress: progressPrinter(os.Stderr, o.target, !isTerminal(os.Stderr)),
 	}
 	res, err := bench.Run(ctx, target, cfg)
-	fmt.Fprintln(os.Stderr)
+	if isTerminal(os.Stderr) {
+		fmt.Fprintln(os.Stderr) // below the redrawn progress line
+	}
 	if res != nil {
 		_ = res.WriteText(os.Stdout)
 		suffix := ""
@@ -215,4 +211,30 @@ func writeFile(path string, write func(w io.Writer) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// progressPrinter returns the bench's progress report writing to w: one
+// line redrawn with \r on a terminal, or, with lines (w is a file or a
+// pipe), one line per report, so that a log of the bench holds one line
+// per interval rather than one very long line.
+func progressPrinter(w io.Writer, target string, lines bool) func(bench.Progress) {
+	return func(p bench.Progress) {
+		mark := ""
+		if p.Killed {
+			mark = " (owner killed)"
+		}
+		line := fmt.Sprintf("%s %5.1fs  %9d confirmed  %6d errors%s", target, p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
+		if lines {
+			fmt.Fprintln(w, line)
+			return
+		}
+		fmt.Fprintf(w, "\r%s   ", line)
+	}
+}
+
+// isTerminal reports whether f is a terminal (a character device such as a
+// tty, not a file or a pipe).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -10,15 +11,54 @@ import (
 
 // console writes the demo's output: lines, timestamped events relative to
 // the kill, and one progress line kept at the bottom and redrawn with \r.
+// When the output is not a terminal (a log file, a pipe) it is in line
+// mode instead: each progress report is a line of its own and nothing is
+// redrawn, so a log of the demo holds one line per interval.
 // Events and the progress line come from several goroutines.
 type console struct {
 	mu       sync.Mutex
 	w        io.Writer
+	lines    bool   // line mode: no \r, one line per progress report
 	progress string // the progress line on screen, "" if none
 	killAt   time.Time
 }
 
+// newConsole returns a console that redraws its progress line, as on a
+// terminal.
 func newConsole(w io.Writer) *console { return &console{w: w} }
+
+// newLineConsole returns a console in line mode.
+func newLineConsole(w io.Writer) *console { return &console{w: w, lines: true} }
+
+// consoleFor returns the console for w: redrawing on a terminal, line mode
+// on anything else.
+func consoleFor(w io.Writer) *console {
+	if isTerminal(w) {
+		return newConsole(w)
+	}
+	return newLineConsole(w)
+}
+
+// isTerminal reports whether w is a terminal (a character device such as a
+// tty, not a file or a pipe).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progressStride is how many progress ticks make one report: every tick
+// redrawn on a terminal, every fourth (one line a second at the demo's
+// 250 ms ticks) as lines.
+func (c *console) progressStride() int {
+	if c.lines {
+		return 4
+	}
+	return 1
+}
 
 // clearLocked blanks the progress line, if one is shown, and returns to
 // its start.
@@ -67,10 +107,14 @@ func stamp(at, kill time.Time) string {
 	return fmt.Sprintf("%s%6d ms", sign, d)
 }
 
-// Progress redraws the progress line.
+// Progress redraws the progress line; in line mode it prints it as a line.
 func (c *console) Progress(line string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.lines {
+		io.WriteString(c.w, line+"\n")
+		return
+	}
 	pad := ""
 	if n := len(c.progress) - len(line); n > 0 {
 		pad = strings.Repeat(" ", n)

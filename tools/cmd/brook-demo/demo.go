@@ -90,7 +90,7 @@ func (d *demo) endWatch() {
 // an error means the demo could not run to the end.
 func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 	cfg.defaults()
-	d := &demo{cfg: cfg, con: newConsole(out)}
+	d := &demo{cfg: cfg, con: consoleFor(out)}
 	err := d.run(ctx)
 	return d.sum, err
 }
@@ -286,13 +286,17 @@ func (d *demo) publishAndKill(ctx, pubCtx context.Context, pub *brookload.Publis
 		const every = 250 * time.Millisecond
 		t := time.NewTicker(every)
 		defer t.Stop()
-		for {
+		stride := d.con.progressStride()
+		for n := 1; ; n++ {
 			select {
 			case <-progCtx.Done():
 				d.con.Progress(progressLine(rec.tick(time.Now(), every)))
 				return
 			case now := <-t.C:
-				d.con.Progress(progressLine(rec.tick(now, every)))
+				p := progressLine(rec.tick(now, every))
+				if n%stride == 0 {
+					d.con.Progress(p)
+				}
 			}
 		}
 	}()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -253,6 +254,40 @@ func TestChoiceLine(t *testing.T) {
 	}
 	if l := choiceLine("h2", nil, 2); !strings.Contains(l, "chose h2") {
 		t.Errorf("choice without reports shown as %q", l)
+	}
+}
+
+// TestConsoleInLineMode: off a terminal (here a buffer, as for a log or a
+// pipe) the console prints each progress report as a line of its own and
+// never writes a carriage return.
+func TestConsoleInLineMode(t *testing.T) {
+	var b bytes.Buffer
+	c := consoleFor(&b)
+	kill := time.Unix(100, 0)
+	c.Printf("started")
+	c.Progress("progress one")
+	c.setKill(kill)
+	c.Event(kill.Add(312*time.Millisecond), "sealed")
+	c.Progress("two")
+	c.EndProgress()
+	c.Printf("done")
+	out := b.String()
+	if strings.Contains(out, "\r") {
+		t.Fatalf("console wrote a carriage return off a terminal: %q", out)
+	}
+	if want := "started\nprogress one\n+   312 ms  sealed\ntwo\ndone\n"; out != want {
+		t.Errorf("console wrote\n%q\nwant\n%q", out, want)
+	}
+	if c.progressStride() != 4 || newConsole(&b).progressStride() != 1 {
+		t.Errorf("line mode reports every %d ticks, a terminal every %d; want 4 and 1", c.progressStride(), newConsole(&b).progressStride())
+	}
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) || !consoleFor(f).lines {
+		t.Error("a file counted as a terminal")
 	}
 }
 
