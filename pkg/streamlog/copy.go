@@ -127,12 +127,12 @@ func (s *impl) loadCopy(name string, id uint64) (*Copy, error) {
 }
 
 // lastRecord returns the copy's highest stored record offset and meta.
-func lastRecord(db *pebble.DB, id uint64) (uint64, recordMeta, bool, error) {
+func lastRecord(db *pebble.DB, id uint64) (_ uint64, _ recordMeta, _ bool, err error) {
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: recordKey(id, 0), UpperBound: recordLogEnd(id)})
 	if err != nil {
 		return 0, recordMeta{}, false, fmt.Errorf("find record log end: %w", err)
 	}
-	defer it.Close()
+	defer closeIter(it, &err, "find record log end")
 	if !it.Last() {
 		return 0, recordMeta{}, false, it.Error()
 	}
@@ -153,8 +153,11 @@ func recordAt(db *pebble.DB, id, off uint64) (recordMeta, error) {
 	if err != nil {
 		return recordMeta{}, fmt.Errorf("read record %d: %w", off, err)
 	}
-	defer closer.Close()
+	// The meta is copied out of v, so the value can be released first.
 	rm, _, err := decodeRecordValue(v)
+	if cerr := closer.Close(); cerr != nil && err == nil {
+		return recordMeta{}, fmt.Errorf("read record %d: %w", off, cerr)
+	}
 	if err != nil {
 		return recordMeta{}, fmt.Errorf("record %d: %w", off, err)
 	}
@@ -164,7 +167,7 @@ func recordAt(db *pebble.DB, id, off uint64) (recordMeta, error) {
 // foldEvents applies the cursor events in [from, below) to state and
 // returns the offset after the last one (from if there are none). The
 // events must be contiguous from from.
-func foldEvents(db *pebble.DB, id uint64, state map[string]uint64, from, below uint64) (uint64, error) {
+func foldEvents(db *pebble.DB, id uint64, state map[string]uint64, from, below uint64) (_ uint64, err error) {
 	upper := eventLogEnd(id)
 	if below != ^uint64(0) {
 		upper = eventKey(id, below)
@@ -173,7 +176,7 @@ func foldEvents(db *pebble.DB, id uint64, state map[string]uint64, from, below u
 	if err != nil {
 		return 0, fmt.Errorf("replay cursor events: %w", err)
 	}
-	defer it.Close()
+	defer closeIter(it, &err, "replay cursor events")
 	tail := from
 	for it.First(); it.Valid(); it.Next() {
 		off, err := keyOffset(it.Key())
@@ -437,7 +440,7 @@ func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) 
 	}
 	off := c.cNext
 	b := c.s.db.NewBatch()
-	defer b.Close()
+	defer releaseBatch(b)
 	_ = b.Set(eventKey(c.id, off), encodeEvent(cursor, position), nil)
 	old, had := c.cursors[cursor]
 	c.cursors[cursor] = position
@@ -541,12 +544,16 @@ func (c *copyImpl) compareEvents(evs []CursorEvent) error {
 // missing entry, an undecodable one, or a mismatch (ErrDiverged) is an
 // error. Followers re-sent an overlap after a lost reply must agree with
 // what the copy holds, or the two histories have forked.
-func (c *copyImpl) compareHeld(what, entry string, tag byte, lo, hi uint64, same func(off uint64, value []byte) (bool, error)) error {
+func (c *copyImpl) compareHeld(what, entry string, tag byte, lo, hi uint64, same func(off uint64, value []byte) (bool, error)) (err error) {
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: offsetKey(c.id, tag, lo), UpperBound: offsetKey(c.id, tag, hi)})
 	if err != nil {
 		return fmt.Errorf("streamlog: %s to %s: read overlap: %w", what, c.name, err)
 	}
-	defer it.Close()
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("streamlog: %s to %s: read overlap: %w", what, c.name, cerr)
+		}
+	}()
 	want := lo
 	for it.First(); it.Valid(); it.Next() {
 		off, err := keyOffset(it.Key())

@@ -416,7 +416,7 @@ func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 // what is on disk. Callers hold the copy exclusively (see exclusive).
 func (c *copyImpl) commitMeta(m meta, ops func(b *pebble.Batch), then func()) error {
 	b := c.s.db.NewBatch()
-	defer b.Close()
+	defer releaseBatch(b)
 	if ops != nil {
 		ops(b)
 	}

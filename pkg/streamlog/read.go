@@ -7,7 +7,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
+func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) (_ []Record, err error) {
 	if err := c.s.enter(); err != nil {
 		return nil, err
 	}
@@ -30,7 +30,11 @@ func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) ([]
 	if err != nil {
 		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, err)
 	}
-	defer it.Close()
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("streamlog: read %s: %w", c.name, cerr)
+		}
+	}()
 	var out []Record
 	bytes := 0
 	for it.First(); it.Valid(); it.Next() {
@@ -64,7 +68,7 @@ func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) ([]
 	return out, nil
 }
 
-func (c *copyImpl) readCursorEvents(from uint64, max int, below uint64) ([]CursorEvent, error) {
+func (c *copyImpl) readCursorEvents(from uint64, max int, below uint64) (_ []CursorEvent, err error) {
 	if err := c.s.enter(); err != nil {
 		return nil, err
 	}
@@ -86,7 +90,11 @@ func (c *copyImpl) readCursorEvents(from uint64, max int, below uint64) ([]Curso
 	if err != nil {
 		return nil, fmt.Errorf("streamlog: read cursor events of %s: %w", c.name, err)
 	}
-	defer it.Close()
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("streamlog: read cursor events of %s: %w", c.name, cerr)
+		}
+	}()
 	var out []CursorEvent
 	for it.First(); it.Valid(); it.Next() {
 		off, err := keyOffset(it.Key())

@@ -198,6 +198,20 @@ func (s *impl) load() error {
 	return nil
 }
 
+// closeIter closes it as its function returns. Pebble iterators keep the
+// errors they meet and report them again on Close, so one that only Close
+// sees becomes the function's error, after prefix, unless it already
+// returns one.
+func closeIter(it *pebble.Iterator, errp *error, prefix string) {
+	if err := it.Close(); err != nil && *errp == nil {
+		*errp = fmt.Errorf("%s: %w", prefix, err)
+	}
+}
+
+// releaseBatch returns b to pebble's pool. Batch.Close fails only on a
+// batch already closed, which no caller does, so there is nothing to handle.
+func releaseBatch(b *pebble.Batch) { _ = b.Close() }
+
 // getValue reads one key; a missing key is (nil, nil).
 func getValue(db *pebble.DB, k []byte) ([]byte, error) {
 	v, closer, err := db.Get(k)
@@ -323,7 +337,7 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 	id := s.nextID
 	m := meta{Stream: stream, StreamID: streamID, Retention: ret}
 	b := s.db.NewBatch()
-	defer b.Close()
+	defer releaseBatch(b)
 	var idv [8]byte
 	binary.BigEndian.PutUint64(idv[:], id)
 	_ = b.Set(nameKey(stream), idv[:], nil)
@@ -357,7 +371,7 @@ func (s *impl) delete(stream string) error {
 	}
 	err := c.exclusive(func() error {
 		b := s.db.NewBatch()
-		defer b.Close()
+		defer releaseBatch(b)
 		_ = b.DeleteRange(copyPrefix(c.id), copyPrefix(c.id+1), nil)
 		_ = b.Delete(nameKey(stream), nil)
 		if err := b.Commit(pebble.Sync); err != nil {
