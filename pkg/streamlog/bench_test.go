@@ -71,7 +71,11 @@ func BenchmarkBareWriteFsync(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer f.Close()
+			b.Cleanup(func() {
+				if err := f.Close(); err != nil {
+					b.Error(err)
+				}
+			})
 			buf := bytes.Repeat([]byte{'x'}, n*benchRecordSize)
 			rounds := (b.N + n - 1) / n
 			b.SetBytes(benchRecordSize)
@@ -172,7 +176,11 @@ func BenchmarkAppendVsBare(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer f.Close()
+			b.Cleanup(func() {
+				if err := f.Close(); err != nil {
+					b.Error(err)
+				}
+			})
 			ideal, err := newIdealCommitter(filepath.Join(dir, "ideal"))
 			if err != nil {
 				b.Fatal(err)

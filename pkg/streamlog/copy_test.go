@@ -516,7 +516,11 @@ func TestCursorEventsDurability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	t.Cleanup(func() {
+		if err := s2.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	c2 := s2.Get("c")
 	if p, _ := c2.Cursor("reader"); p != 5 {
 		t.Fatalf("cursor after reopen at %d", p)
@@ -726,7 +730,6 @@ func TestDeleteRemovesAllKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer it.Close()
 		for it.First(); it.Valid(); it.Next() {
 			k := it.Key()
 			switch {
@@ -737,6 +740,9 @@ func TestDeleteRemovesAllKeys(t *testing.T) {
 			case bytes.HasPrefix(k, copyPrefix(keep.id)):
 				keepKeys++
 			}
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
 		}
 		return
 	}
