@@ -40,8 +40,10 @@ func writeYAML(t *testing.T, body string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	if _, err := f.WriteString(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return f.Name()
@@ -146,8 +148,13 @@ func TestHandlePProf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: read body: %v", path, err)
+		}
+		if err := resp.Body.Close(); err != nil {
+			t.Fatalf("GET %s: close body: %v", path, err)
+		}
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
 			t.Fatalf("GET %s: %d %.200q", path, resp.StatusCode, body)
 		}

@@ -96,7 +96,11 @@ func TestResourceAndSampler(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tp.Shutdown(context.Background())
+			t.Cleanup(func() {
+				if err := tp.Shutdown(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
 			rec := tracetest.NewSpanRecorder()
 			tp.RegisterSpanProcessor(rec)
 			_, root := tp.Tracer("test").Start(context.Background(), "root")
@@ -110,7 +114,7 @@ func TestResourceAndSampler(t *testing.T) {
 			}
 			got := map[attribute.Key]string{}
 			for _, kv := range spans[0].Resource().Attributes() {
-				got[kv.Key] = kv.Value.Emit()
+				got[kv.Key] = kv.Value.String()
 			}
 			for k, v := range tc.attrs {
 				if got[k] != v {
