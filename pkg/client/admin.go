@@ -88,16 +88,24 @@ func (c *Client) withSimpleRetry(ctx context.Context, op string, retry func(erro
 
 // CreateStream creates a stream. The reply is the new stream's info as the
 // coordinator returns it.
+// The client is pinned to the new stream's id (see WithStreamPinning).
 func (c *Client) CreateStream(ctx context.Context, req wire.StreamCreate) (wire.StreamInfo, error) {
 	var info wire.StreamInfo
 	err := c.Admin(ctx, wire.VerbStreamCreate, req, &info)
+	if err == nil {
+		c.setPin(req.Stream, info.StreamID)
+	}
 	return info, err
 }
 
-// DeleteStream deletes a stream.
+// DeleteStream deletes a stream and unpins it, so that this client's
+// next request of the name reaches whatever stream holds it then.
 func (c *Client) DeleteStream(ctx context.Context, stream string) (wire.OK, error) {
 	var ok wire.OK
 	err := c.Admin(ctx, wire.VerbStreamDelete, wire.StreamRef{Stream: stream}, &ok)
+	if err == nil {
+		c.Unpin(stream)
+	}
 	return ok, err
 }
 
@@ -109,6 +117,11 @@ func (c *Client) StreamInfo(ctx context.Context, stream string) (wire.StreamInfo
 	err := c.Admin(ctx, wire.VerbStreamInfo, wire.StreamRef{Stream: stream}, &info)
 	if err != nil && wire.CodeOf(err) == wire.CodeNotFound {
 		err = fmt.Errorf("%w: %w", ErrNoSuchStream, err)
+	}
+	if err == nil {
+		// First contact pins; a pinned client keeps its pin (the info
+		// is returned as it is, whichever stream holds the name).
+		_ = c.learn(stream, info.StreamID)
 	}
 	return info, err
 }

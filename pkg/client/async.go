@@ -66,6 +66,7 @@ type pending struct {
 	timer   *time.Timer
 	r       *retrier
 	watched func(wire.PublishConfirm) // ends the owner watch of the first attempt
+	sentID  uint64                    // the stream id the first attempt named (0: none)
 }
 
 // AsyncPublisher publishes to one stream with up to Window publishes
@@ -150,6 +151,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	}
 	fut := &Future{Data: data, done: make(chan struct{})}
 	pd := &pending{fut: fut, opts: o, r: p.c.newRetrier("publish", p.stream)}
+	pd.r.explicit = o.streamID
 
 	p.mu.Lock()
 	if p.closed {
@@ -171,7 +173,10 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
 	})
 	// Sending under the lock keeps first attempts in call order.
-	msg := publishMsg(p.stream, data, o)
+	sent := o
+	sent.streamID = p.c.idFor(p.stream, o.streamID)
+	pd.sentID = sent.streamID
+	msg := publishMsg(p.stream, data, sent)
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
 	err := p.c.nc.PublishMsg(msg)
@@ -211,11 +216,14 @@ func (p *AsyncPublisher) onReply(m *nats.Msg) {
 		return
 	}
 	if werr := replyError(m, replyJSON); werr != nil {
-		p.retry(pd, werr)
+		p.retry(pd, namedError(pd.sentID, werr))
 		return
 	}
 	pc, err := decodeConfirm(p.stream, m)
 	pd.watched(pc) // take ended the watch; this records the stream id and epoch seen
+	if err == nil && pd.opts.streamID == 0 {
+		err = p.c.learnFromConfirm(p.stream, pc)
+	}
 	p.complete(pd, pc, err)
 }
 

@@ -32,6 +32,12 @@ var (
 	// it went to no longer serves the stream (see WithOwnerProbe); it is
 	// retried like a timeout.
 	ErrOwnerLost = errors.New("brook: the owner the request went to is gone")
+	// ErrStreamReplaced means the stream this client meant (the id it is
+	// pinned to, or the one a request named) was deleted, and the name
+	// may now hold another stream: nothing of that other stream is
+	// returned. Unpin the stream to go on with whatever holds the name.
+	// It is never retried.
+	ErrStreamReplaced = errors.New("brook: the stream was deleted and its name may hold another stream")
 )
 
 // Defaults of the options.
@@ -57,6 +63,7 @@ type options struct {
 	backoffMax     time.Duration
 	infoInterval   time.Duration
 	probeAfter     time.Duration
+	noPinning      bool
 	logger         *slog.Logger
 	natsOpts       []nats.Option
 }
@@ -130,6 +137,11 @@ type Client struct {
 	watchMu      sync.Mutex
 	watches      map[string]*ownerWatch
 	watchPruneAt int // look for idle watches to drop at this many
+
+	// pins maps a stream name to the id this client is pinned to
+	// (pins.go).
+	pinMu sync.Mutex
+	pins  map[string]uint64
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as
@@ -183,7 +195,7 @@ func newClient(nc *nats.Conn, o options) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}}
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}}
 }
 
 // Conn returns the underlying NATS connection.
@@ -227,7 +239,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg, timeout time.Durati
 		return nil, fmt.Errorf("%s: %w", msg.Subject, err)
 	}
 	if werr := replyError(reply, kind); werr != nil {
-		return nil, werr
+		return nil, namedError(requestStreamID(msg), werr)
 	}
 	return reply, nil
 }

@@ -35,6 +35,19 @@
 // time is returned as a *wire.Error with code wire.CodeConfirmTimeout and is
 // not retried: the record may or may not survive, and the caller decides.
 //
+// Every confirm is true whatever its epoch. A confirm at epoch e can
+// arrive after a newer epoch already serves the stream: a follower's
+// acknowledgement sent before the follower was sealed for the failover may
+// reach the old owner after the new owner started, and the old owner then
+// confirms a record it had written before the seal. Such a record is below
+// the new epoch's history start, on the copy the failover promoted, at the
+// confirmed offset, and stays there. A replaced owner never confirms a
+// record at or past that start (any W copies of its epoch include a sealed
+// one, and a sealed copy acknowledges nothing of an older epoch). With the
+// owner probe on (WithOwnerProbe) such a late confirm usually finds its
+// attempt already abandoned and the publish retried; with it off it is
+// returned like any other.
+//
 // A retried publish can be written twice: if the first attempt was written
 // and confirmed but its reply was lost (the owner failed over or the request
 // timed out), the retry appends the record again at a later offset. To
@@ -46,6 +59,26 @@
 // Reading is at-least-once too. A Consumer commits its durable cursor
 // periodically and on Close; after a crash, or after a failover onto a copy
 // that holds fewer cursor commits, it receives some records again.
+//
+// A reader only ever receives confirmed records, and no position it is
+// given (a fetch reply's Next, a "latest" start, a cursor's position)
+// points past the confirmed watermark of the owner that answered, so a
+// failover that cuts an old owner's unconfirmed records never makes a
+// reader skip the records a new owner confirms at those offsets. Right
+// after a failover the new owner's watermark can be below a position the
+// old owner gave; a cursor commit there is held by the owner until the
+// watermark passes it (or answered recovering, which the client retries).
+//
+// # Streams of one name
+//
+// A stream deleted and created again under its name is another stream,
+// with a new id and offsets starting at 0. By default a Client pins each
+// stream name to the id it first meets (see pins.go and
+// WithStreamPinning) and names it on every publish, fetch and cursor
+// commit, so it never reads, writes or commits in another stream of the
+// name: such a request fails with ErrStreamReplaced (which also carries
+// the host's not_found), and neither its records nor its confirms are
+// returned. Unpin, CreateStream and DeleteStream move the pin on.
 //
 // # Errors
 //

@@ -30,16 +30,39 @@ func FromStreamID(id uint64) ReadOption {
 	return func(o *readOpts) { o.streamID = id }
 }
 
-// readMsg builds the NATS message of a fetch or cursor commit.
-func readMsg(subject string, body []byte, opts []ReadOption) *nats.Msg {
+// explicitID returns the stream id opts name (0: none).
+func explicitID(opts []ReadOption) uint64 {
 	var o readOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return o.streamID
+}
+
+// readMsg builds the NATS message of a fetch or cursor commit of stream,
+// naming the id opts give or else the one stream is pinned to.
+func (c *Client) readMsg(stream, subject string, body []byte, opts []ReadOption) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
-	setStreamID(msg, o.streamID)
+	setStreamID(msg, c.idFor(stream, explicitID(opts)))
 	return msg
+}
+
+// checkReadReply refuses a fetch reply from another stream than the one
+// the request named, and pins stream to the id the reply names when the
+// request named none of its own (explicit 0).
+func (c *Client) checkReadReply(stream string, explicit uint64, req, reply *nats.Msg) error {
+	met := replyStreamID(reply)
+	if met == 0 {
+		return nil // a host that does not name it; the request's header still held
+	}
+	if meant := requestStreamID(req); meant != 0 && meant != met {
+		return replacedError(stream, meant, met)
+	}
+	if explicit != 0 {
+		return nil
+	}
+	return c.learn(stream, met)
 }
 
 // Fetch asks the stream's owner for records, at the position req names
@@ -52,11 +75,16 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 		return nil, fmt.Errorf("fetch %s: encode request: %w", stream, err)
 	}
 	// A long poll holds the reply back by up to WaitMS on purpose.
-	timeout := c.opts.requestTimeout + time.Duration(req.WaitMS)*time.Millisecond
+	timeout := c.opts.requestTimeout + wire.WaitUpTo(req.WaitMS, wire.MaxFetchWait)
 	r := c.newRetrier("fetch", stream)
+	r.explicit = explicitID(opts)
 	for {
-		reply, err := c.request(ctx, readMsg(wire.FetchSubject(stream), body, opts), timeout, replyBinary)
+		msg := c.readMsg(stream, wire.FetchSubject(stream), body, opts)
+		reply, err := c.request(ctx, msg, timeout, replyBinary)
 		if err == nil {
+			if perr := c.checkReadReply(stream, r.explicit, msg, reply); perr != nil {
+				return nil, fmt.Errorf("fetch: %w", perr)
+			}
 			b, derr := frame.DecodeBatch(reply.Data)
 			if derr != nil {
 				return nil, fmt.Errorf("fetch %s: decode batch: %w", stream, derr)
@@ -78,8 +106,9 @@ func (c *Client) CommitCursor(ctx context.Context, stream, cursor string, offset
 		return wire.CursorCommitReply{}, fmt.Errorf("commit %s/%s: encode: %w", stream, cursor, err)
 	}
 	r := c.newRetrier("commit cursor", stream)
+	r.explicit = explicitID(opts)
 	for {
-		reply, err := c.request(ctx, readMsg(wire.CommitSubject(stream), body, opts), c.opts.requestTimeout, replyJSON)
+		reply, err := c.request(ctx, c.readMsg(stream, wire.CommitSubject(stream), body, opts), c.opts.requestTimeout, replyJSON)
 		if err == nil {
 			var cr wire.CursorCommitReply
 			if err := json.Unmarshal(reply.Data, &cr); err != nil {

@@ -79,7 +79,9 @@ func (c *Client) Publish(ctx context.Context, stream string, data []byte, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return c.publishRetry(ctx, c.newRetrier("publish", stream), stream, data, o)
+	r := c.newRetrier("publish", stream)
+	r.explicit = o.streamID
+	return c.publishRetry(ctx, r, stream, data, o)
 }
 
 // publishRetry makes publish attempts under r until one is confirmed or r
@@ -102,6 +104,8 @@ func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o 
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := c.watchAttempt(stream, func() { cancel(ErrOwnerLost) })
+	explicit := o.streamID
+	o.streamID = c.idFor(stream, explicit)
 	reply, err := c.request(actx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)
 	if err != nil {
 		done(wire.PublishConfirm{})
@@ -112,5 +116,20 @@ func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o 
 	}
 	pc, err := decodeConfirm(stream, reply)
 	done(pc)
+	if err == nil && explicit == 0 {
+		err = c.learnFromConfirm(stream, pc)
+	}
 	return pc, err
+}
+
+// learnFromConfirm pins stream to the id of a confirm of a publish that
+// named no id. A confirm of another id than the pin (a publish sent before
+// the client was pinned, across a delete and create of the name) is
+// returned with an error wrapping ErrStreamReplaced, so that the caller
+// sees where the record went.
+func (c *Client) learnFromConfirm(stream string, pc wire.PublishConfirm) error {
+	if err := c.learn(stream, pc.StreamID); err != nil {
+		return fmt.Errorf("publish %s: confirmed at offset %d of another stream: %w", stream, pc.Offset, err)
+	}
+	return nil
 }

@@ -71,6 +71,9 @@ type retrier struct {
 	// "" while unknown.
 	status    string
 	checkedAt time.Time
+	// explicit is the stream id the request names of its own
+	// (WithStreamID, FromStreamID); the client's pin counts otherwise.
+	explicit uint64
 }
 
 func (c *Client) newRetrier(op, stream string) *retrier {
@@ -109,12 +112,15 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		// The coordinators know whether this is a failover or a stream
 		// that does not exist; ask them now and then while retrying.
 		r.checkedAt = time.Now()
-		status, ierr := r.c.streamStatus(ctx, r.stream)
+		info, ierr := r.c.streamStatus(ctx, r.stream)
 		switch {
 		case errors.Is(ierr, ErrNoSuchStream):
 			return fmt.Errorf("%s %s: %w (last attempt: %w)", r.op, r.stream, ierr, err)
 		case ierr == nil:
-			r.status = status
+			if meant := r.c.idFor(r.stream, r.explicit); meant != 0 && info.StreamID != meant {
+				return fmt.Errorf("%s: %w (last attempt: %w)", r.op, replacedError(r.stream, meant, info.StreamID), err)
+			}
+			r.status = info.Status
 		}
 	}
 	t := time.NewTimer(delay)
@@ -153,18 +159,19 @@ func (r *retrier) giveUp(ctxErr error) error {
 		what, r.attempts, time.Since(r.start).Round(time.Millisecond), cause)
 }
 
-// streamStatus asks a coordinator for the stream's status, within a short
-// time so that a missing coordinator does not hold up the retries.
-func (c *Client) streamStatus(ctx context.Context, stream string) (string, error) {
+// streamStatus asks a coordinator about the stream (its status and id),
+// within a short time so that a missing coordinator does not hold up the
+// retries.
+func (c *Client) streamStatus(ctx context.Context, stream string) (wire.StreamInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(c.opts.adminTimeout, time.Second))
 	defer cancel()
 	var info wire.StreamInfo
 	err := c.adminOnce(ctx, wire.VerbStreamInfo, wire.StreamRef{Stream: stream}, &info)
 	if err != nil {
 		if wire.CodeOf(err) == wire.CodeNotFound {
-			return "", fmt.Errorf("%w: %w", ErrNoSuchStream, err)
+			return info, fmt.Errorf("%w: %w", ErrNoSuchStream, err)
 		}
-		return "", err
+		return info, err
 	}
-	return info.Status, nil
+	return info, nil
 }
