@@ -27,13 +27,18 @@ import (
 // finds nobody serving, the attempt's owner is one the client knew of
 // before (its newest known epoch bounds it). The attempt is abandoned only
 // once an owner at an epoch above that bound answers: its own owner has
-// been replaced, and a replaced owner never confirms (its followers are
-// sealed; a sealed owner fails its waiting publishes with an error). Nobody
-// serving is not enough on its own, since an owner that shuts down
-// gracefully unsubscribes first and still confirms what it holds. An
-// abandoned attempt is retried like a timed-out one: its record may have
-// been written before the owner died, so a retry can write it twice unless
-// the publish carries a producer id (WithProducer). Probes name the stream
+// been replaced. A replaced owner confirms nothing it wrote after its
+// followers were sealed (a sealed copy acks no older epoch; a sealed owner
+// fails its waiting publishes with an error), but it may still confirm,
+// for a moment, a record it wrote before: a follower's ack sent before the
+// seal can be delivered after the new epoch serves. Such a confirm is
+// true (see "Delivery guarantees" in the package doc), and an attempt
+// abandoned just before it arrives is merely retried. Nobody serving is
+// not enough on its own, since an owner that shuts down gracefully
+// unsubscribes first and still confirms what it holds. An abandoned
+// attempt is retried like a timed-out one: its record may have been
+// written before the owner died, so a retry can write it twice unless the
+// publish carries a producer id (WithProducer). Probes name the stream
 // id the client's confirms carried, so that an owner of another stream of
 // the same name (one deleted, or created again) never bounds or abandons
 // an attempt with an epoch of its own history.
@@ -234,7 +239,7 @@ var probeRequest, _ = json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords
 // answers without serving (sealed, not the owner, or with FromStreamID
 // the owner of another stream of the name).
 func (c *Client) ServingEpoch(ctx context.Context, stream string, opts ...ReadOption) (epoch uint64, served bool, err error) {
-	reply, err := c.nc.RequestMsgWithContext(ctx, readMsg(wire.FetchSubject(stream), probeRequest, opts))
+	reply, err := c.nc.RequestMsgWithContext(ctx, c.readMsg(stream, wire.FetchSubject(stream), probeRequest, opts))
 	if errors.Is(err, nats.ErrNoResponders) {
 		return 0, false, nil
 	}

@@ -1,15 +1,20 @@
 package host
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -239,5 +244,94 @@ func TestFetchReplyNamesItsStream(t *testing.T) {
 	m := c.fetchReply(stream, wire.FetchRequest{Start: "earliest"})
 	if got := m.Header.Get(wire.HeaderStreamID); got != "7" {
 		t.Fatalf("fetch reply header %s = %q, want 7", wire.HeaderStreamID, got)
+	}
+}
+
+// TestLateAckConfirmIsOnTheNewHistory pins down what a client may be told
+// by a replaced owner. A follower's replication request is its ack; one
+// sent before the follower was sealed and delivered after the next epoch
+// serves is still counted by the old owner, which then confirms at the old
+// epoch (seen 148 µs after the new owner served). The promise: such a
+// confirm is true. Its offset is below the new epoch's start and the
+// record is there, on the promoted copy, at that offset. A client without
+// the owner probe (which would have abandoned the attempt) receives it as
+// a confirm.
+func TestLateAckConfirmIsOnTheNewHistory(t *testing.T) {
+	const stream, id = "lateack", 11
+	c := startPair(t, stream, id, func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
+	c.mustPublish(stream, payload(0))
+
+	// The follower goes quiet; the owner writes record 1 and waits for it.
+	c.hosts["n2"].stop()
+	cl := client.New(c.nc, client.WithOwnerProbe(0), client.WithRetry(1, 0), client.WithRequestTimeout(20*time.Second))
+	type result struct {
+		pc  wire.PublishConfirm
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		pc, err := cl.Publish(context.Background(), stream, payload(1))
+		done <- result{pc, err, time.Now()}
+	}()
+	owner := c.hosts["n1"].h.store.Get(stream)
+	for owner.Tails().Record < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	recs, err := owner.Read(1, 1, 0, 2)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("read record 1 on the owner: %v, %d records", err, len(recs))
+	}
+
+	// The follower got record 1, made it durable and sent its ack — which
+	// is delayed. Then it is sealed at epoch 2 and promoted with start 2.
+	st, err := streamlog.Open(streamlog.Options{Dir: c.dataDir("n2"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := st.Get(stream)
+	if _, err := fc.Append(context.Background(), [][]byte{recs[0].Data}); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := fc.DigestAt(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateAck := frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: id, RecordTail: 2, CursorTail: fc.Tails().CursorDurable, TailDigest: digest})
+	if _, err := fc.Seal(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Only n2 hears of epoch 2: n1 is the replaced owner that has not
+	// learnt it yet.
+	c.table.Set(wire.AssignedStream{
+		Assignment: wire.Assignment{Stream: stream, StreamID: id, Epoch: 2, Owner: "n2", Policy: "majority_durable"},
+		Starts:     []wire.HistoryStart{{Epoch: 1, Node: "n1"}, {Epoch: 2, RecordTail: 2, Node: "n2"}},
+	})
+	c.start("n2", nil)
+	c.waitCopy("n2", stream, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+	served := time.Now()
+
+	// The delayed ack arrives.
+	if err := c.nc.Publish(wire.ReplicationSubject(stream, 1), lateAck); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("publish: %v; want the late confirm", r.err)
+	}
+	if r.pc.Epoch != 1 || r.pc.Offset != 1 || r.pc.StreamID != id || !r.at.After(served) {
+		t.Fatalf("confirm %+v at %v (epoch 2 served at %v); want offset 1 at epoch 1 after epoch 2 served", r.pc, r.at, served)
+	}
+	// The promise: below the new epoch's start, and there on the new
+	// owner at that offset.
+	if r.pc.Offset >= 2 {
+		t.Fatalf("a replaced owner confirmed offset %d at or past the new epoch's start 2", r.pc.Offset)
+	}
+	got, err := c.hosts["n2"].h.store.Get(stream).Read(r.pc.Offset, 1, 0, 2)
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].Data, recs[0].Data) {
+		t.Fatalf("the new owner at offset %d: %v %v; want the confirmed record", r.pc.Offset, got, err)
 	}
 }
