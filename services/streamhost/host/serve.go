@@ -153,7 +153,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 
-	wait := min(time.Duration(req.WaitMS)*time.Millisecond, maxReplWait)
+	wait := wire.WaitUpTo(int64(req.WaitMS), maxReplWait)
 	deadline := time.Now().Add(wait)
 	var timer *time.Timer
 	for {
