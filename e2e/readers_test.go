@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -232,9 +231,10 @@ type readerConfig struct {
 	from  uint64
 	// opts go with every fetch (client.FromStreamID).
 	opts []client.ReadOption
-	// stopOnError ends the reader at the first fetch that fails, instead
-	// of fetching again from the same offset.
-	stopOnError bool
+	// terminal, if set, says which fetch errors end the reader; after
+	// any other error it fetches again from the same offset, as a
+	// stubborn consumer would.
+	terminal func(error) bool
 }
 
 // offsetReader reads a stream as a client that tracks its own position
@@ -262,7 +262,7 @@ type readerResult struct {
 	replies  int
 	errors   int
 	problems []string
-	// err is the error that ended a stopOnError reader.
+	// err is the error that ended the reader (terminal).
 	err error
 	// lastErr is the last fetch error of any reader.
 	lastErr error
@@ -336,7 +336,7 @@ func (r *offsetReader) run(ctx context.Context) {
 			r.mu.Lock()
 			r.res.errors++
 			r.res.lastErr = err
-			if r.cfg.stopOnError {
+			if r.cfg.terminal != nil && r.cfg.terminal(err) {
 				r.res.err = err
 				r.mu.Unlock()
 				return
@@ -358,7 +358,7 @@ func (r *offsetReader) stop() {
 	<-r.done
 }
 
-// ended reports whether the reader stopped by itself (stopOnError).
+// ended reports whether the reader stopped by itself (terminal).
 func (r *offsetReader) ended() bool {
 	select {
 	case <-r.done:
@@ -412,14 +412,4 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// errorsIsAny reports whether err is one of targets.
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }
