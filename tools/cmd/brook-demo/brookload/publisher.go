@@ -105,7 +105,8 @@ func ClientOptions(attemptTimeout time.Duration) []client.Option {
 	return []client.Option{
 		client.WithRetry(0, 0),
 		client.WithRequestTimeout(2*attemptTimeout + 5*time.Second),
-		client.WithAdminTimeout(2 * time.Second),
+		// Above stream.create's wait for its new owner (2 s).
+		client.WithAdminTimeout(5 * time.Second),
 		client.WithOwnerProbe(0),
 	}
 }
