@@ -30,7 +30,15 @@ func (s *Service) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	if !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	fmt.Fprintln(w, why)
+	s.writeBody(w, "/healthz", []byte(why+"\n"))
+}
+
+// writeBody sends an answer's body. A failed write means the client went
+// away; there is no one left to tell but the log.
+func (s *Service) writeBody(w http.ResponseWriter, path string, body []byte) {
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("write http answer", "path", path, "err", err)
+	}
 }
 
 func (s *Service) serveJSON(w http.ResponseWriter, _ *http.Request) {
@@ -48,7 +56,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(data, '\n'))
+	s.writeBody(w, "/attention", append(data, '\n'))
 }
 
 // pageData is what the page shows.
@@ -109,7 +117,7 @@ func (s *Service) servePage(w http.ResponseWriter, _ *http.Request) {
 	if !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	w.Write(buf.Bytes())
+	s.writeBody(w, "/", buf.Bytes())
 }
 
 // figureLines renders figures as "name=value", sorted by name.

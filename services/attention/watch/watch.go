@@ -8,6 +8,7 @@ package watch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -118,12 +119,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", wire.HeartbeatWildcard, err)
 	}
-	defer hbSub.Unsubscribe()
+	defer w.unsubscribe(hbSub)
 	noticeSub, err := w.nc.Subscribe(assignWildcard, w.onNotice)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", assignWildcard, err)
 	}
-	defer noticeSub.Unsubscribe()
+	defer w.unsubscribe(noticeSub)
 	// Make sure the server has the subscriptions before listening counts
 	// as begun. Without a connection yet (the client retries), Snapshot
 	// keeps moving the start forward until it connects.
@@ -147,6 +148,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-w.pullNow:
 		}
+	}
+}
+
+// unsubscribe drops sub as Run ends. A failure is only logged: a
+// subscription left behind ends with its connection.
+func (w *Watcher) unsubscribe(sub *nats.Subscription) {
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn("unsubscribe", "subject", sub.Subject, "err", err)
 	}
 }
 

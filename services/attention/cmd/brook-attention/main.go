@@ -42,7 +42,7 @@ func run(args []string, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		complain(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	log := cfg.NewLogger()
@@ -122,7 +122,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	case err := <-httpDone:
 		runErr = fmt.Errorf("http server: %w", err)
 		cancel()
-		<-runDone
+		if err := <-runDone; err != nil {
+			log.Warn("service loop after the http server failed", "err", err)
+		}
 	}
 	log.Info("shutting down")
 	if httpSrv != nil {
@@ -151,16 +153,16 @@ func redact(u string) string {
 func healthcheck(args []string, stderr io.Writer) int {
 	cfg, err := config.Load(name+" healthcheck", args)
 	if err != nil {
-		fmt.Fprintf(stderr, "healthcheck: %v\n", err)
+		complain(stderr, "healthcheck: %v\n", err)
 		return 1
 	}
 	if cfg.HTTPAddr == "" {
-		fmt.Fprintln(stderr, "healthcheck: no --http-addr to check")
+		complain(stderr, "healthcheck: no --http-addr to check\n")
 		return 1
 	}
 	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
 	if err != nil {
-		fmt.Fprintf(stderr, "healthcheck: http-addr %q: %v\n", cfg.HTTPAddr, err)
+		complain(stderr, "healthcheck: http-addr %q: %v\n", cfg.HTTPAddr, err)
 		return 1
 	}
 	// A wildcard listen address is reached on loopback.
@@ -170,14 +172,22 @@ func healthcheck(args []string, stderr io.Writer) int {
 	client := &http.Client{Timeout: 3 * time.Second}
 	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
 	if err != nil {
-		fmt.Fprintf(stderr, "healthcheck: %v\n", err)
+		complain(stderr, "healthcheck: %v\n", err)
 		return 1
 	}
-	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	// The verdict is the status already received; closing this one-shot
+	// client's body has nothing left to report.
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "healthcheck: %s: %s", resp.Status, body)
+		complain(stderr, "healthcheck: %s: %s", resp.Status, body)
 		return 1
 	}
 	return 0
+}
+
+// complain writes a diagnostic to stderr. A failed write there has no other
+// place to be reported; the exit code still tells what happened.
+func complain(stderr io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(stderr, format, args...)
 }
