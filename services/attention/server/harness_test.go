@@ -85,7 +85,9 @@ func newFakeCoordinator(t *testing.T, nc *nats.Conn) *fakeCoordinator {
 				t.Errorf("marshal: %v", err)
 				return
 			}
-			m.Respond(data)
+			if err := m.Respond(data); err != nil {
+				t.Errorf("answer %s: %v", m.Subject, err)
+			}
 		}
 	}
 	for verb, get := range map[string]func() any{
@@ -144,7 +146,9 @@ func startHeartbeats(t *testing.T, nc *nats.Conn) *heartbeats {
 			h.mu.Lock()
 			for node, copies := range h.nodes {
 				data, _ := json.Marshal(wire.Heartbeat{Node: node, Incarnation: 1, Copies: copies, AtMS: time.Now().UnixMilli()})
-				nc.Publish(wire.HeartbeatSubject(node), data)
+				if err := nc.Publish(wire.HeartbeatSubject(node), data); err != nil {
+					t.Errorf("publish heartbeat of %s: %v", node, err)
+				}
 			}
 			h.mu.Unlock()
 			select {
@@ -165,13 +169,6 @@ func (h *heartbeats) run(node string, copies ...wire.CopyStatus) {
 		copies = []wire.CopyStatus{}
 	}
 	h.nodes[node] = copies
-}
-
-// stop silences node, as if its process died.
-func (h *heartbeats) stop(node string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.nodes, node)
 }
 
 // startService runs a Service until the test ends.

@@ -40,10 +40,12 @@ func httpGet(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("read %s: %v", url, err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Fatalf("close %s: %v", url, err)
 	}
 	return resp.StatusCode, string(body)
 }
@@ -233,7 +235,9 @@ func TestNoticePullsAtOnce(t *testing.T) {
 	// one more pull.
 	for _, v := range []uint64{1, 2} {
 		data, _ := json.Marshal(wire.AssignNotice{Version: v})
-		nc.Publish(wire.AssignNoticeSubject("h1"), data)
+		if err := nc.Publish(wire.AssignNoticeSubject("h1"), data); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fc.set(t, 3, []wire.StreamInfo{}, nodes("h1", wire.NodeLive), true)
 	eventually(t, 5*time.Second, "the cleared state is listed after the notice", func() (bool, string) {

@@ -186,14 +186,26 @@ func TestOlderVersionsFollowedOnlyWhenTheyPersist(t *testing.T) {
 func TestRequestErrors(t *testing.T) {
 	ns := startNATS(t, -1)
 	nc := connect(t, ns.ClientURL())
-	nc.Subscribe(wire.AdminSubject(wire.VerbStreamList), func(m *nats.Msg) {
+	if _, err := nc.Subscribe(wire.AdminSubject(wire.VerbStreamList), func(m *nats.Msg) {
 		out := nats.NewMsg(m.Reply)
 		out.Header.Set(HeaderError, wire.CodeUnavailable)
 		out.Data, _ = json.Marshal(wire.ErrorReply{Error: wire.Errorf(wire.CodeUnavailable, "no quorum")})
-		m.RespondMsg(out)
-	})
-	nc.Subscribe(wire.AdminSubject(wire.VerbClusterInfo), func(m *nats.Msg) { m.Respond([]byte("[")) })
-	nc.Flush()
+		if err := m.RespondMsg(out); err != nil {
+			t.Errorf("answer %s: %v", m.Subject, err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(wire.AdminSubject(wire.VerbClusterInfo), func(m *nats.Msg) {
+		if err := m.Respond([]byte("[")); err != nil {
+			t.Errorf("answer %s: %v", m.Subject, err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
 	ctx := context.Background()
 	var sl wire.StreamList

@@ -37,11 +37,21 @@ func TestServeAndHealthcheck(t *testing.T) {
 	defer nc.Close()
 	reply := func(v any) nats.MsgHandler {
 		data, _ := json.Marshal(v)
-		return func(m *nats.Msg) { m.Respond(data) }
+		return func(m *nats.Msg) {
+			if err := m.Respond(data); err != nil {
+				t.Errorf("answer %s: %v", m.Subject, err)
+			}
+		}
 	}
-	nc.QueueSubscribe(wire.AdminSubject(wire.VerbStreamList), wire.AdminQueue, reply(wire.StreamList{Streams: []wire.StreamInfo{}, Version: 3}))
-	nc.QueueSubscribe(wire.AdminSubject(wire.VerbClusterInfo), wire.AdminQueue, reply(wire.ClusterInfo{Version: 3}))
-	nc.Flush()
+	if _, err := nc.QueueSubscribe(wire.AdminSubject(wire.VerbStreamList), wire.AdminQueue, reply(wire.StreamList{Streams: []wire.StreamInfo{}, Version: 3})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.QueueSubscribe(wire.AdminSubject(wire.VerbClusterInfo), wire.AdminQueue, reply(wire.ClusterInfo{Version: 3})); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg, err := config.Load(name, []string{"--nats-url", ns.ClientURL(), "--http-addr", "127.0.0.1:0", "--refresh", "100ms"})
 	if err != nil {
