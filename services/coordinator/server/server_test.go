@@ -302,7 +302,9 @@ func TestEagerFailoverOnLeaveAndDrainOwnerOnlyWaits(t *testing.T) {
 		t.Fatalf("drain: owner %s after %v", info.Assignment.Owner, time.Since(start))
 	}
 	var ci wire.ClusterInfo
-	c.admin(wire.VerbClusterInfo, "", &ci)
+	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
+		t.Fatal(e)
+	}
 	for _, n := range ci.Nodes {
 		want := wire.NodeLive
 		switch n.Node {
@@ -339,7 +341,9 @@ func TestBadAdminRequests(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("healthz: %v %v", resp, err)
 	}
-	resp.Body.Close()
+	if err := resp.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range []string{"h1", "h2", "h3"} {
 		c.host(n)
 	}
@@ -349,7 +353,9 @@ func TestBadAdminRequests(t *testing.T) {
 	})
 	c.create("s", 3)
 	var before wire.StreamList
-	c.admin(wire.VerbStreamList, "", &before)
+	if e := c.admin(wire.VerbStreamList, "", &before); e != nil {
+		t.Fatal(e)
+	}
 
 	cases := []struct {
 		name, verb, body, code string
@@ -399,7 +405,9 @@ func TestBadAdminRequests(t *testing.T) {
 	}
 	// Nothing was half-written.
 	var after wire.StreamList
-	c.admin(wire.VerbStreamList, "", &after)
+	if e := c.admin(wire.VerbStreamList, "", &after); e != nil {
+		t.Fatal(e)
+	}
 	if len(after.Streams) != 1 || !reflect.DeepEqual(after.Streams[0].Assignment, before.Streams[0].Assignment) || after.Streams[0].Version != before.Streams[0].Version {
 		t.Fatalf("bad requests changed the streams: %+v", after)
 	}
