@@ -85,7 +85,11 @@ func BenchmarkPublish(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer sub.Unsubscribe()
+		defer func() {
+			if err := sub.Unsubscribe(); err != nil {
+				b.Error(err)
+			}
+		}()
 		_ = sub.SetPendingLimits(-1, -1)
 		b.ResetTimer()
 		start := time.Now()
@@ -191,12 +195,16 @@ func BenchmarkIdleStreamsRSS(b *testing.B) {
 }
 
 // vmRSS reads a process's resident set size in MiB.
-func vmRSS(pid int) (float64, error) {
+func vmRSS(pid int) (_ float64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
@@ -206,6 +214,9 @@ func vmRSS(pid int) (float64, error) {
 			}
 			return kb / 1024, nil
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }

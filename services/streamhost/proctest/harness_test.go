@@ -37,7 +37,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "temp dir:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "remove temp dir:", err)
+		}
+	}()
 	hostBin = filepath.Join(dir, "brook-streamhost")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -210,7 +214,10 @@ func (c *cluster) start(node string, extra ...string) *proc {
 	p := &proc{node: node, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logf.Close()
+		// Cleanup waits for done, so the test is still running here.
+		if err := logf.Close(); err != nil {
+			c.t.Errorf("close the log of %s: %v", node, err)
+		}
 		close(p.done)
 	}()
 	c.mu.Lock()
