@@ -27,6 +27,10 @@ import (
 // memory a misbehaving or forged heartbeat can make it hold per node.
 const MaxParts = 1024
 
+// MaxConnServer bounds the length of a heartbeat's ConnServer (a NATS
+// server id is a 56-character public key); Split leaves a longer one out.
+const MaxConnServer = 128
+
 // maxCopyBytes and maxHeaderBytes are upper bounds of the JSON encoding of
 // one CopyStatus (with the comma that separates it from the next) and of a
 // heartbeat with no copies.
@@ -48,6 +52,7 @@ func bounds() (int, int) {
 	h, err2 := json.Marshal(wire.Heartbeat{
 		Node: name, Incarnation: math.MaxUint64, Leaving: true, AtMS: math.MaxInt64,
 		Beat: math.MaxUint64, Part: MaxParts, Parts: MaxParts,
+		ConnServer: strings.Repeat("S", MaxConnServer), ConnID: math.MaxUint64,
 	})
 	if err1 != nil || err2 != nil {
 		panic("heartbeat: cannot encode the size bounds")
@@ -69,6 +74,9 @@ func Split(hb wire.Heartbeat, maxBytes int) []wire.Heartbeat {
 	n := max(1, (len(hb.Copies)+per-1)/per)
 	if n > MaxParts {
 		return nil
+	}
+	if len(hb.ConnServer) > MaxConnServer {
+		hb.ConnServer, hb.ConnID = "", 0
 	}
 	parts := make([]wire.Heartbeat, n)
 	for i := range parts {

@@ -20,6 +20,14 @@ type Heartbeat struct {
 	Beat  uint64 `json:"beat,omitempty"`
 	Part  int    `json:"part,omitempty"`
 	Parts int    `json:"parts,omitempty"`
+	// ConnServer and ConnID name the NATS connection the beat was sent
+	// on: the id of the server it is connected to and the client id that
+	// server gave it. A disconnect advisory names the connection it is
+	// about the same way, so a coordinator can tell an advisory about an
+	// older connection (processed after the host reconnected) from one
+	// about the connection the host beats on. Empty and 0 when unknown.
+	ConnServer string `json:"conn_server,omitempty"`
+	ConnID     uint64 `json:"conn_id,omitempty"`
 }
 
 // CopyStatus is one copy's state in a heartbeat.

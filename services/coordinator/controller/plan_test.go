@@ -135,11 +135,41 @@ func TestAdvisoryExpiresAfterGraceUnlessAHeartbeatCame(t *testing.T) {
 	// A heartbeat after the advisory (the tracker clears DisconnectedAt).
 	tr := liveness.New()
 	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1}, t0)
-	tr.Disconnected("h1", t0.Add(100*time.Millisecond))
+	tr.Disconnected("h1", liveness.Conn{}, t0.Add(100*time.Millisecond))
 	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1}, t0.Add(200*time.Millisecond))
 	f.live.Nodes["h1"] = tr.View()["h1"]
 	if acts := f.plan(t0.Add(500 * time.Millisecond)); len(acts) != 0 {
 		t.Fatalf("reconnected host: %s", kinds(acts))
+	}
+}
+
+// TestAdvisoryAboutAnOlderConnectionIsIgnored: a host's connection A
+// drops, it reconnects (connection B) and beats; the advisory about A is
+// processed only then (it travels on another connection, so nothing
+// orders it after the beat). Matched by name and stamped with the time it
+// was received, it expired the healthy host after the grace; it must
+// count only for the connection the host beats on.
+func TestAdvisoryAboutAnOlderConnectionIsIgnored(t *testing.T) {
+	f := newFixture(t, "h1", "h2")
+	a := liveness.Conn{Server: "NSERVER1", ID: 7}
+	b := liveness.Conn{Server: "NSERVER1", ID: 9}
+	tr := liveness.New()
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, ConnServer: a.Server, ConnID: a.ID}, t0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, ConnServer: b.Server, ConnID: b.ID}, t0.Add(50*time.Millisecond))
+	if tr.Disconnected("h1", a, t0.Add(100*time.Millisecond)) {
+		t.Fatal("an advisory about the older connection counted")
+	}
+	f.live.Nodes["h1"] = tr.View()["h1"]
+	if acts := f.plan(t0.Add(500 * time.Millisecond)); find(acts, ActExpire, "h1") != nil {
+		t.Fatalf("a host beating on a new connection was expired by an advisory about its old one: %s", kinds(acts))
+	}
+	// An advisory about the connection it beats on still counts.
+	if !tr.Disconnected("h1", b, t0.Add(600*time.Millisecond)) {
+		t.Fatal("an advisory about the current connection did not count")
+	}
+	f.live.Nodes["h1"] = tr.View()["h1"]
+	if a := find(f.plan(t0.Add(900*time.Millisecond)), ActExpire, "h1"); a == nil || a.Reason != DetectAdvisory {
+		t.Fatal("the advisory about the current connection did not expire the host after the grace")
 	}
 }
 

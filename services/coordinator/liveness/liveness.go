@@ -28,9 +28,22 @@ type Seen struct {
 	// DisconnectedAt is when an advisory said the host's NATS connection
 	// closed, if no heartbeat has arrived since; zero otherwise.
 	DisconnectedAt time.Time
+	// Conn is the NATS connection the latest heartbeat that named one
+	// was sent on (zero when none did).
+	Conn Conn
 	// Copies are the copies the latest heartbeat reported, by stream name.
 	Copies map[string]wire.CopyStatus
 }
+
+// Conn names a NATS connection: the server's id and the client id that
+// server gave it (client ids are per server).
+type Conn struct {
+	Server string
+	ID     uint64
+}
+
+// Known reports whether c names a connection.
+func (c Conn) Known() bool { return c.Server != "" && c.ID != 0 }
 
 // Tracker is safe for concurrent use.
 type Tracker struct {
@@ -70,6 +83,9 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	}
 	s.Incarnation = hb.Incarnation
 	s.Leaving = hb.Leaving
+	if c := (Conn{Server: hb.ConnServer, ID: hb.ConnID}); c.Known() {
+		s.Conn = c
+	}
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
@@ -89,8 +105,15 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	return notable
 }
 
-// Disconnected records an advisory that node's connection closed at at.
-func (t *Tracker) Disconnected(node string, at time.Time) {
+// Disconnected records an advisory, received at at, that node's
+// connection conn closed, and reports whether it counts. It counts only
+// if it is about the connection the host's latest heartbeat came on (or
+// the host named none, or conn is unknown): an advisory about an older
+// connection, processed after the host reconnected and beat on a new one
+// (advisories and heartbeats travel on different connections, so nothing
+// orders them), says nothing about the host now. The name alone never
+// decides.
+func (t *Tracker) Disconnected(node string, conn Conn, at time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.nodes[node]
@@ -98,7 +121,11 @@ func (t *Tracker) Disconnected(node string, at time.Time) {
 		s = &Seen{Node: node}
 		t.nodes[node] = s
 	}
+	if conn.Known() && s.Conn.Known() && conn != s.Conn {
+		return false
+	}
 	s.DisconnectedAt = at
+	return true
 }
 
 // ViewStream is View with each node's copies cut down to stream's copy (if

@@ -335,6 +335,15 @@ func (h *host) beat() {
 	}
 	nc := h.nc
 	h.mu.Unlock()
+	// The connection the beat goes out on, as a real host names it: the
+	// advisory test below matches the server's advisory against it.
+	if nc == nil {
+		return
+	}
+	hb.ConnServer = nc.ConnectedServerId()
+	if cid, err := nc.GetClientID(); err == nil {
+		hb.ConnID = cid
+	}
 	data, _ := json.Marshal(hb)
 	_ = nc.Publish(wire.HeartbeatSubject(h.node), data)
 }

@@ -356,7 +356,11 @@ func (s *Server) onHeartbeat(m *nats.Msg) {
 
 // disconnectAdvisory is the part of the server's disconnect event read here.
 type disconnectAdvisory struct {
+	Server struct {
+		ID string `json:"id"`
+	} `json:"server"`
 	Client struct {
+		ID   uint64 `json:"id"`
 		Name string `json:"name"`
 	} `json:"client"`
 }
@@ -373,8 +377,13 @@ func (s *Server) onDisconnect(m *nats.Msg) {
 	if !ok || wire.ValidName("node", node) != nil {
 		return
 	}
-	s.live.Disconnected(node, s.opt.Now())
-	s.log.Info("stream host disconnected", "node", node)
+	conn := liveness.Conn{Server: ev.Server.ID, ID: ev.Client.ID}
+	if !s.live.Disconnected(node, conn, s.opt.Now()) {
+		s.log.Info("disconnect advisory about an older connection of a stream host; ignored", "node", node,
+			"server", conn.Server, "client_id", conn.ID)
+		return
+	}
+	s.log.Info("stream host disconnected", "node", node, "server", conn.Server, "client_id", conn.ID)
 	time.AfterFunc(s.opt.DisconnectGrace+10*time.Millisecond, s.poke)
 }
 

@@ -475,6 +475,10 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 		Leaving:     leaving,
 		Copies:      []wire.CopyStatus{},
 		AtMS:        time.Now().UnixMilli(),
+		ConnServer:  h.nc.ConnectedServerId(),
+	}
+	if cid, err := h.nc.GetClientID(); err == nil {
+		hb.ConnID = cid
 	}
 	for _, c := range h.store.Copies() {
 		t := c.Tails()
