@@ -75,26 +75,33 @@ func (p *Proc) start() error {
 		return fmt.Errorf("start %s: open log: %w", p.Name, err)
 	}
 	p.starts++
-	fmt.Fprintf(logf, "=== cluster harness: start #%d of %s at %s: %s %q\n",
-		p.starts, p.Name, time.Now().Format(time.RFC3339Nano), p.bin, p.args)
+	if _, err := fmt.Fprintf(logf, "=== cluster harness: start #%d of %s at %s: %s %q\n",
+		p.starts, p.Name, time.Now().Format(time.RFC3339Nano), p.bin, p.args); err != nil {
+		return fmt.Errorf("start %s: write log: %w", p.Name, errors.Join(err, logf.Close()))
+	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", p.Name, err)
+		return fmt.Errorf("start %s: %w", p.Name, errors.Join(err, logf.Close()))
 	}
 	exited := make(chan struct{})
 	p.cmd, p.exited, p.state, p.waitErr, p.expected, p.paused = cmd, exited, nil, nil, false, false
 	go func() {
 		err := cmd.Wait()
-		logf.Close()
 		p.mu.Lock()
 		p.state, p.waitErr = cmd.ProcessState, err
 		p.mu.Unlock()
 		close(exited)
 	}()
+	// The process writes to its own copies of the log's descriptor (an
+	// *os.File is handed over as is, with no copying goroutine), so the
+	// harness's copy can go now. The process is tracked already: a caller
+	// that gives up on this error still stops it with the cluster.
+	if err := logf.Close(); err != nil {
+		return fmt.Errorf("start %s: close log: %w", p.Name, err)
+	}
 	return nil
 }
 
@@ -243,8 +250,10 @@ func (p *Proc) Healthy(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	// The answer is the status alone; a failed close of the drained body
+	// changes nothing about it.
+	_ = resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
 }
 

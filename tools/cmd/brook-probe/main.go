@@ -33,9 +33,12 @@ func probe(url string, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("get %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	cerr := resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("get %s: status %s", url, resp.Status)
+	}
+	if cerr != nil {
+		return fmt.Errorf("get %s: close body: %w", url, cerr)
 	}
 	return nil
 }
