@@ -37,7 +37,11 @@ func failoverCase(t *testing.T, lose func(c *Cluster, owner int), restore func(c
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	defer func() {
+		if err := cl.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 
 	const stream = "failover"
 	if _, err := cl.CreateStream(ctx, wire.StreamCreate{Stream: stream, Copies: 3}); err != nil {

@@ -85,7 +85,11 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	defer func() {
+		if err := cl.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 
 	const stream, total = "smoke", 100
 	info, err := cl.CreateStream(ctx, wire.StreamCreate{Stream: stream, Copies: 3})
