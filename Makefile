@@ -20,8 +20,8 @@ build:
 	go build -o $(BIN)/ ./services/coordinator/cmd/brook-coordinator ./services/streamhost/cmd/brook-streamhost ./services/attention/cmd/brook-attention ./tools/cmd/brook-bench ./tools/cmd/brook-demo
 	cd tools && go build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
-## test: vet, gofmt, and every module's tests (the process suites included).
-test: fmt-check vet
+## test: vet, gofmt, golangci-lint, and every module's tests (the process suites included).
+test: fmt-check vet lint
 	go test -count=1 -timeout 18m $(PKGS)
 
 vet:
