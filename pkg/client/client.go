@@ -201,16 +201,26 @@ func newClient(nc *nats.Conn, o options) *Client {
 // Conn returns the underlying NATS connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
-// Close drains and closes the connection if Connect made it.
+// Close drains and closes the connection if Connect made it. A connection
+// that is reconnecting (its server is away) is closed without draining and
+// without an error: nothing could be drained and nothing is lost by it.
 func (c *Client) Close() error {
 	if !c.ownConn {
 		return nil
 	}
-	if err := c.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	err := c.nc.Drain()
+	switch {
+	case err == nil, errors.Is(err, nats.ErrConnectionClosed):
+		return nil
+	case errors.Is(err, nats.ErrConnectionReconnecting):
+		// Nothing can be drained while the server is away; there is
+		// nothing to report either: close it.
+		c.nc.Close()
+		return nil
+	default:
 		c.nc.Close()
 		return fmt.Errorf("close nats connection: %w", err)
 	}
-	return nil
 }
 
 // replyKind says how a reply body is encoded.
