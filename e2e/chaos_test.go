@@ -150,7 +150,7 @@ func (ch *chaos) episode(n int, long bool) {
 	if ch.rng.IntN(4) == 0 {
 		// A second fault on top, on another process.
 		second := kinds[ch.rng.IntN(len(kinds))]
-		if !(strings.Contains(first, "leader") && strings.Contains(second, "leader")) {
+		if !strings.Contains(first, "leader") || !strings.Contains(second, "leader") {
 			ch.inject(second, e.info(ch.stream))
 		}
 	}

@@ -179,7 +179,11 @@ func testFailover(ctx context.Context, t *testing.T, compose composeCmd, root st
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pubCl.Close()
+	defer func() {
+		if err := pubCl.Close(); err != nil {
+			t.Errorf("close publishers' client: %v", err)
+		}
+	}()
 	ld := startLoad(ctx, pubCl, stream, 3, info.W)
 	defer ld.Stop()
 	rd, err := startLiveReader(ctx, cl, stream, "live")

@@ -92,7 +92,7 @@ func testTraces(ctx context.Context, t *testing.T, compose composeCmd, root stri
 		if err != nil {
 			return false, nil // Jaeger is healthy; a slow answer is retried
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // a read-only body: nothing to act on
 		if resp.StatusCode != http.StatusOK {
 			return false, nil
 		}

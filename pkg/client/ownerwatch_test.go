@@ -68,8 +68,9 @@ func (o *standInOwner) onPublish(m *nats.Msg) {
 
 // publishAfterOwnerDies confirms a first publish at epoch 1, then lets the
 // owner die holding the second, starts a new owner at epoch 2 after
-// newOwnerAfter, and returns the second publish's confirm, error and time.
-func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Option) (wire.PublishConfirm, error, time.Duration, *standInOwner, *standInOwner) {
+// newOwnerAfter, and returns the second publish's confirm and time, the
+// two owners, and the second publish's error.
+func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Option) (wire.PublishConfirm, time.Duration, *standInOwner, *standInOwner, error) {
 	url := startNATS(t)
 	a := startOwner(t, url, 1)
 	c := connectClient(t, url, append([]Option{WithRequestTimeout(3 * time.Second)}, opts...)...)
@@ -88,7 +89,7 @@ func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Op
 	start := time.Now()
 	pc, err := c.Publish(ctxTimeout(t, 20*time.Second), "s", []byte("two"))
 	took := time.Since(start)
-	return pc, err, took, a, <-started
+	return pc, took, a, <-started, err
 }
 
 // An owner that died and was replaced by one at a newer epoch (after a
@@ -96,7 +97,7 @@ func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Op
 // abandoned once the new owner answers the probe, and confirmed by it,
 // long before the 3s request timeout.
 func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
-	pc, err, took, a, b := publishAfterOwnerDies(t, 400*time.Millisecond)
+	pc, took, a, b, err := publishAfterOwnerDies(t, 400*time.Millisecond)
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}
@@ -112,7 +113,7 @@ func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 // responders, the attempt is abandoned and retried until the new owner
 // serves.
 func TestPublishAbandonsAnAttemptToAGoneOwner(t *testing.T) {
-	pc, err, took, _, b := publishAfterOwnerDies(t, 700*time.Millisecond)
+	pc, took, _, b, err := publishAfterOwnerDies(t, 700*time.Millisecond)
 	if err != nil || pc.Epoch != 2 || b.pubs.Load() < 1 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}
@@ -124,7 +125,7 @@ func TestPublishAbandonsAnAttemptToAGoneOwner(t *testing.T) {
 // With the probe off, the held attempt waits out the request timeout: the
 // probe is what makes the two tests above fast.
 func TestPublishWithoutOwnerProbeWaitsForTheTimeout(t *testing.T) {
-	pc, err, took, _, _ := publishAfterOwnerDies(t, 400*time.Millisecond, WithOwnerProbe(0))
+	pc, took, _, _, err := publishAfterOwnerDies(t, 400*time.Millisecond, WithOwnerProbe(0))
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}

@@ -147,7 +147,7 @@ func (r *retrier) giveUp(ctxErr error) error {
 	if r.stream != "" {
 		what += " " + r.stream
 	}
-	var cause error = r.lastErr
+	cause := r.lastErr
 	if ctxErr != nil {
 		cause = fmt.Errorf("%w (last attempt: %w)", ctxErr, r.lastErr)
 	}

@@ -17,7 +17,6 @@ type memTarget struct {
 	log      [][]byte
 	lose     bool // drop every 10th confirmed record from the log
 	dup      bool // write every 7th record twice
-	down     time.Time
 	downFor  time.Duration
 	n        int
 	killedAt time.Time

@@ -63,7 +63,11 @@ func TestHeartbeatSplitsUnderThePayloadLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() {
+		if err := sub.Unsubscribe(); err != nil {
+			t.Errorf("unsubscribe: %v", err)
+		}
+	}()
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -120,7 +120,9 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	go func() { f.done <- f.host.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-f.done
+		if err := <-f.done; err != nil {
+			t.Errorf("host run: %v", err)
+		}
 	})
 	return f
 }

@@ -86,7 +86,11 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
+		defer func() {
+			if err := os.RemoveAll(d); err != nil {
+				log.Warn("remove work directory", "dir", d, "err", err)
+			}
+		}()
 		o.workDir = d
 	}
 	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
@@ -207,8 +211,7 @@ func writeFile(path string, write func(w io.Writer) error) error {
 		return err
 	}
 	if err := write(f); err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
 	return f.Close()
 }
@@ -225,12 +228,17 @@ func progressPrinter(w io.Writer, target string, lines bool) func(bench.Progress
 		}
 		line := fmt.Sprintf("%s %5.1fs  %9d confirmed  %6d errors%s", target, p.Elapsed.Seconds(), p.Confirmed, p.Errors, mark)
 		if lines {
-			fmt.Fprintln(w, line)
+			ignoreWrite(fmt.Fprintln(w, line))
 			return
 		}
-		fmt.Fprintf(w, "\r%s   ", line)
+		ignoreWrite(fmt.Fprintf(w, "\r%s   ", line))
 	}
 }
+
+// ignoreWrite drops the result of a write of the bench's report to its
+// output (the terminal or a log): a failed write there has nowhere better
+// to be reported, and the bench's results are checked on their own.
+func ignoreWrite(int, error) {}
 
 // isTerminal reports whether f is a terminal (a character device such as a
 // tty, not a file or a pipe).

@@ -31,11 +31,11 @@ type massResult struct {
 
 func (r massResult) write(w io.Writer) {
 	line := func(what string, ds []time.Duration) {
-		fmt.Fprintf(w, "%-28s %5d  p50 %4d ms  p90 %4d ms  p99 %4d ms  max %4d ms\n", what, len(ds),
+		ignoreWrite(fmt.Fprintf(w, "%-28s %5d  p50 %4d ms  p90 %4d ms  p99 %4d ms  max %4d ms\n", what, len(ds),
 			bench.Quantile(ds, 0.5).Milliseconds(), bench.Quantile(ds, 0.9).Milliseconds(),
-			bench.Quantile(ds, 0.99).Milliseconds(), bench.Quantile(ds, 1).Milliseconds())
+			bench.Quantile(ds, 0.99).Milliseconds(), bench.Quantile(ds, 1).Milliseconds()))
 	}
-	fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned)
+	ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
 }
@@ -68,7 +68,11 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if err != nil {
 		return res, err
 	}
-	defer c.Close()
+	defer func() {
+		if err := c.Close(); err != nil {
+			log.Warn("close client", "err", err)
+		}
+	}()
 
 	streams := make([]string, n)
 	for i := range streams {

@@ -46,7 +46,11 @@ func TestProgressAsLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	if isTerminal(f) {
 		t.Fatal("a file counted as a terminal")
 	}

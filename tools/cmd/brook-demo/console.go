@@ -39,6 +39,11 @@ func consoleFor(w io.Writer) *console {
 	return newLineConsole(w)
 }
 
+// ignoreWrite drops the result of a write to the console: the demo's
+// output is its terminal or log, and a failed write there has nowhere
+// better to be reported.
+func ignoreWrite(int, error) {}
+
 // isTerminal reports whether w is a terminal (a character device such as a
 // tty, not a file or a pipe).
 func isTerminal(w io.Writer) bool {
@@ -64,7 +69,7 @@ func (c *console) progressStride() int {
 // its start.
 func (c *console) clearLocked() {
 	if c.progress != "" {
-		fmt.Fprintf(c.w, "\r%s\r", strings.Repeat(" ", len(c.progress)))
+		ignoreWrite(fmt.Fprintf(c.w, "\r%s\r", strings.Repeat(" ", len(c.progress))))
 	}
 }
 
@@ -73,9 +78,9 @@ func (c *console) Printf(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clearLocked()
-	fmt.Fprintf(c.w, format+"\n", args...)
+	ignoreWrite(fmt.Fprintf(c.w, format+"\n", args...))
 	if c.progress != "" {
-		io.WriteString(c.w, c.progress)
+		ignoreWrite(io.WriteString(c.w, c.progress))
 	}
 }
 
@@ -112,16 +117,16 @@ func (c *console) Progress(line string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lines {
-		io.WriteString(c.w, line+"\n")
+		ignoreWrite(io.WriteString(c.w, line+"\n"))
 		return
 	}
 	pad := ""
 	if n := len(c.progress) - len(line); n > 0 {
 		pad = strings.Repeat(" ", n)
 	}
-	fmt.Fprintf(c.w, "\r%s%s", line, pad)
+	ignoreWrite(fmt.Fprintf(c.w, "\r%s%s", line, pad))
 	if pad != "" {
-		fmt.Fprintf(c.w, "\r%s", line)
+		ignoreWrite(fmt.Fprintf(c.w, "\r%s", line))
 	}
 	c.progress = line
 }
@@ -131,7 +136,7 @@ func (c *console) EndProgress() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.progress != "" {
-		io.WriteString(c.w, "\n")
+		ignoreWrite(io.WriteString(c.w, "\n"))
 		c.progress = ""
 	}
 }

@@ -116,7 +116,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo log: %w", err)
 	}
-	defer logf.Close()
+	defer func() {
+		if err := logf.Close(); err != nil {
+			d.con.Printf("demo log: %v", err)
+		}
+	}()
 	d.log = slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d.con.Printf("brook demo: data and logs of every process under %s", logDir)
 	// The binaries it builds are large and rebuilt on every run: they go

@@ -285,7 +285,11 @@ func TestConsoleInLineMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	if isTerminal(f) || !consoleFor(f).lines {
 		t.Error("a file counted as a terminal")
 	}

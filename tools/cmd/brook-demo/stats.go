@@ -69,14 +69,6 @@ func (r *recorder) failed() {
 	r.mu.Unlock()
 }
 
-// firstConfirmAfterKill returns the first confirm of a publish begun after
-// the kill (zero until there is one).
-func (r *recorder) firstConfirmAfterKill() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.firstAfter
-}
-
 // progress is what the progress line shows.
 type progress struct {
 	Elapsed   time.Duration

@@ -297,7 +297,11 @@ func TestEarlierRunsRecordsAreNotOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	p, err := NewPublisher(ctx, c, PublisherConfig{Stream: "s", Producer: "run2"})
 	if err != nil {
 		t.Fatal(err)
