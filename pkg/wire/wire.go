@@ -10,6 +10,7 @@ package wire
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // MaxNameLen bounds stream, cursor and node names. Names are NATS subject
@@ -88,7 +89,65 @@ func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" 
 func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
 func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
 
-// ReplicationSubject is answered only by the owner of stream at epoch.
-func ReplicationSubject(stream string, epoch uint64) string {
-	return fmt.Sprintf("brook.s.%s.repl.%d", stream, epoch)
+// ReplicationSubject is where the follower node sends its replication
+// requests for stream at epoch; only the owner at that epoch answers. The
+// follower's node is the last token, so nats-server can let each host
+// publish on its own subjects only, and the owner refuses a request whose
+// body names another node.
+func ReplicationSubject(stream string, epoch uint64, node string) string {
+	return fmt.Sprintf("brook.s.%s.repl.%d.%s", stream, epoch, node)
 }
+
+// ReplicationWildcard matches every follower's ReplicationSubject of stream
+// at epoch: the owner's subscription.
+func ReplicationWildcard(stream string, epoch uint64) string {
+	return fmt.Sprintf("brook.s.%s.repl.%d.*", stream, epoch)
+}
+
+// ReplicationNode is the node a ReplicationSubject names (its last token),
+// or "" if subject has no dot.
+func ReplicationNode(subject string) string {
+	i := strings.LastIndexByte(subject, '.')
+	if i < 0 {
+		return ""
+	}
+	return subject[i+1:]
+}
+
+// HostLeaveSubject is where the stream host node tells the coordinators it
+// leaves (body NodeRef naming node, answered like the admin verb
+// node.leave). Only host node may publish it.
+func HostLeaveSubject(node string) string { return "brook.host." + node + ".leave" }
+
+// HostLeaveWildcard matches every host's HostLeaveSubject; the coordinators
+// subscribe to it in queue group AdminQueue.
+const HostLeaveWildcard = "brook.host.*.leave"
+
+// HostLeaveNode is the node a HostLeaveSubject names, if subject is one.
+func HostLeaveNode(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "brook.host.")
+	if !ok {
+		return "", false
+	}
+	node, ok := strings.CutSuffix(rest, ".leave")
+	if !ok || node == "" || strings.Contains(node, ".") {
+		return "", false
+	}
+	return node, true
+}
+
+// Inbox prefixes (nats.CustomInboxPrefix) of brook's principals. Every
+// principal subscribes only to its own inboxes (<prefix>.>), which is what
+// nats-server allows it when brook runs with credentials (issue 13); the
+// replies to its requests come there.
+const (
+	InboxClient      = "_INBOX.client"
+	InboxAdmin       = "_INBOX.admin"
+	InboxCoordinator = "_INBOX.coord"
+	// InboxCoordinatorSys is the coordinators' system-account connection's.
+	InboxCoordinatorSys = "_INBOX.coordsys"
+	InboxAttention      = "_INBOX.attention"
+)
+
+// HostInbox is the inbox prefix of the stream host node.
+func HostInbox(node string) string { return "_INBOX.host." + node }

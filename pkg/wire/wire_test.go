@@ -111,10 +111,27 @@ func TestSubjects(t *testing.T) {
 		wire.PublishSubject("orders"):                  "brook.s.orders.pub",
 		wire.FetchSubject("orders"):                    "brook.s.orders.fetch",
 		wire.CommitSubject("orders"):                   "brook.s.orders.commit",
-		wire.ReplicationSubject("orders", 7):           "brook.s.orders.repl.7",
+		wire.ReplicationSubject("orders", 7, "n2"):     "brook.s.orders.repl.7.n2",
+		wire.ReplicationWildcard("orders", 7):          "brook.s.orders.repl.7.*",
+		wire.HostLeaveSubject("n1"):                    "brook.host.n1.leave",
+		wire.HostInbox("n1"):                           "_INBOX.host.n1",
 	} {
 		if got != want {
 			t.Errorf("subject %q, want %q", got, want)
+		}
+	}
+	if n := wire.ReplicationNode(wire.ReplicationSubject("orders", 7, "n2")); n != "n2" {
+		t.Errorf("ReplicationNode = %q, want n2", n)
+	}
+	for subj, want := range map[string]string{
+		wire.HostLeaveSubject("h-1"): "h-1",
+		"brook.host.h1.seal":         "",
+		"brook.host..leave":          "",
+		"brook.host.a.b.leave":       "",
+		"brook.admin.node.leave":     "",
+	} {
+		if n, ok := wire.HostLeaveNode(subj); n != want || ok != (want != "") {
+			t.Errorf("HostLeaveNode(%q) = %q %v, want %q", subj, n, ok, want)
 		}
 	}
 }
