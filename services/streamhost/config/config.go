@@ -33,6 +33,8 @@ type Config struct {
 	// log a new owner reads to rebuild its duplicate window.
 	DedupeRebuildRecords int   `koanf:"dedupe-rebuild-records"`
 	DedupeRebuildBytes   int64 `koanf:"dedupe-rebuild-bytes"`
+	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
+	svcconfig.NATSAuth `koanf:",squash"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
 	svcconfig.Logging `koanf:",squash"`
 }
@@ -44,6 +46,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("node", "", "node id of this stream host (required)")
 	fs.String("data-dir", "", "directory of the host's Pebble database (required)")
 	fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
+	svcconfig.AddNATSAuthFlags(fs)
 	fs.Duration("heartbeat-interval", 500*time.Millisecond, "how often to publish heartbeats")
 	fs.Int("max-payload", 1<<20, "largest record accepted, in bytes")
 	fs.Duration("confirm-timeout", 5*time.Second, "how long a publish waits for W copies before confirm_timeout")
@@ -88,6 +91,9 @@ func (c Config) Validate() error {
 	}
 	if c.DedupeRebuildRecords < 1 || c.DedupeRebuildBytes < 1 {
 		errs = append(errs, errors.New("--dedupe-rebuild-records and --dedupe-rebuild-bytes must be at least 1"))
+	}
+	if err := c.NATSAuth.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Logging.Validate(); err != nil {
 		errs = append(errs, err)

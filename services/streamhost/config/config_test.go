@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/brook-streams/brook/pkg/svcconfig"
 )
 
 // TestPrecedence checks defaults < file < environment < flags, one key per
@@ -57,5 +59,32 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x"}); err != nil {
 		t.Errorf("a minimal configuration was refused: %v", err)
+	}
+}
+
+// TestNATSAuth: the nkey and TLS files come from the file, the environment
+// and flags like every key; a certificate without its key is refused.
+func TestNATSAuth(t *testing.T) {
+	if c, err := Load([]string{"--node", "h1", "--data-dir", "/x"}); err != nil || c.NATSAuth != (svcconfig.NATSAuth{}) {
+		t.Errorf("defaults: %+v %v; want no credentials", c.NATSAuth, err)
+	}
+	path := filepath.Join(t.TempDir(), "host.yaml")
+	if err := os.WriteFile(path, []byte("node: h1\ndata-dir: /d\nnats-ca: /file/ca.pem\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BROOK_NATS_NKEY", "/env/host-h1.nk")
+	c, err := Load([]string{"--config", path, "--nats-cert", "/flag/c.pem", "--nats-key", "/flag/k.pem",
+		"--nats-url", "nats://a:4222,nats://b:4222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Nkey != "/env/host-h1.nk" || c.CA != "/file/ca.pem" || c.Cert != "/flag/c.pem" || c.Key != "/flag/k.pem" {
+		t.Errorf("nats auth %+v", c.NATSAuth)
+	}
+	if c.NATSURL != "nats://a:4222,nats://b:4222" {
+		t.Errorf("nats-url %q", c.NATSURL)
+	}
+	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--nats-cert", "c.pem"}); err == nil {
+		t.Error("--nats-cert without --nats-key was accepted")
 	}
 }

@@ -123,7 +123,7 @@ func newMiniCluster(t *testing.T) *miniCluster {
 	if _, err := c.nc.Subscribe(wire.HeartbeatWildcard, c.onHeartbeat); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.nc.Subscribe(wire.AdminSubject(wire.VerbNodeLeave), func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) }); err != nil {
+	if _, err := c.nc.Subscribe(wire.HostLeaveWildcard, func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.nc.Flush(); err != nil {

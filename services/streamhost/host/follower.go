@@ -86,7 +86,7 @@ func (f *follower) retentionKeepFrom() uint64 {
 
 func (f *follower) run(ctx context.Context) {
 	defer close(f.done)
-	subj := wire.ReplicationSubject(f.stream, f.epoch)
+	subj := wire.ReplicationSubject(f.stream, f.epoch, f.h.cfg.Node)
 	backoff := backoffMin
 	fails := 0
 	wait := f.h.cfg.ReplWait

@@ -337,7 +337,7 @@ func (h *Host) shutdown() {
 	// Best effort both: the coordinators also notice a silent host.
 	h.publishHeartbeat(true)
 	leave, _ := json.Marshal(wire.NodeRef{Node: h.cfg.Node})
-	if _, err := h.nc.Request(wire.AdminSubject(wire.VerbNodeLeave), leave, 500*time.Millisecond); err != nil {
+	if _, err := h.nc.Request(wire.HostLeaveSubject(h.cfg.Node), leave, 500*time.Millisecond); err != nil {
 		h.log.Warn("tell coordinators this node leaves", "err", err)
 	}
 

@@ -88,7 +88,7 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.nc.Subscribe(wire.AdminSubject(wire.VerbNodeLeave), func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) }); err != nil {
+	if _, err := f.nc.Subscribe(wire.HostLeaveWildcard, func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) }); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.nc.Flush()
@@ -404,7 +404,7 @@ func TestIdleFollowerWaitsLonger(t *testing.T) {
 	f := newFixtureWith(t, fixtureOptions{replWait: 40 * time.Millisecond, replIdleWait: 200 * time.Millisecond})
 	waits := make(chan uint32, 64)
 	var served atomic.Int32
-	sub, err := f.nc.Subscribe(wire.ReplicationSubject("fo", 1), func(m *nats.Msg) {
+	sub, err := f.nc.Subscribe(wire.ReplicationSubject("fo", 1, "n1"), func(m *nats.Msg) {
 		req, err := frame.DecodeReplRequest(m.Data)
 		if err != nil {
 			t.Error(err)

@@ -78,6 +78,10 @@ type owner struct {
 	// diverged is the record tail at which each follower last failed the
 	// log matching check, so that a follower retrying is logged once.
 	diverged map[string]uint64
+	// misnamed holds, per node a replication subject named, the other
+	// node the request's body last claimed, so that a host sending under
+	// another's name is logged once per claim, not on every retry.
+	misnamed map[string]string
 }
 
 // followerAck is what a follower last said it holds.
@@ -120,6 +124,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 		acks:     make(map[string]followerAck),
 		wmCh:     make(chan struct{}),
 		diverged: make(map[string]uint64),
+		misnamed: make(map[string]string),
 	}
 	o.mu.Lock()
 	o.tail = c.Tails().Record
@@ -137,7 +142,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 	var err error
 	// Followers first, so that the first publishes meet followers that can
 	// already ack.
-	o.replSub, err = h.nc.Subscribe(wire.ReplicationSubject(a.Stream, a.Epoch), o.onRepl)
+	o.replSub, err = h.nc.Subscribe(wire.ReplicationWildcard(a.Stream, a.Epoch), o.onRepl)
 	if err == nil {
 		for _, s := range []struct {
 			subj string

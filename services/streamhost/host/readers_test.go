@@ -315,7 +315,7 @@ func TestLateAckConfirmIsOnTheNewHistory(t *testing.T) {
 	served := time.Now()
 
 	// The delayed ack arrives.
-	if err := c.nc.Publish(wire.ReplicationSubject(stream, 1), lateAck); err != nil {
+	if err := c.nc.Publish(wire.ReplicationSubject(stream, 1, "n2"), lateAck); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/envelope"
 )
@@ -144,6 +145,77 @@ func TestDivergedFollowerAckNotCounted(t *testing.T) {
 	}
 	if log := n2.log.String(); !strings.Contains(log, "follower_digest=") || !strings.Contains(log, "owner_reply=") {
 		t.Fatalf("the follower's diverged log line lacks the digests:\n%s", log)
+	}
+}
+
+// TestReplRequestOnAnotherNodesSubjectRefused: a replication request
+// whose body names n2 but that was sent on n3's subject (a host acking for
+// another) is refused with bad_request, logged once, and not counted: the
+// publish waiting for a second copy stays unconfirmed. The same request on
+// n2's own subject is counted and confirms it.
+func TestReplRequestOnAnotherNodesSubjectRefused(t *testing.T) {
+	const stream, id = "misnamed", 12
+	c := newMiniCluster(t)
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2", "n3"})) // W = 2
+	n1 := c.start("n1", func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
+	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+
+	type result struct {
+		pc *wire.PublishConfirm
+		e  *wire.Error
+	}
+	done := make(chan result, 1)
+	go func() {
+		pc, e := c.publish(stream, payload(0), "", 0)
+		done <- result{pc, e}
+	}()
+	owned := n1.h.store.Get(stream)
+	for owned.Tails().Record < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	digest, err := owned.DigestAt(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: id,
+		RecordTail: 1, CursorTail: owned.Tails().CursorDurable, TailDigest: digest})
+	for range 3 {
+		resp, err := c.nc.Request(wire.ReplicationSubject(stream, 1, "n3"), ack, 5*time.Second)
+		if err != nil {
+			t.Fatalf("request on n3's subject: %v", err)
+		}
+		if e := replyError(resp); e == nil || e.Code != wire.CodeBadRequest {
+			t.Fatalf("request naming n2 on n3's subject answered %v (%q); want bad_request", e, resp.Data)
+		}
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("publish answered %+v, %v after a request on another node's subject", r.pc, r.e)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if cs, _ := find(n1.h.Heartbeat(false), stream); cs.Confirmed != 0 {
+		t.Fatalf("owner confirmed %d from a request on another node's subject", cs.Confirmed)
+	}
+	const line = "replication request names another node than its subject"
+	n1.log.waitFor(t, line)
+	if log := n1.log.String(); strings.Count(log, line) != 1 || !strings.Contains(log, "subject_node=n3 body_node=n2") {
+		t.Fatalf("want the refusal logged once, naming both nodes:\n%s", log)
+	}
+
+	resp, err := c.nc.Request(wire.ReplicationSubject(stream, 1, "n2"), ack, 5*time.Second)
+	if err != nil {
+		t.Fatalf("request on n2's subject: %v", err)
+	}
+	if e := replyError(resp); e != nil {
+		t.Fatalf("request naming n2 on n2's subject refused: %v", e)
+	}
+	select {
+	case r := <-done:
+		if r.e != nil || r.pc.Offset != 0 || r.pc.Copies != 2 {
+			t.Fatalf("publish %+v, %v; want offset 0 confirmed on 2 copies", r.pc, r.e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publish was not confirmed by n2's ack on its own subject")
 	}
 }
 

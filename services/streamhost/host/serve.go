@@ -108,6 +108,14 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "replication request: %v", err))
 		return
 	}
+	// The subject's last token is the sender's node: with credentials,
+	// nats-server lets host n publish on its own replication subjects
+	// only, so a body naming another node is a host speaking (and acking)
+	// for another. It is refused before anything of it counts.
+	if node := wire.ReplicationNode(m.Subject); req.Node != node {
+		o.misnamedFollower(m.Reply, node, req.Node)
+		return
+	}
 	if req.StreamID != o.id || req.Epoch != o.epoch {
 		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeStaleEpoch,
 			"stream %s: request for stream id %d epoch %d; this owner is stream id %d epoch %d",
@@ -237,6 +245,21 @@ func (o *owner) divergedFollower(reply string, req *frame.ReplRequest, ownerDige
 	o.h.replyErr(reply, wire.Errorf(wire.CodeDiverged,
 		"stream %s: follower %s at record tail %d has digest %016x there, the owner %016x (owner tail %d): the logs differ below the tail",
 		o.stream, req.Node, req.RecordTail, req.TailDigest, ownerDigest, ownerTail))
+}
+
+// misnamedFollower refuses a replication request sent on node's subject
+// whose body names claimed, logging it once per claim.
+func (o *owner) misnamedFollower(reply, node, claimed string) {
+	o.mu.Lock()
+	last, seen := o.misnamed[node]
+	o.misnamed[node] = claimed
+	o.mu.Unlock()
+	if !seen || last != claimed {
+		o.log.Error("replication request names another node than its subject; refused, its ack is not counted",
+			"subject_node", node, "body_node", claimed)
+	}
+	o.h.replyErr(reply, wire.Errorf(wire.CodeBadRequest,
+		"stream %s: replication request on node %s's subject names node %s", o.stream, node, claimed))
 }
 
 // onFetch is the fetch subject's callback; fetches may long-poll, so each

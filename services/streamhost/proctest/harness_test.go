@@ -120,7 +120,7 @@ func newCluster(t testing.TB) *cluster {
 	t.Cleanup(c.nc.Close)
 	c.sub(wire.AssignPull, c.table.ServePull)
 	c.sub(wire.HeartbeatWildcard, c.onHeartbeat)
-	c.sub(wire.AdminSubject(wire.VerbNodeLeave), c.onLeave)
+	c.sub(wire.HostLeaveWildcard, c.onLeave)
 	if err := c.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

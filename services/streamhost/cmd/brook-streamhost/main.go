@@ -5,6 +5,7 @@
 // Usage:
 //
 //	brook-streamhost --node h1 --data-dir /var/lib/brook --nats-url nats://brook:brook@127.0.0.1:4222
+//	brook-streamhost --node h1 --data-dir /var/lib/brook --nats-url nats://127.0.0.1:4222 --nats-nkey .brook-auth/host-h1.nk
 //	brook-streamhost healthcheck --http-addr 127.0.0.1:8081
 package main
 
@@ -25,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
+	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/config"
 	"github.com/brook-streams/brook/services/streamhost/host"
 	"github.com/brook-streams/brook/services/streamhost/telemetry"
@@ -74,7 +76,13 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	// h is set before the connection can first reconnect (the host is
 	// created right after connecting); reconnects before that need nothing.
 	var h atomic.Pointer[host.Host]
-	nc, err := nats.Connect(cfg.NATSURL,
+	// The host's replies come to its own inboxes, the only ones it may
+	// subscribe to when NATS runs with credentials.
+	authOpts, err := cfg.NATSAuth.Options(wire.HostInbox(cfg.Node))
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(authOpts,
 		nats.Name("brook-streamhost:"+cfg.Node),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond),
@@ -97,7 +105,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 			}
 			log.Warn("nats error", "subject", subj, "err", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats: %w", err)
 	}
