@@ -441,6 +441,8 @@ func (s *Server) nodeDrain(ctx context.Context, body []byte) (any, error) {
 	return wire.OK{OK: true, Version: r.Version}, nil
 }
 
+// nodeLeave is the admin verb node.leave, for operators: the node is the
+// body's.
 func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
 	var req wire.NodeRef
 	if err := decodeStrict(body, &req); err != nil {
@@ -449,12 +451,43 @@ func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
 	if err := wire.ValidName("node", req.Node); err != nil {
 		return nil, err
 	}
-	r, err := check(s.store.Propose(ctx, state.NodeLeave(req.Node, 0, s.opt.Now().UnixMilli())))
+	return s.leave(ctx, req.Node)
+}
+
+// onHostLeave answers brook.host.<node>.leave, a stream host telling the
+// coordinators it is shutting down: like node.leave, but the node is the
+// subject's, which with credentials only host <node> may publish on. A
+// body naming another node is refused; an empty body or one without a
+// node is the subject's node.
+func (s *Server) onHostLeave(m *nats.Msg) {
+	s.serve(m, "host leave", func(ctx context.Context) (any, error) {
+		node, ok := wire.HostLeaveNode(m.Subject)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeBadRequest, "subject %q is not a host's leave subject", m.Subject)
+		}
+		if err := wire.ValidName("node", node); err != nil {
+			return nil, err
+		}
+		var req wire.NodeRef
+		if err := decodeStrict(m.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Node != "" && req.Node != node {
+			s.log.Warn("host leave names another node than its subject; refused", "subject_node", node, "body_node", req.Node)
+			return nil, wire.Errorf(wire.CodeBadRequest, "leave on node %s's subject names node %s", node, req.Node)
+		}
+		return s.leave(ctx, node)
+	})
+}
+
+// leave marks node left, so the leader fails its streams over at once.
+func (s *Server) leave(ctx context.Context, node string) (any, error) {
+	r, err := check(s.store.Propose(ctx, state.NodeLeave(node, 0, s.opt.Now().UnixMilli())))
 	if err != nil {
 		return nil, err
 	}
 	if r.Changed {
-		s.log.Warn("node left: failing its streams over", "node", req.Node, "version", r.Version)
+		s.log.Warn("node left: failing its streams over", "node", node, "version", r.Version)
 	}
 	s.poke()
 	return wire.OK{OK: true, Version: r.Version}, nil

@@ -328,8 +328,11 @@ func (s *Server) serveWhenReady(ctx context.Context) {
 	if err := s.subscribe("assignment pulls", wire.AssignPull, wire.AdminQueue, s.onPull); err != nil {
 		s.log.Error("assignment pulls not served", "err", err)
 	}
+	if err := s.subscribe("host leaves", wire.HostLeaveWildcard, wire.AdminQueue, s.onHostLeave); err != nil {
+		s.log.Error("host leaves not served", "err", err)
+	}
 	s.serving.Store(true)
-	s.log.Info("serving admin requests and assignment pulls")
+	s.log.Info("serving admin requests, assignment pulls and host leaves")
 }
 
 // Serving reports whether this replica answers admin requests and pulls.

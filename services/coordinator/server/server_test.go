@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -330,6 +331,62 @@ func TestEagerFailoverOnLeaveAndDrainOwnerOnlyWaits(t *testing.T) {
 	info = c.waitInfo("solo", "owner-only stream serving", 4*time.Second, func(i wire.StreamInfo) bool { return i.Status == wire.StatusServing })
 	if info.Assignment.Epoch != 1 || info.Assignment.Owner != solo.Owner {
 		t.Fatalf("owner-only stream after return: %+v", info)
+	}
+}
+
+// TestHostLeaveSubject: a host leaving on brook.host.<node>.leave is
+// answered like the admin verb node.leave, for the subject's node: a body
+// naming another node, or a subject with a bad node, is refused and changes
+// nothing; the right one fails the node's streams over at once.
+func TestHostLeaveSubject(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	for _, n := range []string{"h1", "h2", "h3"} {
+		c.host(n)
+	}
+	testutil.Eventually(t, 5*time.Second, "three live hosts", func() bool {
+		var ci wire.ClusterInfo
+		return c.admin(wire.VerbClusterInfo, "", &ci) == nil && len(ci.Nodes) == 3
+	})
+	a := c.create("a", 3).Assignment
+	var other string
+	for _, n := range a.Followers {
+		other = n
+	}
+	for _, tc := range []struct{ subject, body string }{
+		{wire.HostLeaveSubject(a.Owner), fmt.Sprintf(`{"node":%q}`, other)},
+		{wire.HostLeaveSubject(a.Owner), `{"node":"h1","bogus":1}`},
+		{wire.HostLeaveSubject("h+1"), `{}`},
+	} {
+		if e := request(t, c.client, tc.subject, tc.body, nil); e == nil || e.Code != wire.CodeBadRequest {
+			t.Fatalf("leave on %s with %s: %v; want bad_request", tc.subject, tc.body, e)
+		}
+	}
+	if info := c.info("a"); info.Assignment.Epoch != 1 || info.Assignment.Owner != a.Owner {
+		t.Fatalf("refused leaves moved the stream: %+v", info.Assignment)
+	}
+	var ci wire.ClusterInfo
+	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
+		t.Fatal(e)
+	}
+	for _, n := range ci.Nodes {
+		if n.State != wire.NodeLive {
+			t.Fatalf("node %s is %s after refused leaves", n.Node, n.State)
+		}
+	}
+
+	var ok wire.OK
+	if e := request(t, c.client, wire.HostLeaveSubject(a.Owner), wire.NodeRef{Node: a.Owner}, &ok); e != nil || !ok.OK {
+		t.Fatalf("leave of %s: %+v %v", a.Owner, ok, e)
+	}
+	info := c.waitInfo("a", "failover on the host's leave", 3*time.Second, func(i wire.StreamInfo) bool { return i.Assignment.Epoch == 2 })
+	// The scripted host keeps beating as a live host (a real one beats
+	// leaving first): only the leave request can have moved the stream.
+	if info.Assignment.Owner == a.Owner {
+		t.Fatalf("owner %s after it left", info.Assignment.Owner)
+	}
+	// An empty body is the subject's node.
+	if e := request(t, c.client, wire.HostLeaveSubject(other), "", &ok); e != nil || !ok.OK {
+		t.Fatalf("leave of %s with an empty body: %+v %v", other, ok, e)
 	}
 }
 
