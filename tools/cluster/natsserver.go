@@ -49,6 +49,11 @@ func StartNATS(logPath string) (*NATS, error) {
 		// A host's NATS cut must not be masked by a long write deadline.
 		WriteDeadline: 2 * time.Second,
 	}
+	return startNATS(opts, logPath)
+}
+
+// startNATS starts a server with opts and waits until it takes connections.
+func startNATS(opts *server.Options, logPath string) (*NATS, error) {
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
@@ -67,6 +72,24 @@ func StartNATS(logPath string) (*NATS, error) {
 		return nil, fmt.Errorf("nats server: unexpected listen address %v", srv.Addr())
 	}
 	return &NATS{srv: srv, port: addr.Port}, nil
+}
+
+// StartNATSConfig runs a nats-server on a free loopback port with the
+// accounts, users and permissions of the configuration file confPath (as
+// tools/auth generates it); its listen address is overridden. If logPath
+// is not empty the server logs there.
+func StartNATSConfig(confPath, logPath string) (*NATS, error) {
+	opts, err := server.ProcessConfigFile(confPath)
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	opts.ServerName = "brook-test-nats"
+	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	opts.NoSigs, opts.NoLog = true, logPath == ""
+	opts.HTTPPort = 0
+	// A host's NATS cut must not be masked by a long write deadline.
+	opts.WriteDeadline = 2 * time.Second
+	return startNATS(opts, logPath)
 }
 
 // Addr is the server's host:port.
