@@ -27,7 +27,7 @@ type NATSAuth struct {
 // AddNATSAuthFlags defines --nats-nkey, --nats-ca, --nats-cert and
 // --nats-key on fs, all empty by default.
 func AddNATSAuthFlags(fs *pflag.FlagSet) {
-	fs.String("nats-nkey", "", "NATS nkey seed file of this service (e.g. .brook-auth/host-h1.nk); empty: no nkey")
+	fs.String("nats-nkey", "", "nkey seed file this service authenticates to NATS with (written by brook-auth); empty: none")
 	fs.String("nats-ca", "", "PEM file of the CA certificates that sign the NATS server's certificate (enables TLS)")
 	fs.String("nats-cert", "", "PEM client certificate for NATS TLS (with --nats-key)")
 	fs.String("nats-key", "", "PEM private key of --nats-cert")

@@ -5,17 +5,21 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
 
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/svcconfig"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // EnvPrefix marks the environment variables read.
@@ -23,12 +27,19 @@ const EnvPrefix = svcconfig.EnvPrefix
 
 // Config is the coordinator's configuration; keys are the flag names.
 type Config struct {
-	ReplicaID       uint64        `koanf:"replica-id"`
-	RaftAddr        string        `koanf:"raft-addr"`
-	Peers           string        `koanf:"peers"`
-	DataDir         string        `koanf:"data-dir"`
-	NATSURL         string        `koanf:"nats-url"`
-	NATSSystemURL   string        `koanf:"nats-system-url"`
+	ReplicaID     uint64 `koanf:"replica-id"`
+	RaftAddr      string `koanf:"raft-addr"`
+	Peers         string `koanf:"peers"`
+	DataDir       string `koanf:"data-dir"`
+	NATSURL       string `koanf:"nats-url"`
+	NATSSystemURL string `koanf:"nats-system-url"`
+	// NATSSystemNkey is the nkey seed file of the system-account
+	// connection; the TLS settings are NATSAuth's.
+	NATSSystemNkey string `koanf:"nats-system-nkey"`
+	// HostKeys is a JSON file mapping each node to its host's public
+	// nkey; when set, a disconnect advisory counts only if the closed
+	// connection authenticated with the key of the node it names.
+	HostKeys        string        `koanf:"host-keys"`
 	TTL             time.Duration `koanf:"ttl"`
 	DisconnectGrace time.Duration `koanf:"disconnect-grace"`
 	DefaultPolicy   string        `koanf:"default-policy"`
@@ -37,6 +48,8 @@ type Config struct {
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
 	HTTPAddr        string        `koanf:"http-addr"`
 	PProf           bool          `koanf:"pprof"`
+	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
+	svcconfig.NATSAuth `koanf:",squash"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
 	svcconfig.Logging `koanf:",squash"`
 }
@@ -49,8 +62,11 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("raft-addr", "", "this replica's Raft address (default: its address in --peers)")
 	fs.String("peers", "1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103", "every replica as id=host:port, comma separated")
 	fs.String("data-dir", "", "directory of the Raft log and snapshots (required)")
-	fs.String("nats-url", "nats://127.0.0.1:4222", "NATS URL of account BROOK")
-	fs.String("nats-system-url", "", "NATS URL of the system account; enables disconnect advisories")
+	fs.String("nats-url", "nats://127.0.0.1:4222", "NATS URL(s) of account BROOK, comma separated")
+	svcconfig.AddNATSAuthFlags(fs)
+	fs.String("nats-system-url", "", "NATS URL(s) of the system account; enables disconnect advisories")
+	fs.String("nats-system-nkey", "", "nkey seed file of the system-account connection (e.g. .brook-auth/coordinator-sys.nk); TLS as --nats-ca etc.")
+	fs.String("host-keys", "", "JSON file of each node's host public nkey ({\"h1\":\"U...\"}); when set, a disconnect advisory counts only for the node's own key")
 	fs.Duration("ttl", 2*time.Second, "a stream host unheard for this long is expired")
 	fs.Duration("disconnect-grace", 300*time.Millisecond, "after a disconnect advisory, how long to wait for a heartbeat")
 	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
@@ -75,6 +91,32 @@ func Load(args []string) (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+// ReadHostKeys reads the --host-keys file: a JSON object mapping each node
+// to the public user nkey ("U...") its stream host authenticates with.
+func ReadHostKeys(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--host-keys: %w", err)
+	}
+	keys := map[string]string{}
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, fmt.Errorf("--host-keys %s: want a JSON object of node to public nkey: %w", path, err)
+	}
+	var errs []error
+	for node, key := range keys {
+		if err := wire.ValidName("node", node); err != nil {
+			errs = append(errs, fmt.Errorf("--host-keys %s: %w", path, err))
+		}
+		if !nkeys.IsValidPublicUserKey(key) {
+			errs = append(errs, fmt.Errorf("--host-keys %s: node %s: %q is not a public user nkey", path, node, key))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return keys, nil
 }
 
 // ParsePeers reads "1=host:port,2=host:port".
@@ -139,6 +181,12 @@ func (c Config) Validate() error {
 	}
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))
+	}
+	if err := c.NATSAuth.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.NATSSystemNkey != "" && c.NATSSystemURL == "" {
+		errs = append(errs, errors.New("--nats-system-nkey needs --nats-system-url"))
 	}
 	if err := c.Logging.Validate(); err != nil {
 		errs = append(errs, err)

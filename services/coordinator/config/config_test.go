@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 )
 
 // TestPrecedence: defaults < file < environment < flags, one key won by each
@@ -60,5 +62,68 @@ func TestValidation(t *testing.T) {
 	}
 	if ids := PeerIDs(peers); ids[0] != 1 || ids[2] != 3 {
 		t.Fatalf("ids %v", ids)
+	}
+}
+
+// TestNATSAuthAndHostKeys: the credential settings load like every key,
+// a system nkey needs a system URL, and the host-keys file is checked.
+func TestNATSAuthAndHostKeys(t *testing.T) {
+	t.Setenv("BROOK_NATS_NKEY", "/env/coordinator.nk")
+	t.Setenv("BROOK_HOST_KEYS", "/env/host-keys.json")
+	c, err := Load([]string{"--data-dir", "d", "--nats-system-url", "nats://a:4222,nats://b:4222",
+		"--nats-system-nkey", "/flag/coordinator-sys.nk", "--nats-ca", "/flag/ca.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Nkey != "/env/coordinator.nk" || c.NATSSystemNkey != "/flag/coordinator-sys.nk" || c.CA != "/flag/ca.pem" ||
+		c.HostKeys != "/env/host-keys.json" || c.NATSSystemURL != "nats://a:4222,nats://b:4222" {
+		t.Fatalf("config %+v", c)
+	}
+	for _, args := range [][]string{
+		{"--data-dir", "d", "--nats-system-nkey", "sys.nk"}, // no system URL
+		{"--data-dir", "d", "--nats-key", "k.pem"},          // key without certificate
+	} {
+		if _, err := Load(args); err == nil {
+			t.Errorf("Load(%q) accepted", args)
+		}
+	}
+
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	accountKey, _ := account.PublicKey()
+	keys, err := ReadHostKeys(write("ok.json", `{"h1":"`+key+`"}`))
+	if err != nil || keys["h1"] != key || len(keys) != 1 {
+		t.Fatalf("host keys %v %v", keys, err)
+	}
+	for name, body := range map[string]string{
+		"array.json":     `["h1"]`,
+		"badnode.json":   `{"h.1":"` + key + `"}`,
+		"seed.json":      `{"h1":"` + string(seed) + `"}`,
+		"notakey.json":   `{"h1":"hello"}`,
+		"account.json":   `{"h1":"` + accountKey + `"}`,
+		"truncated.json": `{"h1":`,
+	} {
+		if _, err := ReadHostKeys(write(name, body)); err == nil {
+			t.Errorf("%s (%s) accepted", name, body)
+		}
+	}
+	if _, err := ReadHostKeys(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("a missing file accepted")
 	}
 }

@@ -50,6 +50,16 @@ type Options struct {
 	// system account, for disconnect advisories.
 	NATSURL       string
 	NATSSystemURL string
+	// NATSAuth is the nkey seed file and TLS files of the connection to
+	// BROOK; NATSSystemNkey is the seed file of the system-account
+	// connection, which uses NATSAuth's TLS files. Empty: none.
+	NATSAuth       svcconfig.NATSAuth
+	NATSSystemNkey string
+	// HostKeys maps each node to the public nkey its stream host
+	// authenticates with. When not nil, a disconnect advisory counts only
+	// if the closed connection authenticated with the key of the node its
+	// name claims; nil keeps the name rule (no credentials).
+	HostKeys map[string]string
 
 	TTL             time.Duration
 	DisconnectGrace time.Duration
@@ -236,7 +246,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	go s.controlLoop(loopCtx)
 	go s.serveWhenReady(loopCtx)
 	s.log.Info("coordinator started", "raft_addr", opt.RaftAddr, "nats_url", redact(opt.NATSURL),
-		"advisories", opt.NATSSystemURL != "", "ttl", opt.TTL.String(), "default_policy", opt.DefaultPolicy)
+		"advisories", opt.NATSSystemURL != "", "nkey", opt.NATSAuth.Nkey != "", "tls", opt.NATSAuth.CA != "" || opt.NATSAuth.Cert != "",
+		"host_keys", len(opt.HostKeys), "ttl", opt.TTL.String(), "default_policy", opt.DefaultPolicy)
 	return s, nil
 }
 
@@ -270,7 +281,11 @@ func natsOptions(name string, log *slog.Logger) []nats.Option {
 
 func (s *Server) connect() error {
 	name := "brook-coordinator:" + strconv.FormatUint(s.opt.ReplicaID, 10)
-	nc, err := nats.Connect(s.opt.NATSURL, natsOptions(name, s.log)...)
+	auth, err := s.opt.NATSAuth.Options(wire.InboxCoordinator)
+	if err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	nc, err := nats.Connect(s.opt.NATSURL, append(auth, natsOptions(name, s.log)...)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
 	}
@@ -281,7 +296,13 @@ func (s *Server) connect() error {
 		return err
 	}
 	if s.opt.NATSSystemURL != "" {
-		sysnc, err := nats.Connect(s.opt.NATSSystemURL, natsOptions(name, s.log)...)
+		sysAuth := s.opt.NATSAuth
+		sysAuth.Nkey = s.opt.NATSSystemNkey
+		auth, err := sysAuth.Options(wire.InboxCoordinatorSys)
+		if err != nil {
+			return fmt.Errorf("nats system account credentials: %w", err)
+		}
+		sysnc, err := nats.Connect(s.opt.NATSSystemURL, append(auth, natsOptions(name, s.log)...)...)
 		if err != nil {
 			return fmt.Errorf("connect to nats system account %s: %w", redact(s.opt.NATSSystemURL), err)
 		}
@@ -365,7 +386,37 @@ type disconnectAdvisory struct {
 	Client struct {
 		ID   uint64 `json:"id"`
 		Name string `json:"name"`
+		// User is what the connection authenticated as: for an nkey
+		// user, nats-server puts its public nkey here (ClientInfo.User,
+		// from the key whose signature the server checked).
+		User string `json:"user"`
 	} `json:"client"`
+}
+
+// advisoryHost tells which stream host a disconnect advisory is about. A
+// connection that does not name itself brook-streamhost:<node> is no
+// host's (ok false, why empty). With hostKeys (not nil), the name is only a
+// claim: the advisory counts only if the connection authenticated with the
+// node's own key, since any client may pick any name; otherwise ok is false
+// and why says why.
+func advisoryHost(ev disconnectAdvisory, hostKeys map[string]string) (node, why string, ok bool) {
+	node, named := strings.CutPrefix(ev.Client.Name, HostConnPrefix)
+	if !named || wire.ValidName("node", node) != nil {
+		return "", "", false
+	}
+	if hostKeys == nil {
+		return node, "", true
+	}
+	key, known := hostKeys[node]
+	switch {
+	case !known:
+		return node, "the node has no key in --host-keys", false
+	case ev.Client.User == "":
+		return node, "the connection authenticated with no nkey", false
+	case ev.Client.User != key:
+		return node, "the connection authenticated with another key than the node's", false
+	}
+	return node, "", true
 }
 
 // onDisconnect notes that a stream host's connection closed; if no
@@ -376,8 +427,12 @@ func (s *Server) onDisconnect(m *nats.Msg) {
 		s.log.Debug("bad disconnect advisory", "err", err)
 		return
 	}
-	node, ok := strings.CutPrefix(ev.Client.Name, HostConnPrefix)
-	if !ok || wire.ValidName("node", node) != nil {
+	node, why, ok := advisoryHost(ev, s.opt.HostKeys)
+	if !ok {
+		if why != "" {
+			s.log.Warn("disconnect advisory naming a stream host ignored: "+why, "node", node,
+				"user", ev.Client.User, "server", ev.Server.ID, "client_id", ev.Client.ID)
+		}
 		return
 	}
 	conn := liveness.Conn{Server: ev.Server.ID, ID: ev.Client.ID}

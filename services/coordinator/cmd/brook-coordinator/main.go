@@ -3,6 +3,7 @@
 // leader), and the admin and assignment endpoints over NATS.
 //
 //	brook-coordinator --replica-id 1 --peers 1=...,2=...,3=... --data-dir DIR --nats-url URL
+//	  [--nats-nkey coordinator.nk --nats-system-url URL --nats-system-nkey coordinator-sys.nk --host-keys host-keys.json]
 //	brook-coordinator healthcheck --http-addr 127.0.0.1:8081
 package main
 
@@ -40,6 +41,13 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "brook-coordinator: %v\n", err)
 		return 2
 	}
+	var hostKeys map[string]string // nil: advisories matched by name only
+	if cfg.HostKeys != "" {
+		if hostKeys, err = config.ReadHostKeys(cfg.HostKeys); err != nil {
+			fmt.Fprintf(os.Stderr, "brook-coordinator: %v\n", err)
+			return 2
+		}
+	}
 	log := cfg.Logger()
 	raftstore.RouteDragonboatLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -58,6 +66,9 @@ func run(args []string) int {
 		DataDir:         cfg.DataDir,
 		NATSURL:         cfg.NATSURL,
 		NATSSystemURL:   cfg.NATSSystemURL,
+		NATSAuth:        cfg.NATSAuth,
+		NATSSystemNkey:  cfg.NATSSystemNkey,
+		HostKeys:        hostKeys,
 		TTL:             cfg.TTL,
 		DisconnectGrace: cfg.DisconnectGrace,
 		ReplaceAfter:    cfg.ReplaceAfter,
