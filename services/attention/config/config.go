@@ -26,7 +26,9 @@ const EnvPrefix = svcconfig.EnvPrefix
 
 // Config is brook-attention's configuration.
 type Config struct {
-	NATSURL   string
+	NATSURL string
+	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
+	NATSAuth  svcconfig.NATSAuth
 	HTTPAddr  string
 	TTL       time.Duration // heartbeat TTL: how long a heartbeat keeps a node live
 	LagWindow time.Duration // how long a follower's tail may stand still below its owner's
@@ -43,7 +45,8 @@ type Config struct {
 // are the configuration keys.
 func FlagSet(name string) *pflag.FlagSet {
 	fs := svcconfig.NewFlagSet(name) // with --config
-	fs.String("nats-url", "nats://brook:brook@127.0.0.1:4222", "NATS server URL (account BROOK)")
+	fs.String("nats-url", "nats://brook:brook@127.0.0.1:4222", "NATS server URL(s) (account BROOK), comma separated")
+	svcconfig.AddNATSAuthFlags(fs)
 	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention and /healthz (empty: off)")
 	fs.Duration("ttl", 2*time.Second, "heartbeat TTL: a node unheard for longer is down")
 	fs.Duration("lag-window", 10*time.Second, "how long a follower's tail may stand still below its owner's")
@@ -70,6 +73,12 @@ func fromKoanf(k *koanf.Koanf) (Config, error) {
 		NATSURL:   k.String("nats-url"),
 		HTTPAddr:  k.String("http-addr"),
 		LogFormat: k.String("log-format"),
+		NATSAuth: svcconfig.NATSAuth{
+			Nkey: k.String("nats-nkey"),
+			CA:   k.String("nats-ca"),
+			Cert: k.String("nats-cert"),
+			Key:  k.String("nats-key"),
+		},
 	}
 	var errs []error
 	for _, d := range []struct {
@@ -88,6 +97,9 @@ func fromKoanf(k *koanf.Koanf) (Config, error) {
 	}
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("nats-url: must be set"))
+	}
+	if err := c.NATSAuth.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	logging := svcconfig.Logging{Level: k.String("log-level"), Format: k.String("log-format")}
 	if err := logging.Validate(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/brook-streams/brook/pkg/svcconfig"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -87,6 +89,7 @@ func TestRejects(t *testing.T) {
 		"missing file":     {args: []string{"--config", "/nonexistent/x.yaml"}, want: "read config file"},
 		"unknown flag":     {args: []string{"--node", "h1"}, want: "unknown flag"},
 		"empty nats url":   {args: []string{"--nats-url", ""}, want: "nats-url: must be set"},
+		"cert without key": {args: []string{"--nats-cert", "c.pem"}, want: "--nats-cert and --nats-key go together"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			args := tc.args
@@ -109,5 +112,20 @@ func TestHelp(t *testing.T) {
 	fs.SetOutput(new(strings.Builder))
 	if err := fs.Parse([]string{"--help"}); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("err %v", err)
+	}
+}
+
+// TestNATSAuth: the credential files come from the file, the environment
+// and flags, like every key.
+func TestNATSAuth(t *testing.T) {
+	path := writeFile(t, "nats-ca: /file/ca.pem\n")
+	t.Setenv("BROOK_NATS_NKEY", "/env/attention.nk")
+	c, err := Load("brook-attention", []string{"--config", path, "--nats-cert", "/flag/c.pem", "--nats-key", "/flag/k.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := svcconfig.NATSAuth{Nkey: "/env/attention.nk", CA: "/file/ca.pem", Cert: "/flag/c.pem", Key: "/flag/k.pem"}
+	if c.NATSAuth != want {
+		t.Errorf("nats auth %+v, want %+v", c.NATSAuth, want)
 	}
 }

@@ -3,6 +3,7 @@
 // heartbeats. It keeps nothing durable.
 //
 //	brook-attention --nats-url nats://brook:brook@127.0.0.1:4222 --http-addr 127.0.0.1:8090
+//	brook-attention --nats-url nats://127.0.0.1:4222 --nats-nkey .brook-auth/attention.nk
 //	brook-attention healthcheck --http-addr 127.0.0.1:8090
 package main
 
@@ -23,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
+	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/attention/config"
 	"github.com/brook-streams/brook/services/attention/judge"
 	"github.com/brook-streams/brook/services/attention/server"
@@ -71,7 +73,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		}
 	}()
 
-	nc, err := nats.Connect(cfg.NATSURL,
+	auth, err := cfg.NATSAuth.Options(wire.InboxAttention)
+	if err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(auth,
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond),
@@ -81,7 +87,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		nats.ConnectHandler(func(*nats.Conn) { log.Info("nats connected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats: %w", err)
 	}
