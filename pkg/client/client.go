@@ -66,6 +66,12 @@ type options struct {
 	noPinning      bool
 	logger         *slog.Logger
 	natsOpts       []nats.Option
+	nkeySeedFile   string
+	inboxPrefix    string
+	tlsCA          string
+	tlsCert        string
+	tlsKey         string
+	tls            bool
 }
 
 // Option configures a Client.
@@ -104,6 +110,27 @@ func WithBackoff(minDelay, maxDelay time.Duration) Option {
 
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithNkeySeedFile authenticates the connection with the nkey whose seed
+// is in the file at path (as brook-auth writes them: .brook-auth/client.nk
+// for applications, admin.nk for operators). Connect reads the file; the
+// seed is never logged. Pair it with WithInboxPrefix: nats-server lets each
+// brook principal receive replies on its own inboxes only.
+func WithNkeySeedFile(path string) Option { return func(o *options) { o.nkeySeedFile = path } }
+
+// WithInboxPrefix makes every reply to this client's requests (publishes,
+// fetches, commits, admin requests, an AsyncPublisher's confirms) come to
+// subjects under prefix: wire.InboxClient ("_INBOX.client") for
+// applications, wire.InboxAdmin for operators. The default is nats.go's
+// "_INBOX".
+func WithInboxPrefix(prefix string) Option { return func(o *options) { o.inboxPrefix = prefix } }
+
+// WithTLS connects over TLS: caFile (PEM) holds the certificates that may
+// sign the server's ("" keeps the system's roots); certFile and keyFile
+// are the client's certificate and key, both or neither.
+func WithTLS(caFile, certFile, keyFile string) Option {
+	return func(o *options) { o.tls, o.tlsCA, o.tlsCert, o.tlsKey = true, caFile, certFile, keyFile }
+}
 
 // WithNATSOptions adds options to the NATS connection Connect makes.
 func WithNATSOptions(opts ...nats.Option) Option {
@@ -162,6 +189,11 @@ func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) 
 	if o.user != "" {
 		nopts = append(nopts, nats.UserInfo(o.user, o.password))
 	}
+	auth, err := o.authOptions()
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", urls, err)
+	}
+	nopts = append(nopts, auth...)
 	if deadline, ok := ctx.Deadline(); ok {
 		nopts = append(nopts, nats.Timeout(time.Until(deadline)))
 	}
@@ -178,6 +210,35 @@ func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) 
 	c := newClient(nc, o)
 	c.ownConn = true
 	return c, nil
+}
+
+// authOptions are the NATS options of WithNkeySeedFile, WithInboxPrefix
+// and WithTLS.
+func (o *options) authOptions() ([]nats.Option, error) {
+	var nopts []nats.Option
+	if o.inboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(o.inboxPrefix))
+	}
+	if o.nkeySeedFile != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.nkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed file %s: %w", o.nkeySeedFile, err)
+		}
+		nopts = append(nopts, opt)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, errors.New("tls: give the client certificate and its key together")
+	}
+	if o.tlsCA != "" {
+		nopts = append(nopts, nats.RootCAs(o.tlsCA))
+	}
+	if o.tlsCert != "" {
+		nopts = append(nopts, nats.ClientCert(o.tlsCert, o.tlsKey))
+	}
+	if o.tls && o.tlsCA == "" && o.tlsCert == "" {
+		nopts = append(nopts, nats.Secure())
+	}
+	return nopts, nil
 }
 
 // New returns a Client over an existing connection, which the caller keeps
