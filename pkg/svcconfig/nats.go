@@ -3,6 +3,7 @@ package svcconfig
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
@@ -39,6 +40,24 @@ func (a NATSAuth) Validate() error {
 		return errors.New("--nats-cert and --nats-key go together: give both or neither")
 	}
 	return nil
+}
+
+// RedactURLs hides the password of every URL in a comma-separated list of
+// NATS URLs (as --nats-url takes them), for logs.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		u = strings.TrimSpace(u)
+		if at := strings.LastIndex(u, "@"); at >= 0 {
+			if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+				u = u[:scheme+3] + "***" + u[at:]
+			} else {
+				u = "***" + u[at:]
+			}
+		}
+		parts[i] = u
+	}
+	return strings.Join(parts, ",")
 }
 
 // Options returns the NATS connection options of the settings, for a

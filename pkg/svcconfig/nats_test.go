@@ -85,3 +85,16 @@ func TestNATSAuthNkey(t *testing.T) {
 		t.Fatalf("bad seed file: %v; want an error naming the file, not its contents", err)
 	}
 }
+
+func TestRedactURLs(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":                                 "nats://127.0.0.1:4222",
+		"nats://brook:brook@127.0.0.1:4222":                     "nats://***@127.0.0.1:4222",
+		"nats://a:4222, nats://x:secret@h2:4222,tls://u:p@h3:1": "nats://a:4222,nats://***@h2:4222,tls://***@h3:1",
+		"u:p@h:4222": "***@h:4222",
+	} {
+		if got := RedactURLs(in); got != want {
+			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

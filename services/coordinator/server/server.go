@@ -251,15 +251,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	return s, nil
 }
 
-// redact hides the password of a NATS URL in logs.
-func redact(u string) string {
-	if at := strings.LastIndex(u, "@"); at >= 0 {
-		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
-			return u[:scheme+3] + "***" + u[at:]
-		}
-	}
-	return u
-}
+// redact hides the password of each NATS URL of a list in logs.
+func redact(u string) string { return svcconfig.RedactURLs(u) }
 
 func natsOptions(name string, log *slog.Logger) []nats.Option {
 	return []nats.Option{

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
+	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/attention/config"
 	"github.com/brook-streams/brook/services/attention/judge"
@@ -146,13 +146,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	return runErr
 }
 
-// redact hides the password of a NATS URL in logs.
-func redact(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
-	}
-	return "(unparsable url)"
-}
+// redact hides the password of each NATS URL of a list in logs (a URL
+// parser would read a list as one URL and show the passwords after the
+// first).
+func redact(u string) string { return svcconfig.RedactURLs(u) }
 
 // healthcheck GETs /healthz of a running brook-attention and exits 0 when
 // it answers 200, for health checks in images without a shell.

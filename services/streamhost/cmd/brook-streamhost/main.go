@@ -78,7 +78,8 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	var h atomic.Pointer[host.Host]
 	// The host's replies come to its own inboxes, the only ones it may
 	// subscribe to when NATS runs with credentials.
-	authOpts, err := cfg.NATSAuth.Options(wire.HostInbox(cfg.Node))
+	auth := cfg.NATSAuth
+	authOpts, err := auth.Options(wire.HostInbox(cfg.Node))
 	if err != nil {
 		return err
 	}
