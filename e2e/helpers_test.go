@@ -17,6 +17,7 @@ import (
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 	"github.com/brook-streams/brook/tools/cluster"
 )
 
@@ -124,9 +125,9 @@ func newEnv(t *testing.T, o opts) *env {
 		}
 		t.Logf("suite wall time %v", time.Since(e.began).Round(100*time.Millisecond))
 	})
-	e.cl, err = client.Connect(ctx, c.NATSURL(), client.WithName("brook-e2e"),
+	e.cl, err = client.Connect(ctx, c.NATSURL(), append(c.ClientOptions(auth.Admin), client.WithName("brook-e2e"),
 		client.WithRequestTimeout(requestTimeout), client.WithRetry(0, 20*time.Second),
-		client.WithLogger(slog.New(slog.DiscardHandler)))
+		client.WithLogger(slog.New(slog.DiscardHandler)))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/brook-streams/brook/e2e/internal/workload"
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // TestDeleteRecreateUnderLoad: a stream is deleted and created again under
@@ -56,9 +57,9 @@ func TestDeleteRecreateUnderLoad(t *testing.T) {
 
 	newClient := func(name string, o ...client.Option) *client.Client {
 		t.Helper()
-		cl, err := client.Connect(e.ctx, e.c.NATSURL(), append([]client.Option{client.WithName(name),
+		cl, err := client.Connect(e.ctx, e.c.NATSURL(), append(append(e.c.ClientOptions(auth.Client), client.WithName(name),
 			client.WithRequestTimeout(requestTimeout), client.WithRetry(0, 10*time.Second),
-			client.WithLogger(slog.New(slog.DiscardHandler))}, o...)...)
+			client.WithLogger(slog.New(slog.DiscardHandler))), o...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/brook-streams/brook/e2e/internal/workload"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // prefixWait is the state of a stream whose recovery waits for the
@@ -121,7 +122,13 @@ func setupPrefixWait(e *env, stream string) *prefixWait {
 func (e *env) spyPromotion(stream, node string, epoch uint64) <-chan error {
 	t := e.t
 	t.Helper()
-	nc, err := nats.Connect(e.c.NATSURL(), nats.Name("brook-e2e-spy"))
+	// The spy listens as the node itself: only host <node> may subscribe
+	// to its assignment notices.
+	nopts, err := e.c.NATSOptions(auth.HostPrincipal(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.c.NATSURL(), append(nopts, nats.Name("brook-e2e-spy"))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // Config describes a cluster to start.
@@ -43,6 +46,10 @@ type Config struct {
 	StopGrace time.Duration
 	// Logger logs the harness's own steps (default: discard).
 	Logger *slog.Logger
+	// NoAuth runs NATS with the old shared users (brook and sys, no
+	// permissions) instead of a generated deployment of per-principal
+	// NKEYs and permissions (tools/auth, issue 13).
+	NoAuth bool
 }
 
 // Cluster is a running local cluster.
@@ -55,6 +62,8 @@ type Cluster struct {
 	hosts   []*Proc
 	attn    *Proc
 	client  *client.Client
+	// auth is the generated deployment (nil with Config.NoAuth).
+	auth *auth.Deployment
 
 	stopOnce sync.Once
 	stopErr  error
@@ -121,7 +130,18 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 
-	c.nats, err = StartNATS(filepath.Join(cfg.LogDir, "nats.log"))
+	if cfg.NoAuth {
+		c.nats, err = StartNATS(filepath.Join(cfg.LogDir, "nats.log"))
+	} else {
+		nodes := make([]string, cfg.Hosts)
+		for i := range nodes {
+			nodes[i] = "h" + strconv.Itoa(i+1)
+		}
+		if c.auth, err = auth.Generate(filepath.Join(cfg.Dir, "auth"), auth.Spec{Nodes: nodes, Coordinators: cfg.Coordinators, Overwrite: true}); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		c.nats, err = StartNATSConfig(c.auth.NATSConf, filepath.Join(cfg.LogDir, "nats.log"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
@@ -150,9 +170,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			"--raft-addr", raftAddrs[i],
 			"--peers", strings.Join(peers, ","),
 			"--data-dir", filepath.Join(cfg.Dir, "coordinator-"+id),
-			"--nats-url", c.nats.URL(),
-			"--nats-system-url", c.nats.SysURL(),
+			"--nats-url", c.serviceURL(c.nats.Addr()),
+			"--nats-system-url", c.sysURL(),
 			"--http-addr", httpAddr,
+		}
+		if c.auth != nil {
+			args = append(args, "--nats-nkey", c.seed(auth.Coordinator),
+				"--nats-system-nkey", c.seed(auth.CoordinatorSys), "--host-keys", c.auth.HostKeys)
 		}
 		args = append(args, cfg.CoordArgs...)
 		name := "coordinator-" + id
@@ -173,8 +197,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		args := []string{
 			"--node", node,
 			"--data-dir", filepath.Join(cfg.Dir, node),
-			"--nats-url", userURL(BrookUser, BrookPassword, px.Addr()),
+			"--nats-url", c.serviceURL(px.Addr()),
 			"--http-addr", httpAddr,
+		}
+		if c.auth != nil {
+			args = append(args, "--nats-nkey", c.seed(auth.HostPrincipal(node)))
 		}
 		args = append(args, cfg.HostArgs...)
 		c.hosts = append(c.hosts, newProc(node, KindStreamHost, node, cfg.Bins.StreamHost, args, env,
@@ -185,7 +212,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
-		args := append([]string{"--nats-url", c.nats.URL(), "--http-addr", httpAddr}, cfg.AttentionArgs...)
+		args := []string{"--nats-url", c.serviceURL(c.nats.Addr()), "--http-addr", httpAddr}
+		if c.auth != nil {
+			args = append(args, "--nats-nkey", c.seed(auth.Attention))
+		}
+		args = append(args, cfg.AttentionArgs...)
 		c.attn = newProc("attention", KindAttention, "", cfg.Bins.Attention, args, env,
 			httpAddr, filepath.Join(cfg.LogDir, "attention.log"))
 	}
@@ -196,18 +227,78 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		log.Info("started", "proc", p.Name, "pid", p.Pid(), "log", p.LogPath)
 	}
-	c.client, err = client.Connect(ctx, c.nats.URL(),
+	c.client, err = client.Connect(ctx, c.NATSURL(), append(c.ClientOptions(auth.Admin),
 		client.WithName("brook-cluster-harness"),
 		client.WithAdminTimeout(time.Second),
-		client.WithLogger(log))
+		client.WithLogger(log))...)
 	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	return c, nil
 }
 
-// NATSURL is the URL every service uses (user brook, account BROOK).
-func (c *Cluster) NATSURL() string { return c.nats.URL() }
+// NATSURL is the URL of the cluster's nats-server. With a generated
+// deployment it carries no credentials: connect with ClientOptions or
+// NATSOptions of a principal. With Config.NoAuth it carries user brook's
+// (account BROOK, no permissions).
+func (c *Cluster) NATSURL() string { return c.serviceURL(c.nats.Addr()) }
+
+// serviceURL is the services' URL of a server address.
+func (c *Cluster) serviceURL(addr string) string {
+	if c.auth != nil {
+		return "nats://" + addr
+	}
+	return userURL(BrookUser, BrookPassword, addr)
+}
+
+// sysURL is the coordinators' system-account URL.
+func (c *Cluster) sysURL() string {
+	if c.auth != nil {
+		return "nats://" + c.nats.Addr()
+	}
+	return c.nats.SysURL()
+}
+
+// seed is the seed file of a principal of the deployment.
+func (c *Cluster) seed(principal string) string {
+	p, _ := c.auth.Principal(principal)
+	return p.SeedFile
+}
+
+// Auth returns the generated deployment: every principal's seed file,
+// inbox prefix and permissions (nil with Config.NoAuth).
+func (c *Cluster) Auth() *auth.Deployment { return c.auth }
+
+// ClientOptions are the pkg/client options to connect as principal (see
+// tools/auth: auth.Client, auth.Admin, auth.HostPrincipal(node), ...);
+// none with Config.NoAuth, where the URL carries the credentials.
+func (c *Cluster) ClientOptions(principal string) []client.Option {
+	if c.auth == nil {
+		return nil
+	}
+	p, ok := c.auth.Principal(principal)
+	if !ok {
+		return []client.Option{client.WithNkeySeedFile(filepath.Join(c.auth.Dir, "no-such-principal-"+principal))}
+	}
+	return []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+}
+
+// NATSOptions are the nats.go options to connect as principal; none with
+// Config.NoAuth. An unknown principal or an unreadable seed is an error.
+func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
+	if c.auth == nil {
+		return nil, nil
+	}
+	p, ok := c.auth.Principal(principal)
+	if !ok {
+		return nil, fmt.Errorf("no principal %q in the deployment", principal)
+	}
+	seed, err := nats.NkeyOptionFromSeed(p.SeedFile)
+	if err != nil {
+		return nil, fmt.Errorf("principal %s: %w", principal, err)
+	}
+	return []nats.Option{seed, nats.CustomInboxPrefix(p.InboxPrefix)}, nil
+}
 
 // NATSSysURL is the system account's URL.
 func (c *Cluster) NATSSysURL() string { return c.nats.SysURL() }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // TestCreateThenPublishAtOnce: the README's two lines back to back on real
@@ -28,7 +29,11 @@ func TestCreateThenPublishAtOnce(t *testing.T) {
 	if err := c.WaitNodesLive(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(c.NATSURL(), nats.Name("brook-create-test"))
+	nopts, err := c.NATSOptions(auth.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.NATSURL(), append(nopts, nats.Name("brook-create-test"))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // failoverCase loses the owner of a 3-copy majority_durable stream while a
@@ -32,8 +33,8 @@ func failoverCase(t *testing.T, lose func(c *Cluster, owner int), restore func(c
 	if err := c.WaitNodesLive(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.Connect(ctx, c.NATSURL(), client.WithName("brook-failover-test"),
-		client.WithRequestTimeout(2*time.Second), client.WithRetry(0, time.Minute))
+	cl, err := client.Connect(ctx, c.NATSURL(), append(c.ClientOptions(auth.Admin), client.WithName("brook-failover-test"),
+		client.WithRequestTimeout(2*time.Second), client.WithRetry(0, time.Minute))...)
 	if err != nil {
 		t.Fatal(err)
 	}

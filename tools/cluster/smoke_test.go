@@ -13,6 +13,7 @@ import (
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // builtBins builds the binaries once per test binary run, into a directory
@@ -81,7 +82,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("nodes: %v", err)
 	}
 
-	cl, err := client.Connect(ctx, c.NATSURL(), client.WithName("brook-smoke"), client.WithRetry(0, 30*time.Second))
+	cl, err := client.Connect(ctx, c.NATSURL(), append(c.ClientOptions(auth.Admin), client.WithName("brook-smoke"), client.WithRetry(0, 30*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}

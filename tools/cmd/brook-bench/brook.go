@@ -16,6 +16,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
+	authpkg "github.com/brook-streams/brook/tools/auth"
 	"github.com/brook-streams/brook/tools/bench"
 	"github.com/brook-streams/brook/tools/cluster"
 	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
@@ -49,6 +50,7 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Targe
 
 	t := &brookTarget{log: log, stream: "bench"}
 	url := o.natsURL
+	var auth []client.Option // the local cluster's admin credentials
 	if url == "" {
 		cl, err := startLocalCluster(ctx, o, log)
 		if err != nil {
@@ -56,6 +58,7 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Targe
 		}
 		closers = append(closers, func() { _ = cl.Stop() })
 		url, t.nodes = cl.NATSURL(), brookload.LocalNodes{C: cl}
+		auth = cl.ClientOptions(authpkg.Admin)
 	} else {
 		// An existing cluster may hold an earlier run's stream: this run
 		// gets its own, deleted again at the end.
@@ -68,6 +71,7 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Targe
 
 	opts := append(brookload.ClientOptions(brookload.DefaultAttemptTimeout),
 		client.WithName("brook-bench"), client.WithLogger(log))
+	opts = append(opts, auth...)
 	if t.c, err = client.Connect(ctx, url, opts...); err != nil {
 		return nil, nil, fmt.Errorf("brook target: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 	"github.com/brook-streams/brook/tools/bench"
 )
 
@@ -62,9 +63,10 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	defer func() { _ = cl.Stop() }()
 	// Short backoffs: the measure is when the stream serves again, not
 	// when a client that backed off for long happens to ask.
-	c, err := client.Connect(ctx, cl.NATSURL(), client.WithName("brook-bench-mass"), client.WithLogger(log),
+	c, err := client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
+		client.WithName("brook-bench-mass"), client.WithLogger(log),
 		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
-		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(5*time.Second))
+		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(5*time.Second))...)
 	if err != nil {
 		return res, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 	"github.com/brook-streams/brook/tools/cluster"
 	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
 )
@@ -215,6 +216,7 @@ func (d *demo) start(ctx context.Context) error {
 	d.con.Printf("coordinator %d leads the Raft shard; %d stream hosts live (%.1fs)", leader, cl.Hosts(), time.Since(began).Seconds())
 
 	opts := append(brookload.ClientOptions(brookload.DefaultAttemptTimeout), client.WithName("brook-demo"), client.WithLogger(d.log))
+	opts = append(opts, cl.ClientOptions(auth.Admin)...)
 	if d.c, err = client.Connect(ctx, cl.NATSURL(), opts...); err != nil {
 		d.stop()
 		return err
@@ -443,6 +445,13 @@ func (d *demo) rejoin(ctx context.Context) {
 // look at it.
 func (d *demo) keep(ctx context.Context) {
 	url := d.cl.NATSURL()
+	if a := d.cl.Auth(); a != nil {
+		// The operator's credential: its seed, and the inbox prefix it
+		// may subscribe to (nats-server refuses the CLI's default).
+		if p, ok := a.Principal(auth.Admin); ok {
+			url += " --nkey " + p.SeedFile + " --inbox-prefix " + p.InboxPrefix
+		}
+	}
 	d.con.Printf("\nthe cluster keeps running; try (https://github.com/nats-io/natscli):")
 	d.con.Printf("  nats request %s '{\"stream\":\"%s\"}' --server %s", wire.AdminSubject(wire.VerbStreamInfo), demoStream, url)
 	d.con.Printf("  nats request %s '' --server %s", wire.AdminSubject(wire.VerbClusterInfo), url)
