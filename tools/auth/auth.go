@@ -21,7 +21,12 @@
 //     which Load reads back;
 //   - with Spec.TLS, a development CA (ca.pem; its key is not kept: add a
 //     node by generating a new deployment), the server's certificate and key
-//     (server-cert.pem, server-key.pem) for Spec.Hosts, and one client
+//     (server-cert.pem, server-key.pem) for Spec.Hosts, the coordinators'
+//     Raft certificate and key (coordinator-raft-cert.pem,
+//     coordinator-raft-key.pem: one pair for every replica, server and
+//     client usage, for Spec.Hosts, which must then name the coordinators'
+//     Raft hosts too; Dragonboat checks a peer against the host it
+//     dialled and requires a client certificate of the CA), and one client
 //     certificate and key per principal (<principal>-cert.pem,
 //     <principal>-key.pem). The server verifies client certificates
 //     (verify: true) but identity stays the NKEY: a certificate only proves
@@ -73,6 +78,8 @@ const (
 	CAFile         = "ca.pem"
 	ServerCertFile = "server-cert.pem"
 	ServerKeyFile  = "server-key.pem"
+	RaftCertFile   = "coordinator-raft-cert.pem"
+	RaftKeyFile    = "coordinator-raft-key.pem"
 )
 
 // DefaultPort is nats.conf's listen port.
@@ -111,8 +118,9 @@ type Spec struct {
 	// TLS also generates a development CA and certificates, and requires
 	// verified client certificates in auth.conf.
 	TLS bool
-	// Hosts are the server certificate's SANs (IP addresses or DNS
-	// names); default 127.0.0.1 and localhost.
+	// Hosts are the server and Raft certificates' SANs (IP addresses or
+	// DNS names): the names clients dial nats-server by, and the hosts of
+	// the coordinators' Raft addresses; default 127.0.0.1 and localhost.
 	Hosts []string
 	// ServerDir is the deployment directory as nats-server will see it,
 	// used for the certificate paths in auth.conf (nats-server resolves
@@ -170,6 +178,11 @@ type Deployment struct {
 	CAFile     string   `json:"ca_file,omitempty"`
 	ServerCert string   `json:"server_cert,omitempty"`
 	ServerKey  string   `json:"server_key,omitempty"`
+	// TLS only: the coordinators' Raft certificate and key (for
+	// --raft-cert and --raft-key, with CAFile as --raft-ca), valid as a
+	// server and as a client certificate for Hosts.
+	RaftCert string `json:"raft_cert,omitempty"`
+	RaftKey  string `json:"raft_key,omitempty"`
 }
 
 // Principal returns the principal named name.
@@ -415,6 +428,9 @@ func (d *Deployment) Files() []string {
 	}
 	if d.TLS {
 		fs = append(fs, d.CAFile, d.ServerCert, d.ServerKey)
+	}
+	if d.RaftCert != "" {
+		fs = append(fs, d.RaftCert, d.RaftKey)
 	}
 	sort.Strings(fs)
 	return fs

@@ -17,7 +17,8 @@ import (
 // certValidity is how long the development certificates last.
 const certValidity = 2 * 365 * 24 * time.Hour
 
-// DefaultHosts are the server certificate's SANs when Spec.Hosts is empty.
+// DefaultHosts are the server and Raft certificates' SANs when Spec.Hosts
+// is empty.
 var DefaultHosts = []string{"127.0.0.1", "localhost"}
 
 type issuer struct {
@@ -25,9 +26,9 @@ type issuer struct {
 	key  *ecdsa.PrivateKey
 }
 
-// generateTLS writes the CA certificate, the server's certificate and key
-// and one client certificate and key per principal, and records their
-// paths in d. The CA's key is not written.
+// generateTLS writes the CA certificate, the server's certificate and key,
+// the coordinators' Raft certificate and key, and one client certificate
+// and key per principal, and records their paths in d. The CA's key is not written.
 func generateTLS(d *Deployment, spec Spec) error {
 	d.Hosts = clone(spec.Hosts)
 	if len(d.Hosts) == 0 {
@@ -66,16 +67,25 @@ func generateTLS(d *Deployment, spec Spec) error {
 		Subject:     pkix.Name{CommonName: "brook nats-server", Organization: []string{"brook"}},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	for _, h := range d.Hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			server.IPAddresses = append(server.IPAddresses, ip)
-		} else {
-			server.DNSNames = append(server.DNSNames, h)
-		}
-	}
+	addSANs(server, d.Hosts)
 	d.ServerCert = filepath.Join(d.Dir, ServerCertFile)
 	d.ServerKey = filepath.Join(d.Dir, ServerKeyFile)
 	if err := ca.issue(server, d.ServerCert, d.ServerKey); err != nil {
+		return err
+	}
+
+	// One certificate for every coordinator's Raft transport: Dragonboat
+	// presents it both as the server and as the client of a peer
+	// connection, and a dialling peer checks it against the host of the
+	// address it dialled.
+	raft := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "brook coordinator raft", Organization: []string{"brook"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	addSANs(raft, d.Hosts)
+	d.RaftCert = filepath.Join(d.Dir, RaftCertFile)
+	d.RaftKey = filepath.Join(d.Dir, RaftKeyFile)
+	if err := ca.issue(raft, d.RaftCert, d.RaftKey); err != nil {
 		return err
 	}
 
@@ -92,6 +102,18 @@ func generateTLS(d *Deployment, spec Spec) error {
 		}
 	}
 	return nil
+}
+
+// addSANs adds hosts (IP addresses or DNS names) to the certificate's
+// subject alternative names.
+func addSANs(c *x509.Certificate, hosts []string) {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			c.IPAddresses = append(c.IPAddresses, ip)
+		} else {
+			c.DNSNames = append(c.DNSNames, h)
+		}
+	}
 }
 
 // issue signs tmpl (a leaf) with a new P-256 key and writes the
