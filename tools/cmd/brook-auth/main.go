@@ -4,7 +4,10 @@
 // file with the accounts, users and permissions), nats.conf (a complete
 // main file) and, with --tls, a development CA and certificates.
 //
-//	go run ./tools/cmd/brook-auth --dir .brook-auth --nodes h1,h2,h3,h4 [--tls]
+//	go run ./tools/cmd/brook-auth --dir .brook-auth --nodes h1,h2,h3,h4 [--tls] [--owner UID:GID]
+//
+// --owner gives the directory and its files to the user the services run as
+// (the compose stack's containers: 65532:65532); it needs root.
 //
 // It refuses to replace an existing deployment unless --force. Keep the
 // directory out of git (.brook-auth/ and deploy/secrets/ are ignored).
@@ -41,6 +44,7 @@ func run(args []string, out io.Writer) error {
 	serverDir := fs.String("server-dir", "", "the directory as nats-server sees it, for auth.conf's certificate paths (default: --dir, absolute)")
 	port := fs.Int("port", auth.DefaultPort, "nats.conf's listen port")
 	force := fs.Bool("force", false, "replace an existing deployment in --dir (every key changes)")
+	owner := fs.String("owner", "", "UID:GID to give the directory and its files to, e.g. 65532:65532 for the compose stack's containers (needs root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,12 +65,24 @@ func run(args []string, out io.Writer) error {
 	if len(spec.Nodes) == 0 {
 		return errors.New("--nodes is required (e.g. --nodes h1,h2,h3,h4)")
 	}
+	uid, gid := -1, -1
+	if *owner != "" {
+		var err error
+		if uid, gid, err = auth.ParseOwner(*owner); err != nil {
+			return fmt.Errorf("--owner: %w", err)
+		}
+	}
 	d, err := auth.Generate(*dir, spec)
 	if errors.Is(err, auth.ErrExists) {
 		return fmt.Errorf("%w (use --force to replace it: every key changes)", err)
 	}
 	if err != nil {
 		return err
+	}
+	if uid >= 0 {
+		if err := auth.Chown(d, uid, gid); err != nil {
+			return fmt.Errorf("--owner %s: %w", *owner, err)
+		}
 	}
 	report(out, d)
 	return nil
