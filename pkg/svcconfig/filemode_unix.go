@@ -1,0 +1,7 @@
+//go:build unix
+
+package svcconfig
+
+import "syscall"
+
+func restrictFileModes() { syscall.Umask(RestrictedUmask) }
