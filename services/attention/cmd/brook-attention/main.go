@@ -36,6 +36,9 @@ const name = "brook-attention"
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
+	// Before anything is created: whatever the service writes is this
+	// user's alone.
+	svcconfig.RestrictFileModes()
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:], stderr)
 	}

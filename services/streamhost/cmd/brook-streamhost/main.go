@@ -41,6 +41,9 @@ func main() {
 }
 
 func run(args []string) int {
+	// Before anything is created: the data directory, its logs and
+	// checkpoints are this user's alone.
+	svcconfig.RestrictFileModes()
 	cfg, err := config.Load(args)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
