@@ -46,8 +46,13 @@ type Config struct {
 	ReplaceAfter    time.Duration `koanf:"replace-after"`
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
-	HTTPAddr        string        `koanf:"http-addr"`
-	PProf           bool          `koanf:"pprof"`
+	// RaftCA, RaftCert and RaftKey (all three or none) run the Raft
+	// transport over Dragonboat's mutual TLS.
+	RaftCA   string `koanf:"raft-ca"`
+	RaftCert string `koanf:"raft-cert"`
+	RaftKey  string `koanf:"raft-key"`
+	HTTPAddr string `koanf:"http-addr"`
+	PProf    bool   `koanf:"pprof"`
 	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
 	svcconfig.NATSAuth `koanf:",squash"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
@@ -73,6 +78,9 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
+	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
+	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
+	fs.String("raft-key", "", "PEM private key of --raft-cert")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
 	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
@@ -153,6 +161,19 @@ func PeerIDs(peers map[uint64]string) []uint64 {
 	return ids
 }
 
+// RaftTLS reports whether the Raft transport runs mutual TLS.
+func (c Config) RaftTLS() bool { return c.RaftCA != "" && c.RaftCert != "" && c.RaftKey != "" }
+
+func countSet(vs ...string) int {
+	n := 0
+	for _, v := range vs {
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // Validate checks the values.
 func (c Config) Validate() error {
 	var errs []error
@@ -181,6 +202,9 @@ func (c Config) Validate() error {
 	}
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))
+	}
+	if n := countSet(c.RaftCA, c.RaftCert, c.RaftKey); n != 0 && n != 3 {
+		errs = append(errs, errors.New("--raft-ca, --raft-cert and --raft-key go together: give all three or none"))
 	}
 	if err := c.NATSAuth.Validate(); err != nil {
 		errs = append(errs, err)

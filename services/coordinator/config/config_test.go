@@ -127,3 +127,29 @@ func TestNATSAuthAndHostKeys(t *testing.T) {
 		t.Error("a missing file accepted")
 	}
 }
+
+// TestRaftTLS: --raft-ca, --raft-cert and --raft-key come all three (from
+// flags or BROOK_RAFT_*) or not at all.
+func TestRaftTLS(t *testing.T) {
+	c, err := Load([]string{"--data-dir", "d"})
+	if err != nil || c.RaftTLS() {
+		t.Fatalf("default: %v, raft TLS %v", err, c.RaftTLS())
+	}
+	t.Setenv("BROOK_RAFT_CA", "/env/ca.pem")
+	c, err = Load([]string{"--data-dir", "d", "--raft-cert", "c.pem", "--raft-key", "k.pem"})
+	if err != nil || !c.RaftTLS() || c.RaftCA != "/env/ca.pem" || c.RaftCert != "c.pem" || c.RaftKey != "k.pem" {
+		t.Fatalf("all three: %v %+v", err, c)
+	}
+	for _, args := range [][]string{
+		{"--raft-cert", "c.pem"},
+		{"--raft-key", "k.pem"},
+	} {
+		if _, err := Load(append([]string{"--data-dir", "d"}, args...)); err == nil {
+			t.Errorf("Load(%q) with BROOK_RAFT_CA set accepted", args)
+		}
+	}
+	t.Setenv("BROOK_RAFT_CA", "")
+	if _, err := Load([]string{"--data-dir", "d", "--raft-cert", "c.pem", "--raft-key", "k.pem"}); err == nil {
+		t.Error("--raft-cert and --raft-key without a CA accepted")
+	}
+}

@@ -7,10 +7,13 @@ package raftstore
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -53,7 +56,41 @@ type Config struct {
 	// DataDir holds the NodeHost's Raft log and snapshots.
 	DataDir        string
 	RTTMillisecond uint64
-	Logger         *slog.Logger
+	// TLS, when set, runs the Raft transport over mutual TLS.
+	TLS    *TLSFiles
+	Logger *slog.Logger
+}
+
+// TLSFiles are the PEM files of Dragonboat's mutual TLS between Raft
+// peers: every replica listens with Cert and demands a client certificate
+// signed by CA, and dials its peers presenting Cert and checking theirs
+// against CA and the host of the peer's Raft address. So Cert must be
+// valid for both server and client authentication and name every peer's
+// Raft host (tools/auth's coordinator-raft-cert.pem is).
+type TLSFiles struct {
+	CA   string
+	Cert string
+	Key  string
+}
+
+// Validate checks that all three files are named and that Cert and Key
+// form a pair and CA holds a certificate, so a mistake fails the start
+// instead of every peer connection.
+func (f TLSFiles) Validate() error {
+	if f.CA == "" || f.Cert == "" || f.Key == "" {
+		return errors.New("raftstore: mutual TLS needs a CA, a certificate and a key")
+	}
+	if _, err := tls.LoadX509KeyPair(f.Cert, f.Key); err != nil {
+		return fmt.Errorf("raftstore: raft certificate %s and key %s: %w", f.Cert, f.Key, err)
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return fmt.Errorf("raftstore: raft CA: %w", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return fmt.Errorf("raftstore: raft CA %s holds no PEM certificate", f.CA)
+	}
+	return nil
 }
 
 // Store is one coordinator's replica of the state.
@@ -107,6 +144,11 @@ func Open(cfg Config) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	quietDragonboat()
+	if cfg.TLS != nil {
+		if err := cfg.TLS.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	logdb := config.GetTinyMemLogDBConfig()
 	// One LogDB shard: the coordinator runs one Raft shard, and the default
 	// 16 would only multiply memory and files.
@@ -121,6 +163,10 @@ func Open(cfg Config) (*Store, error) {
 			Engine: config.GetDefaultEngineConfig(),
 			LogDB:  logdb,
 		},
+	}
+	if cfg.TLS != nil {
+		nhc.MutualTLS = true
+		nhc.CAFile, nhc.CertFile, nhc.KeyFile = cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key
 	}
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
@@ -144,7 +190,11 @@ func Open(cfg Config) (*Store, error) {
 		nh.Close()
 		return nil, fmt.Errorf("raftstore: start replica %d: %w", cfg.ReplicaID, err)
 	}
-	log.Info("raft replica started", "replica_id", cfg.ReplicaID, "raft_addr", cfg.RaftAddr, "dir", dir)
+	if cfg.TLS != nil {
+		log.Info("raft transport uses mutual TLS", "ca", cfg.TLS.CA, "cert", cfg.TLS.Cert)
+	}
+	log.Info("raft replica started", "replica_id", cfg.ReplicaID, "raft_addr", cfg.RaftAddr, "dir", dir,
+		"mutual_tls", cfg.TLS != nil)
 	return &Store{nh: nh, session: nh.GetNoOPSession(ShardID), cfg: cfg, log: log}, nil
 }
 

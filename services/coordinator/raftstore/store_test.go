@@ -17,15 +17,25 @@ type cluster struct {
 	peers  map[uint64]string
 	dirs   map[uint64]string
 	stores map[uint64]*Store
+	// tls are the replicas' Raft TLS files (none: plain TCP).
+	tls map[uint64]*TLSFiles
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T) *cluster { return newTLSCluster(t, nil) }
+
+// newTLSCluster starts three replicas, replica id's Raft transport with
+// tls(id) (nil: plain TCP).
+func newTLSCluster(t *testing.T, tls func(id uint64) *TLSFiles) *cluster {
 	addrs := testutil.FreeAddrs(t, 3)
-	c := &cluster{t: t, peers: map[uint64]string{}, dirs: map[uint64]string{}, stores: map[uint64]*Store{}}
+	c := &cluster{t: t, peers: map[uint64]string{}, dirs: map[uint64]string{}, stores: map[uint64]*Store{},
+		tls: map[uint64]*TLSFiles{}}
 	for i, a := range addrs {
 		id := uint64(i + 1)
 		c.peers[id] = a
 		c.dirs[id] = t.TempDir()
+		if tls != nil {
+			c.tls[id] = tls(id)
+		}
 	}
 	for id := range c.peers {
 		c.open(id)
@@ -40,7 +50,8 @@ func newCluster(t *testing.T) *cluster {
 
 func (c *cluster) open(id uint64) {
 	c.t.Helper()
-	s, err := Open(Config{ReplicaID: id, RaftAddr: c.peers[id], Peers: c.peers, DataDir: c.dirs[id], RTTMillisecond: 10})
+	s, err := Open(Config{ReplicaID: id, RaftAddr: c.peers[id], Peers: c.peers, DataDir: c.dirs[id], RTTMillisecond: 10,
+		TLS: c.tls[id]})
 	if err != nil {
 		c.t.Fatalf("open %d: %v", id, err)
 	}

@@ -67,6 +67,8 @@ type Options struct {
 	SealTimeout     time.Duration
 	DefaultPolicy   string
 	RTTMillisecond  uint64
+	// RaftTLS, when set, runs the Raft transport over mutual TLS.
+	RaftTLS *raftstore.TLSFiles
 	// HTTPAddr serves GET /healthz when set, and with PProf the runtime
 	// profiles under /debug/pprof/.
 	HTTPAddr string
@@ -223,7 +225,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
 	store, err := raftstore.Open(raftstore.Config{
 		ReplicaID: opt.ReplicaID, RaftAddr: opt.RaftAddr, Peers: opt.Peers, DataDir: opt.DataDir,
-		RTTMillisecond: opt.RTTMillisecond, Logger: s.log,
+		RTTMillisecond: opt.RTTMillisecond, TLS: opt.RaftTLS, Logger: s.log,
 	})
 	if err != nil {
 		return nil, err

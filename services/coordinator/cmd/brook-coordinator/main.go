@@ -4,6 +4,8 @@
 //
 //	brook-coordinator --replica-id 1 --peers 1=...,2=...,3=... --data-dir DIR --nats-url URL
 //	  [--nats-nkey coordinator.nk --nats-system-url URL --nats-system-nkey coordinator-sys.nk --host-keys host-keys.json]
+//	  [--nats-ca ca.pem --nats-cert coordinator-cert.pem --nats-key coordinator-key.pem]
+//	  [--raft-ca ca.pem --raft-cert coordinator-raft-cert.pem --raft-key coordinator-raft-key.pem]
 //	brook-coordinator healthcheck --http-addr 127.0.0.1:8081
 package main
 
@@ -59,6 +61,10 @@ func run(args []string) int {
 		return 1
 	}
 	peers, _ := config.ParsePeers(cfg.Peers) // validated by Load
+	var raftTLS *raftstore.TLSFiles
+	if cfg.RaftTLS() {
+		raftTLS = &raftstore.TLSFiles{CA: cfg.RaftCA, Cert: cfg.RaftCert, Key: cfg.RaftKey}
+	}
 	srv, err := server.Start(ctx, server.Options{
 		ReplicaID:       cfg.ReplicaID,
 		RaftAddr:        cfg.RaftAddr,
@@ -75,6 +81,7 @@ func run(args []string) int {
 		SealTimeout:     cfg.SealTimeout,
 		DefaultPolicy:   cfg.DefaultPolicy,
 		RTTMillisecond:  cfg.RTTMillisecond,
+		RaftTLS:         raftTLS,
 		HTTPAddr:        cfg.HTTPAddr,
 		PProf:           cfg.PProf,
 		Logger:          log,
