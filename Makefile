@@ -10,7 +10,7 @@ MODULES := pkg schemas services/coordinator services/streamhost services/attenti
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 BIN := $(CURDIR)/bin
 
-.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-up compose-up-traces compose-down bench-peer clean
+.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-secrets compose-up compose-up-traces compose-down bench-peer clean
 
 all: build
 
@@ -50,30 +50,48 @@ bench-peer:
 chaos:
 	BROOK_CHAOS=1 go test -count=1 -timeout 60m -run 'TestChaos' -v ./e2e/...
 
-## images: FROM-scratch images of every service, nats-server and Jaeger (for the traces profile).
+## images: FROM-scratch images of every service, nats-server and Jaeger (for the traces profile),
+## and the compose stack's credentials (compose-secrets).
 IMAGES := coordinator streamhost attention
-images: images-core images-jaeger
+images: images-core images-jaeger compose-secrets
 
+# deploy/empty becomes the images' /data, owned by their user (git keeps no
+# empty directory).
 images-core:
-	@mkdir -p deploy/bin
+	@mkdir -p deploy/bin deploy/empty
 	go build -o deploy/bin/ ./services/coordinator/cmd/brook-coordinator ./services/streamhost/cmd/brook-streamhost ./services/attention/cmd/brook-attention ./tools/cmd/brook-probe
 	cd tools && go build -o ../deploy/bin/nats-server github.com/nats-io/nats-server/v2
 	for i in $(IMAGES); do docker build -q -f deploy/Dockerfile --build-arg BIN=brook-$$i -t brook/$$i:dev deploy; done
 	docker build -q -f deploy/Dockerfile --build-arg BIN=nats-server -t brook/nats:dev deploy
 
 images-jaeger:
-	@mkdir -p deploy/bin
+	@mkdir -p deploy/bin deploy/empty
 	cd deploy/jaeger && GOWORK=off go build -o ../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 	docker build -q -f deploy/Dockerfile --build-arg BIN=jaeger -t brook/jaeger:dev deploy
 
-compose-up: images-core
+## compose-secrets: the compose stack's NKEY credentials and nats-server accounts (brook-auth) in
+## BROOK_SECRETS_DIR (default ./deploy/secrets, git-ignored; docker-compose.yml reads the same
+## variable), unless it already holds a deployment. The files are given to the containers' user
+## 65532:65532 (mode 0600), which needs root: run as another user, it uses sudo.
+BROOK_SECRETS_DIR ?= ./deploy/secrets
+SECRETS_OWNER ?= 65532:65532
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+compose-secrets:
+	@if $(SUDO) test -e $(BROOK_SECRETS_DIR)/auth.conf; then \
+		echo "$(BROOK_SECRETS_DIR) holds a deployment (brook-auth --force in it to replace every key)"; \
+	else \
+		mkdir -p $(BIN) && go build -o $(BIN)/ ./tools/cmd/brook-auth && \
+		$(SUDO) $(BIN)/brook-auth --dir $(BROOK_SECRETS_DIR) --nodes h1,h2,h3,h4 --owner $(SECRETS_OWNER); \
+	fi
+
+compose-up: images-core compose-secrets
 	docker-compose up -d
 
-compose-up-traces: images-core images-jaeger
+compose-up-traces: images-core images-jaeger compose-secrets
 	BROOK_OTLP_ENDPOINT=http://jaeger:4318 docker-compose --profile traces up -d
 
 compose-down:
 	docker-compose down -v
 
 clean:
-	rm -rf $(BIN) deploy/bin
+	rm -rf $(BIN) deploy/bin deploy/empty

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // The services of docker-compose.yml (without profiles) and the stream
@@ -64,7 +68,8 @@ func TestCompose(t *testing.T) {
 
 // startStack brings a stack up and waits until every service is healthy,
 // the coordinators have a leader and every stream host is live, and returns
-// it with an admin client (the client's own retries on).
+// it with a client authenticated as the admin principal (the client's own
+// retries on).
 func startStack(ctx context.Context, t *testing.T, compose composeCmd, root string, cfg stackConfig, services []string) (*stack, *client.Client) {
 	t.Helper()
 	s, err := newStack(t, compose, root, cfg)
@@ -80,8 +85,8 @@ func startStack(ctx context.Context, t *testing.T, compose composeCmd, root stri
 	if err := s.WaitHealthy(hctx, services...); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.Connect(ctx, s.NATSURL(), client.WithName("brook-compose-e2e"),
-		client.WithRequestTimeout(2*time.Second), client.WithRetry(0, time.Minute))
+	cl, err := client.Connect(ctx, s.NATSURL(), append(s.ClientOptions(auth.Admin), client.WithName("brook-compose-e2e"),
+		client.WithRequestTimeout(2*time.Second), client.WithRetry(0, time.Minute))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,16 +171,18 @@ func createStream(ctx context.Context, t *testing.T, cl *client.Client, stream s
 
 func testFailover(ctx context.Context, t *testing.T, compose composeCmd, root string) {
 	s, cl := startStack(ctx, t, compose, root, stackConfig{}, coreServices)
+	checkHardened(ctx, t, s)
 	const stream = "orders"
 	info := createStream(ctx, t, cl, stream)
 
-	// Publishers make one attempt per publish and retry with a new
-	// payload themselves (see load). The 2s request timeout is below the
+	// Publishers connect as an application (the client principal), make
+	// one attempt per publish and retry with a new payload themselves
+	// (see load). The 2s request timeout is below the
 	// hosts' 5s confirm timeout on purpose: an attempt that times out is
 	// merely unconfirmed here, and a dead owner holds a publisher for 2s
 	// rather than 6.
-	pubCl, err := client.Connect(ctx, s.NATSURL(), client.WithName("brook-compose-e2e-publishers"),
-		client.WithRequestTimeout(2*time.Second), client.WithRetry(1, 0))
+	pubCl, err := client.Connect(ctx, s.NATSURL(), append(s.ClientOptions(auth.Client), client.WithName("brook-compose-e2e-publishers"),
+		client.WithRequestTimeout(2*time.Second), client.WithRetry(1, 0))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,4 +373,35 @@ func loseOwner(ctx context.Context, t *testing.T, s *stack, cl *client.Client, l
 	if err := ld.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkHardened checks what issue 13 asks of the compose stack: every
+// container runs as the unprivileged user, and NATS refuses a connection
+// without a credential (nor does the old shared password get in).
+func checkHardened(ctx context.Context, t *testing.T, s *stack) {
+	t.Helper()
+	want := fmt.Sprintf("%d:%d", containerUID, containerGID)
+	for _, svc := range coreServices {
+		id, err := s.Container(ctx, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.Config.User}}", id).Output()
+		if err != nil {
+			t.Fatalf("docker inspect %s: %v", svc, err)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("service %s runs as user %q, want %s", svc, got, want)
+		}
+	}
+	for _, opts := range [][]nats.Option{nil, {nats.UserInfo("brook", "brook")}} {
+		nc, err := nats.Connect(s.NATSURL(), append(opts, nats.Timeout(5*time.Second), nats.NoReconnect())...)
+		if err == nil {
+			nc.Close()
+			t.Errorf("NATS accepted a connection without a credential (options %d)", len(opts))
+		} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Errorf("a connection without a credential failed with %v, want an authorization violation", err)
+		}
+	}
+	t.Logf("every container runs as %s; NATS refuses connections without an nkey", want)
 }

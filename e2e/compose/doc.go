@@ -8,6 +8,13 @@
 // the brook/jaeger:dev image present it also checks that a failover's trace
 // reaches Jaeger in the `traces` profile.
 //
+// Every stack runs with its own credentials: the suite generates a
+// brook-auth deployment in a temporary directory (never deploy/secrets) and
+// points docker-compose.yml at it with BROOK_SECRETS_DIR; the test's clients
+// connect as the admin and client principals. It also checks that every
+// container runs as the unprivileged user 65532:65532 and that NATS refuses
+// a connection without an nkey.
+//
 // The suite skips when no Docker engine answers or no docker-compose is
 // installed, and in -short mode.
 package compose

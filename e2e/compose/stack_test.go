@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/brook-streams/brook/pkg/client"
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // composeCmd is how docker-compose is invoked: the standalone
@@ -142,6 +145,9 @@ type stack struct {
 
 	natsPort     int
 	jaegerUIPort int
+	// secrets is the stack's own credentials (brook-auth's deployment),
+	// mounted into every container through BROOK_SECRETS_DIR.
+	secrets *auth.Deployment
 }
 
 // stackConfig chooses what a stack runs.
@@ -166,6 +172,10 @@ func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := generateSecrets(filepath.Join(t.TempDir(), "secrets"))
+	if err != nil {
+		return nil, err
+	}
 	s := &stack{
 		t:        t,
 		compose:  compose,
@@ -183,17 +193,63 @@ func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*
 			"BROOK_JAEGER_UI_PORT="+strconv.Itoa(ports[3]),
 			"BROOK_JAEGER_OTLP_PORT="+strconv.Itoa(ports[4]),
 			"BROOK_OTLP_ENDPOINT="+cfg.OTLPEndpoint,
+			"BROOK_SECRETS_DIR="+secrets.Dir,
 		),
 		natsPort:     ports[0],
 		jaegerUIPort: ports[3],
+		secrets:      secrets,
 	}
 	t.Cleanup(s.remove)
 	return s, nil
 }
 
-// NATSURL is the URL of account BROOK on the stack's published NATS port.
+// NATSURL is the URL of the stack's published NATS port (no credentials in
+// it: see ClientOptions).
 func (s *stack) NATSURL() string {
-	return fmt.Sprintf("nats://brook:brook@127.0.0.1:%d", s.natsPort)
+	return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort)
+}
+
+// ClientOptions authenticate a client as principal (auth.Admin for the
+// admin verbs, auth.Client for an application) of the stack's deployment.
+func (s *stack) ClientOptions(principal string) []client.Option {
+	p, ok := s.secrets.Principal(principal)
+	if !ok {
+		s.t.Fatalf("the stack's deployment has no principal %q", principal)
+	}
+	return []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+}
+
+// The user the images run as (deploy/Dockerfile's USER).
+const containerUID, containerGID = 65532, 65532
+
+// generateSecrets writes a stack's own credentials into dir with brook-auth's
+// generator (make compose-secrets does the same into deploy/secrets), so a
+// run never touches a developer's deployment. The containers run as
+// 65532:65532 and must read their seeds: as root the files are given to
+// that user (brook-auth --owner), as anyone else they are made readable by
+// all (dir 0755, files 0644), which exposes them to nobody else since t's
+// temporary directory above dir stays 0700.
+func generateSecrets(dir string) (*auth.Deployment, error) {
+	nodes := make([]string, hostCount)
+	for i := range nodes {
+		nodes[i] = "h" + strconv.Itoa(i+1)
+	}
+	d, err := auth.Generate(dir, auth.Spec{Nodes: nodes})
+	if err != nil {
+		return nil, fmt.Errorf("generate the stack's credentials: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		return d, auth.Chown(d, containerUID, containerGID)
+	}
+	if err := os.Chmod(d.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range d.Files() {
+		if err := os.Chmod(f, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // JaegerURL is the base URL of the Jaeger UI and API on its published port.
