@@ -14,8 +14,9 @@ import (
 
 // retryable reports whether err is one a failover explains: nobody owns the
 // stream right now, the host answering is no longer (or not yet) its owner,
-// or the owner went silent. Everything else, confirm_timeout included, goes
-// back to the caller.
+// or the owner went silent; or the owner is at its cap of requests in flight
+// (overloaded), which a backoff lets drain. Everything else, confirm_timeout
+// included, goes back to the caller.
 func retryable(err error) bool {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders),
@@ -33,7 +34,7 @@ func retryable(err error) bool {
 	switch werr.Code {
 	case wire.CodeNotOwner, wire.CodeSealed, wire.CodeShuttingDown,
 		wire.CodeRecovering, wire.CodeStaleEpoch, wire.CodeStreamUnknown,
-		wire.CodeUnavailable:
+		wire.CodeUnavailable, wire.CodeOverloaded:
 		return true
 	}
 	return false

@@ -22,6 +22,7 @@ const (
 	CodeDiverged        = "diverged"          // a follower's log does not match the owner's below its tail (digests differ)
 	CodeDuplicate       = "duplicate"         // producer sequence already written (reply carries the offset)
 	CodeRecovering      = "recovering"        // the stream is failing over; retry
+	CodeOverloaded      = "overloaded"        // the host is at its cap of requests in flight; retry after a backoff
 	CodeInternal        = "internal"          // a bug or a storage failure; see the host's log
 )
 
