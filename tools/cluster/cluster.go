@@ -50,6 +50,14 @@ type Config struct {
 	// permissions) instead of a generated deployment of per-principal
 	// NKEYs and permissions (tools/auth, issue 13).
 	NoAuth bool
+	// TLS also generates a development CA and certificates (tools/auth
+	// Spec.TLS): nats-server requires TLS with a verified client
+	// certificate, every process connects with its principal's
+	// (--nats-ca, --nats-cert, --nats-key), the coordinators run mutual
+	// TLS between Raft peers (--raft-ca, --raft-cert, --raft-key), and
+	// ClientOptions and NATSOptions carry the principal's certificate.
+	// Not with NoAuth.
+	TLS bool
 }
 
 // Cluster is a running local cluster.
@@ -111,6 +119,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = 5 * time.Second
 	}
+	if cfg.TLS && cfg.NoAuth {
+		return nil, errors.New("start cluster: Config.TLS needs the generated deployment (not NoAuth)")
+	}
 	if cfg.Bins.Coordinator == "" || cfg.Bins.StreamHost == "" || (cfg.Attention && cfg.Bins.Attention == "") {
 		return nil, fmt.Errorf("start cluster: missing binaries: %+v", cfg.Bins)
 	}
@@ -137,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		for i := range nodes {
 			nodes[i] = "h" + strconv.Itoa(i+1)
 		}
-		if c.auth, err = auth.Generate(filepath.Join(cfg.Dir, "auth"), auth.Spec{Nodes: nodes, Coordinators: cfg.Coordinators, Overwrite: true}); err != nil {
+		if c.auth, err = auth.Generate(filepath.Join(cfg.Dir, "auth"), auth.Spec{Nodes: nodes, Coordinators: cfg.Coordinators, TLS: cfg.TLS, Overwrite: true}); err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
 		c.nats, err = StartNATSConfig(c.auth.NATSConf, filepath.Join(cfg.LogDir, "nats.log"))
@@ -177,6 +188,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if c.auth != nil {
 			args = append(args, "--nats-nkey", c.seed(auth.Coordinator),
 				"--nats-system-nkey", c.seed(auth.CoordinatorSys), "--host-keys", c.auth.HostKeys)
+			args = append(args, c.tlsArgs(auth.Coordinator)...)
+			if c.auth.TLS {
+				args = append(args, "--raft-ca", c.auth.CAFile, "--raft-cert", c.auth.RaftCert, "--raft-key", c.auth.RaftKey)
+			}
 		}
 		args = append(args, cfg.CoordArgs...)
 		name := "coordinator-" + id
@@ -202,6 +217,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		if c.auth != nil {
 			args = append(args, "--nats-nkey", c.seed(auth.HostPrincipal(node)))
+			args = append(args, c.tlsArgs(auth.HostPrincipal(node))...)
 		}
 		args = append(args, cfg.HostArgs...)
 		c.hosts = append(c.hosts, newProc(node, KindStreamHost, node, cfg.Bins.StreamHost, args, env,
@@ -215,6 +231,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		args := []string{"--nats-url", c.serviceURL(c.nats.Addr()), "--http-addr", httpAddr}
 		if c.auth != nil {
 			args = append(args, "--nats-nkey", c.seed(auth.Attention))
+			args = append(args, c.tlsArgs(auth.Attention)...)
 		}
 		args = append(args, cfg.AttentionArgs...)
 		c.attn = newProc("attention", KindAttention, "", cfg.Bins.Attention, args, env,
@@ -265,13 +282,26 @@ func (c *Cluster) seed(principal string) string {
 	return p.SeedFile
 }
 
+// tlsArgs are a service's NATS TLS flags as principal (none without TLS).
+func (c *Cluster) tlsArgs(principal string) []string {
+	if !c.auth.TLS {
+		return nil
+	}
+	p, _ := c.auth.Principal(principal)
+	return []string{"--nats-ca", c.auth.CAFile, "--nats-cert", p.CertFile, "--nats-key", p.KeyFile}
+}
+
+// TLS reports whether the cluster runs with TLS (Config.TLS).
+func (c *Cluster) TLS() bool { return c.auth != nil && c.auth.TLS }
+
 // Auth returns the generated deployment: every principal's seed file,
 // inbox prefix and permissions (nil with Config.NoAuth).
 func (c *Cluster) Auth() *auth.Deployment { return c.auth }
 
 // ClientOptions are the pkg/client options to connect as principal (see
-// tools/auth: auth.Client, auth.Admin, auth.HostPrincipal(node), ...);
-// none with Config.NoAuth, where the URL carries the credentials.
+// tools/auth: auth.Client, auth.Admin, auth.HostPrincipal(node), ...),
+// with its certificate under Config.TLS; none with Config.NoAuth, where
+// the URL carries the credentials.
 func (c *Cluster) ClientOptions(principal string) []client.Option {
 	if c.auth == nil {
 		return nil
@@ -280,11 +310,15 @@ func (c *Cluster) ClientOptions(principal string) []client.Option {
 	if !ok {
 		return []client.Option{client.WithNkeySeedFile(filepath.Join(c.auth.Dir, "no-such-principal-"+principal))}
 	}
-	return []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+	opts := []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+	if c.auth.TLS {
+		opts = append(opts, client.WithTLS(c.auth.CAFile, p.CertFile, p.KeyFile))
+	}
+	return opts
 }
 
-// NATSOptions are the nats.go options to connect as principal; none with
-// Config.NoAuth. An unknown principal or an unreadable seed is an error.
+// NATSOptions are the nats.go options to connect as principal (with the
+// CA and its certificate under Config.TLS); none with Config.NoAuth. An unknown principal or an unreadable seed is an error.
 func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
 	if c.auth == nil {
 		return nil, nil
@@ -297,7 +331,11 @@ func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
 	if err != nil {
 		return nil, fmt.Errorf("principal %s: %w", principal, err)
 	}
-	return []nats.Option{seed, nats.CustomInboxPrefix(p.InboxPrefix)}, nil
+	opts := []nats.Option{seed, nats.CustomInboxPrefix(p.InboxPrefix)}
+	if c.auth.TLS {
+		opts = append(opts, nats.RootCAs(c.auth.CAFile), nats.ClientCert(p.CertFile, p.KeyFile))
+	}
+	return opts, nil
 }
 
 // NATSSysURL is the system account's URL.
