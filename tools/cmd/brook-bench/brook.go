@@ -50,7 +50,7 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Targe
 
 	t := &brookTarget{log: log, stream: "bench"}
 	url := o.natsURL
-	var auth []client.Option // the local cluster's admin credentials
+	var auth []client.Option // the admin credentials: the local cluster's, or --nats-nkey
 	if url == "" {
 		cl, err := startLocalCluster(ctx, o, log)
 		if err != nil {
@@ -64,6 +64,9 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Targe
 		// gets its own, deleted again at the end.
 		t.stream = fmt.Sprintf("bench-%d", time.Now().Unix())
 		t.deleteAtEnd = true
+		if o.natsNkey != "" {
+			auth = []client.Option{client.WithNkeySeedFile(o.natsNkey), client.WithInboxPrefix(wire.InboxAdmin)}
+		}
 		if o.compose {
 			t.nodes = &brookload.ComposeNodes{}
 		}

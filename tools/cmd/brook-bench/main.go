@@ -7,6 +7,7 @@
 //
 //	brook-bench --stream durable --kill-owner-at-secs 5 --duration 15s
 //	brook-bench --target jetstream --kill-owner-at-secs 5 --duration 15s
+//	brook-bench --nats-url nats://127.0.0.1:4222 --nats-nkey deploy/secrets/admin.nk --compose --kill-owner-at-secs 5
 //	brook-bench --failover-streams 300
 //
 // The last form measures a mass failover instead: many streams, the host
@@ -39,6 +40,7 @@ type options struct {
 	window     int
 	readers    int
 	natsURL    string
+	natsNkey   string
 	workDir    string
 	natsBin    string
 	jsonOut    string
@@ -62,6 +64,7 @@ func main() {
 	flag.IntVar(&o.window, "window", 16, "outstanding publishes per publisher (async window)")
 	flag.IntVar(&o.readers, "readers", 1, "durable readers following the stream during the run")
 	flag.StringVar(&o.natsURL, "nats-url", "", "an existing brook cluster's NATS URL (e.g. the compose stack); empty: start a local process cluster")
+	flag.StringVar(&o.natsNkey, "nats-nkey", "", "with --nats-url: the admin principal's nkey seed file (e.g. deploy/secrets/admin.nk for the compose stack; the bench creates and deletes its stream)")
 	flag.BoolVar(&o.compose, "compose", false, "with --nats-url: the cluster is the compose stack; kill the owner with docker kill")
 	flag.StringVar(&o.workDir, "dir", "", "work directory for data and logs (default: a temp dir)")
 	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream (default: build it)")
