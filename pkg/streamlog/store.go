@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -105,6 +107,16 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	interval := opts.CursorSyncInterval
 	if interval <= 0 {
 		interval = 50 * time.Millisecond
+	}
+	// The directory is the user's alone whatever the umask: the records
+	// are the streams' data. Files get the mode the umask leaves them
+	// (services restrict it with svcconfig.RestrictFileModes). A directory
+	// that already exists keeps its mode, but a loose one is reported.
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("streamlog: create %s: %w", opts.Dir, err)
+	}
+	if fi, err := os.Stat(opts.Dir); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("store directory is accessible to other users; chmod 700 it", "mode", fmt.Sprintf("%#o", fi.Mode().Perm()))
 	}
 	popts := &pebble.Options{
 		Logger: pebbleLogger{log},
