@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/client"
@@ -293,6 +294,21 @@ func (c *Cluster) tlsArgs(principal string) []string {
 
 // TLS reports whether the cluster runs with TLS (Config.TLS).
 func (c *Cluster) TLS() bool { return c.auth != nil && c.auth.TLS }
+
+// PlainConnections lists the client connections nats-server holds that
+// are not TLS, as "name (ip:port)", and how many it holds in all.
+func (c *Cluster) PlainConnections() (plain []string, total int, err error) {
+	connz, err := c.nats.Server().Connz(&server.ConnzOptions{})
+	if err != nil {
+		return nil, 0, fmt.Errorf("connz: %w", err)
+	}
+	for _, ci := range connz.Conns {
+		if ci.TLSVersion == "" {
+			plain = append(plain, fmt.Sprintf("%s (%s:%d)", ci.Name, ci.IP, ci.Port))
+		}
+	}
+	return plain, len(connz.Conns), nil
+}
 
 // Auth returns the generated deployment: every principal's seed file,
 // inbox prefix and permissions (nil with Config.NoAuth).
