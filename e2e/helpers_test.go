@@ -42,6 +42,8 @@ type opts struct {
 	hostArgs  []string
 	// timeout bounds the whole test (default 3 minutes).
 	timeout time.Duration
+	// tls runs the cluster with TLS (cluster.Config.TLS).
+	tls bool
 }
 
 // env is one suite's cluster and clients.
@@ -99,6 +101,7 @@ func newEnv(t *testing.T, o opts) *env {
 		Bins:      built.bins,
 		Dir:       t.TempDir(),
 		Attention: o.attention,
+		TLS:       o.tls,
 		CoordArgs: append([]string{"--ttl", ttl.String()}, o.coordArgs...),
 		HostArgs: append([]string{"--heartbeat-interval", heartbeat.String(),
 			"--confirm-timeout", confirmTimeout.String()}, o.hostArgs...),
