@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/services/coordinator/config"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/server"
@@ -35,6 +36,9 @@ func main() {
 }
 
 func run(args []string) int {
+	// Before anything is created: the Raft log, snapshots and everything
+	// else the coordinator writes are its user's alone.
+	svcconfig.RestrictFileModes()
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:])
 	}
