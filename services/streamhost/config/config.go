@@ -33,6 +33,12 @@ type Config struct {
 	// log a new owner reads to rebuild its duplicate window.
 	DedupeRebuildRecords int   `koanf:"dedupe-rebuild-records"`
 	DedupeRebuildBytes   int64 `koanf:"dedupe-rebuild-bytes"`
+	// MaxFetchWaits caps the long-poll fetches waiting at once on the
+	// host; MaxInflight caps the request goroutines of each kind apart:
+	// readers' (fetches, commit waits), replication, seals. Past a cap a
+	// request is answered overloaded.
+	MaxFetchWaits int `koanf:"max-fetch-waits"`
+	MaxInflight   int `koanf:"max-inflight"`
 	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
 	svcconfig.NATSAuth `koanf:",squash"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
@@ -53,6 +59,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
 	fs.Int("dedupe-rebuild-records", 64<<10, "on promotion, rebuild the duplicate window from at most this many of the newest records")
 	fs.Int64("dedupe-rebuild-bytes", 64<<20, "on promotion, rebuild the duplicate window from about this many bytes of the newest records")
+	fs.Int("max-fetch-waits", 1024, "most long-poll fetches waiting for records at once on this host; more are answered overloaded")
+	fs.Int("max-inflight", 4096, "most request goroutines at once on this host of each kind apart: readers' (fetches, commit waits), followers' replication requests, seals; more are answered overloaded")
 	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs
@@ -91,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if c.DedupeRebuildRecords < 1 || c.DedupeRebuildBytes < 1 {
 		errs = append(errs, errors.New("--dedupe-rebuild-records and --dedupe-rebuild-bytes must be at least 1"))
+	}
+	if c.MaxFetchWaits < 1 || c.MaxInflight < 1 {
+		errs = append(errs, errors.New("--max-fetch-waits and --max-inflight must be at least 1"))
 	}
 	if err := c.NATSAuth.Validate(); err != nil {
 		errs = append(errs, err)

@@ -42,6 +42,9 @@ func TestPrecedence(t *testing.T) {
 	if c.DedupeRebuildRecords != 64<<10 || c.DedupeRebuildBytes != 64<<20 { // defaults
 		t.Errorf("dedupe rebuild bounds %d records, %d bytes; want 65536, 67108864", c.DedupeRebuildRecords, c.DedupeRebuildBytes)
 	}
+	if c.MaxFetchWaits != 1024 || c.MaxInflight != 4096 { // defaults
+		t.Errorf("caps %d fetch waits, %d in flight; want 1024, 4096", c.MaxFetchWaits, c.MaxInflight)
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -56,6 +59,12 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--dedupe-rebuild-records", "0"}); err == nil {
 		t.Error("a dedupe rebuild bound of 0 was accepted")
+	}
+	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--max-inflight", "0"}); err == nil {
+		t.Error("a cap of 0 requests in flight was accepted")
+	}
+	if c, err := Load([]string{"--node", "h1", "--data-dir", "/x", "--max-fetch-waits", "2", "--max-inflight", "8"}); err != nil || c.MaxFetchWaits != 2 || c.MaxInflight != 8 {
+		t.Errorf("caps from flags: %d, %d, %v; want 2, 8", c.MaxFetchWaits, c.MaxInflight, err)
 	}
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x"}); err != nil {
 		t.Errorf("a minimal configuration was refused: %v", err)

@@ -75,7 +75,19 @@ type Config struct {
 	// again.
 	DedupeRebuildRecords int
 	DedupeRebuildBytes   int64
-	Logger               *slog.Logger
+	// MaxFetchWaits caps the fetches that wait for records (long polls)
+	// at once on this host, across its streams; one more is answered
+	// overloaded. A fetch that finds records to return takes no slot.
+	MaxFetchWaits int
+	// MaxInflight caps the request goroutines of each of three kinds at
+	// once on this host: readers' requests (fetches and cursor commits
+	// waiting for the watermark), followers' replication requests, and
+	// the coordinators' seals. The kinds are counted apart, so that
+	// readers never take the slots followers need to confirm publishes,
+	// and followers' long polls never hold off the seals of a failover.
+	// One more of a kind is answered overloaded.
+	MaxInflight int
+	Logger      *slog.Logger
 	// TracerProvider makes the "host.apply" spans; nil means no tracing.
 	TracerProvider trace.TracerProvider
 }
@@ -116,6 +128,12 @@ func (c *Config) fill() {
 	if c.DedupeRebuildBytes <= 0 {
 		c.DedupeRebuildBytes = DefaultDedupeRebuildBytes
 	}
+	if c.MaxFetchWaits <= 0 {
+		c.MaxFetchWaits = DefaultMaxFetchWaits
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -153,6 +171,14 @@ type Host struct {
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	reqs     tracker // request goroutines (seals)
+
+	// Caps on requests in flight (limits.go): readers' requests (fetches,
+	// commit waits), followers' replication requests, seals, and among
+	// the readers' the fetches waiting for records.
+	readerReqs *budget
+	replReqs   *budget
+	sealReqs   *budget
+	fetchWaits *budget
 }
 
 // tracker runs goroutines that a shutdown waits for, refusing new ones
@@ -216,6 +242,10 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		beatNow:     make(chan struct{}, 1),
 		bgCtx:       bgCtx,
 		bgCancel:    bgCancel,
+		readerReqs:  newBudget("reader requests", "in flight", cfg.MaxInflight),
+		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
+		sealReqs:    newBudget("seals", "in flight", cfg.MaxInflight),
+		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
 	}, nil
 }
 

@@ -10,9 +10,16 @@ import (
 )
 
 // onSeal is the seal subject's callback. Seals of different streams are
-// answered concurrently, each in its own goroutine.
+// answered concurrently, each in its own goroutine, within the seals'
+// budget of requests in flight (a seal refused overloaded is one the
+// recovery asks again).
 func (h *Host) onSeal(m *nats.Msg) {
+	if !h.sealReqs.take() {
+		h.refuse(m.Reply, h.sealReqs)
+		return
+	}
 	started := h.reqs.Go(func() {
+		defer h.sealReqs.give()
 		reply, e := h.seal(m.Data)
 		if e != nil {
 			h.replyErr(m.Reply, e)
@@ -21,6 +28,7 @@ func (h *Host) onSeal(m *nats.Msg) {
 		h.replyJSON(m.Reply, reply)
 	})
 	if !started {
+		h.sealReqs.give()
 		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node))
 	}
 }

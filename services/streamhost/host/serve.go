@@ -92,11 +92,10 @@ func toFetchRecords(recs []streamlog.Record) ([]frame.Record, error) {
 }
 
 // onRepl is the replication subject's callback. A request may wait for new
-// data, so it is served in its own goroutine, never in the callback.
+// data, so it is served in its own goroutine, never in the callback, within
+// the replication budget: readers' requests cannot take its slots.
 func (o *owner) onRepl(m *nats.Msg) {
-	if !o.goTracked(func() { o.serveRepl(m) }) {
-		o.h.replyErr(m.Reply, o.closedErr())
-	}
+	o.goRequest(m, o.h.replReqs, func() { o.serveRepl(m) })
 }
 
 // serveRepl answers a follower: records below the owner's durable tail and
@@ -263,15 +262,15 @@ func (o *owner) misnamedFollower(reply, node, claimed string) {
 }
 
 // onFetch is the fetch subject's callback; fetches may long-poll, so each
-// is served in its own goroutine.
+// is served in its own goroutine, within the readers' budget.
 func (o *owner) onFetch(m *nats.Msg) {
-	if !o.goTracked(func() { o.serveFetch(m) }) {
-		o.h.replyErr(m.Reply, o.closedErr())
-	}
+	o.goRequest(m, o.h.readerReqs, func() { o.serveFetch(m) })
 }
 
 // serveFetch answers a reader with records below the confirmed watermark
-// only: a reader never sees a record that could still be lost.
+// only: a reader never sees a record that could still be lost. A fetch
+// that finds nothing to return and may wait takes a slot of the host's
+// long-poll budget for its wait, or is answered overloaded at once.
 func (o *owner) serveFetch(m *nats.Msg) {
 	var req wire.FetchRequest
 	if e := decodeStrict(m.Data, &req); e != nil {
@@ -366,6 +365,11 @@ func (o *owner) serveFetch(m *nats.Msg) {
 			return
 		}
 		if timer == nil {
+			if !o.h.fetchWaits.take() {
+				o.h.refuse(m.Reply, o.h.fetchWaits)
+				return
+			}
+			defer o.h.fetchWaits.give()
 			timer = time.NewTimer(left)
 			defer timer.Stop()
 		}
@@ -388,7 +392,8 @@ const commitHold = time.Second
 // onCommit records a cursor commit as a cursor event. It is written without
 // an fsync (the store syncs cursor events on its interval), so a commit at
 // or below the watermark is quick enough for the callback itself; one
-// above it waits for the watermark in its own goroutine.
+// above it waits for the watermark in its own goroutine, within the
+// readers' budget.
 func (o *owner) onCommit(m *nats.Msg) {
 	var req wire.CursorCommit
 	if e := decodeStrict(m.Data, &req); e != nil {
@@ -421,9 +426,7 @@ func (o *owner) onCommit(m *nats.Msg) {
 			"stream %s: commit of cursor %s at %d is past the owner's tail %d", o.stream, req.Cursor, req.Offset, tail))
 		return
 	}
-	if !o.goTracked(func() { o.commitWhenConfirmed(m.Reply, req) }) {
-		o.h.replyErr(m.Reply, o.closedErr())
-	}
+	o.goRequest(m, o.h.readerReqs, func() { o.commitWhenConfirmed(m.Reply, req) })
 }
 
 // commitWhenConfirmed waits up to commitHold for the watermark to reach a

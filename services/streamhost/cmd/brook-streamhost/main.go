@@ -124,8 +124,11 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		// The rebuild bounds are validated positive by config.
 		DedupeRebuildRecords: cfg.DedupeRebuildRecords,
 		DedupeRebuildBytes:   cfg.DedupeRebuildBytes,
-		Logger:               log,
-		TracerProvider:       tp,
+		// The caps are validated positive by config.
+		MaxFetchWaits:  cfg.MaxFetchWaits,
+		MaxInflight:    cfg.MaxInflight,
+		Logger:         log,
+		TracerProvider: tp,
 	}, nc)
 	if err != nil {
 		return err
