@@ -10,7 +10,7 @@ MODULES := pkg schemas services/coordinator services/streamhost services/attenti
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 BIN := $(CURDIR)/bin
 
-.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-secrets compose-up compose-up-traces compose-down bench-peer clean
+.PHONY: all build test vet fmt-check lint bench demo chaos images images-core images-jaeger compose-secrets compose-secrets-tls compose-up compose-up-traces compose-up-tls compose-down bench-peer clean
 
 all: build
 
@@ -73,22 +73,38 @@ images-jaeger:
 ## BROOK_SECRETS_DIR (default ./deploy/secrets, git-ignored; docker-compose.yml reads the same
 ## variable), unless it already holds a deployment. The files are given to the containers' user
 ## 65532:65532 (mode 0600), which needs root: run as another user, it uses sudo.
+## compose-secrets-tls: the same with a development CA and certificates, for docker-compose.tls.yml,
+## in BROOK_SECRETS_DIR or else ./deploy/secrets-tls.
+TLS_SECRETS_DIR := $(if $(filter environment command line,$(origin BROOK_SECRETS_DIR)),$(BROOK_SECRETS_DIR),./deploy/secrets-tls)
 BROOK_SECRETS_DIR ?= ./deploy/secrets
 SECRETS_OWNER ?= 65532:65532
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-compose-secrets:
-	@if $(SUDO) test -e $(BROOK_SECRETS_DIR)/auth.conf; then \
-		echo "$(BROOK_SECRETS_DIR) holds a deployment (brook-auth --force in it to replace every key)"; \
+COMPOSE_NODES := h1,h2,h3,h4
+define compose-secrets
+	@if $(SUDO) test -e $(1)/auth.conf; then \
+		echo "$(1) holds a deployment (brook-auth --force in it to replace every key)"; \
 	else \
 		mkdir -p $(BIN) && go build -o $(BIN)/ ./tools/cmd/brook-auth && \
-		$(SUDO) $(BIN)/brook-auth --dir $(BROOK_SECRETS_DIR) --nodes h1,h2,h3,h4 --owner $(SECRETS_OWNER); \
+		$(SUDO) $(BIN)/brook-auth --dir $(1) --nodes $(COMPOSE_NODES) --owner $(SECRETS_OWNER) $(2); \
 	fi
+endef
+compose-secrets:
+	$(call compose-secrets,$(BROOK_SECRETS_DIR))
+
+# The server certificate names nats (the services dial it) and this machine;
+# auth.conf's certificate paths are where nats mounts the directory.
+TLS_HOSTS := nats,127.0.0.1,localhost
+compose-secrets-tls:
+	$(call compose-secrets,$(TLS_SECRETS_DIR),--tls --hosts $(TLS_HOSTS) --server-dir /etc/secrets)
 
 compose-up: images-core compose-secrets
 	docker-compose up -d
 
 compose-up-traces: images-core images-jaeger compose-secrets
 	BROOK_OTLP_ENDPOINT=http://jaeger:4318 docker-compose --profile traces up -d
+
+compose-up-tls: images-core compose-secrets-tls
+	BROOK_SECRETS_DIR=$(TLS_SECRETS_DIR) docker-compose -f docker-compose.yml -f docker-compose.tls.yml up -d
 
 compose-down:
 	docker-compose down -v

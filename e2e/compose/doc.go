@@ -13,7 +13,9 @@
 // points docker-compose.yml at it with BROOK_SECRETS_DIR; the test's clients
 // connect as the admin and client principals. It also checks that every
 // container runs as the unprivileged user 65532:65532 and that NATS refuses
-// a connection without an nkey.
+// a connection without an nkey. A second stack runs with
+// docker-compose.tls.yml: nats refuses plaintext and certificate-less
+// connections, and a stream fails over with every connection over TLS.
 //
 // The suite skips when no Docker engine answers or no docker-compose is
 // installed, and in -short mode.

@@ -141,6 +141,7 @@ type stack struct {
 	root     string
 	project  string
 	profiles []string
+	files    []string // compose files, relative to root
 	env      []string
 
 	natsPort     int
@@ -157,6 +158,9 @@ type stackConfig struct {
 	// OTLPEndpoint is passed to the services as OTEL_EXPORTER_OTLP_ENDPOINT
 	// (through BROOK_OTLP_ENDPOINT); empty turns exporting off.
 	OTLPEndpoint string
+	// TLS generates the credentials with a development CA and adds
+	// docker-compose.tls.yml: every connection to nats is TLS.
+	TLS bool
 }
 
 // newStack prepares a project with a unique name and free host ports, and
@@ -172,7 +176,7 @@ func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := generateSecrets(filepath.Join(t.TempDir(), "secrets"))
+	secrets, err := generateSecrets(filepath.Join(t.TempDir(), "secrets"), cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +186,7 @@ func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*
 		root:     root,
 		project:  projectPrefix + hex.EncodeToString(b[:]),
 		profiles: cfg.Profiles,
+		files:    []string{"docker-compose.yml"},
 		// Every variable the compose file reads is set, so nothing from
 		// the caller's environment (a BROOK_NATS_PORT of their own, an
 		// OTLP endpoint) leaks into the test's stack.
@@ -198,6 +203,9 @@ func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*
 		natsPort:     ports[0],
 		jaegerUIPort: ports[3],
 		secrets:      secrets,
+	}
+	if cfg.TLS {
+		s.files = append(s.files, "docker-compose.tls.yml")
 	}
 	t.Cleanup(s.remove)
 	return s, nil
@@ -216,7 +224,11 @@ func (s *stack) ClientOptions(principal string) []client.Option {
 	if !ok {
 		s.t.Fatalf("the stack's deployment has no principal %q", principal)
 	}
-	return []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+	opts := []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+	if s.secrets.TLS {
+		opts = append(opts, client.WithTLS(s.secrets.CAFile, p.CertFile, p.KeyFile))
+	}
+	return opts
 }
 
 // The user the images run as (deploy/Dockerfile's USER).
@@ -229,12 +241,21 @@ const containerUID, containerGID = 65532, 65532
 // that user (brook-auth --owner), as anyone else they are made readable by
 // all (dir 0755, files 0644), which exposes them to nobody else since t's
 // temporary directory above dir stays 0700.
-func generateSecrets(dir string) (*auth.Deployment, error) {
+//
+// With useTLS it also writes a development CA and certificates, as make
+// compose-secrets-tls does: the server's names nats (which the services
+// dial) and 127.0.0.1 (the published port the test dials), and auth.conf
+// names the files where nats mounts them.
+func generateSecrets(dir string, useTLS bool) (*auth.Deployment, error) {
 	nodes := make([]string, hostCount)
 	for i := range nodes {
 		nodes[i] = "h" + strconv.Itoa(i+1)
 	}
-	d, err := auth.Generate(dir, auth.Spec{Nodes: nodes})
+	spec := auth.Spec{Nodes: nodes}
+	if useTLS {
+		spec.TLS, spec.Hosts, spec.ServerDir = true, []string{"nats", "127.0.0.1", "localhost"}, "/etc/secrets"
+	}
+	d, err := auth.Generate(dir, spec)
 	if err != nil {
 		return nil, fmt.Errorf("generate the stack's credentials: %w", err)
 	}
@@ -263,7 +284,10 @@ func (s *stack) Network() string { return s.project + "_default" }
 // run runs a compose subcommand of the project and returns its output.
 func (s *stack) run(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{}, s.compose[1:]...)
-	full = append(full, "-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yml"))
+	full = append(full, "-p", s.project)
+	for _, f := range s.files {
+		full = append(full, "-f", filepath.Join(s.root, f))
+	}
 	for _, p := range s.profiles {
 		full = append(full, "--profile", p)
 	}
