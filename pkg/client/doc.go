@@ -8,7 +8,7 @@
 // Only a stream's current owner subscribes to its subjects, so NATS routes
 // every request to the owner and the client needs no topology. While a
 // stream fails over there is briefly no owner (nats.ErrNoResponders), or a
-// host answers not_owner, sealed, shutting_down or recovering, or a request
+// host answers not_owner, sealed, shutting_down, recovering or overloaded, or a request
 // gets no reply because the owner died holding it. A publish that waits
 // longer than WithOwnerProbe (250ms by default) makes the client ask who
 // serves the stream, with a fetch that reads nothing; once an owner at a
