@@ -78,10 +78,20 @@ type Params struct {
 	DefaultPolicy string
 }
 
-// Liveness is the leader's view of the hosts plus when it began leading.
+// Liveness is the leader's view of the hosts plus what bounds it: when it
+// began leading and when it could last hear the hosts.
 type Liveness struct {
 	LeaderSince time.Time
-	Nodes       map[string]liveness.Seen
+	// HeardSince is when this coordinator's own NATS connections last
+	// came back after a disconnect (zero if they never dropped): it heard
+	// nothing while they were down, so silence counts from then at the
+	// earliest, and disconnect advisories received before it do not count.
+	HeardSince time.Time
+	// Deaf says this coordinator cannot hear the hosts now (its NATS
+	// connection is down or its reconnect not yet noted): it expires
+	// nobody, since the silence it sees is its own.
+	Deaf  bool
+	Nodes map[string]liveness.Seen
 }
 
 // Stamp is the policy stamp for st's assignments: what its create named, or
@@ -182,16 +192,29 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 		if n == nil || (n.State != wire.NodeLive && n.State != wire.NodeDraining) {
 			continue
 		}
+		if live.Deaf {
+			// A coordinator that cannot hear does not judge.
+			continue
+		}
 		// Fast detection: the host's connection closed and no heartbeat
-		// came within the grace.
+		// came within the grace. An advisory received before this
+		// coordinator's own reconnect may be about the bus going down
+		// under everyone; the TTL, counted from the reconnect, judges
+		// those hosts instead.
 		if heard && !seen.DisconnectedAt.IsZero() && !seen.LastSeen.After(seen.DisconnectedAt) &&
+			!seen.DisconnectedAt.Before(live.HeardSince) &&
 			now.Sub(seen.DisconnectedAt) >= p.DisconnectGrace {
 			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectAdvisory})
 			continue
 		}
 		// A new leader has heard nothing older than its leadership, so it
 		// counts silence from then: it waits one TTL before expiring anyone.
+		// Likewise after its own NATS connection came back: hosts it did
+		// not hear while it was cut off get a fresh TTL.
 		last := live.LeaderSince
+		if live.HeardSince.After(last) {
+			last = live.HeardSince
+		}
 		if heard && seen.Incarnation == n.Incarnation && seen.LastSeen.After(last) {
 			last = seen.LastSeen
 		}

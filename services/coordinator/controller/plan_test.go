@@ -478,3 +478,45 @@ func TestSealedCopyPastTheEpochRecordsSealedRecovery(t *testing.T) {
 	}
 	f.apply(state.RecoveryBegin("s", rec.Version, rec.Assignment, rec.Reason, "", "", now.UnixMilli()))
 }
+
+// TestCoordinatorThatCouldNotHearDoesNotJudge: the bus restarts under a
+// leader whose hosts are healthy. While the leader's own connection is down
+// (Deaf) it expires nobody, however long the silence; once it reconnects,
+// every host gets a fresh TTL from the reconnect, and an advisory it
+// received before the reconnect expires nobody. Without the rule the
+// leader expired every host the moment it reconnected (their last beats
+// were older than the TTL), sending every stream through recovery.
+func TestCoordinatorThatCouldNotHearDoesNotJudge(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("s", 3, "h1", "h2", "h3")
+	seen := f.live.Nodes["h2"]
+	seen.DisconnectedAt = t0.Add(500 * time.Millisecond) // the bus going down
+	f.live.Nodes["h2"] = seen
+
+	f.live.Deaf = true
+	if acts := f.plan(t0.Add(5 * time.Second)); len(acts) != 0 {
+		t.Fatalf("a coordinator whose connection is down judged: %s", kinds(acts))
+	}
+
+	// Back at t0+5s; h1 beats at once, h2 and h3 are a moment slower.
+	f.live.Deaf = false
+	f.live.HeardSince = t0.Add(5 * time.Second)
+	f.beat("h1", t0.Add(5100*time.Millisecond))
+	if acts := f.plan(t0.Add(6 * time.Second)); len(acts) != 0 {
+		t.Fatalf("within a TTL of the coordinator's reconnect: %s", kinds(acts))
+	}
+	// A host still silent a TTL after the reconnect is expired (by TTL:
+	// the advisory came before the reconnect).
+	f.beat("h3", t0.Add(5200*time.Millisecond))
+	acts := f.plan(t0.Add(7 * time.Second))
+	if a := find(acts, ActExpire, "h2"); a == nil || a.Reason != DetectTTL || len(acts) != 1 {
+		t.Fatalf("a TTL after the reconnect: want h2 expired by ttl only, have %s", kinds(acts))
+	}
+	// An advisory received after the reconnect counts as ever.
+	seen = f.live.Nodes["h3"]
+	seen.DisconnectedAt = t0.Add(5300 * time.Millisecond)
+	f.live.Nodes["h3"] = seen
+	if a := find(f.plan(t0.Add(5700*time.Millisecond)), ActExpire, "h3"); a == nil || a.Reason != DetectAdvisory {
+		t.Fatal("an advisory after the coordinator's reconnect did not expire the host after the grace")
+	}
+}
