@@ -98,6 +98,11 @@ type SealReply struct {
 	CursorTail uint64     `json:"cursor_tail"`
 	LogEpochs  []LogEpoch `json:"log_epochs"`
 	Digest     string     `json:"digest"` // hex of the running digest at RecordTail
+	// Confirmed is set only by a copy that was the owner at the epoch
+	// before FenceEpoch when the seal stopped it: an upper bound of every
+	// offset it (or an earlier role of this copy at that epoch) confirmed,
+	// final because the role stopped before the reply. Zero: unknown.
+	Confirmed uint64 `json:"confirmed,omitempty"`
 }
 
 // CursorCommit asks the owner to record that cursor has consumed everything

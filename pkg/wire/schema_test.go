@@ -168,6 +168,9 @@ func validExamples() []exampleCase {
 			RecordHead: 100, RecordTail: 9249, CursorTail: 320,
 			LogEpochs: []wire.LogEpoch{{Epoch: 1, RecordStart: 0, CursorStart: 0}, {Epoch: 4, RecordStart: 9120, CursorStart: 311}},
 			Digest:    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}},
+		{"seal.reply.schema.json", wire.SealReply{Node: "node-a", Stream: "orders", FenceEpoch: 5, Transition: 12,
+			RecordHead: 100, RecordTail: 9301, CursorTail: 320, LogEpochs: []wire.LogEpoch{{Epoch: 4, RecordStart: 9120, CursorStart: 311}},
+			Digest: "00ff", Confirmed: 9249}},
 		// Stream data plane, JSON parts.
 		{"fetch.request.schema.json", wire.FetchRequest{Cursor: "billing", MaxRecords: 500, MaxBytes: 1 << 20, WaitMS: 2000}},
 		{"fetch.request.schema.json", wire.FetchRequest{Start: "offset", Offset: 9000}},
