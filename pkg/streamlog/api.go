@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -34,6 +36,12 @@ type Options struct {
 	// CursorSyncInterval is how often written cursor events are made
 	// durable; 0 means 50ms.
 	CursorSyncInterval time.Duration
+	// FS is the file system the database lives on; nil means the
+	// operating system's. Tests inject errors with Pebble's vfs/errorfs.
+	FS vfs.FS
+	// OnFailure, if set, is called once, in a goroutine of its own, when
+	// the store fails (see Store.Failure).
+	OnFailure func(error)
 }
 
 // Record is one record of a copy's record log.
@@ -100,6 +108,16 @@ type Copy struct{ copyImpl }
 // copy's record tail comes down to its record log end and any cursor above
 // it is clamped to it.
 func Open(opts Options) (*Store, error) { return open(opts) }
+
+// Failure returns the error that broke the store, or nil. The store is
+// fail-stop: the first write or sync error Pebble reports is latched, and
+// from then on every operation that writes (Append, Apply, Seal, Create,
+// ...) fails at once with it, and no tail moves again. Nothing is
+// confirmed after the error: after a failed fsync the file system may have
+// dropped the pages it failed to write, and a later fsync that succeeds
+// says nothing about them. A failed store stays failed until the process
+// reopens it.
+func (s *Store) Failure() error { return s.failure() }
 
 // Close flushes cursor events and closes the database.
 func (s *Store) Close() error { return s.close() }

@@ -165,9 +165,7 @@ func (s *impl) commitGroup(group []*request, size int) {
 			// a synced one makes every earlier WAL entry durable.
 			_ = b.LogData(nil, nil)
 		}
-		if err = b.Commit(pebble.Sync); err != nil {
-			s.fail(err)
-		}
+		err = s.guard(func() error { return b.Commit(pebble.Sync) })
 		_ = b.Close()
 		s.stats.groups.Add(1)
 		s.stats.requests.Add(uint64(len(group)))

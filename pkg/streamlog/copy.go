@@ -118,7 +118,7 @@ func (s *impl) loadCopy(name string, id uint64) (*Copy, error) {
 	if clampCursors(c.cursors, c.tail) {
 		// Persist the clamp: once the log grows again past the old
 		// position, an unclamped cursor would skip records it never read.
-		if err := s.db.Set(snapshotKey(id), encodeSnapshot(ctail, c.cursors), pebble.Sync); err != nil {
+		if err := s.guard(func() error { return s.db.Set(snapshotKey(id), encodeSnapshot(ctail, c.cursors), pebble.Sync) }); err != nil {
 			return nil, fmt.Errorf("streamlog: load %s: write clamped cursor snapshot: %w", name, err)
 		}
 		c.snapBoundary, c.snapNext = ctail, ctail
@@ -450,13 +450,12 @@ func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) 
 		// below its boundary become durable together or not at all.
 		_ = b.Set(snapshotKey(c.id), encodeSnapshot(off+1, c.cursors), nil)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := c.s.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		if had {
 			c.cursors[cursor] = old
 		} else {
 			delete(c.cursors, cursor)
 		}
-		c.s.fail(err)
 		return 0, fmt.Errorf("streamlog: cursor event on %s: %w", c.name, err)
 	}
 	c.cNext, c.cWritten = off+1, off+1

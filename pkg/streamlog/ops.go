@@ -14,11 +14,7 @@ import (
 // commitSync commits b durably; a failure breaks the store (see
 // impl.failed).
 func (s *impl) commitSync(b *pebble.Batch) error {
-	if err := b.Commit(pebble.Sync); err != nil {
-		s.fail(err)
-		return err
-	}
-	return nil
+	return s.guard(func() error { return b.Commit(pebble.Sync) })
 }
 
 func (c *copyImpl) sealStateLocked() SealState {
@@ -348,8 +344,7 @@ func (c *copyImpl) setRetention(ret wire.Retention) error {
 			return nil
 		}
 		m.Retention = ret
-		if err := c.s.db.Set(metaKey(c.id), encodeMeta(m), pebble.Sync); err != nil {
-			c.s.fail(err)
+		if err := c.s.guard(func() error { return c.s.db.Set(metaKey(c.id), encodeMeta(m), pebble.Sync) }); err != nil {
 			return err
 		}
 		c.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -53,8 +53,11 @@ type impl struct {
 	closed   bool
 	active   int
 	// failed is set when a write to the database failed; the store is then
-	// unusable, since its in-memory tails may be ahead of the database.
-	failed error
+	// unusable, since its in-memory tails may be ahead of the database,
+	// and after a failed fsync not even what was written before it can be
+	// trusted to reach the disk by a later one (fail-stop; Store.Failure).
+	failed    error
+	onFailure func(error)
 
 	// The group commit queue (commit.go).
 	qmu       sync.Mutex
@@ -72,8 +75,12 @@ type impl struct {
 	beforeCommit func()
 }
 
-// pebbleLogger routes Pebble's log lines to slog.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger routes Pebble's log lines to slog. s, once set, is the
+// store a fatal error breaks.
+type pebbleLogger struct {
+	l *slog.Logger
+	s *impl
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
@@ -84,11 +91,49 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf must not return: Pebble calls it when continuing could corrupt
-// data (for example after a failed WAL write).
+// data, for example after a failed WAL write or sync ("pebble: fatal commit
+// error"). It breaks the store first and then panics with a *fatalError.
+// When Pebble calls it from a commit the store made (every write goes
+// through guard), the panic is recovered there and the write fails with
+// the latched error: the commit pipeline is wedged, but the store never
+// commits again, and the host stays up to say so. From one of Pebble's
+// own goroutines (a flush writing the MANIFEST) the panic ends the
+// process, with this line logged: fail-stop either way.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := "pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...))
+	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+	if !strings.HasPrefix(msg, "pebble: ") {
+		msg = "pebble: " + msg
+	}
 	p.l.Error(msg)
-	panic(msg)
+	fe := &fatalError{msg: msg}
+	if p.s != nil {
+		p.s.fail(fe)
+	}
+	panic(fe)
+}
+
+// fatalError is the panic of pebbleLogger.Fatalf.
+type fatalError struct{ msg string }
+
+func (e *fatalError) Error() string { return e.msg }
+
+// guard runs one write to the database (a batch commit, a Set) and turns
+// Pebble's fatal panic during it into the write's error; any other panic
+// goes on. An error latches the store's failure (see impl.failed).
+func (s *impl) guard(write func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(*fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+		if err != nil {
+			s.fail(err)
+		}
+	}()
+	return write()
 }
 
 func open(opts Options) (*Store, error) { return openWith(opts, nil) }
@@ -112,14 +157,22 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	// are the streams' data. Files get the mode the umask leaves them
 	// (services restrict it with svcconfig.RestrictFileModes). A directory
 	// that already exists keeps its mode, but a loose one is reported.
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if err := fs.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("streamlog: create %s: %w", opts.Dir, err)
 	}
-	if fi, err := os.Stat(opts.Dir); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+	if fi, err := fs.Stat(opts.Dir); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
 		log.Warn("store directory is accessible to other users; chmod 700 it", "mode", fmt.Sprintf("%#o", fi.Mode().Perm()))
 	}
+	s := &Store{}
+	s.log = log
+	s.onFailure = opts.OnFailure
 	popts := &pebble.Options{
-		Logger: pebbleLogger{log},
+		FS:     fs,
+		Logger: pebbleLogger{l: log, s: &s.impl},
 		// A larger memtable keeps group commits (up to maxGroupBytes) far
 		// from the large-batch path and flushes less often.
 		MemTableSize: 64 << 20,
@@ -133,9 +186,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streamlog: open pebble in %s: %w", opts.Dir, err)
 	}
-	s := &Store{}
 	s.db = db
-	s.log = log
 	s.snapEvery = defaultSnapshotEvery
 	s.holdMax = defaultHoldMax
 	s.byName = make(map[string]*Copy)
@@ -166,7 +217,7 @@ func (s *impl) load() error {
 	case v == nil:
 		var b [8]byte
 		binary.BigEndian.PutUint64(b[:], layoutVersion)
-		if err := s.db.Set(versionKey, b[:], pebble.Sync); err != nil {
+		if err := s.guard(func() error { return s.db.Set(versionKey, b[:], pebble.Sync) }); err != nil {
 			return fmt.Errorf("streamlog: write layout version: %w", err)
 		}
 	case len(v) != 8 || binary.BigEndian.Uint64(v) != layoutVersion:
@@ -267,11 +318,15 @@ func (s *impl) leave() {
 // fail records a write failure; see impl.failed.
 func (s *impl) fail(err error) {
 	s.life.Lock()
-	if s.failed == nil {
+	first := s.failed == nil
+	if first {
 		s.failed = err
 		s.log.Error("store failed; refusing further operations", "err", err)
 	}
 	s.life.Unlock()
+	if first && s.onFailure != nil {
+		go s.onFailure(err)
+	}
 }
 
 func (s *impl) failure() error {
@@ -304,7 +359,7 @@ func (s *impl) close() error {
 	if s.failure() == nil {
 		// Cursor events were written without fsync; one synced write makes
 		// every earlier WAL entry durable.
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		if err := s.guard(func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
 			errs = append(errs, fmt.Errorf("streamlog: sync cursor events on close: %w", err))
 		}
 	}
@@ -358,8 +413,7 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 	var next [8]byte
 	binary.BigEndian.PutUint64(next[:], id+1)
 	_ = b.Set(nextIDKey, next[:], nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		s.fail(err)
+	if err := s.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return nil, fmt.Errorf("streamlog: create %s: %w", stream, err)
 	}
 	s.nextID = id + 1
@@ -386,8 +440,7 @@ func (s *impl) delete(stream string) error {
 		defer releaseBatch(b)
 		_ = b.DeleteRange(copyPrefix(c.id), copyPrefix(c.id+1), nil)
 		_ = b.Delete(nameKey(stream), nil)
-		if err := b.Commit(pebble.Sync); err != nil {
-			s.fail(err)
+		if err := s.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
 			return err
 		}
 		c.mu.Lock()
