@@ -69,6 +69,10 @@ type owner struct {
 	acks      map[string]followerAck
 	tail      uint64 // the owner's durable record tail
 	watermark uint64 // confirmed: every record below is on >= W copies
+	// startTail is the record tail the role started at: an earlier role
+	// of this copy at the same epoch (before a restart) may have confirmed
+	// anything below it.
+	startTail uint64
 	wmCh      chan struct{}
 	pending   []*waiter // appended, waiting for W; offsets and deadlines ascending
 	dups      []*waiter // repeats waiting for their first write's confirm
@@ -128,6 +132,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 	}
 	o.mu.Lock()
 	o.tail = c.Tails().Record
+	o.startTail = o.tail
 	o.setAssignmentLocked(a)
 	// With W = 1 the owner's own tail is the watermark: readers must see
 	// the copy's records at once, not after the next publish or ack.
@@ -267,6 +272,16 @@ func (o *owner) confirmed() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.watermark
+}
+
+// confirmedBound is an upper bound of every offset confirmed at the role's
+// epoch by this copy: the watermark (confirms are sent only below it and it
+// never moves down) or the tail the role started at, whichever is higher.
+// After stop it is final.
+func (o *owner) confirmedBound() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return max(o.watermark, o.startTail)
 }
 
 // wmState returns the watermark and a channel closed when it advances.

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -33,6 +34,19 @@ func (h *Host) onSeal(m *nats.Msg) {
 	}
 }
 
+// sealedBounds remembers, per replica, the confirmed bound of the owner
+// role a seal stopped (owner.confirmedBound), with the stream id and fence
+// it was sealed at, so that every later seal at the same fence (the
+// recovery's next round, a newer transition after a withdraw) reports it
+// too: the role is gone by then, and the copy, fenced, confirms nothing
+// more at the sealed epoch. It is lost with the process; a restarted host
+// reports no bound, which recovery reads as unknown.
+var sealedBounds sync.Map // *replica -> sealedBound
+
+type sealedBound struct {
+	streamID, fence, bound uint64
+}
+
 // seal fences a copy at the request's fence epoch. The fence is persisted
 // before anything else, so the copy's tails cannot grow from an older owner
 // once the reply is out; then whatever role the copy played at an older
@@ -62,10 +76,24 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeInternal, "stream %s: seal: %v", req.Stream, err)
 	}
 	if s := r.status.Load(); s.role != wire.RoleNone && s.epoch < req.FenceEpoch {
+		own := r.own
 		r.stopRole(wire.CodeSealed)
+		// The owner of the epoch being sealed tells what it confirmed,
+		// read after its role stopped: stop fails every waiting publish
+		// and waits for the role's goroutines, so no confirm is sent
+		// after this and the bound is final.
+		if own != nil && s.epoch+1 == req.FenceEpoch {
+			sealedBounds.Store(r, sealedBound{streamID: req.StreamID, fence: req.FenceEpoch, bound: own.confirmedBound()})
+		}
+	}
+	var confirmed uint64
+	if v, ok := sealedBounds.Load(r); ok {
+		if b := v.(sealedBound); b.streamID == req.StreamID && b.fence == req.FenceEpoch {
+			confirmed = b.bound
+		}
 	}
 	h.log.Info("sealed", "stream", req.Stream, "fence", req.FenceEpoch, "transition", req.Transition,
-		"record_tail", st.Tails.Record, "cursor_tail", st.Tails.CursorDurable)
+		"record_tail", st.Tails.Record, "cursor_tail", st.Tails.CursorDurable, "confirmed", confirmed)
 	h.requestBeat()
 	return &wire.SealReply{
 		Node:       h.cfg.Node,
@@ -77,5 +105,6 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 		CursorTail: st.Tails.CursorDurable,
 		LogEpochs:  st.LogEpochs,
 		Digest:     st.Digest,
+		Confirmed:  confirmed,
 	}, nil
 }
