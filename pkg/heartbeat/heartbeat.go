@@ -53,6 +53,9 @@ func bounds() (int, int) {
 		Node: name, Incarnation: math.MaxUint64, Leaving: true, AtMS: math.MaxInt64,
 		Beat: math.MaxUint64, Part: MaxParts, Parts: MaxParts,
 		ConnServer: strings.Repeat("S", MaxConnServer), ConnID: math.MaxUint64,
+		// A control byte is escaped as \u00XX: the longest encoding of a
+		// byte.
+		StoreError: strings.Repeat("\x01", wire.MaxStoreErrorLen),
 	})
 	if err1 != nil || err2 != nil {
 		panic("heartbeat: cannot encode the size bounds")
@@ -77,6 +80,9 @@ func Split(hb wire.Heartbeat, maxBytes int) []wire.Heartbeat {
 	}
 	if len(hb.ConnServer) > MaxConnServer {
 		hb.ConnServer, hb.ConnID = "", 0
+	}
+	if len(hb.StoreError) > wire.MaxStoreErrorLen {
+		hb.StoreError = hb.StoreError[:wire.MaxStoreErrorLen]
 	}
 	parts := make([]wire.Heartbeat, n)
 	for i := range parts {

@@ -27,7 +27,9 @@ func worstCopies(n int) []wire.CopyStatus {
 
 func TestSplitKeepsEveryPartUnderTheLimit(t *testing.T) {
 	hb := wire.Heartbeat{Node: strings.Repeat("n", wire.MaxNameLen), Incarnation: math.MaxUint64,
-		Leaving: true, AtMS: math.MaxInt64, Beat: math.MaxUint64, Copies: worstCopies(5000)}
+		Leaving: true, AtMS: math.MaxInt64, Beat: math.MaxUint64, Copies: worstCopies(5000),
+		// Longer than the wire allows, of bytes JSON escapes: Split cuts it.
+		StoreError: strings.Repeat("\x01<", wire.MaxStoreErrorLen)}
 	for _, limit := range []int{1 << 20, 64 << 10, 4 << 10} {
 		parts := Split(hb, limit)
 		if len(parts) == 0 {
@@ -42,7 +44,8 @@ func TestSplitKeepsEveryPartUnderTheLimit(t *testing.T) {
 			if len(data) > limit {
 				t.Fatalf("limit %d: part %d is %d bytes", limit, i, len(data))
 			}
-			if p.Part != i || p.Parts != len(parts) || p.Beat != hb.Beat || p.Node != hb.Node || !p.Leaving {
+			if p.Part != i || p.Parts != len(parts) || p.Beat != hb.Beat || p.Node != hb.Node || !p.Leaving ||
+				p.StoreError != hb.StoreError[:wire.MaxStoreErrorLen] {
 				t.Fatalf("limit %d: part %d header %+v", limit, i, p)
 			}
 			got = append(got, p.Copies...)

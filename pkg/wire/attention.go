@@ -10,6 +10,7 @@ const (
 	AttentionNodeHolds    = "node_gone_holding_copies"
 	AttentionFollowerLag  = "follower_not_catching_up"
 	AttentionOwnerOnly    = "owner_only_stream_waiting"
+	AttentionStoreFailed  = "host_store_failed"
 )
 
 // Severities.

@@ -10,9 +10,14 @@ type Heartbeat struct {
 	Incarnation uint64 `json:"incarnation"`
 	// Leaving is set by a host that is shutting down gracefully, so its
 	// streams fail over at once.
-	Leaving bool         `json:"leaving,omitempty"`
-	Copies  []CopyStatus `json:"copies"`
-	AtMS    int64        `json:"at_ms"`
+	Leaving bool `json:"leaving,omitempty"`
+	// StoreError is set, with Leaving, by a host whose store failed (a
+	// write or sync error): it holds nothing it can confirm or serve, so
+	// its streams fail over as from a leaving host, and it goes on beating
+	// to say why. At most MaxStoreErrorLen bytes.
+	StoreError string       `json:"store_error,omitempty"`
+	Copies     []CopyStatus `json:"copies"`
+	AtMS       int64        `json:"at_ms"`
 	// Beat numbers the host's beats within an incarnation. A beat whose
 	// copies do not fit in one message is sent as Parts messages (Part 0
 	// to Parts-1), each with a share of the copies; 0 or 1 parts means the
@@ -29,6 +34,10 @@ type Heartbeat struct {
 	ConnServer string `json:"conn_server,omitempty"`
 	ConnID     uint64 `json:"conn_id,omitempty"`
 }
+
+// MaxStoreErrorLen bounds Heartbeat.StoreError, in bytes; a host cuts a
+// longer error text.
+const MaxStoreErrorLen = 256
 
 // CopyStatus is one copy's state in a heartbeat.
 type CopyStatus struct {
