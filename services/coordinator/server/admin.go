@@ -41,7 +41,34 @@ const (
 	ownerProbePause   = 5 * time.Millisecond
 )
 
+// quorumWait is how long a request runs before this replica asks whether
+// the Raft shard has a leader at all: without one (a majority of the
+// coordinators down or cut off) the request is answered at once as
+// unavailable, well within a second, rather than after requestTimeout.
+// Elections in a healthy shard end sooner (the election timeout is 300 to
+// 600 ms), and a request that is answered in time is never delayed.
+const quorumWait = 700 * time.Millisecond
+
+// quorumPoll is how often a request past quorumWait asks again.
+const quorumPoll = 25 * time.Millisecond
+
 type handler func(ctx context.Context, body []byte) (any, error)
+
+// result is what a request's handler returned.
+type result struct {
+	out any
+	err error
+}
+
+// isWrite reports whether an admin verb changes the state: when it cannot
+// be answered for want of a quorum, its proposal may still be applied.
+func isWrite(verb string) bool {
+	switch verb {
+	case wire.VerbStreamInfo, wire.VerbStreamList, wire.VerbClusterInfo:
+		return false
+	}
+	return true
+}
 
 func (s *Server) verb(name string) handler {
 	switch name {
@@ -73,7 +100,7 @@ func (s *Server) verb(name string) handler {
 // round trip does not hold up other requests.
 func (s *Server) onAdmin(m *nats.Msg) {
 	verb := strings.TrimPrefix(m.Subject, wire.AdminPrefix)
-	s.serve(m, "admin "+verb, func(ctx context.Context) (any, error) {
+	s.serve(m, "admin "+verb, isWrite(verb), func(ctx context.Context) (any, error) {
 		h := s.verb(verb)
 		if h == nil {
 			return nil, wire.Errorf(wire.CodeBadRequest, "unknown admin verb %q", verb)
@@ -84,7 +111,7 @@ func (s *Server) onAdmin(m *nats.Msg) {
 
 // onPull answers an assignment pull from a linearizable read.
 func (s *Server) onPull(m *nats.Msg) {
-	s.serve(m, "assignment pull", func(ctx context.Context) (any, error) {
+	s.serve(m, "assignment pull", false, func(ctx context.Context) (any, error) {
 		var req wire.AssignmentPull
 		if err := decodeStrict(m.Data, &req); err != nil {
 			return nil, err
@@ -99,8 +126,10 @@ func (s *Server) onPull(m *nats.Msg) {
 // serve runs f for a request and replies with its result or an error reply
 // (JSON wire.ErrorReply, header Brook-Error = code). A panic in f is a bug:
 // it is logged with its stack and answered as internal, and the process
-// keeps serving.
-func (s *Server) serve(m *nats.Msg, what string, f func(ctx context.Context) (any, error)) {
+// keeps serving. A request not done after quorumWait while the shard has
+// no leader is answered unavailable at once (see noQuorum); write says f
+// may propose, so that answer warns the change may have been applied.
+func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.Context) (any, error)) {
 	if m.Reply == "" {
 		return // not a request: nobody to answer, so do nothing
 	}
@@ -123,15 +152,31 @@ func (s *Server) serve(m *nats.Msg, what string, f func(ctx context.Context) (an
 		// for a quorum.
 		ctx, cancel := context.WithTimeout(s.reqCtx, requestTimeout)
 		defer cancel()
-		out, err := func() (out any, err error) {
-			defer func() {
-				if p := recover(); p != nil {
-					s.log.Error("handler panicked", "what", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-					out, err = nil, wire.Errorf(wire.CodeInternal, "internal error in %s; see the coordinator's log", what)
-				}
+		res := make(chan result, 1)
+		go func() {
+			out, err := func() (out any, err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						s.log.Error("handler panicked", "what", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+						out, err = nil, wire.Errorf(wire.CodeInternal, "internal error in %s; see the coordinator's log", what)
+					}
+				}()
+				return f(ctx)
 			}()
-			return f(ctx)
+			res <- result{out, err}
 		}()
+		var r result
+		select {
+		case r = <-res:
+		case <-s.noQuorum(ctx, res):
+			r.err = s.noQuorumError(write)
+			s.log.Warn("request answered unavailable: the coordinators have no quorum", "what", what)
+			s.reply(m, nil, r.err)
+			cancel()
+			<-res // the handler ends with its context
+			return
+		}
+		out, err := r.out, r.err
 		if err != nil {
 			lvl := s.log.Debug
 			if wire.CodeOf(err) == wire.CodeInternal {
@@ -141,6 +186,47 @@ func (s *Server) serve(m *nats.Msg, what string, f func(ctx context.Context) (an
 		}
 		s.reply(m, out, err)
 	}()
+}
+
+// noQuorum returns a channel closed once the request has run quorumWait
+// and this replica knows no Raft leader, checked every quorumPoll until
+// done has a value or ctx ends. A replica without a leader for that long
+// is cut off from a majority: with CheckQuorum a leader steps down, and a
+// follower starts a (pre-)vote, within an election timeout of losing the
+// others. A request answered sooner never gets here.
+func (s *Server) noQuorum(ctx context.Context, done <-chan result) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		t := time.NewTimer(quorumWait)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if len(done) > 0 {
+				return
+			}
+			if _, ok := s.store.Leader(); !ok {
+				close(c)
+				return
+			}
+			t.Reset(quorumPoll)
+		}
+	}()
+	return c
+}
+
+// noQuorumError is the answer to a request the shard cannot answer for
+// want of a quorum.
+func (s *Server) noQuorumError(write bool) error {
+	msg := fmt.Sprintf("the coordinators have no quorum: coordinator %d knows no raft leader (a majority of the %d coordinators is down or cut off)",
+		s.opt.ReplicaID, max(len(s.opt.Peers), 1))
+	if write {
+		msg += "; the change may or may not have been applied: read the state once they have a quorum again"
+	}
+	return wire.Errorf(wire.CodeUnavailable, "%s", msg)
 }
 
 func (s *Server) reply(m *nats.Msg, out any, err error) {
@@ -391,10 +477,15 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 	if err := decodeStrict(body, &wire.Empty{}); err != nil {
 		return nil, err
 	}
-	st, err := s.store.State(ctx)
+	// Without a quorum, still show what this replica knows: that is when
+	// an operator needs cluster.info most. With no leader known it does
+	// not wait for a read that cannot be answered.
+	var st *state.State
+	err := errors.New("the raft shard has no leader")
+	if _, ok := s.store.Leader(); ok {
+		st, err = s.store.State(ctx)
+	}
 	if err != nil {
-		// Without a quorum, still show what this replica knows: that is
-		// when an operator needs cluster.info most.
 		local, lerr := s.store.LocalState()
 		if lerr != nil {
 			return nil, err
@@ -460,7 +551,7 @@ func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
 // body naming another node is refused; an empty body or one without a
 // node is the subject's node.
 func (s *Server) onHostLeave(m *nats.Msg) {
-	s.serve(m, "host leave", func(ctx context.Context) (any, error) {
+	s.serve(m, "host leave", true, func(ctx context.Context) (any, error) {
 		node, ok := wire.HostLeaveNode(m.Subject)
 		if !ok {
 			return nil, wire.Errorf(wire.CodeBadRequest, "subject %q is not a host's leave subject", m.Subject)

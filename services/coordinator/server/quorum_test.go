@@ -1,0 +1,86 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
+)
+
+// TestNoQuorumAnswersUnavailableWithinASecond: with two of three
+// coordinators gone, the survivor answers every admin request within a
+// second: reads and writes with a coded unavailable saying the coordinators
+// have no quorum (writes adding that the change may or may not have been
+// applied), cluster.info with what this replica knows. Once quorum returns,
+// requests are answered normally. Without the rule a request waited for
+// the Raft read or proposal until requestTimeout (5 s), longer than any
+// client waits.
+func TestNoQuorumAnswersUnavailableWithinASecond(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.NATSSystemURL = "" })
+	c.host("h1")
+	c.host("h2")
+	testutil.Eventually(t, 5*time.Second, "two live hosts", func() bool {
+		var ci wire.ClusterInfo
+		return c.admin(wire.VerbClusterInfo, "", &ci) == nil && len(ci.Nodes) == 2
+	})
+	c.create("s1", 2)
+	lead := c.leader()
+	var down []uint64
+	for id := range c.servers {
+		if id != lead && len(down) < 1 {
+			down = append(down, id)
+		}
+	}
+	down = append(down, lead)
+	for _, id := range down {
+		c.kill(id)
+	}
+	// The survivor loses its leader within an election timeout (300 to
+	// 600 ms here); requests sent at once are answered too, just later.
+	time.Sleep(time.Second)
+
+	check := func(verb string, body any, write bool) {
+		t.Helper()
+		began := time.Now()
+		e := c.admin(verb, body, nil)
+		took := time.Since(began)
+		if e == nil || e.Code != wire.CodeUnavailable || !strings.Contains(e.Message, "no quorum") {
+			t.Fatalf("%s without quorum: %v, want unavailable saying no quorum", verb, e)
+		}
+		if write != strings.Contains(e.Message, "may or may not have been applied") {
+			t.Fatalf("%s without quorum: %q (write %v)", verb, e.Message, write)
+		}
+		if took > time.Second {
+			t.Fatalf("%s without quorum answered after %v, want within 1s", verb, took)
+		}
+		t.Logf("%s answered in %v: %s", verb, took.Round(time.Millisecond), e.Message)
+	}
+	check(wire.VerbStreamInfo, wire.StreamRef{Stream: "s1"}, false)
+	check(wire.VerbStreamList, "", false)
+	check(wire.VerbStreamCreate, wire.StreamCreate{Stream: "s2", Copies: 1}, true)
+	check(wire.VerbNodeDrain, wire.NodeRef{Node: "h2"}, true)
+
+	began := time.Now()
+	var ci wire.ClusterInfo
+	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
+		t.Fatalf("cluster.info without quorum: %v", e)
+	}
+	if took := time.Since(began); took > time.Second || ci.Leader != 0 || len(ci.Nodes) != 2 {
+		t.Fatalf("cluster.info without quorum after %v: %+v", took, ci)
+	}
+
+	for _, id := range down {
+		c.start(id)
+	}
+	c.leader()
+	if i := c.info("s1"); i.Status != wire.StatusServing {
+		t.Fatalf("after quorum returned: %+v", i)
+	}
+	// The create answered unavailable may or may not have been applied;
+	// here it never reached a leader, so it was not.
+	if e := c.admin(wire.VerbStreamInfo, wire.StreamRef{Stream: "s2"}, nil); e == nil || e.Code != wire.CodeNotFound {
+		t.Fatalf("s2 after quorum returned: %v", e)
+	}
+}
