@@ -26,6 +26,9 @@ const (
 type NATS struct {
 	srv  *server.Server
 	port int
+	// opts and logPath start it again (Restart).
+	opts    *server.Options
+	logPath string
 }
 
 // StartNATS runs a nats-server on a free loopback port with accounts BROOK
@@ -71,7 +74,37 @@ func startNATS(opts *server.Options, logPath string) (*NATS, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("nats server: unexpected listen address %v", srv.Addr())
 	}
-	return &NATS{srv: srv, port: addr.Port}, nil
+	return &NATS{srv: srv, port: addr.Port, opts: opts, logPath: logPath}, nil
+}
+
+// Restart stops the server, waits down, and starts a new one with the same
+// configuration on the same port: every client connection drops and
+// reconnects to the new server (which has a new server id). It fails if the
+// port cannot be bound again within a few seconds.
+func (n *NATS) Restart(down time.Duration) error {
+	n.Shutdown()
+	time.Sleep(down)
+	opts := n.opts.Clone()
+	opts.Port = n.port
+	// The server treats a port it cannot bind as fatal (its file logger
+	// exits the process), so make sure the port is free first.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		l, err := net.Listen("tcp", n.Addr())
+		if err == nil {
+			_ = l.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restart nats: port %d not free: %w", n.port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	next, err := startNATS(opts, n.logPath)
+	if err != nil {
+		return fmt.Errorf("restart nats on port %d: %w", n.port, err)
+	}
+	n.srv = next.srv
+	return nil
 }
 
 // StartNATSConfig runs a nats-server on a free loopback port with the

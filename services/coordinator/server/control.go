@@ -89,7 +89,8 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	s.mu.Lock()
 	since := s.leaderSince
 	s.mu.Unlock()
-	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, Nodes: s.live.View()}, now, s.params)
+	heard, deaf := s.hearing.view(s.nc)
+	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: s.live.View()}, now, s.params)
 	changed := s.executeAll(ctx, st, acts, now)
 	if ctx.Err() != nil {
 		return false

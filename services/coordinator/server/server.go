@@ -134,6 +134,9 @@ type Server struct {
 	sysnc  *nats.Conn
 	subs   []*nats.Subscription
 	params controller.Params
+	// hearing tracks this coordinator's own NATS connections, so that it
+	// never expires hosts for a silence that was its own.
+	hearing hearing
 
 	kick     chan struct{}
 	cancel   context.CancelFunc
@@ -256,7 +259,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 // redact hides the password of each NATS URL of a list in logs.
 func redact(u string) string { return svcconfig.RedactURLs(u) }
 
-func natsOptions(name string, log *slog.Logger) []nats.Option {
+func natsOptions(name string, log *slog.Logger, up func(*nats.Conn)) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -270,8 +273,47 @@ func natsOptions(name string, log *slog.Logger) []nats.Option {
 				log.Warn("nats disconnected", "conn", name, "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "conn", name, "url", redact(c.ConnectedUrl())) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			up(c)
+			log.Info("nats reconnected", "conn", name, "url", redact(c.ConnectedUrl()))
+		}),
+		// The first connection made by retrying (NATS was not up at
+		// start) counts as a reconnect: nothing was heard before it.
+		nats.ConnectHandler(func(c *nats.Conn) { up(c) }),
 	}
+}
+
+// hearing is what the controller needs to know about this coordinator's
+// own NATS connections: when they last came back, and whether the
+// connection heartbeats arrive on has come back since it last dropped.
+type hearing struct {
+	mu sync.Mutex
+	// since is the latest (re)connect of either connection.
+	since time.Time
+	// noted is the reconnect count of the heartbeat connection when its
+	// latest (re)connect was noted.
+	noted uint64
+}
+
+// up notes that c (re)connected at at; main says c carries heartbeats.
+func (h *hearing) up(c *nats.Conn, main bool, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if at.After(h.since) {
+		h.since = at
+	}
+	if main {
+		h.noted = max(h.noted, c.Stats().Reconnects)
+	}
+}
+
+// view returns since, and whether nc cannot be heard on now: it is not
+// connected, or it reconnected and the handler that notes it has not run
+// yet (it runs on NATS's callback goroutine, after the connection is up).
+func (h *hearing) view(nc *nats.Conn) (since time.Time, deaf bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.since, !nc.IsConnected() || nc.Stats().Reconnects > h.noted
 }
 
 func (s *Server) connect() error {
@@ -280,7 +322,9 @@ func (s *Server) connect() error {
 	if err != nil {
 		return fmt.Errorf("nats credentials: %w", err)
 	}
-	nc, err := nats.Connect(s.opt.NATSURL, append(auth, natsOptions(name, s.log)...)...)
+	nc, err := nats.Connect(s.opt.NATSURL, append(auth, natsOptions(name, s.log, func(c *nats.Conn) {
+		s.hearing.up(c, true, s.opt.Now())
+	})...)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
 	}
@@ -297,7 +341,9 @@ func (s *Server) connect() error {
 		if err != nil {
 			return fmt.Errorf("nats system account credentials: %w", err)
 		}
-		sysnc, err := nats.Connect(s.opt.NATSSystemURL, append(auth, natsOptions(name, s.log)...)...)
+		sysnc, err := nats.Connect(s.opt.NATSSystemURL, append(auth, natsOptions(name, s.log, func(c *nats.Conn) {
+			s.hearing.up(c, false, s.opt.Now())
+		})...)...)
 		if err != nil {
 			return fmt.Errorf("connect to nats system account %s: %w", redact(s.opt.NATSSystemURL), err)
 		}
