@@ -20,6 +20,9 @@ type sealed struct {
 	// rawRecord is the record tail the copy reported, when the cut lowered it.
 	rawRecord uint64
 	cut       bool
+	// confirmed is the bound the copy reported of what it confirmed as
+	// the owner of the sealed epoch (wire.SealReply.Confirmed), 0 if none.
+	confirmed uint64
 }
 
 // historyTails returns the tails a sealed copy has on the stream's current
@@ -68,6 +71,26 @@ func lowerToCut(rec, cur, own, target uint64, starts []wire.HistoryStart) (uint6
 		}
 	}
 	return rec, cur
+}
+
+// confirmedBound returns an offset below which every confirmed record of
+// the stream lies, as the seal answers prove it, and whether they do: the
+// old owner's answer reports Confirmed, its bound of every offset it
+// confirmed at the sealed epoch (final: its role stopped before it
+// replied), and records confirmed at earlier epochs lie below the latest
+// history start. The bound is the higher of the two. With no Confirmed
+// from the old owner nothing is known.
+func confirmedBound(got []sealed, oldOwner string, starts []wire.HistoryStart) (uint64, bool) {
+	for _, s := range got {
+		if s.node == oldOwner && s.confirmed > 0 {
+			b := s.confirmed
+			if latest := latestStart(starts); latest != nil {
+				b = max(b, latest.RecordTail)
+			}
+			return b, true
+		}
+	}
+	return 0, false
 }
 
 // furthest orders copies best first: highest record tail, then highest cursor
@@ -174,6 +197,12 @@ func newAssignment(old, proposal wire.Assignment, owner string, others []string)
 // tail, then cursor event tail, then lowest node id), preferring a copy on a
 // node that is not leaving among those with exactly the best tails, so a drain
 // does not re-promote the leaving node while the promoted tails stay maximal.
+// A copy on a node that is not leaving is preferred also when its record tail
+// is at or past the confirmed bound the answers prove (confirmedBound: the old
+// owner's reported Confirmed and the latest start): it holds every confirmed
+// record, and what the leaving copies hold beyond it was never confirmed, so
+// a graceful leave does not promote the leaving node, which applies no new
+// assignment. The furthest such copy is chosen.
 // If the chosen record tail is below the latest history start (the start of
 // the highest epoch) it waits for the confirmed prefix; otherwise it promotes.
 //
@@ -196,7 +225,7 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 		for _, a := range answers {
 			if a.Node == n && validAnswer(a, fence, pr.Transition) == nil {
 				rec, cur, cut := historyTails(a.Reply, starts, pr.Old.Epoch)
-				s = &sealed{node: n, recordTail: rec, cursorTail: cur, rawRecord: a.Reply.RecordTail, cut: cut}
+				s = &sealed{node: n, recordTail: rec, cursorTail: cur, rawRecord: a.Reply.RecordTail, cut: cut, confirmed: a.Reply.Confirmed}
 				break
 			}
 		}
@@ -226,14 +255,17 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 	slices.SortFunc(got, furthest)
 	best := got[0]
 	chosen := best
-	preferred := false
+	preferred, belowBest := false, false
+	bound, known := confirmedBound(got, pr.Old.Owner, starts)
 	for _, s := range got {
-		if s.recordTail != best.recordTail || s.cursorTail != best.cursorTail {
-			break // sorted: no later copy has the best tails either
+		equal := s.recordTail == best.recordTail && s.cursorTail == best.cursorTail
+		holds := known && s.recordTail >= bound
+		if !equal && !holds {
+			break // sorted: no later copy has the best tails or reaches the bound
 		}
 		if !leaving[s.node] {
 			chosen = s
-			preferred = s.node != best.node
+			preferred, belowBest = s.node != best.node, !equal
 			break
 		}
 	}
@@ -275,6 +307,10 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 	}
 	if preferred {
 		why = fmt.Sprintf("furthest tails, %s preferred over leaving %s", chosen.node, best.node)
+	}
+	if belowBest {
+		why = fmt.Sprintf("%s preferred over leaving %s (record tail %d): it holds every confirmed record, the old owner %s confirmed nothing at or past %d and the latest start is at most that",
+			chosen.node, best.node, best.recordTail, pr.Old.Owner, bound)
 	}
 	for _, s := range got {
 		if s.cut {

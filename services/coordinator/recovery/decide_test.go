@@ -428,3 +428,85 @@ func TestHistoryTailsCutsEachLogAtItsOwnMinimum(t *testing.T) {
 		t.Fatalf("got %s start %+v (%s), want promote with start %+v", d.Kind, d.Start, d.Reason, want)
 	}
 }
+
+// TestLeavingOwnerHandsOverWhenNothingConfirmedBeyond: the old owner leaves
+// gracefully, its copy strictly furthest, and reports in its seal answer the
+// bound of what it confirmed. A copy on a node that is not leaving whose
+// record tail reaches that bound and the latest start holds every confirmed
+// record and is promoted (the furthest such copy), so a leaving owner, which
+// applies no new assignment, is not promoted. When the leaving owner holds
+// confirmed records past every other copy, when it reports no bound, when
+// the bound comes from a copy that is not the old owner, or when the latest
+// start is past the other copies, the rule is as before: the leaving owner is
+// promoted (or the recovery waits for the confirmed prefix).
+func TestLeavingOwnerHandsOverWhenNothingConfirmedBeyond(t *testing.T) {
+	pr := pending("majority_durable", "a", "b", "c")
+	leavingA := map[string]bool{"a": true}
+	withBound := func(a Answer, confirmed uint64) Answer {
+		a.Reply.Confirmed = confirmed
+		return a
+	}
+	start := func(epoch, rec uint64, node string) wire.HistoryStart {
+		return wire.HistoryStart{Epoch: epoch, RecordTail: rec, Node: node}
+	}
+	cases := []struct {
+		name    string
+		starts  []wire.HistoryStart
+		answers []Answer
+		leaving map[string]bool
+		kind    string
+		want    string // owner for promote
+	}{
+		{"bound at a lagging follower's tail: the follower", []wire.HistoryStart{start(4, 100, "a")},
+			[]Answer{withBound(ans(pr, "a", 305, 9), 301), ans(pr, "c", 301, 0)}, leavingA, Promote, "c"},
+		{"bound below both followers: the furthest of them", nil,
+			[]Answer{withBound(ans(pr, "a", 305, 9), 250), ans(pr, "b", 280, 0), ans(pr, "c", 301, 0)}, leavingA, Promote, "c"},
+		{"only the follower at the bound qualifies", nil,
+			[]Answer{withBound(ans(pr, "a", 305, 9), 290), ans(pr, "b", 280, 5), ans(pr, "c", 295, 0)}, leavingA, Promote, "c"},
+		{"leaving owner holds confirmed records past every other copy", nil,
+			[]Answer{withBound(ans(pr, "a", 305, 9), 303), ans(pr, "c", 301, 0)}, leavingA, Promote, "a"},
+		{"no bound reported: as before", nil,
+			[]Answer{ans(pr, "a", 305, 9), ans(pr, "c", 301, 0)}, leavingA, Promote, "a"},
+		{"a bound from a copy that is not the old owner does not count", nil,
+			[]Answer{ans(pr, "a", 305, 9), withBound(ans(pr, "c", 301, 0), 1)}, leavingA, Promote, "a"},
+		{"owner not leaving: the furthest, as before", nil,
+			[]Answer{withBound(ans(pr, "a", 305, 9), 301), ans(pr, "c", 301, 0)}, nil, Promote, "a"},
+		{"latest start past the follower: the leaving owner", []wire.HistoryStart{start(4, 303, "a")},
+			[]Answer{withBound(ans(pr, "a", 305, 9), 250), ans(pr, "c", 301, 0)}, leavingA, Promote, "a"},
+		{"a leaving follower at the bound does not take over", nil,
+			[]Answer{withBound(ans(pr, "a", 305, 9), 250), ans(pr, "c", 301, 0)}, map[string]bool{"a": true, "c": true}, Promote, "a"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(pr, c.starts, c.answers, c.leaving, now)
+			if d.Kind != c.kind || (c.kind == Promote && d.Assignment.Owner != c.want) {
+				t.Fatalf("got %s owner %q (%s), want %s %s", d.Kind, d.Assignment.Owner, d.Reason, c.kind, c.want)
+			}
+			var tails Answer
+			for _, a := range c.answers {
+				if a.Node == c.want {
+					tails = a
+				}
+			}
+			want := wire.HistoryStart{Epoch: 5, RecordTail: tails.Reply.RecordTail, CursorTail: tails.Reply.CursorTail, Node: c.want}
+			if d.Start != want {
+				t.Errorf("start = %+v, want %+v", d.Start, want)
+			}
+			// The leaving owner's copy stays in the assignment as a follower,
+			// cut to the new start when it applies it.
+			if c.want != "a" && !slices.Contains(d.Assignment.Followers, "a") {
+				t.Errorf("followers %v do not keep the sealed leaving owner", d.Assignment.Followers)
+			}
+			if c.want != "a" && d.Start.RecordTail < c.answers[0].Reply.Confirmed {
+				t.Errorf("promoted below the leaving owner's confirmed bound: start %d, bound %d", d.Start.RecordTail, c.answers[0].Reply.Confirmed)
+			}
+		})
+	}
+
+	// Waiting for the confirmed prefix is unchanged: the latest start is past
+	// every copy that is not leaving, and the leaving owner did not answer.
+	d := Decide(pr, []wire.HistoryStart{start(4, 303, "a")}, []Answer{ans(pr, "b", 280, 0), ans(pr, "c", 301, 0)}, leavingA, now)
+	if d.Kind != WaitPrefix {
+		t.Fatalf("got %s (%s), want %s", d.Kind, d.Reason, WaitPrefix)
+	}
+}

@@ -387,6 +387,9 @@ func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRe
 			attribute.Int64("record_tail", int64(a.Reply.RecordTail)),
 			attribute.Int64("cursor_tail", int64(a.Reply.CursorTail)),
 		)
+		if a.Reply.Confirmed > 0 {
+			span.SetAttributes(attribute.Int64("confirmed", int64(a.Reply.Confirmed)))
+		}
 	}
 	return a
 }
