@@ -9,7 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -68,6 +70,9 @@ type Config struct {
 	SealLinger time.Duration
 	// CursorSyncInterval is passed to the store (0: its default).
 	CursorSyncInterval time.Duration
+	// StoreFS is the file system of the store (nil: the operating
+	// system's); tests inject storage faults with Pebble's vfs/errorfs.
+	StoreFS vfs.FS
 	// DedupeRebuildRecords and DedupeRebuildBytes bound how much of the
 	// tail of its log a new owner reads to rebuild its duplicate window
 	// (the producer ids and sequences stored with the records) before it
@@ -221,16 +226,25 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("new host: %w", err)
 	}
 	log := cfg.Logger.With("node", cfg.Node)
+	// The store reports its failure once; the host is built only after
+	// Open returns, and a failure during Open fails New anyway.
+	var self atomic.Pointer[Host]
 	st, err := streamlog.Open(streamlog.Options{
 		Dir:                cfg.DataDir,
 		Logger:             log,
 		CursorSyncInterval: cfg.CursorSyncInterval,
+		FS:                 cfg.StoreFS,
+		OnFailure: func(err error) {
+			if h := self.Load(); h != nil {
+				h.storeFailed(err)
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Host{
+	h := &Host{
 		cfg:         cfg,
 		log:         log,
 		tracer:      cfg.TracerProvider.Tracer("github.com/brook-streams/brook/services/streamhost/host"),
@@ -246,13 +260,45 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
 		sealReqs:    newBudget("seals", "in flight", cfg.MaxInflight),
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
-	}, nil
+	}
+	self.Store(h)
+	if err := st.Failure(); err != nil {
+		// It failed between Open and now.
+		go h.storeFailed(err)
+	}
+	return h, nil
 }
 
-// Ready reports whether the host has applied its first assignment snapshot
-// and is not shutting down; /healthz answers 200 only then.
+// Ready reports whether the host has applied its first assignment snapshot,
+// is not shutting down and its store has not failed; /healthz answers 200
+// only then.
 func (h *Host) Ready() bool {
-	return h.ready.Load() && !h.leaving.Load() && h.nc.IsConnected()
+	return h.ready.Load() && !h.leaving.Load() && h.nc.IsConnected() && h.store.Failure() == nil
+}
+
+// StoreFailure is the error that broke the host's store, or nil (see
+// streamlog.Store.Failure). /healthz reports it.
+func (h *Host) StoreFailure() error { return h.store.Failure() }
+
+// storeFailed is called once when the store fails. The store is fail-stop
+// (nothing written after the error is confirmed, and no operation succeeds
+// any more), so the host stops pretending: it stops every role (publishes
+// waiting for their confirm fail with shutting_down, which clients retry
+// at the new owner), takes no new ones, and beats leaving with the error,
+// so the coordinators fail its streams over at once, as from a host that
+// leaves, and attention lists the host with the error. It keeps running,
+// answering nothing but heartbeats, until it is stopped; a restart
+// reopens the store, which then works or fails at once.
+func (h *Host) storeFailed(err error) {
+	h.log.Error("store failed: confirming and serving nothing more; beating leaving so the streams fail over; restart the host once its disk is fixed",
+		"err", err, "data_dir", h.cfg.DataDir)
+	h.leaving.Store(true)
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		r.stopRole(wire.CodeShuttingDown)
+		r.mu.Unlock()
+	}
+	h.requestBeat()
 }
 
 // Reconnected tells the host its NATS connection came back: it pulls the
@@ -510,6 +556,10 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 	if cid, err := h.nc.GetClientID(); err == nil {
 		hb.ConnID = cid
 	}
+	if err := h.store.Failure(); err != nil {
+		hb.Leaving = true
+		hb.StoreError = storeErrorText(err)
+	}
 	for _, c := range h.store.Copies() {
 		t := c.Tails()
 		_, sealed := c.SealInfo()
@@ -534,6 +584,20 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 		hb.Copies = append(hb.Copies, cs)
 	}
 	return hb
+}
+
+// storeErrorText is err's text for a heartbeat, cut to the wire's bound on
+// a character boundary.
+func storeErrorText(err error) string {
+	msg := err.Error()
+	if len(msg) <= wire.MaxStoreErrorLen {
+		return msg
+	}
+	cut := wire.MaxStoreErrorLen
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
 }
 
 // publishHeartbeat publishes the host's heartbeat, in as many parts as the
