@@ -575,3 +575,31 @@ func TestOrderIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreFailed: a host that beats with a store error is listed, critical,
+// with the error and the streams placed on it, while its heartbeat is
+// fresh; its copies count as down (so the streams' own entries see a lost
+// copy, not a live one), and a stale heartbeat drops the entry.
+func TestStoreFailed(t *testing.T) {
+	s := serving(assign(1, "majority_durable", "A", "B", "C"))
+	f := newFixture().node("A", wire.NodeLeft).node("B", wire.NodeLive).node("C", wire.NodeLive).stream(s).
+		hb("B", cp("s", wire.RoleFollower, 1, 10)).hb("C", cp("s", wire.RoleFollower, 1, 10))
+	const msg = "streamlog: group commit: pebble: fatal commit error: write 000004.log: no space left on device"
+	f.hbs["A"] = HeartbeatSeen{Heartbeat: wire.Heartbeat{Node: "A", Incarnation: 9, Leaving: true, StoreError: msg,
+		Copies: []wire.CopyStatus{cp("s", wire.RoleNone, 1, 10)}}, At: f.now}
+	es := filter(f.judge(nil), wire.AttentionStoreFailed)
+	e := only(t, es, wire.AttentionStoreFailed)
+	if e.Severity != wire.SeverityCritical || e.Node != "A" || !strings.Contains(e.Headline, msg) {
+		t.Fatalf("entry %+v", e)
+	}
+	wantFigures(t, e, map[string]any{"error": msg, "copies_held": 1, "owner_of": []string{"s"}, "assigned_streams": []string{"s"}, "incarnation": uint64(9)})
+	if st := newJudging(cfg, f.view, f.hbs, f.now).node("A"); st.liveness != down || st.why != "store failed" {
+		t.Fatalf("node A judged %+v", st)
+	}
+
+	// Still left but no longer beating: the node kind says it, not this one.
+	f.hbs["A"] = HeartbeatSeen{Heartbeat: f.hbs["A"].Heartbeat, At: f.now.Add(-3 * time.Second)}
+	if es := filter(f.judge(nil), wire.AttentionStoreFailed); len(es) != 0 {
+		t.Fatalf("stale heartbeat still listed: %v", kinds(es))
+	}
+}

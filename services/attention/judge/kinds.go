@@ -480,3 +480,55 @@ func plural(n int, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
+
+// storeFailures: a host that is heard (a heartbeat within the TTL) reports
+// that its store failed. It confirms and serves nothing; its streams fail
+// over as from a leaving host, but the host needs an operator: a full or
+// broken disk, then a restart. Once it stops beating the entry goes, and
+// node_gone_holding_copies takes over while assignments still place
+// copies on it.
+func (j *judging) storeFailures() []found {
+	var out []found
+	for _, n := range sortedKeys(j.hbs) {
+		hs := j.hbs[n]
+		if hs.Heartbeat.StoreError == "" || j.now.Sub(hs.At) > j.cfg.TTL {
+			continue
+		}
+		var owned, held []string
+		for _, s := range j.v.Streams {
+			if s.Assignment.Includes(n) {
+				held = append(held, s.Stream)
+				if s.Assignment.Owner == n {
+					owned = append(owned, s.Stream)
+				}
+			}
+		}
+		slices.Sort(held)
+		slices.Sort(owned)
+		if held == nil {
+			held = []string{}
+		}
+		if owned == nil {
+			owned = []string{}
+		}
+		out = append(out, found{
+			entry: wire.AttentionEntry{
+				Kind:     wire.AttentionStoreFailed,
+				Severity: wire.SeverityCritical,
+				Node:     n,
+				Headline: fmt.Sprintf("the store of %s failed: %s; it confirms and serves nothing and its streams fail over; fix its disk and restart it",
+					n, hs.Heartbeat.StoreError),
+				Figures: map[string]any{
+					"error":             hs.Heartbeat.StoreError,
+					"copies_held":       len(hs.Heartbeat.Copies),
+					"assigned_streams":  held,
+					"owner_of":          owned,
+					"incarnation":       hs.Heartbeat.Incarnation,
+					"last_heartbeat_ms": hs.At.UnixMilli(),
+				},
+			},
+			key: entryKey(wire.AttentionStoreFailed, "", 0, n),
+		})
+	}
+	return out
+}

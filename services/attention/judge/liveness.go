@@ -73,8 +73,8 @@ func newJudging(cfg Config, v View, hbs map[string]HeartbeatSeen, now time.Time)
 
 // node returns what the judge can say about name. A fresh heartbeat is the
 // best evidence of a running copy, so it wins over the coordinator's
-// "expired" (which lags a returning node by up to one pull); "left" and a
-// leaving heartbeat always mean down.
+// "expired" (which lags a returning node by up to one pull); "left", a
+// leaving heartbeat and one reporting a failed store always mean down.
 func (j *judging) node(name string) nodeState {
 	if st, ok := j.nodes[name]; ok {
 		return st
@@ -84,6 +84,8 @@ func (j *judging) node(name string) nodeState {
 	fresh := heard && j.now.Sub(hs.At) <= j.cfg.TTL
 	listenedLongEnough := j.v.ListeningSince.IsZero() || j.now.Sub(j.v.ListeningSince) > j.cfg.TTL
 	switch {
+	case fresh && hs.Heartbeat.StoreError != "":
+		st.liveness, st.why = down, "store failed"
 	case st.coord == wire.NodeLeft:
 		st.liveness, st.why = down, "left"
 	case fresh && hs.Heartbeat.Leaving:
