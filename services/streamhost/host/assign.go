@@ -290,7 +290,7 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 			r.own.update(a)
 		} else {
 			r.stopRole(wire.CodeNotOwner)
-			if err := h.promote(ctx, log, r, c, a); err != nil {
+			if err := h.promote(ctx, log, r, c, a, historyFloor(as.Starts, a.Epoch)); err != nil {
 				r.publishStatus(as.Retention)
 				return err
 			}
@@ -389,11 +389,26 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, c *streamlog.Copy,
 	return nil
 }
 
-// promote starts the owner role at the copy's own tails.
-func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment) error {
+// historyFloor is the record tail of the latest history start at or below
+// epoch (starts only grow, so the highest): every record below it is on
+// every copy a later recovery can promote (docs/failover.md, "The confirmed
+// prefix").
+func historyFloor(starts []wire.HistoryStart, epoch uint64) uint64 {
+	var floor uint64
+	for _, s := range starts {
+		if s.Epoch <= epoch {
+			floor = max(floor, s.RecordTail)
+		}
+	}
+	return floor
+}
+
+// promote starts the owner role at the copy's own tails; floor is the
+// record tail of its history start (historyFloor).
+func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, floor uint64) error {
 	_, span := h.tracer.Start(ctx, "promote")
 	defer span.End()
-	o, err := startOwner(h, c, a)
+	o, err := startOwner(h, c, a, floor)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -73,12 +73,18 @@ type owner struct {
 	// of this copy at the same epoch (before a restart) may have confirmed
 	// anything below it.
 	startTail uint64
-	wmCh      chan struct{}
-	pending   []*waiter // appended, waiting for W; offsets and deadlines ascending
-	dups      []*waiter // repeats waiting for their first write's confirm
-	timer     *time.Timer
-	stopped   bool   // no new request goroutines
-	failCode  string // once set, every waiter fails at once with it
+	// settledFloor is the record tail of the copy's history start (at most
+	// its tail when the role started): every record below it is on every
+	// copy a later recovery can promote, so a reader position up to it is
+	// safe even before the watermark reaches it (settledPoint). Set once
+	// before the role subscribes; read without mu.
+	settledFloor uint64
+	wmCh         chan struct{}
+	pending      []*waiter // appended, waiting for W; offsets and deadlines ascending
+	dups         []*waiter // repeats waiting for their first write's confirm
+	timer        *time.Timer
+	stopped      bool   // no new request goroutines
+	failCode     string // once set, every waiter fails at once with it
 	// diverged is the record tail at which each follower last failed the
 	// log matching check, so that a follower retrying is logged once.
 	diverged map[string]uint64
@@ -111,7 +117,7 @@ type outgoing struct {
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
 // tails.
-func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
+func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64) (*owner, error) {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	o := &owner{
 		h:        h,
@@ -133,6 +139,10 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment) (*owner, error) {
 	o.mu.Lock()
 	o.tail = c.Tails().Record
 	o.startTail = o.tail
+	// A start above the copy's tail comes only from an operator's
+	// accept-loss below the confirmed prefix: nothing past the copy's own
+	// tail is settled here.
+	o.settledFloor = min(floor, o.tail)
 	o.setAssignmentLocked(a)
 	// With W = 1 the owner's own tail is the watermark: readers must see
 	// the copy's records at once, not after the next publish or ack.
@@ -282,6 +292,16 @@ func (o *owner) confirmedBound() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return max(o.watermark, o.startTail)
+}
+
+// settledPoint returns the point below which a reader's position is safe: the
+// confirmed watermark, or the history start if that is higher (right
+// after a failover, until the followers acknowledge). Records are still
+// served only below the watermark.
+func (o *owner) settledPoint() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return max(o.watermark, o.settledFloor)
 }
 
 // wmState returns the watermark and a channel closed when it advances.

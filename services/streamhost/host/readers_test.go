@@ -335,3 +335,39 @@ func TestLateAckConfirmIsOnTheNewHistory(t *testing.T) {
 		t.Fatalf("the new owner at offset %d: %v %v; want the confirmed record", r.pc.Offset, got, err)
 	}
 }
+
+// TestPositionsAfterFailoverStayAtTheSettledPoint: right after a failover
+// the new owner's watermark is 0 until a follower acknowledges, but every
+// record below its history start (5) is on every later owner. A consumer
+// resuming from its cursor (4) must be told to go on at 4, not at the
+// watermark: before the fix the empty reply said next 0, the consumer
+// re-read the whole retained log and committed its cursor backwards; a
+// commit at 4 was held for a second and refused; a latest reader was sent
+// back to 0.
+func TestPositionsAfterFailoverStayAtTheSettledPoint(t *testing.T) {
+	const stream, id = "settled", 4
+	c := readersAcrossFailover(t, stream, id)
+	promoteN2(c, stream, id, false)
+	began := time.Now()
+	if _, e := c.commitCursor(stream, "r", 4, 5*time.Second); e != nil {
+		t.Fatalf("commit at 4 below the new owner's start 5: %v", e)
+	}
+	if took := time.Since(began); took > 500*time.Millisecond {
+		t.Fatalf("commit at 4 below the start took %v: held for the watermark", took)
+	}
+	b := c.fetch(stream, wire.FetchRequest{Cursor: "r", WaitMS: 100})
+	if b.Confirmed != 0 || len(b.Records) != 0 {
+		t.Fatalf("setup: watermark %d, %d records; want 0 and none", b.Confirmed, len(b.Records))
+	}
+	if b.Next != 4 {
+		t.Fatalf("a cursor at 4 was told to go on at %d (watermark %d, start 5)", b.Next, b.Confirmed)
+	}
+	if b := c.fetch(stream, wire.FetchRequest{Start: "latest"}); b.Next != 5 {
+		t.Fatalf("a latest reader was told to start at %d, want the start 5", b.Next)
+	}
+	// Past the start nothing is settled before the watermark: a commit at
+	// 5 (= the tail, nothing there to have read) waits.
+	if b := c.fetch(stream, wire.FetchRequest{Start: "offset", Offset: 5}); b.Next != 5 {
+		t.Fatalf("offset 5: next %d", b.Next)
+	}
+}

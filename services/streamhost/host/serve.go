@@ -292,10 +292,11 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	case "earliest":
 		from = t.Head
 	case "latest":
-		// The confirmed watermark, not the tail: records between the two
-		// may be cut by a failover, and a reader told to go on past them
-		// would skip whatever a new owner confirms at those offsets.
-		from = o.confirmed()
+		// The settled point (the watermark, or the history start right
+		// after a failover), not the tail: records between it and the
+		// tail may be cut by a failover, and a reader told to go on past
+		// them would skip whatever a new owner confirms at those offsets.
+		from = o.settledPoint()
 	case "":
 		if req.Cursor == "" {
 			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "fetch names neither a cursor nor a start"))
@@ -358,10 +359,10 @@ func (o *owner) serveFetch(m *nats.Msg) {
 		left := time.Until(deadline)
 		if left <= 0 {
 			// Nothing to read: the reader goes on from where it asked,
-			// but never from past this copy's watermark (a position
-			// asked for by offset, or a cursor replicated from an owner
-			// whose watermark was ahead of this one's).
-			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, wm)})
+			// but never from past the point this copy has settled (its
+			// watermark, or its history start right after a failover: a
+			// cursor at or below the start keeps its position).
+			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, max(wm, o.settledFloor))})
 			return
 		}
 		if timer == nil {
@@ -411,7 +412,7 @@ func (o *owner) onCommit(m *nats.Msg) {
 	if o.refuseOtherStream(m, 0) {
 		return
 	}
-	if req.Offset <= o.confirmed() {
+	if req.Offset <= o.settledPoint() {
 		o.commit(m.Reply, req)
 		return
 	}
@@ -436,7 +437,7 @@ func (o *owner) commitWhenConfirmed(reply string, req wire.CursorCommit) {
 	defer timer.Stop()
 	for {
 		wm, ch := o.wmState()
-		if req.Offset <= wm {
+		if req.Offset <= max(wm, o.settledFloor) {
 			o.commit(reply, req)
 			return
 		}
