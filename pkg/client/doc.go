@@ -46,7 +46,9 @@
 // one, and a sealed copy acknowledges nothing of an older epoch). With the
 // owner probe on (WithOwnerProbe) such a late confirm usually finds its
 // attempt already abandoned and the publish retried; with it off it is
-// returned like any other.
+// returned like any other. An operator's recovery.accept-loss seals
+// nothing and waives this promise, as it waives the promise of the
+// confirm itself.
 //
 // A retried publish can be written twice: if the first attempt was written
 // and confirmed but its reply was lost (the owner failed over or the request
@@ -64,7 +66,9 @@
 // given (a fetch reply's Next, a "latest" start, a cursor's position)
 // points past the confirmed watermark of the owner that answered, so a
 // failover that cuts an old owner's unconfirmed records never makes a
-// reader skip the records a new owner confirms at those offsets. Right
+// reader skip the records a new owner confirms at those offsets (right
+// after a failover, positions up to the new owner's history start are
+// settled too, so a resuming reader keeps its cursor). Right
 // after a failover the new owner's watermark can be below a position the
 // old owner gave; a cursor commit there is held by the owner until the
 // watermark passes it (or answered recovering, which the client retries).
