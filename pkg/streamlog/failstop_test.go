@@ -126,7 +126,8 @@ func TestFailStop(t *testing.T) {
 			closed := make(chan error, 1)
 			go func() { closed <- s.Close() }()
 			select {
-			case <-closed:
+			case err := <-closed:
+				t.Logf("close of the failed store: %v", err)
 			case <-time.After(10 * time.Second):
 				t.Fatal("Close hangs on a failed store")
 			}
