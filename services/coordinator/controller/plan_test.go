@@ -163,6 +163,13 @@ func TestAdvisoryAboutAnOlderConnectionIsIgnored(t *testing.T) {
 	if acts := f.plan(t0.Add(500 * time.Millisecond)); find(acts, ActExpire, "h1") != nil {
 		t.Fatalf("a host beating on a new connection was expired by an advisory about its old one: %s", kinds(acts))
 	}
+	// A beat sent on A before the reconnect but processed after B's does
+	// not take the connection back: A's advisory still does not count.
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 5, ConnServer: b.Server, ConnID: b.ID}, t0.Add(60*time.Millisecond))
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 4, ConnServer: a.Server, ConnID: a.ID}, t0.Add(70*time.Millisecond))
+	if tr.Disconnected("h1", a, t0.Add(110*time.Millisecond)) {
+		t.Fatal("a delayed beat on the old connection made its advisory count")
+	}
 	// An advisory about the connection it beats on still counts.
 	if !tr.Disconnected("h1", b, t0.Add(600*time.Millisecond)) {
 		t.Fatal("an advisory about the current connection did not count")

@@ -28,9 +28,12 @@ type Seen struct {
 	// DisconnectedAt is when an advisory said the host's NATS connection
 	// closed, if no heartbeat has arrived since; zero otherwise.
 	DisconnectedAt time.Time
-	// Conn is the NATS connection the latest heartbeat that named one
-	// was sent on (zero when none did).
-	Conn Conn
+	// Conn is the NATS connection the newest heartbeat that named one
+	// was sent on (zero when none did), and ConnBeat that heartbeat's beat
+	// number: a beat delayed on an old connection and processed after a
+	// newer one does not take Conn back.
+	Conn     Conn
+	ConnBeat uint64
 	// Copies are the copies the latest heartbeat reported, by stream name.
 	Copies map[string]wire.CopyStatus
 }
@@ -80,11 +83,12 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		// A new process: what the old one reported says nothing of what
 		// this one holds (it may have started on an empty disk).
 		s.Copies = nil
+		s.Conn, s.ConnBeat = Conn{}, 0
 	}
 	s.Incarnation = hb.Incarnation
 	s.Leaving = hb.Leaving
-	if c := (Conn{Server: hb.ConnServer, ID: hb.ConnID}); c.Known() {
-		s.Conn = c
+	if c := (Conn{Server: hb.ConnServer, ID: hb.ConnID}); c.Known() && hb.Beat >= s.ConnBeat {
+		s.Conn, s.ConnBeat = c, hb.Beat
 	}
 	if at.After(s.LastSeen) {
 		s.LastSeen = at

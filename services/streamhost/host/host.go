@@ -551,10 +551,13 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 		Leaving:     leaving,
 		Copies:      []wire.CopyStatus{},
 		AtMS:        time.Now().UnixMilli(),
-		ConnServer:  h.nc.ConnectedServerId(),
 	}
-	if cid, err := h.nc.GetClientID(); err == nil {
-		hb.ConnID = cid
+	// The server id and the client id are read separately: a reconnect in
+	// between would name a connection that never existed, so the beat
+	// names one only if the server did not change meanwhile.
+	srv := h.nc.ConnectedServerId()
+	if cid, err := h.nc.GetClientID(); err == nil && srv != "" && h.nc.ConnectedServerId() == srv {
+		hb.ConnServer, hb.ConnID = srv, cid
 	}
 	if err := h.store.Failure(); err != nil {
 		hb.Leaving = true
