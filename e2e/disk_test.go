@@ -25,8 +25,9 @@ const diskFullSize = "16m"
 // error, so the stream fails over within seconds without an operator and
 // serves at the next epoch on another host. /healthz of the failed host
 // answers 503, its log names the error, and attention lists it
-// (host_store_failed) with the error. Every confirmed record is read back
-// at its offset.
+// (host_store_failed) with the error. The publishes that met the failure
+// are retried by the client at the new owner (none fails as internal),
+// and every confirmed record is read back at its offset.
 //
 // It catches: a host whose store failed but that goes on heartbeating as
 // healthy (its streams would never fail over), a store that confirms
@@ -146,6 +147,14 @@ func TestOwnerDiskFull(t *testing.T) {
 	e.logf("attention: %s", entry.Headline)
 
 	e.stopLoad(ld, led)
+	// The publishes that met the failure were answered unavailable and
+	// retried by the client at the new owner, not failed as internal.
+	if n := led.Count(func(o workload.Outcome) bool {
+		we := wireError(o.Err)
+		return !o.Confirmed && we != nil && we.Code == wire.CodeInternal
+	}); n != 0 {
+		t.Errorf("%d publishes failed as internal instead of being retried at the new owner: %v", n, led.Stats())
+	}
 	rd := workload.NewReader(e.cl, stream, "disk-full-reader")
 	rep := e.verify(stream, led, rd, workload.CheckConfig{})
 	if n := led.Count(func(o workload.Outcome) bool { return o.Confirmed && o.Confirm.Epoch == epoch }); n == 0 {

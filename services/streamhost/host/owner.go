@@ -578,6 +578,12 @@ func (o *owner) appendError(err error) *wire.Error {
 		return closeError(wire.CodeShuttingDown, o.stream)
 	case errors.Is(err, streamlog.ErrDeleted):
 		return closeError(wire.CodeStreamUnknown, o.stream)
+	case o.h.store.Failure() != nil:
+		// The store failed (fail-stop): nothing is confirmed here any
+		// more, the host hands its streams over (storeFailed), and the
+		// client retries at the new owner. The record is in no other
+		// copy, and a copy of this one is cut to the new history.
+		return wire.Errorf(wire.CodeUnavailable, "stream %s: this host's store failed; not confirmed: %v", o.stream, err)
 	default:
 		return wire.Errorf(wire.CodeInternal, "stream %s: append: %v", o.stream, err)
 	}

@@ -55,7 +55,8 @@ func (c *miniCluster) waitHeartbeat(node, what string, pred func(wire.Heartbeat)
 
 // TestStoreFailureStopsPretending: the owner's store fails under a publish
 // (a WAL write error, then in a second run a WAL sync error). The publish
-// that met the error and every later one are not confirmed, although the
+// that met the error (answered unavailable, which clients retry) and every
+// later one are not confirmed, although the
 // follower is healthy and the disk works again; the host's heartbeat says
 // leaving with the error, its copy holds no role any more, and Ready and
 // StoreFailure report it (/healthz answers 503 with it); its log names the
@@ -91,8 +92,9 @@ func TestStoreFailureStopsPretending(t *testing.T) {
 			fault.on.Store(true)
 			if pc, e := c.publish(stream, payload(before), "", 0); e == nil {
 				t.Fatalf("publish confirmed at %d with the owner's WAL failing", pc.Offset)
-			} else {
-				t.Logf("publish at the fault: %v", e)
+			} else if e.Code != wire.CodeUnavailable {
+				// Retryable: the client takes it to the new owner.
+				t.Fatalf("publish at the fault answered %v, want unavailable", e)
 			}
 			fault.on.Store(false)
 			for i := before + 1; i < before+5; i++ {
