@@ -442,6 +442,14 @@ func (c *Cluster) CutHost(i int) {
 	c.proxies[i].Cut()
 }
 
+// BlackholeHost partitions stream host i from NATS silently: its
+// connections stay open but every byte is dropped, both ways, until
+// HealHost (which closes them, so the host reconnects).
+func (c *Cluster) BlackholeHost(i int) {
+	c.log.Info("blackhole host from nats", "host", c.hosts[i].Name)
+	c.proxies[i].Blackhole()
+}
+
 // HealHost lets stream host i reach NATS again.
 func (c *Cluster) HealHost(i int) {
 	c.log.Info("heal host", "host", c.hosts[i].Name)
