@@ -1,0 +1,65 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/e2e/internal/workload"
+)
+
+// TestBlackholeOwner: partition the owner from NATS silently (its proxy
+// keeps the connections open and drops every byte, both ways), so that
+// neither the NATS server nor the host sees a disconnect: only the
+// missing heartbeats tell the coordinator. The stream serves again at the
+// next epoch; the write unavailability (from the blackhole to the first
+// confirm of a publish begun after it) is logged. Healed, the old owner
+// rejoins as a follower, catches up, and every confirmed record reads back
+// at its offset.
+//
+// It catches: a failure detector that waits for a disconnect advisory that
+// never comes, an owner that keeps confirming behind a blackhole, and an
+// old owner that does not come back as a follower once its connections
+// are closed and it reconnects.
+func TestBlackholeOwner(t *testing.T) {
+	e := newEnv(t, opts{})
+	const stream = "blackhole-owner"
+	before := e.createStream(stream, 3)
+	epoch, oldOwner := before.Assignment.Epoch, before.Assignment.Owner
+
+	led := workload.NewLedger()
+	ld := e.load(stream, "bh", led)
+	defer func() { _ = ld.Stop() }()
+	e.waitConfirms(led, 200, epoch)
+
+	holedAt := time.Now()
+	e.c.BlackholeHost(e.hostIndex(oldOwner))
+	e.logf("blackholed %s", oldOwner)
+	e.waitConfirms(led, 100, epoch+1)
+	after := e.waitServingAt(stream, epoch+1, oldOwner)
+	var first time.Time
+	for _, o := range led.Outcomes() {
+		if o.Confirmed && o.Sent.After(holedAt) && (first.IsZero() || o.Done.Before(first)) {
+			first = o.Done
+		}
+	}
+	if first.IsZero() {
+		t.Fatal("no publish begun after the blackhole was confirmed")
+	}
+	e.logf("write unavailability after blackholing the owner: %v (failover %s -> %s at epoch %d, starts %v)",
+		first.Sub(holedAt).Round(time.Millisecond), oldOwner, after.Assignment.Owner, after.Assignment.Epoch, after.Starts)
+	if n := led.Count(func(o workload.Outcome) bool {
+		return o.Confirmed && o.Confirm.Epoch == epoch && o.Done.After(first)
+	}); n != 0 {
+		t.Fatalf("%d confirms at the old epoch %d after the new owner confirmed", n, epoch)
+	}
+
+	e.c.HealHost(e.hostIndex(oldOwner))
+	e.logf("healed %s", oldOwner)
+	e.waitFollower(stream, oldOwner, epoch+1)
+	e.waitConfirms(led, 150, epoch+1)
+
+	e.stopLoad(ld, led)
+	e.waitCaughtUp(stream, oldOwner)
+	rd := workload.NewReader(e.cl, stream, "blackhole-owner-reader")
+	e.verify(stream, led, rd, workload.CheckConfig{})
+}
