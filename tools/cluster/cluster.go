@@ -59,18 +59,30 @@ type Config struct {
 	// ClientOptions and NATSOptions carry the principal's certificate.
 	// Not with NoAuth.
 	TLS bool
+	// NATSServers is how many nats-servers run, joined into one NATS
+	// cluster by routes (StartNATSCluster); default 1. Coordinators,
+	// attention and the harness's clients get every server's URL; stream
+	// host i gets one proxy per server, its own server (i mod
+	// NATSServers) first in its URL list. The services shuffle the list
+	// (nats.go's default), so which server a process is on is found out
+	// with NATSServerOf.
+	NATSServers int
 }
 
 // Cluster is a running local cluster.
 type Cluster struct {
 	cfg     Config
 	log     *slog.Logger
-	nats    *NATS
-	proxies []*Proxy // one per host, in front of nats
-	coords  []*Proc
-	hosts   []*Proc
-	attn    *Proc
-	client  *client.Client
+	nats    *NATS    // natsAll[0]
+	natsAll []*NATS  // every server of the NATS cluster
+	proxies []*Proxy // one per host, in front of the host's own server
+	// more are host i's proxies in front of the other servers (none with
+	// one server); CutHost, BlackholeHost and HealHost act on them too.
+	more   [][]*Proxy
+	coords []*Proc
+	hosts  []*Proc
+	attn   *Proc
+	client *client.Client
 	// auth is the generated deployment (nil with Config.NoAuth).
 	auth *auth.Deployment
 
@@ -120,6 +132,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = 5 * time.Second
 	}
+	if cfg.NATSServers == 0 {
+		cfg.NATSServers = 1
+	}
 	if cfg.TLS && cfg.NoAuth {
 		return nil, errors.New("start cluster: Config.TLS needs the generated deployment (not NoAuth)")
 	}
@@ -142,9 +157,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 
-	if cfg.NoAuth {
-		c.nats, err = StartNATS(filepath.Join(cfg.LogDir, "nats.log"))
-	} else {
+	natsLog := func(i int) string {
+		if cfg.NATSServers == 1 {
+			return filepath.Join(cfg.LogDir, "nats.log")
+		}
+		return filepath.Join(cfg.LogDir, fmt.Sprintf("nats-%d.log", i+1))
+	}
+	confPath := ""
+	if !cfg.NoAuth {
 		nodes := make([]string, cfg.Hosts)
 		for i := range nodes {
 			nodes[i] = "h" + strconv.Itoa(i+1)
@@ -152,11 +172,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if c.auth, err = auth.Generate(filepath.Join(cfg.Dir, "auth"), auth.Spec{Nodes: nodes, Coordinators: cfg.Coordinators, TLS: cfg.TLS, Overwrite: true}); err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
-		c.nats, err = StartNATSConfig(c.auth.NATSConf, filepath.Join(cfg.LogDir, "nats.log"))
+		confPath = c.auth.NATSConf
 	}
-	if err != nil {
+	if c.natsAll, err = StartNATSCluster(cfg.NATSServers, confPath, natsLog); err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
+	c.nats = c.natsAll[0]
 	env := append(os.Environ(), cfg.Env...)
 	var free ports
 	defer free.release()
@@ -182,7 +203,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			"--raft-addr", raftAddrs[i],
 			"--peers", strings.Join(peers, ","),
 			"--data-dir", filepath.Join(cfg.Dir, "coordinator-"+id),
-			"--nats-url", c.serviceURL(c.nats.Addr()),
+			"--nats-url", c.NATSURL(),
 			"--nats-system-url", c.sysURL(),
 			"--http-addr", httpAddr,
 		}
@@ -201,11 +222,23 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	for i := range cfg.Hosts {
 		node := "h" + strconv.Itoa(i+1)
-		px, err := NewProxy(c.nats.Addr(), log.With("proxy", node))
-		if err != nil {
-			return nil, fmt.Errorf("start cluster: %w", err)
+		// One proxy per server, the host's own server first.
+		var urls []string
+		var pxs []*Proxy
+		for k := range cfg.NATSServers {
+			ns := c.natsAll[(i+k)%cfg.NATSServers]
+			px, err := NewProxy(ns.Addr(), log.With("proxy", node, "nats", ns.Name()))
+			if err != nil {
+				for _, px := range pxs {
+					_ = px.Close()
+				}
+				return nil, fmt.Errorf("start cluster: %w", err)
+			}
+			pxs = append(pxs, px)
+			urls = append(urls, c.serviceURL(px.Addr()))
 		}
-		c.proxies = append(c.proxies, px)
+		c.proxies = append(c.proxies, pxs[0])
+		c.more = append(c.more, pxs[1:])
 		httpAddr, err := free.addr()
 		if err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
@@ -213,7 +246,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		args := []string{
 			"--node", node,
 			"--data-dir", filepath.Join(cfg.Dir, node),
-			"--nats-url", c.serviceURL(px.Addr()),
+			"--nats-url", strings.Join(urls, ","),
 			"--http-addr", httpAddr,
 		}
 		if c.auth != nil {
@@ -229,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
-		args := []string{"--nats-url", c.serviceURL(c.nats.Addr()), "--http-addr", httpAddr}
+		args := []string{"--nats-url", c.NATSURL(), "--http-addr", httpAddr}
 		if c.auth != nil {
 			args = append(args, "--nats-nkey", c.seed(auth.Attention))
 			args = append(args, c.tlsArgs(auth.Attention)...)
@@ -255,11 +288,18 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// NATSURL is the URL of the cluster's nats-server. With a generated
+// NATSURL is the URL of the cluster's nats-server (with several, every
+// server's URL, comma separated, as nats.Connect takes them). With a generated
 // deployment it carries no credentials: connect with ClientOptions or
 // NATSOptions of a principal. With Config.NoAuth it carries user brook's
 // (account BROOK, no permissions).
-func (c *Cluster) NATSURL() string { return c.serviceURL(c.nats.Addr()) }
+func (c *Cluster) NATSURL() string {
+	urls := make([]string, len(c.natsAll))
+	for i, ns := range c.natsAll {
+		urls[i] = c.serviceURL(ns.Addr())
+	}
+	return strings.Join(urls, ",")
+}
 
 // serviceURL is the services' URL of a server address.
 func (c *Cluster) serviceURL(addr string) string {
@@ -271,10 +311,15 @@ func (c *Cluster) serviceURL(addr string) string {
 
 // sysURL is the coordinators' system-account URL.
 func (c *Cluster) sysURL() string {
-	if c.auth != nil {
-		return "nats://" + c.nats.Addr()
+	urls := make([]string, len(c.natsAll))
+	for i, ns := range c.natsAll {
+		if c.auth != nil {
+			urls[i] = "nats://" + ns.Addr()
+		} else {
+			urls[i] = ns.SysURL()
+		}
 	}
-	return c.nats.SysURL()
+	return strings.Join(urls, ",")
 }
 
 // seed is the seed file of a principal of the deployment.
@@ -298,16 +343,22 @@ func (c *Cluster) TLS() bool { return c.auth != nil && c.auth.TLS }
 // PlainConnections lists the client connections nats-server holds that
 // are not TLS, as "name (ip:port)", and how many it holds in all.
 func (c *Cluster) PlainConnections() (plain []string, total int, err error) {
-	connz, err := c.nats.Server().Connz(&server.ConnzOptions{})
-	if err != nil {
-		return nil, 0, fmt.Errorf("connz: %w", err)
-	}
-	for _, ci := range connz.Conns {
-		if ci.TLSVersion == "" {
-			plain = append(plain, fmt.Sprintf("%s (%s:%d)", ci.Name, ci.IP, ci.Port))
+	for _, ns := range c.natsAll {
+		if !ns.Running() {
+			continue
 		}
+		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		if err != nil {
+			return nil, 0, fmt.Errorf("connz: %w", err)
+		}
+		for _, ci := range connz.Conns {
+			if ci.TLSVersion == "" {
+				plain = append(plain, fmt.Sprintf("%s (%s:%d)", ci.Name, ci.IP, ci.Port))
+			}
+		}
+		total += len(connz.Conns)
 	}
-	return plain, len(connz.Conns), nil
+	return plain, total, nil
 }
 
 // Auth returns the generated deployment: every principal's seed file,
@@ -354,11 +405,61 @@ func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
 	return opts, nil
 }
 
-// NATSSysURL is the system account's URL.
-func (c *Cluster) NATSSysURL() string { return c.nats.SysURL() }
+// NATSSysURL is the system account's URL (user sys) of every server,
+// comma separated.
+func (c *Cluster) NATSSysURL() string {
+	urls := make([]string, len(c.natsAll))
+	for i, ns := range c.natsAll {
+		urls[i] = ns.SysURL()
+	}
+	return strings.Join(urls, ",")
+}
 
-// NATS returns the embedded server.
+// NATS returns the (first) embedded server.
 func (c *Cluster) NATS() *NATS { return c.nats }
+
+// NATSServers is how many nats-servers the cluster has.
+func (c *Cluster) NATSServers() int { return len(c.natsAll) }
+
+// NATSServer returns embedded server i (0-based).
+func (c *Cluster) NATSServer(i int) *NATS { return c.natsAll[i] }
+
+// KillNATS stops nats-server i at once, the test's stand-in for SIGKILL of
+// a server process: every client and route connection it holds is closed
+// (the clients see their connection drop and reconnect to another server
+// of their URL list), and it publishes no disconnect advisory for its
+// clients (its event system stops first). Bring it back with
+// NATSServer(i).Restart(0).
+func (c *Cluster) KillNATS(i int) {
+	c.log.Info("kill nats-server", "server", c.natsAll[i].Name(), "id", c.natsAll[i].ID())
+	c.natsAll[i].Shutdown()
+}
+
+// NATSServerOf returns the index of the running server that holds a
+// client connection named name in account BROOK (such as
+// "brook-streamhost:h1" or "brook-coordinator:2"), or -1 if none does.
+func (c *Cluster) NATSServerOf(name string) (int, error) {
+	for i, ns := range c.natsAll {
+		if !ns.Running() {
+			continue
+		}
+		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		if err != nil {
+			return -1, fmt.Errorf("connz of %s: %w", ns.Name(), err)
+		}
+		for _, ci := range connz.Conns {
+			if ci.Name == name && ci.Account != SysAccount {
+				return i, nil
+			}
+		}
+	}
+	return -1, nil
+}
+
+// hostProxies are host i's proxies, one per server.
+func (c *Cluster) hostProxies(i int) []*Proxy {
+	return append([]*Proxy{c.proxies[i]}, c.more[i]...)
+}
 
 // Client is the harness's own client (connected as brook).
 func (c *Cluster) Client() *client.Client { return c.client }
@@ -439,7 +540,9 @@ func (c *Cluster) Restart(ctx context.Context, p *Proc) error {
 // and refused until HealHost. The process keeps running.
 func (c *Cluster) CutHost(i int) {
 	c.log.Info("cut host from nats", "host", c.hosts[i].Name)
-	c.proxies[i].Cut()
+	for _, px := range c.hostProxies(i) {
+		px.Cut()
+	}
 }
 
 // BlackholeHost partitions stream host i from NATS silently: its
@@ -447,13 +550,17 @@ func (c *Cluster) CutHost(i int) {
 // HealHost (which closes them, so the host reconnects).
 func (c *Cluster) BlackholeHost(i int) {
 	c.log.Info("blackhole host from nats", "host", c.hosts[i].Name)
-	c.proxies[i].Blackhole()
+	for _, px := range c.hostProxies(i) {
+		px.Blackhole()
+	}
 }
 
 // HealHost lets stream host i reach NATS again.
 func (c *Cluster) HealHost(i int) {
 	c.log.Info("heal host", "host", c.hosts[i].Name)
-	c.proxies[i].Heal()
+	for _, px := range c.hostProxies(i) {
+		px.Heal()
+	}
 }
 
 // Stop stops every process (SIGTERM, SIGKILL after the stop grace), then
@@ -474,11 +581,13 @@ func (c *Cluster) Stop() error {
 		if c.client != nil {
 			_ = c.client.Close()
 		}
-		for _, px := range c.proxies {
-			errs = append(errs, px.Close())
+		for i := range c.proxies {
+			for _, px := range c.hostProxies(i) {
+				errs = append(errs, px.Close())
+			}
 		}
-		if c.nats != nil {
-			c.nats.Shutdown()
+		for _, ns := range c.natsAll {
+			ns.Shutdown()
 		}
 		c.stopErr = errors.Join(errs...)
 	})

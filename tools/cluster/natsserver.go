@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -35,23 +37,11 @@ type NATS struct {
 // (user brook) and SYS (user sys, the system account). If logPath is not
 // empty the server logs there.
 func StartNATS(logPath string) (*NATS, error) {
-	brook := server.NewAccount(BrookAccount)
-	sys := server.NewAccount(SysAccount)
-	opts := &server.Options{
-		ServerName:    "brook-test-nats",
-		Host:          "127.0.0.1",
-		Port:          server.RANDOM_PORT,
-		NoSigs:        true,
-		NoLog:         logPath == "",
-		Accounts:      []*server.Account{brook, sys},
-		SystemAccount: SysAccount,
-		Users: []*server.User{
-			{Username: BrookUser, Password: BrookPassword, Account: brook},
-			{Username: SysUser, Password: SysPassword, Account: sys},
-		},
-		// A host's NATS cut must not be masked by a long write deadline.
-		WriteDeadline: 2 * time.Second,
+	opts, err := natsOptions("", logPath == "")
+	if err != nil {
+		return nil, err
 	}
+	opts.ServerName = "brook-test-nats"
 	return startNATS(opts, logPath)
 }
 
@@ -112,18 +102,171 @@ func (n *NATS) Restart(down time.Duration) error {
 // tools/auth generates it); its listen address is overridden. If logPath
 // is not empty the server logs there.
 func StartNATSConfig(confPath, logPath string) (*NATS, error) {
+	opts, err := natsOptions(confPath, logPath == "")
+	if err != nil {
+		return nil, err
+	}
+	opts.ServerName = "brook-test-nats"
+	return startNATS(opts, logPath)
+}
+
+// StartNATSCluster runs n nats-servers on free loopback ports, each with
+// the accounts, users and permissions of confPath (as StartNATSConfig; with
+// confPath empty, those of StartNATS), joined into one NATS cluster by
+// explicit routes between every pair (no route authentication: loopback
+// test servers only). The servers do not advertise their client addresses
+// to clients (NoAdvertise), so a process connects only to the URLs it was
+// given (the harness's proxies stay in the path). It returns once every
+// server has a route to every other. logPath(i), if not nil, is server
+// i's log file. n == 1 is StartNATSConfig (or StartNATS) without a cluster.
+func StartNATSCluster(n int, confPath string, logPath func(i int) string) (_ []*NATS, err error) {
+	if n < 1 {
+		return nil, fmt.Errorf("nats cluster: %d servers", n)
+	}
+	logOf := func(i int) string {
+		if logPath == nil {
+			return ""
+		}
+		return logPath(i)
+	}
+	if n == 1 {
+		var ns *NATS
+		if confPath == "" {
+			ns, err = StartNATS(logOf(0))
+		} else {
+			ns, err = StartNATSConfig(confPath, logOf(0))
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []*NATS{ns}, nil
+	}
+	// Every server names every other's route port, so they are picked
+	// first (and released right before the servers bind them).
+	routePorts := make([]int, n)
+	var lns []net.Listener
+	for i := range routePorts {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("nats cluster: route port: %w", err)
+		}
+		lns = append(lns, l)
+		routePorts[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range lns {
+		_ = l.Close()
+	}
+	var out []*NATS
+	defer func() {
+		if err != nil {
+			for _, ns := range out {
+				ns.Shutdown()
+			}
+		}
+	}()
+	for i := range n {
+		opts, err := natsOptions(confPath, logOf(i) == "")
+		if err != nil {
+			return nil, err
+		}
+		opts.ServerName = "brook-test-nats-" + strconv.Itoa(i+1)
+		opts.Cluster.Name = "brook-test"
+		opts.Cluster.Host = "127.0.0.1"
+		opts.Cluster.Port = routePorts[i]
+		opts.Cluster.NoAdvertise = true
+		for j, p := range routePorts {
+			if j != i {
+				opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(p)})
+			}
+		}
+		ns, err := startNATS(opts, logOf(i))
+		if err != nil {
+			return nil, fmt.Errorf("nats cluster: server %d: %w", i+1, err)
+		}
+		out = append(out, ns)
+	}
+	if err := WaitNATSRoutes(out, 20*time.Second); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WaitNATSRoutes waits until every running server of ns has a route to
+// every other running one.
+func WaitNATSRoutes(ns []*NATS, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var running []*NATS
+		for _, n := range ns {
+			if n.Running() {
+				running = append(running, n)
+			}
+		}
+		ok := true
+		for _, n := range running {
+			if n.srv.NumRemotes() < len(running)-1 {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var errs []error
+			for _, n := range running {
+				errs = append(errs, fmt.Errorf("%s: %d of %d routes", n.srv.Name(), n.srv.NumRemotes(), len(running)-1))
+			}
+			return fmt.Errorf("nats cluster: routes not up in %v: %w", timeout, errors.Join(errs...))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// natsOptions are the options of StartNATSConfig (confPath not empty) or
+// StartNATS, on a random loopback port.
+func natsOptions(confPath string, noLog bool) (*server.Options, error) {
+	if confPath == "" {
+		brook := server.NewAccount(BrookAccount)
+		sys := server.NewAccount(SysAccount)
+		return &server.Options{
+			Host:          "127.0.0.1",
+			Port:          server.RANDOM_PORT,
+			NoSigs:        true,
+			NoLog:         noLog,
+			Accounts:      []*server.Account{brook, sys},
+			SystemAccount: SysAccount,
+			Users: []*server.User{
+				{Username: BrookUser, Password: BrookPassword, Account: brook},
+				{Username: SysUser, Password: SysPassword, Account: sys},
+			},
+			// A host's NATS cut must not be masked by a long write
+			// deadline.
+			WriteDeadline: 2 * time.Second,
+		}, nil
+	}
 	opts, err := server.ProcessConfigFile(confPath)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
-	opts.ServerName = "brook-test-nats"
 	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
-	opts.NoSigs, opts.NoLog = true, logPath == ""
+	opts.NoSigs, opts.NoLog = true, noLog
 	opts.HTTPPort = 0
-	// A host's NATS cut must not be masked by a long write deadline.
 	opts.WriteDeadline = 2 * time.Second
-	return startNATS(opts, logPath)
+	return opts, nil
 }
+
+// Name is the server's name (brook-test-nats, or brook-test-nats-N in a
+// cluster).
+func (n *NATS) Name() string { return n.srv.Name() }
+
+// ID is the running server's id (a new one after Restart).
+func (n *NATS) ID() string { return n.srv.ID() }
+
+// Running reports whether the server runs (not shut down).
+func (n *NATS) Running() bool { return n.srv.Running() }
 
 // Addr is the server's host:port.
 func (n *NATS) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
