@@ -44,6 +44,8 @@ type opts struct {
 	timeout time.Duration
 	// tls runs the cluster with TLS (cluster.Config.TLS).
 	tls bool
+	// natsServers is cluster.Config.NATSServers (default 1).
+	natsServers int
 }
 
 // env is one suite's cluster and clients.
@@ -98,11 +100,12 @@ func newEnv(t *testing.T, o opts) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	t.Cleanup(cancel)
 	cfg := cluster.Config{
-		Bins:      built.bins,
-		Dir:       t.TempDir(),
-		Attention: o.attention,
-		TLS:       o.tls,
-		CoordArgs: append([]string{"--ttl", ttl.String()}, o.coordArgs...),
+		Bins:        built.bins,
+		Dir:         t.TempDir(),
+		Attention:   o.attention,
+		TLS:         o.tls,
+		NATSServers: o.natsServers,
+		CoordArgs:   append([]string{"--ttl", ttl.String()}, o.coordArgs...),
 		HostArgs: append([]string{"--heartbeat-interval", heartbeat.String(),
 			"--confirm-timeout", confirmTimeout.String()}, o.hostArgs...),
 		AttentionArgs: []string{"--ttl", ttl.String(), "--refresh", "250ms", "--lag-window", "30s"},
