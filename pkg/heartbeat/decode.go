@@ -65,6 +65,11 @@ func (d *Decoder) Decode(sender string, data []byte) (wire.Heartbeat, error) {
 		raw := append(bytes.Clone(data[:end]), '}')
 		if json.Unmarshal(raw, &prefix) == nil {
 			if hb, ok := withTail(prefix, data[end:]); ok {
+				// A liveness beat's empty copies would replace the full
+				// beats' in memory (they alternate): it is not remembered.
+				if hb.Live {
+					return hb, nil
+				}
 				if _, known := d.last[sender]; !known && len(d.last) >= maxDecoderEntries {
 					clear(d.last)
 				}

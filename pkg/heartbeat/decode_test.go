@@ -134,3 +134,30 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 		}
 	})
 }
+
+// Liveness beats between full beats decode as such and do not displace
+// the full beats' remembered prefix.
+func TestDecoderLivenessBeats(t *testing.T) {
+	d := NewDecoder()
+	full := wire.Heartbeat{Node: "h1", Incarnation: 1, Copies: []wire.CopyStatus{{Stream: "a", Role: wire.RoleOwner}}, Beat: 1}
+	live := wire.Heartbeat{Node: "h1", Incarnation: 1, Copies: []wire.CopyStatus{}, Beat: 2, Live: true}
+	for i := range 3 {
+		full.Beat, live.Beat = uint64(2*i+1), uint64(2*i+2)
+		for _, hb := range []wire.Heartbeat{full, live} {
+			data, err := json.Marshal(hb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := d.Decode("brook.hb.h1", data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Live != hb.Live || got.Beat != hb.Beat || len(got.Copies) != len(hb.Copies) {
+				t.Fatalf("decoded %+v, want %+v", got, hb)
+			}
+		}
+		if p := d.last["brook.hb.h1"]; p == nil || len(p.hb.Copies) != 1 {
+			t.Fatalf("remembered prefix after a liveness beat: %+v", p)
+		}
+	}
+}

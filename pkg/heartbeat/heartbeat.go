@@ -13,6 +13,8 @@
 // Every part of one beat carries the beat's number and the part count. Any
 // part is proof of life; the copies change only when every part of a beat
 // has arrived, so a reader never sees half a host's copies as all of them.
+// A liveness beat (Live, no copies) is proof of life only: the Assembler
+// never takes it for a beat whose copies are none.
 package heartbeat
 
 import (
@@ -52,7 +54,7 @@ func bounds() (int, int) {
 	h, err2 := json.Marshal(wire.Heartbeat{
 		Node: name, Incarnation: math.MaxUint64, Leaving: true, AtMS: math.MaxInt64,
 		Beat: math.MaxUint64, Part: MaxParts, Parts: MaxParts,
-		ConnServer: strings.Repeat("S", MaxConnServer), ConnID: math.MaxUint64,
+		ConnServer: strings.Repeat("S", MaxConnServer), ConnID: math.MaxUint64, Live: true,
 		// A control byte is escaped as \u00XX: the longest encoding of a
 		// byte.
 		StoreError: strings.Repeat("\x01", wire.MaxStoreErrorLen),
@@ -115,8 +117,13 @@ func NewAssembler() *Assembler { return &Assembler{pending: map[string]*partial{
 // Add takes one part. When it completes a beat, Add returns the whole
 // heartbeat (Part 0 of 1) and true; otherwise false, and the caller should
 // treat the part as proof of life only. A heartbeat of one part (or from a
-// host that does not split, Parts 0) is whole at once.
+// host that does not split, Parts 0) is whole at once. A liveness beat
+// (Live) is never whole: it reports no copies, and leaves a beat being
+// assembled as it is.
 func (a *Assembler) Add(hb wire.Heartbeat) (wire.Heartbeat, bool) {
+	if hb.Live {
+		return wire.Heartbeat{}, false
+	}
 	if hb.Parts <= 1 {
 		delete(a.pending, hb.Node)
 		hb.Part, hb.Parts = 0, 1

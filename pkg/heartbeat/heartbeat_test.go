@@ -149,3 +149,20 @@ func TestAssemblerDropsOldAndBadParts(t *testing.T) {
 		t.Fatal("a beat of too many parts was taken")
 	}
 }
+
+// A liveness beat is proof of life only: never a whole beat (its empty
+// copies are not a report), and it leaves a beat being assembled alone.
+func TestAssemblerIgnoresLivenessBeats(t *testing.T) {
+	a := NewAssembler()
+	cs := []wire.CopyStatus{{Stream: "a"}, {Stream: "b"}}
+	if _, ok := a.Add(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 1, Part: 0, Parts: 2, Copies: cs[:1]}); ok {
+		t.Fatal("first of two parts whole")
+	}
+	if _, ok := a.Add(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 2, Live: true, Copies: []wire.CopyStatus{}}); ok {
+		t.Fatal("a liveness beat was taken for a whole beat")
+	}
+	whole, ok := a.Add(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 1, Part: 1, Parts: 2, Copies: cs[1:]})
+	if !ok || len(whole.Copies) != 2 {
+		t.Fatalf("beat 1 after a liveness beat: ok %v, copies %v", ok, whole.Copies)
+	}
+}

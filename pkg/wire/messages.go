@@ -33,6 +33,13 @@ type Heartbeat struct {
 	// about the connection the host beats on. Empty and 0 when unknown.
 	ConnServer string `json:"conn_server,omitempty"`
 	ConnID     uint64 `json:"conn_id,omitempty"`
+	// Live marks a liveness beat: a small proof of life a host sends more
+	// often than its full heartbeat, so a lost host is noticed sooner
+	// without every copy being reported more often. It has the fields
+	// above but no copies; its empty Copies say nothing of what the host
+	// holds (readers keep the copies of the last full beat). It shares
+	// the full beats' numbering (Beat) and is never split.
+	Live bool `json:"live,omitempty"`
 }
 
 // MaxStoreErrorLen bounds Heartbeat.StoreError, in bytes; a host cuts a

@@ -102,3 +102,19 @@ func TestViewStream(t *testing.T) {
 		t.Fatalf("changing the view changed the tracker: %+v", c)
 	}
 }
+
+// A liveness beat is proof of life and keeps the copies of the last full
+// beat: its empty copies are not a report that the host holds none.
+func TestLivenessBeatKeepsCopies(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(100, 0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 1, Copies: []wire.CopyStatus{{Stream: "s", StreamID: 1}}}, t0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 2, Live: true, Copies: []wire.CopyStatus{}, ConnServer: "S", ConnID: 7}, t0.Add(time.Second))
+	s := tr.View()["h1"]
+	if _, ok := s.Copies["s"]; !ok || len(s.Copies) != 1 {
+		t.Fatalf("copies after a liveness beat: %v", s.Copies)
+	}
+	if !s.LastSeen.Equal(t0.Add(time.Second)) || s.Conn != (Conn{Server: "S", ID: 7}) {
+		t.Fatalf("a liveness beat is not proof of life: %+v", s)
+	}
+}

@@ -25,6 +25,7 @@ type Config struct {
 	DataDir           string        `koanf:"data-dir"`
 	NATSURL           string        `koanf:"nats-url"`
 	HeartbeatInterval time.Duration `koanf:"heartbeat-interval"`
+	LivenessInterval  time.Duration `koanf:"liveness-interval"`
 	MaxPayload        int           `koanf:"max-payload"`
 	ConfirmTimeout    time.Duration `koanf:"confirm-timeout"`
 	HTTPAddr          string        `koanf:"http-addr"`
@@ -54,6 +55,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
 	svcconfig.AddNATSAuthFlags(fs)
 	fs.Duration("heartbeat-interval", 500*time.Millisecond, "how often to publish heartbeats")
+	fs.Duration("liveness-interval", 100*time.Millisecond, "how often to publish a liveness beat (no copies) between heartbeats; 0 turns them off")
 	fs.Int("max-payload", 1<<20, "largest record accepted, in bytes")
 	fs.Duration("confirm-timeout", 5*time.Second, "how long a publish waits for W copies before confirm_timeout")
 	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
@@ -90,6 +92,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 {
 		errs = append(errs, errors.New("--heartbeat-interval must be positive"))
+	}
+	if c.LivenessInterval < 0 {
+		errs = append(errs, errors.New("--liveness-interval must not be negative"))
 	}
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("--max-payload must be at least 1"))

@@ -24,6 +24,7 @@ import (
 // Defaults of the Config fields left zero.
 const (
 	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultLivenessInterval  = 100 * time.Millisecond
 	DefaultMaxPayload        = 1 << 20
 	DefaultConfirmTimeout    = 5 * time.Second
 	DefaultPullInterval      = 5 * time.Second
@@ -44,6 +45,10 @@ type Config struct {
 	DataDir string
 	// HeartbeatInterval is how often heartbeats are published.
 	HeartbeatInterval time.Duration
+	// LivenessInterval is how often a liveness beat (wire.Heartbeat.Live:
+	// the heartbeat's header, no copies) is published between the full
+	// heartbeats; negative turns liveness beats off.
+	LivenessInterval time.Duration
 	// MaxPayload is the largest record accepted (payload_too_large above).
 	MaxPayload int
 	// ConfirmTimeout is how long a publish waits for W copies.
@@ -100,6 +105,9 @@ type Config struct {
 func (c *Config) fill() {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = DefaultLivenessInterval
 	}
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = DefaultMaxPayload
@@ -331,6 +339,9 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
+	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
+		h.goBG(func() { h.livenessLoop(h.bgCtx) })
+	}
 	h.goBG(func() { h.retentionLoop(h.bgCtx) })
 	h.log.Info("stream host started", "incarnation", h.incarnation, "copies", len(h.store.Copies()))
 
@@ -543,14 +554,33 @@ func (h *Host) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// Heartbeat builds the host's heartbeat from the copies' current state.
-func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
+// livenessLoop publishes a liveness beat every LivenessInterval: proof of
+// life that costs the same whatever the host holds, so the coordinators'
+// TTL can be short without the full heartbeat (every copy) being sent more
+// often.
+func (h *Host) livenessLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.LivenessInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.publishLiveness(h.leaving.Load())
+		}
+	}
+}
+
+// LivenessBeat builds a liveness beat: the heartbeat's header (node,
+// incarnation, leaving, store error, connection), Live, and no copies.
+func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 	hb := wire.Heartbeat{
 		Node:        h.cfg.Node,
 		Incarnation: h.incarnation,
 		Leaving:     leaving,
 		Copies:      []wire.CopyStatus{},
 		AtMS:        time.Now().UnixMilli(),
+		Live:        true,
 	}
 	// The server id and the client id are read separately: a reconnect in
 	// between would name a connection that never existed, so the beat
@@ -563,6 +593,35 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 		hb.Leaving = true
 		hb.StoreError = storeErrorText(err)
 	}
+	return hb
+}
+
+// publishLiveness publishes a liveness beat, numbered with the full
+// heartbeats. It waits for the first full heartbeat of this incarnation,
+// so that no reader hears of the incarnation before its copies.
+func (h *Host) publishLiveness(leaving bool) {
+	h.beatMu.Lock()
+	defer h.beatMu.Unlock()
+	if h.beat == 0 {
+		return
+	}
+	hb := h.LivenessBeat(leaving)
+	h.beat++
+	hb.Beat = h.beat
+	data, err := json.Marshal(hb)
+	if err != nil {
+		h.log.Error("encode liveness beat", "err", err)
+		return
+	}
+	if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Debug("publish liveness beat", "err", err)
+	}
+}
+
+// Heartbeat builds the host's heartbeat from the copies' current state.
+func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
+	hb := h.LivenessBeat(leaving)
+	hb.Live = false
 	for _, c := range h.store.Copies() {
 		t := c.Tails()
 		_, sealed := c.SealInfo()

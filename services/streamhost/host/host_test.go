@@ -78,7 +78,7 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	}
 	if _, err := f.nc.Subscribe(wire.HeartbeatSubject("n1"), func(m *nats.Msg) {
 		var hb wire.Heartbeat
-		if json.Unmarshal(m.Data, &hb) == nil {
+		if json.Unmarshal(m.Data, &hb) == nil && !hb.Live { // liveness beats report no copies
 			f.mu.Lock()
 			f.hb = hb
 			close(f.hbCh)

@@ -119,6 +119,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		Node:              cfg.Node,
 		DataDir:           cfg.DataDir,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+		LivenessInterval:  livenessInterval(cfg.LivenessInterval),
 		MaxPayload:        cfg.MaxPayload,
 		ConfirmTimeout:    cfg.ConfirmTimeout,
 		// The rebuild bounds are validated positive by config.
@@ -206,4 +207,12 @@ func healthcheck(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// livenessInterval maps the flag (0: off) to host.Config's (negative: off).
+func livenessInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
