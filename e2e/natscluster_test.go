@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,29 @@ func (e *env) natsServerOf(name string) int {
 		return i >= 0, "not connected", nil
 	})
 	return idx
+}
+
+// placement logs which nats-server each host, coordinator and the test's
+// client is on.
+func (e *env) placement() {
+	e.t.Helper()
+	var names []string
+	for i := range e.c.Hosts() {
+		names = append(names, "brook-streamhost:"+e.c.Host(i).Node)
+	}
+	for i := range e.c.Coordinators() {
+		names = append(names, "brook-coordinator:"+e.c.Coordinator(i).Node)
+	}
+	names = append(names, "brook-e2e")
+	var b strings.Builder
+	for _, n := range names {
+		i, err := e.c.NATSServerOf(n)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		fmt.Fprintf(&b, " %s@%d", n, i+1)
+	}
+	e.logf("on nats-servers:%s", b.String())
 }
 
 // killNATS kills nats-server i (KillNATS: the server's shutdown closes
@@ -99,6 +124,7 @@ func TestNatsServerKill(t *testing.T) {
 	// The server the owner is on.
 	ownerSrv := e.natsServerOf("brook-streamhost:" + owner)
 	e.logf("owner %s is on nats-server %d", owner, ownerSrv+1)
+	e.placement()
 	at := e.killNATS(ownerSrv)
 	check("kill of the owner's nats-server", at)
 	e.logf("owner %s moved to nats-server %d", owner, e.natsServerOf("brook-streamhost:"+owner)+1)
@@ -111,6 +137,7 @@ func TestNatsServerKill(t *testing.T) {
 	leader := e.leader()
 	leaderSrv := e.natsServerOf("brook-coordinator:" + leader.Node)
 	e.logf("leader %s is on nats-server %d", leader.Name, leaderSrv+1)
+	e.placement()
 	at = e.killNATS(leaderSrv)
 	check("kill of the leader's nats-server", at)
 
@@ -158,6 +185,7 @@ func TestOwnerAndNatsServerKilled(t *testing.T) {
 
 	srv := e.natsServerOf("brook-streamhost:" + owner)
 	e.logf("owner %s is on nats-server %d", owner, srv+1)
+	e.placement()
 	p := e.host(owner)
 	done := make(chan error, 1)
 	go func() { done <- e.c.Kill(p, syscall.SIGKILL) }()
