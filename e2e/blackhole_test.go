@@ -21,7 +21,13 @@ import (
 // old owner that does not come back as a follower once its connections
 // are closed and it reconnects.
 func TestBlackholeOwner(t *testing.T) {
-	e := newEnv(t, opts{})
+	// BROOK_BLACKHOLE_TTL overrides the coordinators' TTL (default the
+	// suites' ttl), to measure a shorter one.
+	d, err := envDuration("BROOK_BLACKHOLE_TTL", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, opts{coordArgs: []string{"--ttl", d.String()}})
 	const stream = "blackhole-owner"
 	before := e.createStream(stream, 3)
 	epoch, oldOwner := before.Assignment.Epoch, before.Assignment.Owner
@@ -34,8 +40,9 @@ func TestBlackholeOwner(t *testing.T) {
 	holedAt := time.Now()
 	e.c.BlackholeHost(e.hostIndex(oldOwner))
 	e.logf("blackholed %s", oldOwner)
-	e.waitConfirms(led, 100, epoch+1)
 	after := e.waitServingAt(stream, epoch+1, oldOwner)
+	servingIn := time.Since(holedAt)
+	e.waitConfirms(led, 100, epoch+1)
 	var first time.Time
 	for _, o := range led.Outcomes() {
 		if o.Confirmed && o.Sent.After(holedAt) && (first.IsZero() || o.Done.Before(first)) {
@@ -45,8 +52,8 @@ func TestBlackholeOwner(t *testing.T) {
 	if first.IsZero() {
 		t.Fatal("no publish begun after the blackhole was confirmed")
 	}
-	e.logf("write unavailability after blackholing the owner: %v (failover %s -> %s at epoch %d, starts %v)",
-		first.Sub(holedAt).Round(time.Millisecond), oldOwner, after.Assignment.Owner, after.Assignment.Epoch, after.Starts)
+	e.logf("write unavailability after blackholing the owner: %v; serving at the new epoch seen after %v (ttl %v; failover %s -> %s at epoch %d, starts %v)",
+		first.Sub(holedAt).Round(time.Millisecond), servingIn.Round(time.Millisecond), d, oldOwner, after.Assignment.Owner, after.Assignment.Epoch, after.Starts)
 	if n := led.Count(func(o workload.Outcome) bool {
 		return o.Confirmed && o.Confirm.Epoch == epoch && o.Done.After(first)
 	}); n != 0 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,8 @@ func startLocalCluster(ctx context.Context, o options, log *slog.Logger) (*clust
 		log.Warn("some services did not build; going on without them", "err", err)
 	}
 	dir := filepath.Join(o.workDir, "cluster")
-	cl, err := cluster.Start(ctx, cluster.Config{Bins: bins, Dir: dir, Attention: bins.Attention != "", Logger: log})
+	cl, err := cluster.Start(ctx, cluster.Config{Bins: bins, Dir: dir, Attention: bins.Attention != "", Logger: log,
+		CoordArgs: strings.Fields(o.coordArgs)})
 	if err != nil {
 		return nil, fmt.Errorf("brook target: %w", err)
 	}

@@ -50,6 +50,7 @@ type options struct {
 	both       bool
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
+	coordArgs       string
 }
 
 func main() {
@@ -70,6 +71,7 @@ func main() {
 	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream (default: build it)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the result as JSON to this file")
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
+	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
 	flag.Parse()
 	o.both = o.target == "both"
