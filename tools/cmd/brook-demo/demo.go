@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ type config struct {
 	Before, After time.Duration
 	Publishers    int
 	RecordSize    int
+	// NATSServers is how many nats-servers run (a NATS cluster with
+	// routes when more than one).
+	NATSServers int
 	// Keep keeps the cluster running after the summary until ctx ends.
 	Keep bool
 	// Bins, if set, are used instead of building.
@@ -195,13 +199,21 @@ func (d *demo) start(ctx context.Context) error {
 	began := time.Now()
 	cl, err := cluster.Start(ctx, cluster.Config{
 		Bins: bins, Dir: d.cfg.Dir, Attention: true, Logger: d.log,
-		LogDir: filepath.Join(d.cfg.Dir, "logs"),
+		LogDir: filepath.Join(d.cfg.Dir, "logs"), NATSServers: d.cfg.NATSServers,
 	})
 	if err != nil {
 		return err
 	}
 	d.cl = cl
-	d.con.Printf("started nats-server in this process at %s, 3 coordinators, 4 stream hosts (h1..h4) and attention, each its own process", cl.NATS().Addr())
+	servers := make([]string, cl.NATSServers())
+	for i := range servers {
+		servers[i] = cl.NATSServer(i).Addr()
+	}
+	what := "nats-server in this process at " + servers[0]
+	if len(servers) > 1 {
+		what = fmt.Sprintf("a cluster of %d nats-servers in this process at %s", len(servers), strings.Join(servers, ", "))
+	}
+	d.con.Printf("started %s, 3 coordinators, 4 stream hosts (h1..h4) and attention, each its own process", what)
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	leader, err := cl.WaitLeader(wctx)

@@ -33,6 +33,7 @@ func main() {
 	flag.DurationVar(&cfg.After, "after", 5*time.Second, "how long to publish after the kill")
 	flag.IntVar(&cfg.Publishers, "publishers", 32, "concurrent publishers")
 	flag.IntVar(&cfg.RecordSize, "record-size", 128, "record size in bytes")
+	flag.IntVar(&cfg.NATSServers, "nats-servers", 1, "nats-servers to run, joined into a NATS cluster by routes when more than one")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
