@@ -65,13 +65,14 @@ func startBuiltCluster(t *testing.T, ctx context.Context, cfg Config) *Cluster {
 // The smoke test: a 3-coordinator, 4-host cluster forms, a 3-copy stream
 // takes 100 records (half sync, half through the async window) and a
 // durable consumer reads them all back at the offsets they were confirmed
-// at; then everything stops gracefully.
+// at; then everything stops gracefully. NATS is a cluster of three
+// servers.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the process cluster in -short mode")
 	}
 	ctx := ctxTimeout(t, 3*time.Minute)
-	c := startBuiltCluster(t, ctx, Config{Attention: true})
+	c := startBuiltCluster(t, ctx, Config{Attention: true, NATSServers: 3})
 
 	leader, err := c.WaitLeader(ctx)
 	if err != nil {
