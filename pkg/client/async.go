@@ -67,6 +67,8 @@ type pending struct {
 	r       *retrier
 	watched func(wire.PublishConfirm) // ends the owner watch of the first attempt
 	sentID  uint64                    // the stream id the first attempt named (0: none)
+	// stopConn unregisters the retry on a reconnect (set under p.mu).
+	stopConn func() bool
 }
 
 // AsyncPublisher publishes to one stream with up to Window publishes
@@ -172,6 +174,10 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	pd.watched = p.c.watchAttempt(p.stream, func() {
 		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
 	})
+	// A reconnect loses the attempt (or its reply): retry it at once.
+	pd.stopConn = context.AfterFunc(p.c.gen.Current(), func() {
+		p.firstFailed(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", wire.PublishSubject(p.stream), nats.ErrDisconnected))
+	})
 	// Sending under the lock keeps first attempts in call order.
 	sent := o
 	sent.streamID = p.c.idFor(p.stream, o.streamID)
@@ -196,6 +202,9 @@ func (p *AsyncPublisher) take(id uint64) *pending {
 	if pd != nil {
 		delete(p.pend, id)
 		pd.timer.Stop()
+		if pd.stopConn != nil {
+			pd.stopConn()
+		}
 		pd.watched(wire.PublishConfirm{})
 	}
 	return pd

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/conngen"
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -165,6 +166,10 @@ type Client struct {
 	watches      map[string]*ownerWatch
 	watchPruneAt int // look for idle watches to drop at this many
 
+	// gen ends with each connection Connect made (a reconnect); requests
+	// in flight on it are retried at once.
+	gen *conngen.Generation
+
 	// pins maps a stream name to the id this client is pinned to
 	// (pins.go).
 	pinMu sync.Mutex
@@ -180,11 +185,16 @@ func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) 
 	for _, opt := range opts {
 		opt(&o)
 	}
+	gen := conngen.New()
 	nopts := []nats.Option{
 		nats.Name(o.name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100 * time.Millisecond),
 		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		// A request in flight when the connection went is lost with it
+		// (its server may be gone): give it up at once and retry,
+		// rather than wait out the request timeout.
+		nats.ReconnectHandler(func(*nats.Conn) { gen.Replaced() }),
 	}
 	if o.user != "" {
 		nopts = append(nopts, nats.UserInfo(o.user, o.password))
@@ -209,6 +219,7 @@ func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) 
 	}
 	c := newClient(nc, o)
 	c.ownConn = true
+	c.gen = gen
 	return c, nil
 }
 
@@ -256,7 +267,10 @@ func newClient(nc *nats.Conn, o options) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}}
+	// A connection the caller owns keeps its own reconnect handler: its
+	// generation never ends, and requests lost in a reconnect wait for
+	// their timeout.
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: conngen.New()}
 }
 
 // Conn returns the underlying NATS connection.
@@ -299,13 +313,19 @@ const (
 func (c *Client) request(ctx context.Context, msg *nats.Msg, timeout time.Duration, kind replyKind) (*nats.Msg, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	conn := c.gen.Current()
+	stop := context.AfterFunc(conn, cancel)
+	defer stop()
 	injectTrace(ctx, msg)
 	reply, err := c.nc.RequestMsgWithContext(actx, msg)
 	if err != nil {
-		// The attempt's own deadline is a retryable timeout; the
-		// caller's context ending is not.
+		// The attempt's own deadline is a retryable timeout, and so is a
+		// reconnect that lost it; the caller's context ending is not.
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s: no reply in %v: %w", msg.Subject, timeout, ErrTimeout)
+		}
+		if ctx.Err() == nil && conn.Err() != nil {
+			return nil, fmt.Errorf("%s: the connection was replaced while waiting: %w", msg.Subject, nats.ErrDisconnected)
 		}
 		return nil, fmt.Errorf("%s: %w", msg.Subject, err)
 	}

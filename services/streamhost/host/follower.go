@@ -22,7 +22,17 @@ const (
 	backoffMin       = 10 * time.Millisecond
 	backoffMax       = 500 * time.Millisecond
 	repullAfterFails = 5
-	replBytes        = 1 << 20
+	// replSlack is how long past its long poll a follower waits for the
+	// owner's answer before it asks again: the owner answers at the end of
+	// the wait at the latest, so only a lost request (its owner's or its
+	// own NATS server went away) runs into it. A late answer after a
+	// retry is dropped; the retry asks for the same records.
+	replSlack = 300 * time.Millisecond
+	// busyWait is the long poll after a batch that carried something:
+	// the owner answers as soon as there is more, so while data flows the
+	// wait only bounds how long a lost request goes unnoticed.
+	busyWait  = 500 * time.Millisecond
+	replBytes = 1 << 20
 )
 
 // follower is the follower role of one copy at one epoch: a worker that
@@ -124,8 +134,11 @@ func (f *follower) run(ctx context.Context) {
 		msg.Data = frame.AppendReplRequest(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone (a dead responder is not reported as "no responders").
-		rctx, cancel := context.WithTimeout(ctx, wait+time.Second)
+		rctx, cancel := context.WithTimeout(ctx, wait+replSlack)
+		// A reconnect loses the request (and its answer): ask again at once.
+		stop := context.AfterFunc(f.h.conn.Current(), cancel)
 		resp, err := f.h.nc.RequestMsgWithContext(rctx, msg)
+		stop()
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -172,7 +185,7 @@ func (f *follower) run(ctx context.Context) {
 		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
 		} else {
-			wait = f.h.cfg.ReplWait
+			wait = min(f.h.cfg.ReplWait, busyWait)
 		}
 		f.ownerHead.Store(b.Head)
 		if b.Head > t.Record {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/conngen"
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -178,9 +179,12 @@ type Host struct {
 	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
 	// numbers follow the order the heartbeats were built in and the parts
 	// of two beats do not interleave.
-	beatMu   sync.Mutex
-	beat     uint64 // the last heartbeat's number; guarded by beatMu
-	bgCtx    context.Context
+	beatMu sync.Mutex
+	beat   uint64 // the last heartbeat's number; guarded by beatMu
+	bgCtx  context.Context
+	// conn ends with each NATS connection (Reconnected): a follower's
+	// request in flight on it is asked again at once.
+	conn     *conngen.Generation
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	reqs     tracker // request goroutines (seals)
@@ -263,6 +267,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		pullNow:     make(chan struct{}, 1),
 		beatNow:     make(chan struct{}, 1),
 		bgCtx:       bgCtx,
+		conn:        conngen.New(),
 		bgCancel:    bgCancel,
 		readerReqs:  newBudget("reader requests", "in flight", cfg.MaxInflight),
 		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
@@ -314,6 +319,7 @@ func (h *Host) storeFailed(err error) {
 // while it was cut off, and it must not keep serving them for a whole
 // PullInterval.
 func (h *Host) Reconnected() {
+	h.conn.Replaced()
 	h.requestPull()
 	h.requestBeat()
 }
