@@ -65,10 +65,21 @@ func TestNatsRestart(t *testing.T) {
 	}
 
 	e.stopLoad(ld, led)
+	e.checkUnmoved("the bus restart", stream, before, led)
+	e.verify(stream, led, workload.NewReader(e.cl, stream, "nats-restart-reader"), workload.CheckConfig{})
+}
+
+// checkUnmoved fails the test if what moved stream from before (another
+// epoch, a recovery, a new start, other copies), if any confirm is at
+// another epoch, or if a node is not live within 10 s.
+func (e *env) checkUnmoved(what, stream string, before wire.StreamInfo, led *workload.Ledger) {
+	t := e.t
+	t.Helper()
+	epoch := before.Assignment.Epoch
 	after := e.info(stream)
 	if after.Assignment.Epoch != epoch || after.Recovery != nil || len(after.Starts) != len(before.Starts) ||
 		!slices.Equal(after.Assignment.Copies(), before.Assignment.Copies()) {
-		t.Fatalf("the bus restart moved the stream: before %s; after %s", describe(before), describe(after))
+		t.Fatalf("%s moved the stream: before %s; after %s", what, describe(before), describe(after))
 	}
 	if n := led.Count(func(o workload.Outcome) bool { return o.Confirmed && o.Confirm.Epoch != epoch }); n != 0 {
 		t.Fatalf("%d confirms at another epoch than %d", n, epoch)
@@ -85,5 +96,4 @@ func TestNatsRestart(t *testing.T) {
 		}
 		return len(ci.Nodes) == e.c.Hosts(), jsonString(ci.Nodes), nil
 	})
-	e.verify(stream, led, workload.NewReader(e.cl, stream, "nats-restart-reader"), workload.CheckConfig{})
 }

@@ -3,14 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/brook-streams/brook/e2e/internal/workload"
-	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // natsServerOf returns the index of the nats-server the connection named
@@ -148,26 +146,7 @@ func TestNatsServerKill(t *testing.T) {
 	check("kill of the leader's nats-server", at)
 
 	e.stopLoad(ld, led)
-	after := e.info(stream)
-	if after.Assignment.Epoch != epoch || after.Recovery != nil || len(after.Starts) != len(before.Starts) ||
-		!slices.Equal(after.Assignment.Copies(), before.Assignment.Copies()) {
-		t.Fatalf("the server kills moved the stream: before %s; after %s", describe(before), describe(after))
-	}
-	if n := led.Count(func(o workload.Outcome) bool { return o.Confirmed && o.Confirm.Epoch != epoch }); n != 0 {
-		t.Fatalf("%d confirms at another epoch than %d", n, epoch)
-	}
-	e.poll("every node live", 10*time.Second, func(ctx context.Context) (bool, string, error) {
-		ci, err := e.c.Client().ClusterInfo(ctx)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, n := range ci.Nodes {
-			if n.State != wire.NodeLive {
-				return false, jsonString(ci.Nodes), nil
-			}
-		}
-		return len(ci.Nodes) == e.c.Hosts(), jsonString(ci.Nodes), nil
-	})
+	e.checkUnmoved("the server kills", stream, before, led)
 	e.verify(stream, led, workload.NewReader(e.cl, stream, "nats-server-kill-reader"), workload.CheckConfig{})
 }
 
