@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -195,7 +196,7 @@ func (w *ownerWatch) run() {
 			continue
 		}
 		at := time.Now()
-		epoch, gone, err := w.probe(id)
+		epoch, servingFor, gone, err := w.probe(id)
 		if err != nil {
 			continue // inconclusive (a slow owner): the request timeout decides
 		}
@@ -213,6 +214,19 @@ func (w *ownerWatch) run() {
 				}
 			}
 			if !gone && a.bound != 0 && epoch > a.bound {
+				lost = append(lost, a)
+				delete(w.attempts, a)
+				continue
+			}
+			// The owner that answered began serving (took the role, or
+			// reconnected) after the attempt went out: the attempt did
+			// not reach it, so it went to an owner since replaced or
+			// was lost with a connection. Without this, an attempt whose
+			// first probe already met the new owner waited out its
+			// request timeout. (servingFor is measured at the owner,
+			// after the probe left: the owner began no earlier than
+			// at - servingFor.)
+			if !gone && servingFor >= 0 && a.sent.Add(sendGuard).Before(at.Add(-servingFor)) {
 				lost = append(lost, a)
 				delete(w.attempts, a)
 			}
@@ -239,28 +253,40 @@ var probeRequest, _ = json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords
 // answers without serving (sealed, not the owner, or with FromStreamID
 // the owner of another stream of the name).
 func (c *Client) ServingEpoch(ctx context.Context, stream string, opts ...ReadOption) (epoch uint64, served bool, err error) {
+	epoch, _, served, err = c.servingEpoch(ctx, stream, opts...)
+	return epoch, served, err
+}
+
+// servingEpoch is ServingEpoch that also returns how long the owner that
+// answered has been serving on its connection (wire.HeaderServingFor;
+// negative when the owner did not say).
+func (c *Client) servingEpoch(ctx context.Context, stream string, opts ...ReadOption) (epoch uint64, servingFor time.Duration, served bool, err error) {
 	reply, err := c.nc.RequestMsgWithContext(ctx, c.readMsg(stream, wire.FetchSubject(stream), probeRequest, opts))
 	if errors.Is(err, nats.ErrNoResponders) {
-		return 0, false, nil
+		return 0, -1, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
+		return 0, -1, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
 	}
 	if werr := replyError(reply, replyBinary); werr != nil {
-		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, werr)
+		return 0, -1, false, fmt.Errorf("serving epoch of %s: %w", stream, werr)
 	}
 	b, err := frame.DecodeBatch(reply.Data)
 	if err != nil {
-		return 0, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
+		return 0, -1, false, fmt.Errorf("serving epoch of %s: %w", stream, err)
 	}
-	return b.Epoch, true, nil
+	servingFor = -1
+	if ms, perr := strconv.ParseInt(reply.Header.Get(wire.HeaderServingFor), 10, 64); perr == nil && ms >= 0 {
+		servingFor = time.Duration(ms) * time.Millisecond
+	}
+	return b.Epoch, servingFor, true, nil
 }
 
 // probe is ServingEpoch of the stream with streamID (any, if 0) bounded by
 // probeTimeout; gone is true when nobody serves the stream.
-func (w *ownerWatch) probe(streamID uint64) (epoch uint64, gone bool, err error) {
+func (w *ownerWatch) probe(streamID uint64) (epoch uint64, servingFor time.Duration, gone bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	epoch, served, err := w.c.ServingEpoch(ctx, w.stream, FromStreamID(streamID))
-	return epoch, err == nil && !served, err
+	epoch, servingFor, served, err := w.c.servingEpoch(ctx, w.stream, FromStreamID(streamID))
+	return epoch, servingFor, err == nil && !served, err
 }

@@ -33,10 +33,15 @@ type standInOwner struct {
 
 func startOwner(t *testing.T, url string, epoch uint64) *standInOwner {
 	o := &standInOwner{t: t, epoch: epoch, nc: responderConn(t, url), held: make(chan struct{})}
+	began := time.Now()
 	o.subs = append(o.subs,
 		subscribe(t, o.nc, wire.PublishSubject("s"), o.onPublish),
 		subscribe(t, o.nc, wire.FetchSubject("s"), func(m *nats.Msg) {
-			respondBatch(t, m, &frame.Batch{Epoch: o.epoch})
+			// As a host does: how long it has been serving.
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(wire.HeaderServingFor, fmt.Sprint(time.Since(began).Milliseconds()))
+			r.Data = frame.AppendBatch(nil, &frame.Batch{Epoch: o.epoch})
+			_ = m.RespondMsg(r)
 		}))
 	return o
 }
@@ -98,6 +103,24 @@ func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Op
 // long before the 3s request timeout.
 func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 	pc, took, a, b, err := publishAfterOwnerDies(t, 400*time.Millisecond)
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("publish took %v; the held attempt should be abandoned well before the 3s request timeout", took)
+	}
+	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
+	}
+}
+
+// The new owner already serves when the first probe goes out (a fast
+// failover, or a blackholed owner replaced within the probe delay): the
+// probe's epoch bounds nothing, but the new owner began serving after the
+// attempt was sent, so the attempt cannot have reached it and is
+// abandoned. Before, it waited for the whole request timeout (3 s here).
+func TestPublishAbandonsAnAttemptOlderThanTheServingOwner(t *testing.T) {
+	pc, took, a, b, err := publishAfterOwnerDies(t, 150*time.Millisecond)
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}

@@ -183,4 +183,10 @@ const (
 	HeaderProducer = "Brook-Producer"
 	HeaderSequence = "Brook-Seq"
 	HeaderStreamID = "Brook-Stream-Id"
+	// HeaderServingFor, on a fetch reply, is how many milliseconds the
+	// answering owner has been serving on its current NATS connection
+	// (since it took the role, or since its last reconnect if later). A
+	// client whose request was sent before that cannot have reached this
+	// owner (see pkg/client's owner watch).
+	HeaderServingFor = "Brook-Serving-For-Ms"
 )

@@ -45,6 +45,8 @@ type owner struct {
 	log    *slog.Logger
 	// idHeader is id in decimal, for the wire.HeaderStreamID of replies.
 	idHeader string
+	// started is when the role began serving (wire.HeaderServingFor).
+	started time.Time
 
 	ctx    context.Context // cancelled when the role stops
 	cancel context.CancelFunc
@@ -125,6 +127,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64) (*o
 		stream:   a.Stream,
 		id:       a.StreamID,
 		idHeader: strconv.FormatUint(a.StreamID, 10),
+		started:  time.Now(),
 		epoch:    a.Epoch,
 		log:      h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
 		ctx:      ctx,

@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +57,11 @@ func (o *owner) replyFetch(to string, b *frame.Batch) {
 	}
 	m := nats.NewMsg(to)
 	m.Header.Set(wire.HeaderStreamID, o.idHeader)
+	since := o.started
+	if r := o.h.reconnectedAt(); r.After(since) {
+		since = r
+	}
+	m.Header.Set(wire.HeaderServingFor, strconv.FormatInt(time.Since(since).Milliseconds(), 10))
 	m.Data = frame.AppendBatch(nil, b)
 	o.h.publishReply(m)
 }
