@@ -36,7 +36,12 @@ import (
 // true (see "Delivery guarantees" in the package doc), and an attempt
 // abandoned just before it arrives is merely retried. Nobody serving is
 // not enough on its own, since an owner that shuts down gracefully
-// unsubscribes first and still confirms what it holds. An abandoned
+// unsubscribes first and still confirms what it holds. An attempt is also
+// abandoned when the owner answering a probe began serving (took the
+// role, or reconnected; its reply says for how long, wire.HeaderServingFor)
+// after the attempt was sent: the attempt cannot have reached it. That
+// covers a failover fast enough that the first probe already meets the
+// new owner, and an owner whose connection was replaced. An abandoned
 // attempt is retried like a timed-out one: its record may have been
 // written before the owner died, so a retry can write it twice unless the
 // publish carries a producer id (WithProducer). Probes name the stream
