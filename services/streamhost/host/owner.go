@@ -304,8 +304,11 @@ func (o *owner) confirmedBound() uint64 {
 func (o *owner) settledPoint() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return max(o.watermark, o.settledFloor)
+	return o.settledAt(o.watermark)
 }
+
+// settledAt is the settled point when the watermark is wm.
+func (o *owner) settledAt(wm uint64) uint64 { return max(wm, o.settledFloor) }
 
 // wmState returns the watermark and a channel closed when it advances.
 func (o *owner) wmState() (uint64, <-chan struct{}) {

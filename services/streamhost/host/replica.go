@@ -18,6 +18,9 @@ type replica struct {
 	mu  sync.Mutex
 	own *owner    // set while the copy is the owner
 	fol *follower // set while the copy is a follower
+	// sealed is the confirmed bound of the owner role the last seal
+	// stopped (seal.go); guarded by mu.
+	sealed sealedBound
 
 	status atomic.Pointer[roleStatus]
 }

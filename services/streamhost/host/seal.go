@@ -2,7 +2,6 @@ package host
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -34,15 +33,13 @@ func (h *Host) onSeal(m *nats.Msg) {
 	}
 }
 
-// sealedBounds remembers, per replica, the confirmed bound of the owner
+// sealedBound is, kept by the replica, the confirmed bound of the owner
 // role a seal stopped (owner.confirmedBound), with the stream id and fence
 // it was sealed at, so that every later seal at the same fence (the
 // recovery's next round, a newer transition after a withdraw) reports it
 // too: the role is gone by then, and the copy, fenced, confirms nothing
 // more at the sealed epoch. It is lost with the process; a restarted host
 // reports no bound, which recovery reads as unknown.
-var sealedBounds sync.Map // *replica -> sealedBound
-
 type sealedBound struct {
 	streamID, fence, bound uint64
 }
@@ -83,14 +80,12 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 		// and waits for the role's goroutines, so no confirm is sent
 		// after this and the bound is final.
 		if own != nil && s.epoch+1 == req.FenceEpoch {
-			sealedBounds.Store(r, sealedBound{streamID: req.StreamID, fence: req.FenceEpoch, bound: own.confirmedBound()})
+			r.sealed = sealedBound{streamID: req.StreamID, fence: req.FenceEpoch, bound: own.confirmedBound()}
 		}
 	}
 	var confirmed uint64
-	if v, ok := sealedBounds.Load(r); ok {
-		if b := v.(sealedBound); b.streamID == req.StreamID && b.fence == req.FenceEpoch {
-			confirmed = b.bound
-		}
+	if b := r.sealed; b.streamID == req.StreamID && b.fence == req.FenceEpoch {
+		confirmed = b.bound
 	}
 	h.log.Info("sealed", "stream", req.Stream, "fence", req.FenceEpoch, "transition", req.Transition,
 		"record_tail", st.Tails.Record, "cursor_tail", st.Tails.CursorDurable, "confirmed", confirmed)

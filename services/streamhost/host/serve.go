@@ -368,7 +368,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 			// but never from past the point this copy has settled (its
 			// watermark, or its history start right after a failover: a
 			// cursor at or below the start keeps its position).
-			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, max(wm, o.settledFloor))})
+			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, o.settledAt(wm))})
 			return
 		}
 		if timer == nil {
@@ -443,7 +443,7 @@ func (o *owner) commitWhenConfirmed(reply string, req wire.CursorCommit) {
 	defer timer.Stop()
 	for {
 		wm, ch := o.wmState()
-		if req.Offset <= max(wm, o.settledFloor) {
+		if req.Offset <= o.settledAt(wm) {
 			o.commit(reply, req)
 			return
 		}
