@@ -9,6 +9,7 @@ package conngen
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Generation is safe for concurrent use.
@@ -16,6 +17,7 @@ type Generation struct {
 	mu     sync.Mutex
 	ctx    context.Context
 	cancel context.CancelFunc
+	began  time.Time // when the current connection replaced the last (zero: the first)
 }
 
 // New returns the generation of the first connection.
@@ -40,4 +42,13 @@ func (g *Generation) Replaced() {
 	defer g.mu.Unlock()
 	g.cancel()
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.began = time.Now()
+}
+
+// Began returns when the current connection replaced the previous one,
+// or the zero time for the first connection.
+func (g *Generation) Began() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.began
 }

@@ -183,14 +183,12 @@ type Host struct {
 	beat   uint64 // the last heartbeat's number; guarded by beatMu
 	bgCtx  context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
-	// request in flight on it is asked again at once.
-	conn *conngen.Generation
-	// reconnected is when the NATS connection was last replaced (unix
-	// ns; 0: never), for wire.HeaderServingFor.
-	reconnected atomic.Int64
-	bgCancel    context.CancelFunc
-	bg          sync.WaitGroup
-	reqs        tracker // request goroutines (seals)
+	// request in flight on it is asked again at once; its Began is when
+	// the connection was last replaced (wire.HeaderServingFor).
+	conn     *conngen.Generation
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+	reqs     tracker // request goroutines (seals)
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among
@@ -322,19 +320,9 @@ func (h *Host) storeFailed(err error) {
 // while it was cut off, and it must not keep serving them for a whole
 // PullInterval.
 func (h *Host) Reconnected() {
-	h.reconnected.Store(time.Now().UnixNano())
 	h.conn.Replaced()
 	h.requestPull()
 	h.requestBeat()
-}
-
-// reconnectedAt is when the NATS connection was last replaced (zero if
-// never).
-func (h *Host) reconnectedAt() time.Time {
-	if ns := h.reconnected.Load(); ns != 0 {
-		return time.Unix(0, ns)
-	}
-	return time.Time{}
 }
 
 // Incarnation is the id of this run of the host, sent in heartbeats.

@@ -58,7 +58,7 @@ func (o *owner) replyFetch(to string, b *frame.Batch) {
 	m := nats.NewMsg(to)
 	m.Header.Set(wire.HeaderStreamID, o.idHeader)
 	since := o.started
-	if r := o.h.reconnectedAt(); r.After(since) {
+	if r := o.h.conn.Began(); r.After(since) {
 		since = r
 	}
 	m.Header.Set(wire.HeaderServingFor, strconv.FormatInt(time.Since(since).Milliseconds(), 10))
