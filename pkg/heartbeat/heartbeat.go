@@ -83,9 +83,7 @@ func Split(hb wire.Heartbeat, maxBytes int) []wire.Heartbeat {
 	if len(hb.ConnServer) > MaxConnServer {
 		hb.ConnServer, hb.ConnID = "", 0
 	}
-	if len(hb.StoreError) > wire.MaxStoreErrorLen {
-		hb.StoreError = hb.StoreError[:wire.MaxStoreErrorLen]
-	}
+	hb.StoreError = wire.CutStoreError(hb.StoreError)
 	parts := make([]wire.Heartbeat, n)
 	for i := range parts {
 		p := hb

@@ -1,5 +1,7 @@
 package wire
 
+import "unicode/utf8"
+
 // Heartbeat is what a stream host publishes on HeartbeatSubject every
 // interval. Heartbeats are not written to the Raft log: coordinators and the
 // attention service keep them in memory.
@@ -42,9 +44,22 @@ type Heartbeat struct {
 	Live bool `json:"live,omitempty"`
 }
 
-// MaxStoreErrorLen bounds Heartbeat.StoreError, in bytes; a host cuts a
-// longer error text.
+// MaxStoreErrorLen bounds Heartbeat.StoreError, in bytes; CutStoreError
+// cuts a longer error text.
 const MaxStoreErrorLen = 256
+
+// CutStoreError returns msg cut to at most MaxStoreErrorLen bytes, on a
+// UTF-8 character boundary.
+func CutStoreError(msg string) string {
+	if len(msg) <= MaxStoreErrorLen {
+		return msg
+	}
+	cut := MaxStoreErrorLen
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
+}
 
 // CopyStatus is one copy's state in a heartbeat.
 type CopyStatus struct {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
@@ -598,7 +597,7 @@ func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 	}
 	if err := h.store.Failure(); err != nil {
 		hb.Leaving = true
-		hb.StoreError = storeErrorText(err)
+		hb.StoreError = wire.CutStoreError(err.Error())
 	}
 	return hb
 }
@@ -653,20 +652,6 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 		hb.Copies = append(hb.Copies, cs)
 	}
 	return hb
-}
-
-// storeErrorText is err's text for a heartbeat, cut to the wire's bound on
-// a character boundary.
-func storeErrorText(err error) string {
-	msg := err.Error()
-	if len(msg) <= wire.MaxStoreErrorLen {
-		return msg
-	}
-	cut := wire.MaxStoreErrorLen
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut]
 }
 
 // publishHeartbeat publishes the host's heartbeat, in as many parts as the
