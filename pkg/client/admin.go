@@ -71,7 +71,7 @@ func (c *Client) Admin(ctx context.Context, verb string, req, resp any) error {
 // withSimpleRetry retries attempt while retry(err) holds, within the retry
 // limits and ctx, without consulting the coordinators about a stream.
 func (c *Client) withSimpleRetry(ctx context.Context, op string, retry func(error) bool, attempt func(context.Context) error) error {
-	r := c.newRetrier(op, "")
+	r := c.newRetrier(op, "", 0)
 	for {
 		err := attempt(ctx)
 		if err == nil {

@@ -152,8 +152,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 		return nil, fmt.Errorf("publish async %s: wait for window: %w", p.stream, ctx.Err())
 	}
 	fut := &Future{Data: data, done: make(chan struct{})}
-	pd := &pending{fut: fut, opts: o, r: p.c.newRetrier("publish", p.stream)}
-	pd.r.explicit = o.streamID
+	pd := &pending{fut: fut, opts: o, r: p.c.newRetrier("publish", p.stream, o.streamID)}
 
 	p.mu.Lock()
 	if p.closed {

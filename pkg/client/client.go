@@ -217,9 +217,8 @@ func Connect(ctx context.Context, urls string, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", urls, err)
 	}
-	c := newClient(nc, o)
+	c := newClient(nc, o, gen)
 	c.ownConn = true
-	c.gen = gen
 	return c, nil
 }
 
@@ -259,18 +258,19 @@ func New(nc *nats.Conn, opts ...Option) *Client {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return newClient(nc, o)
+	// A connection the caller owns keeps its own reconnect handler: its
+	// generation never ends, and requests lost in a reconnect wait for
+	// their timeout.
+	return newClient(nc, o, conngen.New())
 }
 
-func newClient(nc *nats.Conn, o options) *Client {
+// newClient builds a Client over nc whose connections gen follows.
+func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 	log := o.logger
 	if log == nil {
 		log = slog.Default()
 	}
-	// A connection the caller owns keeps its own reconnect handler: its
-	// generation never ends, and requests lost in a reconnect wait for
-	// their timeout.
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: conngen.New()}
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen}
 }
 
 // Conn returns the underlying NATS connection.

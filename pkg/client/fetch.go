@@ -76,8 +76,7 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 	}
 	// A long poll holds the reply back by up to WaitMS on purpose.
 	timeout := c.opts.requestTimeout + wire.WaitUpTo(req.WaitMS, wire.MaxFetchWait)
-	r := c.newRetrier("fetch", stream)
-	r.explicit = explicitID(opts)
+	r := c.newRetrier("fetch", stream, explicitID(opts))
 	for {
 		msg := c.readMsg(stream, wire.FetchSubject(stream), body, opts)
 		reply, err := c.request(ctx, msg, timeout, replyBinary)
@@ -105,8 +104,7 @@ func (c *Client) CommitCursor(ctx context.Context, stream, cursor string, offset
 	if err != nil {
 		return wire.CursorCommitReply{}, fmt.Errorf("commit %s/%s: encode: %w", stream, cursor, err)
 	}
-	r := c.newRetrier("commit cursor", stream)
-	r.explicit = explicitID(opts)
+	r := c.newRetrier("commit cursor", stream, explicitID(opts))
 	for {
 		reply, err := c.request(ctx, c.readMsg(stream, wire.CommitSubject(stream), body, opts), c.opts.requestTimeout, replyJSON)
 		if err == nil {

@@ -79,8 +79,7 @@ func (c *Client) Publish(ctx context.Context, stream string, data []byte, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	r := c.newRetrier("publish", stream)
-	r.explicit = o.streamID
+	r := c.newRetrier("publish", stream, o.streamID)
 	return c.publishRetry(ctx, r, stream, data, o)
 }
 

@@ -77,8 +77,10 @@ type retrier struct {
 	explicit uint64
 }
 
-func (c *Client) newRetrier(op, stream string) *retrier {
-	return &retrier{c: c, stream: stream, op: op, start: time.Now()}
+// newRetrier drives a request about stream ("" for none) that names the
+// stream id explicit of its own (0: the client's pin counts).
+func (c *Client) newRetrier(op, stream string, explicit uint64) *retrier {
+	return &retrier{c: c, stream: stream, op: op, start: time.Now(), explicit: explicit}
 }
 
 // next is called after a failed attempt. It returns nil after having waited

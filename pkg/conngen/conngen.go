@@ -9,31 +9,37 @@ package conngen
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Generation is safe for concurrent use.
 type Generation struct {
+	// cur is read on every request (Current) without a lock; mu
+	// serializes Replaced.
+	cur    atomic.Pointer[generation]
 	mu     sync.Mutex
-	ctx    context.Context
 	cancel context.CancelFunc
-	began  time.Time // when the current connection replaced the last (zero: the first)
+}
+
+// generation is one connection's context and start.
+type generation struct {
+	ctx   context.Context
+	began time.Time // when it replaced the previous one (zero: the first)
 }
 
 // New returns the generation of the first connection.
 func New() *Generation {
 	g := &Generation{}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	g.cur.Store(&generation{ctx: ctx})
 	return g
 }
 
 // Current returns the context of the current connection: it is done once
 // the connection has been replaced.
-func (g *Generation) Current() context.Context {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ctx
-}
+func (g *Generation) Current() context.Context { return g.cur.Load().ctx }
 
 // Replaced ends the current connection's context and starts the next;
 // call it from the connection's reconnect handler.
@@ -41,14 +47,11 @@ func (g *Generation) Replaced() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.cancel()
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.began = time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	g.cur.Store(&generation{ctx: ctx, began: time.Now()})
 }
 
 // Began returns when the current connection replaced the previous one,
 // or the zero time for the first connection.
-func (g *Generation) Began() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.began
-}
+func (g *Generation) Began() time.Time { return g.cur.Load().began }

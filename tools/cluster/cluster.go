@@ -405,16 +405,6 @@ func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
 	return opts, nil
 }
 
-// NATSSysURL is the system account's URL (user sys) of every server,
-// comma separated.
-func (c *Cluster) NATSSysURL() string {
-	urls := make([]string, len(c.natsAll))
-	for i, ns := range c.natsAll {
-		urls[i] = ns.SysURL()
-	}
-	return strings.Join(urls, ",")
-}
-
 // NATS returns the (first) embedded server.
 func (c *Cluster) NATS() *NATS { return c.nats }
 
