@@ -43,15 +43,11 @@ func TestBlackholeOwner(t *testing.T) {
 	after := e.waitServingAt(stream, epoch+1, oldOwner)
 	servingIn := time.Since(holedAt)
 	e.waitConfirms(led, 100, epoch+1)
-	var first time.Time
-	for _, o := range led.Outcomes() {
-		if o.Confirmed && o.Sent.After(holedAt) && (first.IsZero() || o.Done.Before(first)) {
-			first = o.Done
-		}
-	}
-	if first.IsZero() {
+	gap, _, ok := confirmGap(led, holedAt)
+	if !ok {
 		t.Fatal("no publish begun after the blackhole was confirmed")
 	}
+	first := holedAt.Add(gap)
 	e.logf("write unavailability after blackholing the owner: %v; serving at the new epoch seen after %v (ttl %v; failover %s -> %s at epoch %d, starts %v)",
 		first.Sub(holedAt).Round(time.Millisecond), servingIn.Round(time.Millisecond), d, oldOwner, after.Assignment.Owner, after.Assignment.Epoch, after.Starts)
 	if n := led.Count(func(o workload.Outcome) bool {

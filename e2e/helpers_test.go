@@ -596,3 +596,22 @@ func (e *env) checkCopyContent(stream, node string, ref workload.Delivered) {
 	}
 	e.logf("%s's own copy matches the owner's %d records", node, end)
 }
+
+// confirmGap returns how long after at the first publish begun after at
+// was confirmed (false if none was), and the first confirm of any publish
+// after at (begun before it too).
+func confirmGap(led *workload.Ledger, at time.Time) (gapNew, gapAny time.Duration, ok bool) {
+	var first, any time.Time
+	for _, o := range led.Outcomes() {
+		if !o.Confirmed || o.Done.Before(at) {
+			continue
+		}
+		if any.IsZero() || o.Done.Before(any) {
+			any = o.Done
+		}
+		if !o.Sent.Before(at) && (first.IsZero() || o.Done.Before(first)) {
+			first = o.Done
+		}
+	}
+	return first.Sub(at), any.Sub(at), !first.IsZero()
+}

@@ -61,25 +61,6 @@ func (e *env) killNATS(i int) time.Time {
 	return at
 }
 
-// confirmGap returns how long after at the first publish begun after at
-// was confirmed (false if none was), and the first confirm of any publish
-// after at (begun before it too).
-func confirmGap(led *workload.Ledger, at time.Time) (gapNew, gapAny time.Duration, ok bool) {
-	var first, any time.Time
-	for _, o := range led.Outcomes() {
-		if !o.Confirmed || o.Done.Before(at) {
-			continue
-		}
-		if any.IsZero() || o.Done.Before(any) {
-			any = o.Done
-		}
-		if !o.Sent.Before(at) && (first.IsZero() || o.Done.Before(first)) {
-			first = o.Done
-		}
-	}
-	return first.Sub(at), any.Sub(at), !first.IsZero()
-}
-
 // TestNatsServerKill: in a 3-server NATS cluster, under a steady load on a
 // 3-copy stream, kill the nats-server the owner's host is connected to;
 // once confirms resume, bring it back and kill the server the coordinator
