@@ -166,6 +166,10 @@ type Client struct {
 	watches      map[string]*ownerWatch
 	watchPruneAt int // look for idle watches to drop at this many
 
+	// notices are the new owners' announcements requests retrying wait
+	// for (notices.go).
+	notices notices
+
 	// gen ends with each connection Connect made (a reconnect); requests
 	// in flight on it are retried at once.
 	gen *conngen.Generation

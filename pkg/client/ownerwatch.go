@@ -105,8 +105,11 @@ type ownerWatch struct {
 	// another history; epoch is of this stream.
 	streamID uint64
 	running  bool
-	idle     time.Time // when the last attempt ended
-	dropped  bool      // removed from Client.watches: take the stream's current watch
+	// kick asks the running goroutine to probe at once (a new owner
+	// announced itself); buffered, so a kick is never lost or blocking.
+	kick    chan struct{}
+	idle    time.Time // when the last attempt ended
+	dropped bool      // removed from Client.watches: take the stream's current watch
 }
 
 // watchAttempt registers an attempt to stream that abandon cancels; the
@@ -171,7 +174,7 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 		}
 		c.watchPruneAt = 2 * len(c.watches)
 	}
-	w := &ownerWatch{c: c, stream: stream, attempts: map[*watched]struct{}{}}
+	w := &ownerWatch{c: c, stream: stream, attempts: map[*watched]struct{}{}, kick: make(chan struct{}, 1)}
 	c.watches[stream] = w
 	return w
 }
@@ -180,9 +183,19 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 // none is left (the watch stays registered and keeps the epoch it saw,
 // until streamWatch drops it as idle).
 func (w *ownerWatch) run() {
+	// While attempts are in flight, a new owner's notice has the watch
+	// probe at once (notices.go).
+	_, release := w.c.awaitOwner(w.stream)
+	defer release()
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
-	for range t.C {
+	for {
+		kicked := false
+		select {
+		case <-t.C:
+		case <-w.kick:
+			kicked = true
+		}
 		w.mu.Lock()
 		var oldest time.Time
 		for a := range w.attempts {
@@ -197,7 +210,7 @@ func (w *ownerWatch) run() {
 		}
 		id := w.streamID
 		w.mu.Unlock()
-		if time.Since(oldest) < w.c.opts.probeAfter {
+		if !kicked && time.Since(oldest) < w.c.opts.probeAfter {
 			continue
 		}
 		at := time.Now()
@@ -246,6 +259,16 @@ func (w *ownerWatch) run() {
 		for _, a := range lost {
 			a.abandon()
 		}
+	}
+}
+
+// probeNow has the watch probe at once if attempts are in flight: a new
+// owner announced itself, so the attempts it cannot have received are found
+// now rather than after DefaultProbeAfter.
+func (w *ownerWatch) probeNow() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 

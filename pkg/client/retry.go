@@ -126,12 +126,21 @@ func (r *retrier) next(ctx context.Context, err error) error {
 			r.status = info.Status
 		}
 	}
+	// A new owner's notice ends the wait early (notices.go).
+	var notice <-chan struct{}
+	if r.stream != "" {
+		var release func()
+		notice, release = r.c.awaitOwner(r.stream)
+		defer release()
+	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return r.giveUp(ctx.Err())
 	case <-t.C:
+		return nil
+	case <-notice:
 		return nil
 	}
 }

@@ -208,7 +208,7 @@ func TestEveryAdminVerbHasSchemasAndIsDocumented(t *testing.T) {
 	for _, subj := range []string{
 		wire.HeartbeatSubject("<node>"), wire.AssignNoticeSubject("<node>"), wire.AssignPull,
 		wire.SealSubject("<node>"), wire.PublishSubject("<stream>"), wire.FetchSubject("<stream>"),
-		wire.CommitSubject("<stream>"), "brook.s.<stream>.repl.<epoch>.<node>", wire.HostLeaveSubject("<node>"),
+		wire.CommitSubject("<stream>"), wire.OwnerNoticeSubject("<stream>", "<node>"), "brook.s.<stream>.repl.<epoch>.<node>", wire.HostLeaveSubject("<node>"),
 		wire.AttentionList,
 	} {
 		if !strings.Contains(string(readme), "`"+subj+"`") {

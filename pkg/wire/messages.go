@@ -80,6 +80,15 @@ type AssignNotice struct {
 	Version uint64 `json:"version"`
 }
 
+// OwnerNotice is published on OwnerNoticeSubject by a host that has just
+// become the owner of a stream, once it takes publishes.
+type OwnerNotice struct {
+	Stream   string `json:"stream"`
+	StreamID uint64 `json:"stream_id"`
+	Epoch    uint64 `json:"epoch"`
+	Node     string `json:"node"`
+}
+
 // AssignmentPull asks for the snapshot of assignments that concern Node.
 type AssignmentPull struct {
 	Node string `json:"node"`

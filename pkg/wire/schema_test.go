@@ -161,6 +161,7 @@ func validExamples() []exampleCase {
 			StoreError: "streamlog: group commit: pebble: fatal commit error: write 000004.log: no space left on device", Copies: []wire.CopyStatus{}, AtMS: now}},
 		{"heartbeat.schema.json", wire.Heartbeat{Node: "node-b", Incarnation: 7, Copies: []wire.CopyStatus{exCopyStatus}, AtMS: now, Beat: 12, Part: 2, Parts: 3}},
 		{"assign-notice.schema.json", wire.AssignNotice{Version: 91}},
+		{"owner-notice.schema.json", wire.OwnerNotice{Stream: "orders", StreamID: 17, Epoch: 5, Node: "node-c"}},
 		{"assignment-pull.request.schema.json", wire.AssignmentPull{Node: "node-c"}},
 		{"assignment-snapshot.reply.schema.json", wire.AssignmentSnapshot{Version: 91, Node: "node-c",
 			Assignments: []wire.AssignedStream{exAssigned, {Assignment: wire.Assignment{Stream: "audit", StreamID: 3, Epoch: 1, Owner: "node-c", Followers: []string{}}, Starts: []wire.HistoryStart{}}},

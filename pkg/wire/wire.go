@@ -89,6 +89,17 @@ func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" 
 func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
 func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
 
+// OwnerNoticeSubject is where node, having just become stream's owner,
+// announces an OwnerNotice once it takes publishes. Node is the last token,
+// so nats-server lets each host announce on its own subjects only.
+// Clients retrying across a failover listen on OwnerNoticeWildcard to try
+// again at once instead of at the end of their backoff; a notice is only a
+// hint to retry, never trusted for anything else.
+func OwnerNoticeSubject(stream, node string) string { return "brook.s." + stream + ".owner." + node }
+
+// OwnerNoticeWildcard matches every host's OwnerNoticeSubject of stream.
+func OwnerNoticeWildcard(stream string) string { return "brook.s." + stream + ".owner.*" }
+
 // ReplicationSubject is where the follower node sends its replication
 // requests for stream at epoch; only the owner at that epoch answers. The
 // follower's node is the last token, so nats-server can let each host

@@ -111,6 +111,8 @@ func TestSubjects(t *testing.T) {
 		wire.PublishSubject("orders"):                  "brook.s.orders.pub",
 		wire.FetchSubject("orders"):                    "brook.s.orders.fetch",
 		wire.CommitSubject("orders"):                   "brook.s.orders.commit",
+		wire.OwnerNoticeSubject("orders", "n2"):        "brook.s.orders.owner.n2",
+		wire.OwnerNoticeWildcard("orders"):             "brook.s.orders.owner.*",
 		wire.ReplicationSubject("orders", 7, "n2"):     "brook.s.orders.repl.7.n2",
 		wire.ReplicationWildcard("orders", 7):          "brook.s.orders.repl.7.*",
 		wire.HostLeaveSubject("n1"):                    "brook.host.n1.leave",

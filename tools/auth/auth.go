@@ -242,16 +242,20 @@ var clientPub = []string{
 	"brook.attention.list",
 }
 
+// ownerNotices is what clients subscribe to besides their inbox: a new
+// owner's announcement (wire.OwnerNoticeSubject), a hint to retry at once.
+const ownerNotices = "brook.s.*.owner.*"
+
 // ClientPermissions are the applications': the data plane and the
 // read-only admin verbs.
 func ClientPermissions() Permissions {
-	return Permissions{PubAllow: clone(clientPub), PubDeny: clone(noInbox), SubAllow: []string{"_INBOX.client.>"}}
+	return Permissions{PubAllow: clone(clientPub), PubDeny: clone(noInbox), SubAllow: []string{"_INBOX.client.>", ownerNotices}}
 }
 
 // AdminPermissions are the operators': the client's and every admin verb.
 func AdminPermissions() Permissions {
 	return Permissions{PubAllow: append(clone(clientPub), "brook.admin.>"), PubDeny: clone(noInbox),
-		SubAllow: []string{"_INBOX.admin.>"}}
+		SubAllow: []string{"_INBOX.admin.>", ownerNotices}}
 }
 
 // HostPermissions are stream host node's.
@@ -259,7 +263,7 @@ func HostPermissions(node string) Permissions {
 	return Permissions{
 		PubAllow: []string{
 			"brook.hb." + node, "brook.assignments.pull", "brook.host." + node + ".leave",
-			"brook.s.*.repl.*." + node,
+			"brook.s.*.repl.*." + node, "brook.s.*.owner." + node,
 		},
 		PubDeny: clone(noInbox),
 		SubAllow: []string{

@@ -193,12 +193,13 @@ func TestPermissions(t *testing.T) {
 	tb.pub(client, "brook.s.x.pub", allowed, w)
 	for _, s := range []string{
 		"brook.host.h1.seal", "brook.hb.h1", "brook.admin.stream.delete", "brook.admin.node.leave",
-		"brook.assign.h1", "brook.assignments.pull", "brook.host.h1.leave", "brook.s.x.repl.1.h1",
+		"brook.assign.h1", "brook.assignments.pull", "brook.host.h1.leave", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1",
 		"_INBOX.anything", "_INBOX.client.x", "_INBOX.coord.x", "$SYS.REQ.SERVER.PING",
 	} {
 		tb.pub(client, s, refused, w)
 	}
 	tb.sub(client, "_INBOX.client.>", "_INBOX.client.abc.1", allowed, w)
+	tb.sub(client, "brook.s.x.owner.*", "brook.s.x.owner.h1", allowed, w)
 	for _, s := range [][2]string{
 		{"brook.s.x.pub", "brook.s.x.pub"}, {"brook.s.>", "brook.s.x.fetch"}, {"brook.hb.*", "brook.hb.h1"},
 		{"_INBOX.>", "_INBOX.coord.abc"}, {"_INBOX.admin.>", "_INBOX.admin.abc"}, {">", "brook.x"},
@@ -230,8 +231,9 @@ func TestPermissions(t *testing.T) {
 
 	// host h2 may not speak for h1.
 	tb.pub(h2, "brook.s.x.repl.1.h2", allowed, w)
+	tb.pub(h2, "brook.s.x.owner.h2", allowed, w)
 	for _, s := range []string{
-		"brook.hb.h1", "brook.s.x.repl.1.h1", "brook.host.h1.leave", "brook.assign.h1", "brook.host.h1.seal",
+		"brook.hb.h1", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.host.h1.leave", "brook.assign.h1", "brook.host.h1.seal",
 		"brook.s.x.pub", "brook.s.x.fetch", "brook.admin.node.leave", "brook.admin.stream.list", "_INBOX.client.x",
 		"_INBOX.host.h2.x",
 	} {
@@ -594,8 +596,8 @@ func TestGeneratedFiles(t *testing.T) {
 	client := []string{"brook.s.*.pub", "brook.s.*.fetch", "brook.s.*.commit", "brook.admin.stream.info",
 		"brook.admin.stream.list", "brook.admin.cluster.info", "brook.attention.list"}
 	design := map[string]perm{
-		auth.Client: {"BROOK", client, inbox, []string{"_INBOX.client.>"}, false},
-		auth.Admin:  {"BROOK", append(append([]string{}, client...), "brook.admin.>"), inbox, []string{"_INBOX.admin.>"}, false},
+		auth.Client: {"BROOK", client, inbox, []string{"_INBOX.client.>", "brook.s.*.owner.*"}, false},
+		auth.Admin:  {"BROOK", append(append([]string{}, client...), "brook.admin.>"), inbox, []string{"_INBOX.admin.>", "brook.s.*.owner.*"}, false},
 		auth.Coordinator: {"BROOK", []string{"brook.assign.*", "brook.host.*.seal", "brook.s.*.fetch"}, inbox,
 			[]string{"brook.admin.>", "brook.assignments.pull", "brook.hb.*", "brook.host.*.leave", "_INBOX.coord.>"}, true},
 		auth.CoordinatorSys: {"SYS", nil, []string{">"}, []string{"$SYS.ACCOUNT.BROOK.DISCONNECT", "$SYS.ACCOUNT.BROOK.CONNECT"}, false},
@@ -604,7 +606,7 @@ func TestGeneratedFiles(t *testing.T) {
 	}
 	for _, n := range nodes {
 		design[auth.HostPrincipal(n)] = perm{"BROOK",
-			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n}, inbox,
+			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n, "brook.s.*.owner." + n}, inbox,
 			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "_INBOX.host." + n + ".>"}, true}
 	}
 	opts, err := server.ProcessConfigFile(d2.NATSConf)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -186,7 +187,22 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64) (*o
 		o.stop(wire.CodeNotOwner)
 		return nil, err
 	}
+	o.announce(a)
 	return o, nil
+}
+
+// announce tells clients retrying across a failover that the stream has an
+// owner taking publishes (wire.OwnerNotice): they try again at once rather
+// than at the end of their backoff. The publish only buffers; a notice
+// lost is a hint lost, and the clients' backoff still finds the owner.
+func (o *owner) announce(a wire.Assignment) {
+	data, err := json.Marshal(wire.OwnerNotice{Stream: a.Stream, StreamID: a.StreamID, Epoch: a.Epoch, Node: o.h.cfg.Node})
+	if err == nil {
+		err = o.h.nc.Publish(wire.OwnerNoticeSubject(a.Stream, o.h.cfg.Node), data)
+	}
+	if err != nil {
+		o.log.Debug("owner notice not sent", "err", err)
+	}
 }
 
 // setAssignmentLocked takes the followers and W of a (same epoch).
