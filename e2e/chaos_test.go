@@ -56,6 +56,26 @@ func chaosConfig(t *testing.T) (seed uint64, d time.Duration, long bool) {
 	return seed, d, long
 }
 
+// chaosTTL is the coordinators' --ttl in TestChaos: their default, so
+// that the failure detector is judged as deployed (the other suites run
+// at the more lenient ttl).
+const chaosTTL = 800 * time.Millisecond
+
+// The fault kinds of TestChaos. Each acts on the chaos stream as it stands
+// when the fault begins.
+var chaosKinds = []string{
+	"kill-owner", "kill-follower", "kill-leader", "kill-owner-and-leader", "stop-owner", "cut-owner", "restart-host",
+	// the bus
+	"kill-nats-owner", "kill-nats-leader", "kill-nats-random", "blackhole-owner", "blackhole-follower",
+	// the disk
+	"fill-owner", "fill-follower",
+}
+
+// chaosLeads are the kinds the first episodes of a short run begin with,
+// then the other bus and disk kinds, so that the 20 s run of `make test`
+// exercises them.
+var chaosLeads = []string{"kill-nats-owner", "blackhole-owner", "fill-owner"}
+
 // fault is one injected failure and how to undo it.
 type fault struct {
 	name    string
@@ -68,21 +88,40 @@ type chaos struct {
 	rng    *rand.Rand
 	stream string
 	led    *workload.Ledger
+	long   bool
 	// what is broken now, undone by restoreAll
 	active []fault
+	// menu holds the kinds this run draws from; deck what is left of
+	// the current round (every kind once, in a random order).
+	menu, deck []string
+	rounds     int
+	// disks are the hosts' data directories, on a tmpfs each, by node
+	// (empty where mounting is not allowed: no store failures then).
+	disks map[string]string
+	// faults counts the faults injected, by kind.
+	faults map[string]int
+	fo     *failovers
 }
 
 // TestChaos: a seeded random sequence of the suites' faults under load,
-// for BROOK_CHAOS_DURATION (20s by default; 5m with BROOK_CHAOS=1): SIGKILL
-// of the owner, of a follower, of the Raft leader, of the owner and the
-// leader together; SIGSTOP/SIGCONT of the owner; a NATS cut of the owner;
-// a graceful restart of a host. Sometimes two overlap. After each episode
-// everything is restored and the stream must come back to three current
-// copies by itself. A reader follows the stream all along. When the faults
-// stop, every confirmed record must be delivered at its one offset, and no
-// confirm at an epoch may arrive after confirms of a later epoch did (a
-// fenced owner confirming). The seed is printed; BROOK_CHAOS_SEED replays
-// the same choices (the timing of a real cluster still varies).
+// for BROOK_CHAOS_DURATION (20s by default; 5m with BROOK_CHAOS=1), on a
+// cluster of three nats-servers with the coordinators at their default
+// ttl (chaosTTL): SIGKILL of the owner, of a follower, of the Raft leader,
+// of the owner and the leader together; SIGSTOP/SIGCONT of the owner; a
+// NATS cut of the owner; a graceful restart of a host; a kill of a
+// nats-server (the owner's, the leader's or any), started again at the
+// restore; a silent blackhole of the owner or of a follower; a store
+// failure of the owner or of a follower (its tmpfs data directory fills
+// up; at the restore the space comes back and the host restarts on its
+// data). Sometimes two overlap. After each episode everything is restored
+// and the stream must come back to three current copies by itself. A
+// reader follows the stream all along. When the faults stop, every
+// confirmed record must be delivered at its one offset, and no confirm at
+// an epoch may arrive after confirms of a later epoch did (a fenced owner
+// confirming). Every owner change and node expiry is classified (see
+// failovers): one of a host no fault touched is spurious and fails the
+// test. The seed is printed; BROOK_CHAOS_SEED replays the same choices
+// (the timing of a real cluster still varies).
 func TestChaos(t *testing.T) {
 	seed, duration, long := chaosConfig(t)
 	t.Logf("chaos seed %d, faults for %v (replay the choices: %s=%d)", seed, duration, chaosSeedEnv, seed)
@@ -91,15 +130,22 @@ func TestChaos(t *testing.T) {
 			t.Logf("chaos seed %d failed (replay the choices: %s=%d)", seed, chaosSeedEnv, seed)
 		}
 	})
-	var coordArgs []string
+	coordArgs := []string{"--ttl", chaosTTL.String()}
 	if long {
 		// Replacement followers join the faults: a copy gone for a
 		// few seconds is replaced and stays left out when it returns.
-		coordArgs = []string{"--replace-after", "5s"}
+		coordArgs = append(coordArgs, "--replace-after", "5s")
 	}
-	e := newEnv(t, opts{attention: true, coordArgs: coordArgs, timeout: duration + 4*time.Minute})
-	ch := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stream: "chaos", led: workload.NewLedger()}
-	e.createStream(ch.stream, 3)
+	e := newEnv(t, opts{attention: true, natsServers: 3, coordArgs: coordArgs, timeout: duration + 4*time.Minute})
+	ch := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stream: "chaos", led: workload.NewLedger(),
+		long: long, menu: chaosKinds, faults: map[string]int{}}
+	var why string
+	if ch.disks, why = e.chaosDisks(); ch.disks == nil {
+		e.logf("store failures are left out of the menu: %s", why)
+		ch.menu = slices.DeleteFunc(slices.Clone(chaosKinds), func(k string) bool { return strings.HasPrefix(k, "fill-") })
+	}
+	e.logf("chaos at ttl %v on %d nats-servers; menu: %s", chaosTTL, e.c.NATSServers(), strings.Join(ch.menu, ", "))
+	ch.fo = newFailovers(e, e.createStream(ch.stream, 3))
 
 	rd := workload.NewReader(e.cl, ch.stream, "chaos-follower")
 	rctx, stopReader := context.WithCancel(e.ctx)
@@ -113,12 +159,14 @@ func TestChaos(t *testing.T) {
 	defer func() { _ = ld.Stop() }()
 	e.waitConfirms(ch.led, 100, 0)
 
-	end := time.Now().Add(duration)
+	began := time.Now()
+	end := began.Add(duration)
 	episodes := 0
 	for time.Now().Before(end) {
 		episodes++
-		ch.episode(episodes, long)
+		ch.episode(episodes)
 	}
+	faulted := time.Since(began)
 	e.logf("faults stopped after %d episodes", episodes)
 	info := ch.converge("the end")
 	e.waitConfirms(ch.led, 50, info.Assignment.Epoch)
@@ -135,27 +183,31 @@ func TestChaos(t *testing.T) {
 	rep := e.verify(ch.stream, ch.led, rd, workload.CheckConfig{MinCopies: func(uint64) int { return 1 }})
 	ch.checkFencing()
 	final := e.info(ch.stream)
-	e.logf("chaos seed %d: %d episodes, final epoch %d, %d history starts; %v", seed, episodes, final.Assignment.Epoch, len(final.Starts), rep)
+	ch.fo.settle(e, "after the faults", final)
+	if ch.disks != nil {
+		e.logf("the hosts' disks hold %s", diskUse(ch.disks))
+	}
+	e.logf("chaos seed %d: %d episodes in %v at ttl %v, final epoch %d, %d history starts; faults by kind: %s; %v; %v",
+		seed, episodes, faulted.Round(time.Second), chaosTTL, final.Assignment.Epoch, len(final.Starts), ch.faultCounts(), ch.fo, rep)
 }
 
 // episode injects one or two faults, holds them a random while under load,
 // restores everything and waits for the stream to be whole again.
-func (ch *chaos) episode(n int, long bool) {
+func (ch *chaos) episode(n int) {
 	e := ch.e
 	e.t.Helper()
 	info := e.info(ch.stream)
-	kinds := []string{"kill-owner", "kill-follower", "kill-leader", "stop-owner", "cut-owner", "kill-owner-and-leader", "restart-host"}
-	first := kinds[ch.rng.IntN(len(kinds))]
+	first := ch.draw()
 	ch.inject(first, info)
 	if ch.rng.IntN(4) == 0 {
 		// A second fault on top, on another process.
-		second := kinds[ch.rng.IntN(len(kinds))]
+		second := ch.menu[ch.rng.IntN(len(ch.menu))]
 		if !strings.Contains(first, "leader") || !strings.Contains(second, "leader") {
 			ch.inject(second, e.info(ch.stream))
 		}
 	}
 	hold := time.Duration(300+ch.rng.IntN(2700)) * time.Millisecond
-	if long && ch.rng.IntN(5) == 0 {
+	if ch.long && ch.rng.IntN(5) == 0 {
 		hold += 6 * time.Second // past --replace-after
 	}
 	e.logf("episode %d: %s held %v (epoch %d, owner %s)", n, ch.names(), hold, info.Assignment.Epoch, info.Assignment.Owner)
@@ -166,10 +218,38 @@ func (ch *chaos) episode(n int, long bool) {
 	case <-t.C:
 	}
 	ch.restoreAll()
-	after := ch.converge(fmt.Sprintf("episode %d", n))
+	when := fmt.Sprintf("episode %d", n)
+	after := ch.converge(when)
 	e.waitConfirms(ch.led, 20, after.Assignment.Epoch)
+	ch.fo.settle(e, when, after)
 	e.logf("episode %d: whole again at epoch %d, owner %s, followers %v; %v", n, after.Assignment.Epoch,
 		after.Assignment.Owner, after.Assignment.Followers, ch.led.Stats())
+}
+
+// draw returns the next episode's first fault kind: every kind of the
+// menu once per round, in a random order. The first round of a short run
+// begins with chaosLeads, then the other bus and disk kinds.
+func (ch *chaos) draw() string {
+	if len(ch.deck) == 0 {
+		ch.deck = slices.Clone(ch.menu)
+		ch.rng.Shuffle(len(ch.deck), func(i, j int) { ch.deck[i], ch.deck[j] = ch.deck[j], ch.deck[i] })
+		if ch.rounds == 0 && !ch.long {
+			rank := func(k string) int {
+				switch {
+				case slices.Contains(chaosLeads, k):
+					return 0
+				case slices.Index(chaosKinds, k) >= slices.Index(chaosKinds, "kill-nats-owner"):
+					return 1
+				}
+				return 2
+			}
+			slices.SortStableFunc(ch.deck, func(a, b string) int { return rank(a) - rank(b) })
+		}
+		ch.rounds++
+	}
+	k := ch.deck[0]
+	ch.deck = ch.deck[1:]
+	return k
 }
 
 func (ch *chaos) names() string {
@@ -178,6 +258,20 @@ func (ch *chaos) names() string {
 		ns = append(ns, f.name)
 	}
 	return strings.Join(ns, " + ")
+}
+
+// faultCounts lists the faults injected by kind, in the menu's order.
+func (ch *chaos) faultCounts() string {
+	var b strings.Builder
+	total := 0
+	for _, k := range chaosKinds {
+		if n := ch.faults[k]; n > 0 {
+			fmt.Fprintf(&b, "%s %d, ", k, n)
+			total += n
+		}
+	}
+	fmt.Fprintf(&b, "%d in all", total)
+	return b.String()
 }
 
 // busy reports whether p is already under a fault.
@@ -190,8 +284,14 @@ func (ch *chaos) busy(p *cluster.Proc) bool {
 	return false
 }
 
+// add records an injected fault.
+func (ch *chaos) add(name string, restore func()) {
+	ch.active = append(ch.active, fault{name: name, restore: restore})
+}
+
 // inject applies one fault of kind to the stream as info describes it,
-// unless its target is already under a fault.
+// unless its target is already under a fault. A fault on a stream host
+// touches it first (failovers.touch).
 func (ch *chaos) inject(kind string, info wire.StreamInfo) {
 	e := ch.e
 	e.t.Helper()
@@ -209,9 +309,22 @@ func (ch *chaos) inject(kind string, info wire.StreamInfo) {
 		return free[ch.rng.IntN(len(free))]
 	}
 	one := func(ps ...*cluster.Proc) *cluster.Proc { return pick(ps) }
+	follower := func() *cluster.Proc {
+		var fs []*cluster.Proc
+		for _, f := range info.Assignment.Followers {
+			fs = append(fs, e.host(f))
+		}
+		return pick(fs)
+	}
+	touch := func(p *cluster.Proc) {
+		if p.Kind == cluster.KindStreamHost {
+			ch.fo.touch(p.Node)
+		}
+	}
 	kill := func(p *cluster.Proc) {
+		touch(p)
 		e.signal(p, syscall.SIGKILL)
-		ch.active = append(ch.active, fault{name: "kill " + p.Name, restore: func() { e.restart(p) }})
+		ch.add("kill "+p.Name, func() { e.restart(p) })
 	}
 	leader := func() *cluster.Proc {
 		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
@@ -222,17 +335,27 @@ func (ch *chaos) inject(kind string, info wire.StreamInfo) {
 		}
 		return one(e.c.CoordinatorByReplica(id))
 	}
+	// partition cuts p off NATS (cut) or blackholes it; heal undoes both.
+	partition := func(p *cluster.Proc, how string, apply func(int)) {
+		touch(p)
+		i := e.hostIndex(p.Node)
+		apply(i)
+		e.logf("%s %s", how, p.Name)
+		ch.add(how+" "+p.Name, func() { e.c.HealHost(i); e.logf("healed %s", p.Name) })
+	}
+	before := len(ch.active)
+	defer func() {
+		if len(ch.active) > before {
+			ch.faults[kind]++
+		}
+	}()
 	switch kind {
 	case "kill-owner":
 		if p := one(owner); p != nil {
 			kill(p)
 		}
 	case "kill-follower":
-		var fs []*cluster.Proc
-		for _, f := range info.Assignment.Followers {
-			fs = append(fs, e.host(f))
-		}
-		if p := pick(fs); p != nil {
+		if p := follower(); p != nil {
 			kill(p)
 		}
 	case "kill-leader":
@@ -249,15 +372,21 @@ func (ch *chaos) inject(kind string, info wire.StreamInfo) {
 		}
 	case "stop-owner":
 		if p := one(owner); p != nil {
+			touch(p)
 			e.signal(p, syscall.SIGSTOP)
-			ch.active = append(ch.active, fault{name: "stop " + p.Name, restore: func() { e.signal(p, syscall.SIGCONT) }})
+			ch.add("stop "+p.Name, func() { e.signal(p, syscall.SIGCONT) })
 		}
 	case "cut-owner":
 		if p := one(owner); p != nil {
-			i := e.hostIndex(p.Node)
-			e.c.CutHost(i)
-			e.logf("cut %s off NATS", p.Name)
-			ch.active = append(ch.active, fault{name: "cut " + p.Name, restore: func() { e.c.HealHost(i); e.logf("healed %s", p.Name) }})
+			partition(p, "cut", e.c.CutHost)
+		}
+	case "blackhole-owner":
+		if p := one(owner); p != nil {
+			partition(p, "blackhole", e.c.BlackholeHost)
+		}
+	case "blackhole-follower":
+		if p := follower(); p != nil {
+			partition(p, "blackhole", e.c.BlackholeHost)
 		}
 	case "restart-host":
 		var hs []*cluster.Proc
@@ -267,17 +396,106 @@ func (ch *chaos) inject(kind string, info wire.StreamInfo) {
 		if p := pick(hs); p != nil {
 			// A graceful stop (SIGTERM: the host says it leaves); it
 			// starts again at restore.
+			touch(p)
 			if err := e.c.Terminate(e.ctx, p); err != nil {
 				e.t.Fatalf("terminate %s: %v", p.Name, err)
 			}
 			e.logf("terminated %s", p.Name)
-			ch.active = append(ch.active, fault{name: "terminate " + p.Name, restore: func() { e.restart(p) }})
+			ch.add("terminate "+p.Name, func() { e.restart(p) })
+		}
+	case "kill-nats-owner":
+		if p := one(owner); p != nil {
+			ch.killNATS("brook-streamhost:"+p.Node, p.Name+"'s")
+		}
+	case "kill-nats-leader":
+		if p := leader(); p != nil {
+			ch.killNATS("brook-coordinator:"+p.Node, p.Name+"'s")
+		}
+	case "kill-nats-random":
+		ch.killNATS("", "any")
+	case "fill-owner":
+		if p := one(owner); p != nil {
+			ch.fill(p)
+		}
+	case "fill-follower":
+		if p := follower(); p != nil {
+			ch.fill(p)
 		}
 	}
 }
 
-// restoreAll undoes every active fault, newest first.
+// killNATS kills the nats-server the connection named conn is on (any
+// running one if conn is empty) unless a nats-server is down already; it
+// starts again at the restore. No stream host is touched: every process
+// on the server must move to another within the ttl.
+func (ch *chaos) killNATS(conn, whose string) {
+	e := ch.e
+	e.t.Helper()
+	var up []int
+	for i := range e.c.NATSServers() {
+		if !e.c.NATSServer(i).Running() {
+			return
+		}
+		up = append(up, i)
+	}
+	i := up[ch.rng.IntN(len(up))]
+	if conn != "" {
+		var err error
+		if i, err = e.c.NATSServerOf(conn); err != nil {
+			e.t.Fatal(err)
+		}
+		if i < 0 {
+			return // not connected now (cut off, say)
+		}
+	}
+	e.killNATS(i)
+	ch.add(fmt.Sprintf("kill nats-server-%d (%s)", i+1, whose), func() {
+		if err := e.c.NATSServer(i).Restart(0); err != nil {
+			e.t.Fatalf("restart nats-server %d: %v", i+1, err)
+		}
+		all := make([]*cluster.NATS, e.c.NATSServers())
+		for k := range all {
+			all[k] = e.c.NATSServer(k)
+		}
+		if err := cluster.WaitNATSRoutes(all, 15*time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+		e.logf("nats-server %d back, its routes up", i+1)
+	})
+}
+
+// fill fails p's store: its data directory's tmpfs fills up
+// (resizeTmpfs), the next write meets no space left on device, and the
+// host beats leaving with the error. At the restore the space comes back
+// (restoreAll) and the host restarts on its data, as an operator would
+// after freeing the disk.
+func (ch *chaos) fill(p *cluster.Proc) {
+	e := ch.e
+	e.t.Helper()
+	ch.fo.touch(p.Node)
+	if err := resizeTmpfs(ch.disks[p.Node], 0); err != nil {
+		e.t.Fatal(err)
+	}
+	e.logf("filled %s's disk", p.Name)
+	ch.add("fill "+p.Name, func() { e.restart(p) })
+	// The fault holds from the failure on: a copy that writes nothing
+	// for a while (a follower of a stalled stream) fails later or not.
+	err := e.pollErr(p.Name+"'s store failing", 5*time.Second, func(ctx context.Context) (bool, string, error) {
+		return !p.Healthy(ctx), "", nil
+	})
+	if err != nil {
+		e.logf("%s's store has not failed yet: %v", p.Name, err)
+	}
+}
+
+// restoreAll undoes every active fault, newest first. First every disk
+// gets its room back (chaosDiskRoom), before any host starts again.
 func (ch *chaos) restoreAll() {
+	for _, dir := range ch.disks {
+		if err := resizeTmpfs(dir, chaosDiskRoom); err != nil {
+			ch.e.t.Fatal(err)
+		}
+	}
 	for i := len(ch.active) - 1; i >= 0; i-- {
 		ch.active[i].restore()
 	}
@@ -291,6 +509,11 @@ func (ch *chaos) converge(when string) wire.StreamInfo {
 	e := ch.e
 	e.t.Helper()
 	e.poll(when+": every process healthy and every host live", waitLong, func(ctx context.Context) (bool, string, error) {
+		for i := range e.c.NATSServers() {
+			if !e.c.NATSServer(i).Running() {
+				return false, "", fmt.Errorf("nats-server %d is not running after the restore", i+1)
+			}
+		}
 		for _, p := range e.c.Procs() {
 			if !p.Running() || p.Paused() {
 				return false, "", fmt.Errorf("%s is not running after the restore", p.Name)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/e2e/internal/workload"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/cluster"
 )
 
 // diskFullSize is the tmpfs the owner's data directory is put on: a few
@@ -42,29 +43,13 @@ func TestOwnerDiskFull(t *testing.T) {
 	}
 	e := newEnv(t, opts{attention: true})
 
-	// Put h1's data directory on a small tmpfs: stop it, move its store
-	// onto the mount, start it again.
+	// Put h1's data directory on a small tmpfs.
 	p := e.c.Host(0)
 	node := p.Node
-	dir := dataDir(t, p.Args())
-	if err := e.c.Terminate(e.ctx, p); err != nil {
-		t.Fatal(err)
+	dir, err := e.tmpfsDataDir(p, diskFullSize)
+	if err != nil {
+		t.Skip(err)
 	}
-	saved := filepath.Join(t.TempDir(), "saved")
-	run(t, "cp", "-a", dir, saved)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+diskFullSize+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		e.restart(p)
-		t.Skipf("cannot mount a tmpfs on %s (mounting is not allowed here): %v: %s", dir, err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		// The host may still hold files open there: detach lazily, the
-		// memory goes once the process is gone.
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Logf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	run(t, "cp", "-a", saved+"/.", dir)
-	e.restart(p)
 	if err := e.c.WaitNodesLive(e.ctx, e.c.Hosts()); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +145,37 @@ func TestOwnerDiskFull(t *testing.T) {
 	if n := led.Count(func(o workload.Outcome) bool { return o.Confirmed && o.Confirm.Epoch == epoch }); n == 0 {
 		t.Errorf("nothing was confirmed before the disk filled up: %v", rep)
 	}
+}
+
+// tmpfsDataDir puts stream host p's data directory on a tmpfs of size
+// (mount's size= syntax, such as "16m"): it stops p gracefully, copies its
+// store aside, mounts the tmpfs on the directory, copies the store back and
+// starts p again, so p keeps its data. The mount is detached when the test
+// ends. Where mounting is not allowed, p starts again on its old directory
+// and the error says why. It needs root (or CAP_SYS_ADMIN).
+func (e *env) tmpfsDataDir(p *cluster.Proc, size string) (string, error) {
+	t := e.t
+	t.Helper()
+	dir := dataDir(t, p.Args())
+	if err := e.c.Terminate(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(t.TempDir(), "saved")
+	run(t, "cp", "-a", dir, saved)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		e.restart(p)
+		return "", fmt.Errorf("cannot mount a tmpfs on %s (mounting is not allowed here): %w: %s", dir, err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		// The host may still hold files open there: detach lazily, the
+		// memory goes once the process is gone.
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Logf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	run(t, "cp", "-a", saved+"/.", dir)
+	e.restart(p)
+	return dir, nil
 }
 
 // dataDir returns the --data-dir of a process's arguments.
