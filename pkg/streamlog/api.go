@@ -42,6 +42,12 @@ type Options struct {
 	// OnFailure, if set, is called once, in a goroutine of its own, when
 	// the store fails (see Store.Failure).
 	OnFailure func(error)
+	// OnGroupCommit, if set, is called by the committer after each group
+	// commit that reached the disk, with the number of writes (appends,
+	// applies, cursor syncs) that shared it and how long its synced commit
+	// (the write-ahead log write and its fsync) took. It runs on the
+	// committer's goroutine, so it must return at once (record a metric).
+	OnGroupCommit func(writes int, took time.Duration)
 }
 
 // Record is one record of a copy's record log.

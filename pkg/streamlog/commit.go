@@ -165,10 +165,15 @@ func (s *impl) commitGroup(group []*request, size int) {
 			// a synced one makes every earlier WAL entry durable.
 			_ = b.LogData(nil, nil)
 		}
+		began := time.Now()
 		err = s.guard(func() error { return b.Commit(pebble.Sync) })
+		took := time.Since(began)
 		_ = b.Close()
 		s.stats.groups.Add(1)
 		s.stats.requests.Add(uint64(len(group)))
+		if err == nil && s.onGroupCommit != nil {
+			s.onGroupCommit(len(group), took)
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("streamlog: group commit: %w", err)

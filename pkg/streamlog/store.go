@@ -58,6 +58,8 @@ type impl struct {
 	// trusted to reach the disk by a later one (fail-stop; Store.Failure).
 	failed    error
 	onFailure func(error)
+	// onGroupCommit is Options.OnGroupCommit.
+	onGroupCommit func(writes int, took time.Duration)
 
 	// The group commit queue (commit.go).
 	qmu       sync.Mutex
@@ -170,6 +172,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	s := &Store{}
 	s.log = log
 	s.onFailure = opts.OnFailure
+	s.onGroupCommit = opts.OnGroupCommit
 	popts := &pebble.Options{
 		FS:     fs,
 		Logger: pebbleLogger{l: log, s: &s.impl},

@@ -1,5 +1,5 @@
-// Package telemetry builds the OpenTelemetry tracer provider of a brook
-// process.
+// Package telemetry builds the OpenTelemetry tracer and meter providers of
+// a brook process (metrics: metrics.go).
 //
 // Spans leave the process over OTLP/HTTP only when an OTLP endpoint variable
 // is set (the exporter itself reads endpoint, headers and timeouts from the
@@ -42,6 +42,9 @@ type Options struct {
 	// EndpointEnvs are the variables any of which, set and not empty,
 	// turns exporting on; nil means EndpointEnv and TracesEndpointEnv.
 	EndpointEnvs []string
+	// MetricsEndpointEnvs are the same for NewMetrics's OTLP push; nil
+	// means EndpointEnv and MetricsEndpointEnv.
+	MetricsEndpointEnvs []string
 }
 
 // NewProvider returns the provider o describes. Its Shutdown flushes the

@@ -1,0 +1,128 @@
+package telemetry
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/brook-streams/brook/pkg/telemetry/metricstest"
+)
+
+// TestMetricsServedAsPrometheusText records one instrument of each kind
+// and reads them back from the /metrics handler with expfmt's parser: OTel
+// names become Prometheus names with their unit and _total suffixes, and
+// the resource is in target_info.
+func TestMetricsServedAsPrometheusText(t *testing.T) {
+	t.Setenv(EndpointEnv, "")
+	t.Setenv(MetricsEndpointEnv, "")
+	ctx := context.Background()
+	m, err := NewMetrics(ctx, Options{Service: "brook-test", Instance: "t-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	if m.OTLP() {
+		t.Fatal("OTLP push on without an endpoint")
+	}
+	meter := Meter(m.MeterProvider(), "test")
+	c, _ := meter.Int64Counter("brook.test.publish.confirmed", metric.WithUnit("{publish}"))
+	c.Add(ctx, 3, metric.WithAttributes(attribute.String("error.type", "x")))
+	h, _ := meter.Float64Histogram("brook.test.publish.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(LatencyBuckets...))
+	h.Record(ctx, 0.002)
+	h.Record(ctx, 0.2)
+	by, _ := meter.Int64Counter("brook.test.append.payload", metric.WithUnit("By"))
+	by.Add(ctx, 10)
+	_, _ = meter.Int64ObservableGauge("brook.test.copy.count", metric.WithUnit("{copy}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(2, metric.WithAttributes(attribute.String("brook.copy.role", "owner")))
+			return nil
+		}))
+
+	mux := http.NewServeMux()
+	m.Mount(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	fams, err := metricstest.Scrape(ctx, srv.URL+MetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"brook_test_publish_confirmed_total":    3,
+		"brook_test_publish_duration_seconds":   2,
+		"brook_test_append_payload_bytes_total": 10,
+		"brook_test_copy_count":                 2,
+	} {
+		if got, ok := fams.Value(name); !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v; families %v", name, got, ok, want, fams.Names())
+		}
+	}
+	if got, _ := fams.Value("brook_test_publish_confirmed_total", "error_type", "x"); got != 3 {
+		t.Errorf("by error_type: %v", got)
+	}
+	if got, _ := fams.Value("brook_test_copy_count", "brook_copy_role", "owner"); got != 2 {
+		t.Errorf("by role: %v", got)
+	}
+	if typ := fams.Type("brook_test_publish_duration_seconds"); typ != "histogram" {
+		t.Errorf("duration type %q", typ)
+	}
+	if got, ok := fams.Value("target_info", "service_name", "brook-test", "service_instance_id", "t-1"); !ok || got != 1 {
+		t.Errorf("target_info: %v %v", got, ok)
+	}
+	if _, ok := fams.Value("go_goroutines"); !ok {
+		t.Error("no go runtime metrics")
+	}
+}
+
+// TestMetricsPushedOverOTLP checks that an endpoint turns the OTLP push on
+// and that Shutdown flushes it to the collector.
+func TestMetricsPushedOverOTLP(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/metrics" {
+			posts.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	t.Setenv(EndpointEnv, srv.URL)
+	t.Setenv(MetricsEndpointEnv, "")
+	ctx := context.Background()
+	m, err := NewMetrics(ctx, Options{Service: "brook-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.OTLP() {
+		t.Fatal("OTLP push off with an endpoint")
+	}
+	c, _ := Meter(m.MeterProvider(), "test").Int64Counter("brook.test.things")
+	c.Add(ctx, 1)
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if posts.Load() == 0 {
+		t.Fatal("nothing pushed to the collector on shutdown")
+	}
+}
+
+// TestMeterNil is the no-op meter of callers without a provider.
+func TestMeterNil(t *testing.T) {
+	c, err := Meter(nil, "x").Int64Counter("brook.test.things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 1)
+	var m *Metrics
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
