@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -100,6 +101,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// TracerProvider makes the "host.apply" spans; nil means no tracing.
 	TracerProvider trace.TracerProvider
+	// MeterProvider makes the host's metrics (metrics.go); nil records
+	// nothing.
+	MeterProvider metric.MeterProvider
 }
 
 func (c *Config) fill() {
@@ -163,6 +167,7 @@ type Host struct {
 	nc          *nats.Conn
 	store       *streamlog.Store
 	incarnation uint64
+	metrics     *metrics
 
 	mu       sync.Mutex
 	replicas map[string]*replica
@@ -238,6 +243,10 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("new host: %w", err)
 	}
 	log := cfg.Logger.With("node", cfg.Node)
+	met, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("new host: metrics: %w", err)
+	}
 	// The store reports its failure once; the host is built only after
 	// Open returns, and a failure during Open fails New anyway.
 	var self atomic.Pointer[Host]
@@ -246,6 +255,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		Logger:             log,
 		CursorSyncInterval: cfg.CursorSyncInterval,
 		FS:                 cfg.StoreFS,
+		OnGroupCommit:      met.groupCommit,
 		OnFailure: func(err error) {
 			if h := self.Load(); h != nil {
 				h.storeFailed(err)
@@ -262,6 +272,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		tracer:      cfg.TracerProvider.Tracer("github.com/brook-streams/brook/services/streamhost/host"),
 		nc:          nc,
 		store:       st,
+		metrics:     met,
 		incarnation: uint64(time.Now().UnixNano()),
 		replicas:    make(map[string]*replica),
 		pullNow:     make(chan struct{}, 1),
@@ -275,6 +286,9 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
 	}
 	self.Store(h)
+	if err := met.observe(h); err != nil {
+		return nil, errors.Join(fmt.Errorf("new host: metrics: %w", err), st.Close())
+	}
 	if err := st.Failure(); err != nil {
 		// It failed between Open and now.
 		go h.storeFailed(err)
@@ -331,6 +345,7 @@ func (h *Host) Incarnation() uint64 { return h.incarnation }
 // store. It returns once everything it started has stopped.
 func (h *Host) Run(ctx context.Context) error {
 	defer h.bgCancel()
+	defer h.metrics.unobserve()
 	// Seals are answered from the start, before the first snapshot: a seal
 	// only fences storage, and a restarted host that can answer one lets a
 	// waiting recovery finish.

@@ -116,6 +116,9 @@ type outgoing struct {
 	to   string
 	ok   *wire.PublishConfirm
 	fail *wire.Error
+	// start is when the append that wrote a confirmed record began (the
+	// confirm latency's start).
+	start time.Time
 }
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
@@ -282,11 +285,13 @@ func (o *owner) advanceLocked() []outgoing {
 }
 
 func (o *owner) confirmOut(w *waiter, copies int) outgoing {
-	return outgoing{to: w.reply, ok: &wire.PublishConfirm{StreamID: o.id, Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup}}
+	return outgoing{to: w.reply, ok: &wire.PublishConfirm{StreamID: o.id, Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup},
+		start: w.deadline.Add(-o.h.cfg.ConfirmTimeout)}
 }
 
-// send delivers prepared replies, outside any lock.
+// send delivers prepared replies, outside any lock, and counts them.
 func (o *owner) send(out []outgoing) {
+	o.h.metrics.sent(out)
 	for _, r := range out {
 		if r.fail != nil {
 			o.h.replyErr(r.to, r.fail)
@@ -376,14 +381,14 @@ func (o *owner) goTracked(f func()) bool {
 // queues the message: the appender writes it.
 func (o *owner) onPublish(m *nats.Msg) {
 	if len(m.Data) > o.h.cfg.MaxPayload {
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodePayloadTooLarge,
+		o.refusePublish(m.Reply, wire.Errorf(wire.CodePayloadTooLarge,
 			"record of %d bytes is over this host's limit of %d", len(m.Data), o.h.cfg.MaxPayload))
 		return
 	}
 	o.inMu.RLock()
 	defer o.inMu.RUnlock()
 	if o.inClosed {
-		o.h.replyErr(m.Reply, o.closedErr())
+		o.refusePublish(m.Reply, o.closedErr())
 		return
 	}
 	// A full queue blocks this subscription's callback, which holds the
@@ -418,7 +423,7 @@ func (o *owner) appender() {
 		if o.closing.Load() != nil {
 			e := o.closedErr()
 			for _, m := range batch {
-				o.h.replyErr(m.Reply, e)
+				o.refusePublish(m.Reply, e)
 			}
 			continue
 		}
@@ -493,15 +498,18 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	data := make([][]byte, 0, len(batch))
 	items := make([]produced, 0, len(batch))
 	inBatch := map[string]map[uint64]int{}
+	payload := 0
 	for _, m := range batch {
-		if o.refuseOtherStream(m, 0) {
+		if werr, _ := o.checkStreamID(m); werr != nil {
+			o.h.metrics.publishRefused(werr.Code, 1)
+			o.refuseOtherStream(m, 0)
 			continue
 		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}
 		if p := m.Header.Get(wire.HeaderProducer); p != "" {
 			seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSequence), 10, 64)
 			if err != nil || len(p) > maxProducerName {
-				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+				o.refusePublish(m.Reply, wire.Errorf(wire.CodeBadRequest,
 					"%s needs %s as a decimal sequence and a producer of at most %d bytes", wire.HeaderProducer, wire.HeaderSequence, maxProducerName))
 				continue
 			}
@@ -522,6 +530,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			inBatch[p][seq] = len(data)
 		}
 		it.index = len(data)
+		payload += len(m.Data)
 		// The producer and sequence are stored with the record, so that
 		// they replicate and a later owner can rebuild its window.
 		data = append(data, envelope.Append(make([]byte, 0, envelope.Size(it.producer, it.seq, m.Data)), it.producer, it.seq, m.Data))
@@ -539,13 +548,14 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			}
 			for _, it := range items {
 				if it.index >= 0 || it.repeatIdx >= 0 {
-					o.h.replyErr(it.reply, e)
+					o.refusePublish(it.reply, e)
 					continue
 				}
 				o.addRepeat(it, now) // a repeat of an earlier write still waits for it
 			}
 			return
 		}
+		o.h.metrics.appended(len(data), payload)
 	}
 
 	deadline := now.Add(o.h.cfg.ConfirmTimeout)
@@ -574,6 +584,12 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	}
 	o.mu.Unlock()
 	o.send(out)
+}
+
+// refusePublish answers a publish with e and counts it.
+func (o *owner) refusePublish(reply string, e *wire.Error) {
+	o.h.metrics.publishRefused(e.Code, 1)
+	o.h.replyErr(reply, e)
 }
 
 // addRepeat queues a repeat of an earlier confirmed-or-pending write.

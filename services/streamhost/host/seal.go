@@ -15,12 +15,14 @@ import (
 // recovery asks again).
 func (h *Host) onSeal(m *nats.Msg) {
 	if !h.sealReqs.take() {
+		h.metrics.sealAnswered(&wire.Error{Code: wire.CodeOverloaded})
 		h.refuse(m.Reply, h.sealReqs)
 		return
 	}
 	started := h.reqs.Go(func() {
 		defer h.sealReqs.give()
 		reply, e := h.seal(m.Data)
+		h.metrics.sealAnswered(e)
 		if e != nil {
 			h.replyErr(m.Reply, e)
 			return
@@ -29,7 +31,9 @@ func (h *Host) onSeal(m *nats.Msg) {
 	})
 	if !started {
 		h.sealReqs.give()
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node))
+		e := wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node)
+		h.metrics.sealAnswered(e)
+		h.replyErr(m.Reply, e)
 	}
 }
 

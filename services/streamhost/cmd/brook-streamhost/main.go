@@ -76,6 +76,18 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	metrics, err := telemetry.SetupMetrics(ctx, "brook-streamhost", cfg.Node)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := metrics.Shutdown(sctx); err != nil {
+			log.Warn("flush metrics", "err", err)
+		}
+	}()
+
 	// h is set before the connection can first reconnect (the host is
 	// created right after connecting); reconnects before that need nothing.
 	var h atomic.Pointer[host.Host]
@@ -130,6 +142,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		MaxInflight:    cfg.MaxInflight,
 		Logger:         log,
 		TracerProvider: tp,
+		MeterProvider:  metrics.MeterProvider(),
 	}, nc)
 	if err != nil {
 		return err
@@ -154,6 +167,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 			}
 			_, _ = w.Write([]byte("ok\n"))
 		})
+		metrics.Mount(mux)
 		if cfg.PProf {
 			svcconfig.HandlePProf(mux)
 		}
@@ -163,7 +177,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("serving /healthz", "addr", ln.Addr().String())
+		log.Info("serving /healthz and /metrics", "addr", ln.Addr().String(), "otlp_metrics", metrics.OTLP())
 	}
 
 	runErr := hst.Run(ctx)

@@ -1,0 +1,316 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/telemetry"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// MeterName is the instrumentation scope of the host's metrics.
+const MeterName = "github.com/brook-streams/brook/services/streamhost/host"
+
+// MaxStreamLagSeries caps the per-stream follower lag series
+// (brook.host.stream.lag.*) one host reports per collection: the followers
+// that lag most, by records. The per-follower maximum
+// (brook.host.follower.lag.*) always covers every follower.
+const MaxStreamLagSeries = 20
+
+// Attribute keys of the host's metrics.
+const (
+	attrErrorType = attribute.Key("error.type")
+	attrRole      = attribute.Key("brook.copy.role")
+	attrFollower  = attribute.Key("brook.follower")
+	attrStream    = attribute.Key("brook.stream")
+)
+
+// metrics are the host's instruments. They are made once per host from
+// Config.MeterProvider (a no-op provider when nil); the counters and
+// histograms are recorded where things happen, the gauges are read by one
+// callback at collection time (observe).
+type metrics struct {
+	confirmed   metric.Int64Counter
+	refused     metric.Int64Counter
+	confirmDur  metric.Float64Histogram
+	appendRecs  metric.Int64Counter
+	appendBytes metric.Int64Counter
+	fsyncDur    metric.Float64Histogram
+	groupSize   metric.Int64Histogram
+	seals       metric.Int64Counter
+
+	copies      metric.Int64ObservableGauge
+	lagRecords  metric.Int64ObservableGauge
+	lagTime     metric.Float64ObservableGauge
+	streamLagR  metric.Int64ObservableGauge
+	streamLagT  metric.Float64ObservableGauge
+	reg         metric.Registration
+	codeOptions sync.Map // error code -> metric.AddOption, built once per code
+}
+
+// newMetrics creates the instruments; instrument errors only come from
+// invalid names, which tests catch, so they are joined and returned.
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	mt := telemetry.Meter(mp, MeterName)
+	m := &metrics{}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	m.confirmed, err = mt.Int64Counter("brook.host.publish.confirmed", metric.WithUnit("{publish}"),
+		metric.WithDescription("Publishes confirmed to their producer (W copies hold the record), repeats of a written record included."))
+	add(err)
+	m.refused, err = mt.Int64Counter("brook.host.publish.refused", metric.WithUnit("{publish}"),
+		metric.WithDescription("Publishes answered with an error, by its code (error.type)."))
+	add(err)
+	m.confirmDur, err = mt.Float64Histogram("brook.host.publish.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from the append that wrote a publish to its confirm."),
+		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+	add(err)
+	m.appendRecs, err = mt.Int64Counter("brook.host.append.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Records appended by the owners on this host."))
+	add(err)
+	m.appendBytes, err = mt.Int64Counter("brook.host.append.payload", metric.WithUnit("By"),
+		metric.WithDescription("Payload bytes of the records appended by the owners on this host."))
+	add(err)
+	m.fsyncDur, err = mt.Float64Histogram("brook.host.store.fsync.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time of one synced group commit of the store (write-ahead log write and fsync)."),
+		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+	add(err)
+	m.groupSize, err = mt.Int64Histogram("brook.host.store.group_commit.size", metric.WithUnit("{write}"),
+		metric.WithDescription("Writes (owner appends, follower applies, cursor syncs) sharing one synced group commit."),
+		metric.WithExplicitBucketBoundaries(telemetry.CountBuckets...))
+	add(err)
+	m.seals, err = mt.Int64Counter("brook.host.seal.answered", metric.WithUnit("{seal}"),
+		metric.WithDescription("Seal requests answered; error.type is set on refusals."))
+	add(err)
+	m.copies, err = mt.Int64ObservableGauge("brook.host.copy.count", metric.WithUnit("{copy}"),
+		metric.WithDescription("Copies held by this host, by the role they play (owner, follower, none)."))
+	add(err)
+	m.lagRecords, err = mt.Int64ObservableGauge("brook.host.follower.lag.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Per follower node, the most records it lacks behind an owner on this host, over the streams it follows."))
+	add(err)
+	m.lagTime, err = mt.Float64ObservableGauge("brook.host.follower.lag.time", metric.WithUnit("s"),
+		metric.WithDescription("Per follower node, the age of the oldest record it lacks behind an owner on this host, over the streams it follows."))
+	add(err)
+	m.streamLagR, err = mt.Int64ObservableGauge("brook.host.stream.lag.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Records a follower lacks behind this host's owner of a stream; only the most lagging followers (at most 20 series)."))
+	add(err)
+	m.streamLagT, err = mt.Float64ObservableGauge("brook.host.stream.lag.time", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest record a follower lacks behind this host's owner of a stream; the same series as brook.host.stream.lag.records."))
+	add(err)
+	return m, errors.Join(errs...)
+}
+
+// observe registers the callback of the host's gauges.
+func (m *metrics) observe(h *Host) error {
+	reg, err := telemetry.Meter(h.cfg.MeterProvider, MeterName).RegisterCallback(
+		func(ctx context.Context, o metric.Observer) error {
+			h.observeCopies(o, m)
+			h.observeLag(o, m, time.Now())
+			return nil
+		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT)
+	if err != nil {
+		return err
+	}
+	m.reg = reg
+	return nil
+}
+
+// unobserve drops the gauges' callback (the host is stopping).
+func (m *metrics) unobserve() {
+	if m.reg != nil {
+		_ = m.reg.Unregister()
+	}
+}
+
+// codeOption is the attribute option of an error code, built once.
+func (m *metrics) codeOption(code string) metric.AddOption {
+	if v, ok := m.codeOptions.Load(code); ok {
+		return v.(metric.AddOption)
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(attrErrorType.String(code)))
+	v, _ := m.codeOptions.LoadOrStore(code, opt)
+	return v.(metric.AddOption)
+}
+
+// publishRefused counts n publishes answered with code.
+func (m *metrics) publishRefused(code string, n int) {
+	if n > 0 {
+		m.refused.Add(context.Background(), int64(n), m.codeOption(code))
+	}
+}
+
+// sealAnswered counts a seal answered; e is its error, or nil.
+func (m *metrics) sealAnswered(e *wire.Error) {
+	if e == nil {
+		m.seals.Add(context.Background(), 1)
+		return
+	}
+	m.seals.Add(context.Background(), 1, m.codeOption(e.Code))
+}
+
+// appended counts a successful append of records holding payload bytes.
+func (m *metrics) appended(records, payload int) {
+	ctx := context.Background()
+	m.appendRecs.Add(ctx, int64(records))
+	m.appendBytes.Add(ctx, int64(payload))
+}
+
+// groupCommit is the store's Options.OnGroupCommit.
+func (m *metrics) groupCommit(writes int, took time.Duration) {
+	ctx := context.Background()
+	m.fsyncDur.Record(ctx, took.Seconds())
+	m.groupSize.Record(ctx, int64(writes))
+}
+
+// sent counts the replies of one send: confirms (with their latency) and
+// refusals.
+func (m *metrics) sent(out []outgoing) {
+	if len(out) == 0 {
+		return
+	}
+	ctx := context.Background()
+	var now time.Time
+	confirmed := 0
+	for i := range out {
+		r := &out[i]
+		if r.fail != nil {
+			m.refused.Add(ctx, 1, m.codeOption(r.fail.Code))
+			continue
+		}
+		confirmed++
+		if !r.start.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			m.confirmDur.Record(ctx, now.Sub(r.start).Seconds())
+		}
+	}
+	if confirmed > 0 {
+		m.confirmed.Add(ctx, int64(confirmed))
+	}
+}
+
+// observeCopies reports the copies this host holds by role, from the
+// store's copy list and each replica's atomic status (no replica lock).
+func (h *Host) observeCopies(o metric.Observer, m *metrics) {
+	h.mu.Lock()
+	roles := make(map[string]*roleStatus, len(h.replicas))
+	for name, r := range h.replicas {
+		roles[name] = r.status.Load()
+	}
+	h.mu.Unlock()
+	counts := map[string]int64{wire.RoleOwner: 0, wire.RoleFollower: 0, wire.RoleNone: 0}
+	for _, c := range h.store.Copies() {
+		role := wire.RoleNone
+		if st := roles[c.Stream()]; st != nil && st.role != wire.RoleNone && st.streamID == c.StreamID() {
+			role = st.role
+		}
+		counts[role]++
+	}
+	for role, n := range counts {
+		o.ObserveInt64(m.copies, n, metric.WithAttributes(attrRole.String(role)))
+	}
+}
+
+// followerLag is one follower's lag behind one owner.
+type followerLag struct {
+	stream, follower string
+	records          uint64
+	seconds          float64
+}
+
+// observeLag reports each follower's lag behind the owners on this host:
+// per follower node the worst over its streams, and per stream the
+// MaxStreamLagSeries worst lagging followers. Each owner's tails are read
+// under its lock; the age of the first record a follower lacks is read
+// from the store after the lock is released.
+func (h *Host) observeLag(o metric.Observer, m *metrics, now time.Time) {
+	var lags []followerLag
+	for _, own := range h.owners() {
+		own.mu.Lock()
+		tail := own.tail
+		type ack struct {
+			node   string
+			record uint64
+		}
+		acks := make([]ack, 0, len(own.followers))
+		for _, f := range own.followers {
+			acks = append(acks, ack{f, own.acks[f].record})
+		}
+		own.mu.Unlock()
+		for _, a := range acks {
+			l := followerLag{stream: own.stream, follower: a.node}
+			if a.record < tail {
+				l.records = tail - a.record
+				l.seconds = recordAge(own.c, a.record, tail, now)
+			}
+			lags = append(lags, l)
+		}
+	}
+	worst := map[string]followerLag{}
+	for _, l := range lags {
+		w, ok := worst[l.follower]
+		if !ok || l.records > w.records {
+			w.records = l.records
+		}
+		if !ok || l.seconds > w.seconds {
+			w.seconds = l.seconds
+		}
+		worst[l.follower] = w
+	}
+	for node, w := range worst {
+		attrs := metric.WithAttributes(attrFollower.String(node))
+		o.ObserveInt64(m.lagRecords, int64(w.records), attrs)
+		o.ObserveFloat64(m.lagTime, w.seconds, attrs)
+	}
+	lags = slices.DeleteFunc(lags, func(l followerLag) bool { return l.records == 0 })
+	slices.SortFunc(lags, func(a, b followerLag) int {
+		switch {
+		case a.records != b.records:
+			if a.records > b.records {
+				return -1
+			}
+			return 1
+		case a.stream != b.stream:
+			if a.stream < b.stream {
+				return -1
+			}
+			return 1
+		case a.follower < b.follower:
+			return -1
+		case a.follower > b.follower:
+			return 1
+		}
+		return 0
+	})
+	for _, l := range lags[:min(len(lags), MaxStreamLagSeries)] {
+		attrs := metric.WithAttributes(attrStream.String(l.stream), attrFollower.String(l.follower))
+		o.ObserveInt64(m.streamLagR, int64(l.records), attrs)
+		o.ObserveFloat64(m.streamLagT, l.seconds, attrs)
+	}
+}
+
+// recordAge is how long ago the owner appended the record at from (or,
+// when retention removed it, the oldest one kept), in seconds; 0 when it
+// cannot be read.
+func recordAge(c *streamlog.Copy, from, tail uint64, now time.Time) float64 {
+	if head := c.Tails().Head; from < head {
+		from = head
+	}
+	if from >= tail {
+		return 0
+	}
+	recs, err := c.Read(from, 1, 0, tail)
+	if err != nil || len(recs) == 0 {
+		return 0
+	}
+	return max(now.Sub(time.Unix(0, recs[0].TimeNS)).Seconds(), 0)
+}
