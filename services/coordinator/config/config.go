@@ -81,7 +81,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
 	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
 	fs.String("raft-key", "", "PEM private key of --raft-cert")
-	fs.String("http-addr", "", "address of the /healthz endpoint; empty means off")
+	fs.String("http-addr", "", "address of the /healthz and /metrics endpoints; empty means off")
 	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs

@@ -59,6 +59,10 @@ type Config struct {
 	// TLS, when set, runs the Raft transport over mutual TLS.
 	TLS    *TLSFiles
 	Logger *slog.Logger
+	// OnPropose, if set, is told of every Propose: the command's op, how
+	// long it took (retries included) and its error (nil when committed,
+	// refused or not). It must return at once (record a metric).
+	OnPropose func(op string, took time.Duration, err error)
 }
 
 // TLSFiles are the PEM files of Dragonboat's mutual TLS between Raft
@@ -267,7 +271,11 @@ func pause(ctx context.Context, d time.Duration) bool {
 // Propose commits c and returns how the state machine applied it. A refused
 // command is not an error here: the caller reads Result.Code (or
 // Result.Err). Errors mean the outcome is unknown or the shard unavailable.
-func (s *Store) Propose(ctx context.Context, c state.Command) (state.Result, error) {
+func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, err error) {
+	if s.cfg.OnPropose != nil {
+		began := time.Now()
+		defer func() { s.cfg.OnPropose(c.Op, time.Since(began), err) }()
+	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	cmd := c.Encode()

@@ -108,6 +108,10 @@ type Worker struct {
 	// least R, at or past the latest start), the round does not wait for
 	// copies on gone nodes. Nil waits for every copy up to SealTimeout.
 	Gone func(node string) bool
+	// Committed, if set, is told of each recovery this worker committed
+	// (the pending recovery as read for the round) and when; metrics
+	// count failovers and their duration with it.
+	Committed func(pr wire.PendingRecovery, at time.Time)
 
 	// sleep replaces the backoff wait in tests.
 	sleep func(ctx context.Context, d time.Duration) error

@@ -226,6 +226,9 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 		}
 		return false, false, fmt.Errorf("commit recovery of %s at epoch %d: %w", pr.Stream, d.Assignment.Epoch, err)
 	}
+	if w.Committed != nil {
+		w.Committed(pr, w.now())
+	}
 	log.Info("recovery: committed", "epoch", d.Assignment.Epoch, "owner", d.Assignment.Owner,
 		"followers", d.Assignment.Followers, "start_record_tail", d.Start.RecordTail,
 		"start_cursor_tail", d.Start.CursorTail, "reason", d.Reason)

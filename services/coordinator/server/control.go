@@ -240,6 +240,7 @@ func (s *Server) beginRecovery(ctx context.Context, st *state.State, a controlle
 	}
 	pc.SetAttributes(attribute.Int64("transition", int64(r.Transition)))
 	pc.End()
+	s.metrics.failoverStarted(a.Reason)
 	s.log.Warn("recovery recorded", "stream", a.Stream, "transition", r.Transition, "reason", a.Reason,
 		"how", a.Detected, "old_owner", old.Owner, "old_epoch", old.Epoch, "proposed_owner", a.Assignment.Owner,
 		"trace_id", traceID, "version", r.Version)
@@ -273,6 +274,7 @@ func (s *Server) startWorker(leaderCtx context.Context, stream string, transitio
 		Tracer:      s.tracer,
 		Now:         s.opt.Now,
 		Gone:        s.nodeGone,
+		Committed:   s.metrics.failoverCommitted,
 	}
 	s.workerWG.Add(1)
 	go func() {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -79,6 +80,11 @@ type Options struct {
 
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
+	// MeterProvider makes the coordinator's metrics (metrics.go); nil
+	// records nothing. MetricsHandler, when set, is served at GET
+	// /metrics on HTTPAddr.
+	MeterProvider  metric.MeterProvider
+	MetricsHandler http.Handler
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -155,6 +161,7 @@ type Server struct {
 	workerWG   sync.WaitGroup
 	httpSrv    *http.Server
 	httpAddr   string
+	metrics    *metrics
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
@@ -226,14 +233,23 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		limits: defaultShutdownLimits,
 	}
 	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
+	met, err := newMetrics(opt.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator metrics: %w", err)
+	}
+	s.metrics = met
 	store, err := raftstore.Open(raftstore.Config{
 		ReplicaID: opt.ReplicaID, RaftAddr: opt.RaftAddr, Peers: opt.Peers, DataDir: opt.DataDir,
-		RTTMillisecond: opt.RTTMillisecond, TLS: opt.RaftTLS, Logger: s.log,
+		RTTMillisecond: opt.RTTMillisecond, TLS: opt.RaftTLS, Logger: s.log, OnPropose: met.proposed,
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.store = store
+	if err := met.observe(s); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coordinator metrics: %w", err)
+	}
 	s.closeStore = store.Close
 	if err := s.connect(); err != nil {
 		s.shutdown(context.Background(), false)
@@ -507,6 +523,9 @@ func (s *Server) serveHTTP(addr string) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if s.opt.MetricsHandler != nil {
+		mux.Handle("GET /metrics", s.opt.MetricsHandler)
+	}
 	if s.opt.PProf {
 		svcconfig.HandlePProf(mux)
 	}

@@ -25,6 +25,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
+	pkgtelemetry "github.com/brook-streams/brook/pkg/telemetry"
 	"github.com/brook-streams/brook/services/coordinator/config"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/server"
@@ -64,6 +65,12 @@ func run(args []string) int {
 		log.Error("tracing setup failed", "err", err)
 		return 1
 	}
+	metrics, err := telemetry.SetupMetrics(ctx, "coordinator-"+strconv.FormatUint(cfg.ReplicaID, 10))
+	if err != nil {
+		log.Error("metrics setup failed", "err", err)
+		_ = tp.Shutdown(context.Background())
+		return 1
+	}
 	peers, _ := config.ParsePeers(cfg.Peers) // validated by Load
 	var raftTLS *raftstore.TLSFiles
 	if cfg.RaftTLS() {
@@ -90,15 +97,18 @@ func run(args []string) int {
 		PProf:           cfg.PProf,
 		Logger:          log,
 		TracerProvider:  tp,
+		MeterProvider:   metrics.MeterProvider(),
+		MetricsHandler:  metrics.Handler(),
 	})
 	if err != nil {
 		log.Error("start failed", "err", err)
 		_ = tp.Shutdown(context.Background())
+		_ = metrics.Shutdown(context.Background())
 		return 1
 	}
 	<-ctx.Done()
 	log.Info("signal received: shutting down")
-	stopBounded(log, srv, tp)
+	stopBounded(log, srv, tp, metrics)
 	return 0
 }
 
@@ -113,9 +123,9 @@ const (
 	exitDeadline = 4700 * time.Millisecond
 )
 
-// stopBounded closes the server and flushes traces, returning by
-// exitDeadline even if either is stuck.
-func stopBounded(log *slog.Logger, srv *server.Server, tp *sdktrace.TracerProvider) {
+// stopBounded closes the server and flushes traces and metrics, returning
+// by exitDeadline even if any of it is stuck.
+func stopBounded(log *slog.Logger, srv *server.Server, tp *sdktrace.TracerProvider, metrics *pkgtelemetry.Metrics) {
 	began := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -125,9 +135,17 @@ func stopBounded(log *slog.Logger, srv *server.Server, tp *sdktrace.TracerProvid
 		cancel()
 		fctx, cancel := context.WithTimeout(context.Background(), flushBudget)
 		defer cancel()
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			if err := metrics.Shutdown(fctx); err != nil {
+				log.Warn("metrics shutdown", "err", err)
+			}
+		}()
 		if err := tp.Shutdown(fctx); err != nil {
 			log.Warn("tracing shutdown", "err", err)
 		}
+		<-flushed
 	}()
 	t := time.NewTimer(exitDeadline)
 	defer t.Stop()
