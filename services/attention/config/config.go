@@ -47,7 +47,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs := svcconfig.NewFlagSet(name) // with --config
 	fs.String("nats-url", "nats://brook:brook@127.0.0.1:4222", "NATS server URL(s) (account BROOK), comma separated")
 	svcconfig.AddNATSAuthFlags(fs)
-	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention and /healthz (empty: off)")
+	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention, /healthz and /metrics (empty: off)")
 	fs.Duration("ttl", 2*time.Second, "heartbeat TTL: a node unheard for longer is down")
 	fs.Duration("lag-window", 10*time.Second, "how long a follower's tail may stand still below its owner's")
 	fs.Duration("refresh", time.Second, "period of the pull of the coordinator's stream list and cluster info")

@@ -15,12 +15,14 @@ import (
 )
 
 // Handler serves GET /attention (the list as JSON, as on NATS), GET / (the
-// list as a page that refreshes itself) and GET /healthz (200 when ready).
+// list as a page that refreshes itself), GET /healthz (200 when ready) and,
+// with Options.MetricsHandler, GET /metrics.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.HandleFunc("GET /attention", s.serveJSON)
 	mux.HandleFunc("GET /{$}", s.servePage)
+	mountMetrics(mux, s.opts.MetricsHandler)
 	return mux
 }
 

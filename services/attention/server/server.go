@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -41,6 +43,11 @@ type Options struct {
 	Logger         *slog.Logger
 	// TracerProvider traces pulls and list requests; nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// MeterProvider makes the service's metrics (metrics.go); nil records
+	// nothing. MetricsHandler, when set, is served at GET /metrics by
+	// Handler.
+	MeterProvider  metric.MeterProvider
+	MetricsHandler http.Handler
 }
 
 // Service judges and serves the attention list.
@@ -50,6 +57,8 @@ type Service struct {
 	opts   Options
 	log    *slog.Logger
 	tracer trace.Tracer
+
+	metrics *metrics
 
 	mu     sync.Mutex // serialises judging: the memory is not concurrent
 	mem    *judge.Memory
@@ -68,6 +77,12 @@ func New(nc *nats.Conn, opts Options) *Service {
 		opts.Refresh = time.Second
 	}
 	tracer := opts.TracerProvider.Tracer("github.com/brook-streams/brook/services/attention")
+	met, err := newMetrics(opts.MeterProvider)
+	if err != nil {
+		// Only an invalid instrument name fails, which the tests catch.
+		opts.Logger.Error("attention metrics not recorded", "err", err)
+		met, _ = newMetrics(nil)
+	}
 	return &Service{
 		nc:   nc,
 		opts: opts,
@@ -78,9 +93,10 @@ func New(nc *nats.Conn, opts Options) *Service {
 			Logger:         opts.Logger,
 			Tracer:         tracer,
 		}),
-		tracer: tracer,
-		mem:    judge.NewMemory(),
-		listed: map[string]wire.AttentionEntry{},
+		tracer:  tracer,
+		metrics: met,
+		mem:     judge.NewMemory(),
+		listed:  map[string]wire.AttentionEntry{},
 	}
 }
 
@@ -98,6 +114,7 @@ func (s *Service) List() (reply wire.AttentionListReply, st watch.Status, ok boo
 	}
 	entries := judge.Judge(s.opts.Judge, v, hbs, s.mem, now)
 	s.logChanges(entries)
+	s.metrics.record(entries)
 	return wire.AttentionListReply{Entries: entries, Version: v.Version, AtMS: now.UnixMilli()}, st, true
 }
 

@@ -75,6 +75,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 			log.Warn("flush traces", "err", err)
 		}
 	}()
+	metrics, err := telemetry.SetupMetrics(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := metrics.Shutdown(sctx); err != nil {
+			log.Warn("flush metrics", "err", err)
+		}
+	}()
 
 	auth, err := cfg.NATSAuth.Options(wire.InboxAttention)
 	if err != nil {
@@ -102,6 +113,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         log,
 		TracerProvider: tp,
+		MeterProvider:  metrics.MeterProvider(),
+		MetricsHandler: metrics.Handler(),
 	})
 
 	var httpSrv *http.Server
