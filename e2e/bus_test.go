@@ -23,7 +23,8 @@ import (
 // the bus was down (every stream then went through recovery), and a host
 // or client that does not come back after the bus does.
 func TestNatsRestart(t *testing.T) {
-	e := newEnv(t, opts{})
+	// The one nats-server every process is on.
+	e := newEnv(t, opts{natsServers: 1})
 	const stream = "nats-restart"
 	before := e.createStream(stream, 3)
 	epoch := before.Assignment.Epoch

@@ -44,7 +44,7 @@ type opts struct {
 	timeout time.Duration
 	// tls runs the cluster with TLS (cluster.Config.TLS).
 	tls bool
-	// natsServers is cluster.Config.NATSServers (default 1).
+	// natsServers is cluster.Config.NATSServers (0: the default, 3 servers).
 	natsServers int
 }
 

@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/brook-streams/brook/e2e/internal/workload"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // natsServerOf returns the index of the nats-server the connection named
@@ -174,4 +176,107 @@ func TestOwnerAndNatsServerKilled(t *testing.T) {
 		t.Fatalf("%d confirms past epoch %d", n, epoch+1)
 	}
 	e.verify(stream, led, workload.NewReader(e.cl, stream, "owner-and-nats-killed-reader"), workload.CheckConfig{})
+}
+
+// TestNatsServerLameDuck: in the 3-server NATS cluster, under a steady
+// load on a 3-copy stream, put the nats-server the owner's host is on into
+// lame duck mode, as a rolling upgrade of NATS does (`nats-server --signal
+// ldm`): it closes its clients one by one and each reconnects to another
+// server (nats-server 2.15 publishes no disconnect advisory for them). No
+// coordinator expires a host, the epoch does not move, and every
+// confirmed record is read back at its offset.
+func TestNatsServerLameDuck(t *testing.T) {
+	e := newEnv(t, opts{})
+	stream, before, led, ld := e.steadyLoad("nats-lame-duck")
+	defer func() { _ = ld.Stop() }()
+
+	srv := e.natsServerOf("brook-streamhost:" + before.Assignment.Owner)
+	e.placement()
+	at := time.Now()
+	e.c.LameDuckNATS(srv)
+	e.logf("nats-server %d (the owner's) went through lame duck in %v", srv+1, time.Since(at).Round(time.Millisecond))
+	e.waitConfirms(led, 200, before.Assignment.Epoch)
+	if err := e.c.NATSServer(srv).Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	e.placement()
+	e.waitConfirms(led, 100, before.Assignment.Epoch)
+	e.checkNoExpiry("the lame duck", stream, before, led, ld)
+}
+
+// TestHostConnectionKicked: under a steady load on a 3-copy stream, the
+// nats-server closes the owner's host connection and then a follower's,
+// five times each (as it does to a slow consumer, or `nats server
+// request kick`): each close publishes a disconnect advisory while the
+// host lives and reconnects at once. Its heartbeat on the new connection
+// must come within the coordinators' disconnect grace: no host is
+// expired, the epoch does not move, every confirmed record is read back.
+//
+// It catches: a disconnect grace shorter than a live host's reconnect and
+// beat on this machine (the advisory would then fail over every stream the
+// host owns), and an advisory that is not matched to its connection.
+// BROOK_DISCONNECT_GRACE sets the coordinators' --disconnect-grace, to find
+// the shortest that holds (it fails at 20ms here, passes at 50ms).
+func TestHostConnectionKicked(t *testing.T) {
+	var args []string
+	if g := os.Getenv("BROOK_DISCONNECT_GRACE"); g != "" {
+		args = []string{"--disconnect-grace", g}
+	}
+	e := newEnv(t, opts{coordArgs: args})
+	stream, before, led, ld := e.steadyLoad("host-kicked")
+	defer func() { _ = ld.Stop() }()
+
+	for _, node := range []string{before.Assignment.Owner, before.Assignment.Followers[0]} {
+		name := "brook-streamhost:" + node
+		for range 5 {
+			if err := e.c.KickConn(name); err != nil {
+				t.Fatal(err)
+			}
+			e.waitConfirms(led, 50, before.Assignment.Epoch)
+			time.Sleep(300 * time.Millisecond)
+		}
+		e.logf("kicked %s's connection 5 times", node)
+	}
+	heard := e.checkNoExpiry("the kicks", stream, before, led, ld)
+	if heard == 0 {
+		t.Fatal("no coordinator heard a disconnect advisory: the test did not exercise the grace")
+	}
+}
+
+// steadyLoad creates a 3-copy stream named stream and starts the suites'
+// load on it, returning once it confirms.
+func (e *env) steadyLoad(stream string) (string, wire.StreamInfo, *workload.Ledger, *workload.Load) {
+	e.t.Helper()
+	before := e.createStream(stream, 3)
+	led := workload.NewLedger()
+	ld := e.load(stream, stream, led)
+	e.waitConfirms(led, 200, before.Assignment.Epoch)
+	return stream, before, led, ld
+}
+
+// checkNoExpiry stops the load, checks that what happened moved nothing
+// (checkUnmoved) and that no coordinator expired a node, reads every
+// confirmed record back, and returns how many disconnect advisories about
+// hosts the coordinators heard.
+func (e *env) checkNoExpiry(what, stream string, before wire.StreamInfo, led *workload.Ledger, ld *workload.Load) (heard int) {
+	t := e.t
+	t.Helper()
+	e.stopLoad(ld, led)
+	e.checkUnmoved(what, stream, before, led)
+	for i := range e.c.Coordinators() {
+		p := e.c.Coordinator(i)
+		data, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(string(data), `msg="stream host disconnected"`) +
+			strings.Count(string(data), `msg="disconnect advisory about an older connection of a stream host; ignored"`)
+		if x := strings.Count(string(data), `msg="node expired"`); x != 0 {
+			t.Fatalf("%s expired a node %d times during %s (advisories heard: %d)", p.Name, x, what, n)
+		}
+		e.logf("%s heard %d disconnect advisories about hosts and expired no node", p.Name, n)
+		heard += n
+	}
+	e.verify(stream, led, workload.NewReader(e.cl, stream, stream+"-reader"), workload.CheckConfig{})
+	return heard
 }

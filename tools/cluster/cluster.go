@@ -60,7 +60,9 @@ type Config struct {
 	// Not with NoAuth.
 	TLS bool
 	// NATSServers is how many nats-servers run, joined into one NATS
-	// cluster by routes (StartNATSCluster); default 1. Coordinators,
+	// cluster by routes (StartNATSCluster); default 3 (DefaultNATSServers),
+	// so that no single server is a point of failure; 1 runs one server
+	// without a cluster. Coordinators,
 	// attention and the harness's clients get every server's URL; stream
 	// host i gets one proxy per server, its own server (i mod
 	// NATSServers) first in its URL list. The services shuffle the list
@@ -68,6 +70,9 @@ type Config struct {
 	// with NATSServerOf.
 	NATSServers int
 }
+
+// DefaultNATSServers is Config.NATSServers when it is 0.
+const DefaultNATSServers = 3
 
 // Cluster is a running local cluster.
 type Cluster struct {
@@ -133,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		cfg.StopGrace = 5 * time.Second
 	}
 	if cfg.NATSServers == 0 {
-		cfg.NATSServers = 1
+		cfg.NATSServers = DefaultNATSServers
 	}
 	if cfg.TLS && cfg.NoAuth {
 		return nil, errors.New("start cluster: Config.TLS needs the generated deployment (not NoAuth)")
@@ -423,6 +428,38 @@ func (c *Cluster) NATSServer(i int) *NATS { return c.natsAll[i] }
 func (c *Cluster) KillNATS(i int) {
 	c.log.Info("kill nats-server", "server", c.natsAll[i].Name(), "id", c.natsAll[i].ID())
 	c.natsAll[i].Shutdown()
+}
+
+// LameDuckNATS puts nats-server i into lame duck mode (NATS.LameDuck: its
+// clients are closed one by one and reconnect to another server) and
+// returns once it is down. Bring it back
+// with NATSServer(i).Restart(0).
+func (c *Cluster) LameDuckNATS(i int) {
+	c.log.Info("lame duck nats-server", "server", c.natsAll[i].Name(), "id", c.natsAll[i].ID())
+	c.natsAll[i].LameDuck()
+}
+
+// KickConn has the nats-server holding the client connection named name
+// (in account BROOK) close it, as a server does to a slow consumer or
+// `nats server request kick`: unlike a killed server, it publishes a
+// disconnect advisory, and the client reconnects at once.
+func (c *Cluster) KickConn(name string) error {
+	for _, ns := range c.natsAll {
+		if !ns.Running() {
+			continue
+		}
+		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		if err != nil {
+			return fmt.Errorf("connz of %s: %w", ns.Name(), err)
+		}
+		for _, ci := range connz.Conns {
+			if ci.Name == name && ci.Account != SysAccount {
+				c.log.Info("kick connection", "name", name, "server", ns.Name(), "cid", ci.Cid)
+				return ns.Server().DisconnectClientByID(ci.Cid)
+			}
+		}
+	}
+	return fmt.Errorf("kick %s: no server holds a connection of that name", name)
 }
 
 // NATSServerOf returns the index of the running server that holds a

@@ -177,6 +177,10 @@ func StartNATSCluster(n int, confPath string, logPath func(i int) string) (_ []*
 		opts.Cluster.Host = "127.0.0.1"
 		opts.Cluster.Port = routePorts[i]
 		opts.Cluster.NoAdvertise = true
+		// A lame duck (LameDuckNATS) closes its clients over about a
+		// second, not the default two minutes.
+		opts.LameDuckDuration = lameDuckDuration
+		opts.LameDuckGracePeriod = lameDuckGrace
 		for j, p := range routePorts {
 			if j != i {
 				opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(p)})
@@ -279,6 +283,23 @@ func (n *NATS) SysURL() string { return userURL(SysUser, SysPassword, n.Addr()) 
 
 // Server returns the embedded server.
 func (n *NATS) Server() *server.Server { return n.srv }
+
+// Lame duck timing of the cluster's servers: the clients are closed one by
+// one over lameDuckDuration, after lameDuckGrace.
+const (
+	lameDuckDuration = 1200 * time.Millisecond
+	lameDuckGrace    = 200 * time.Millisecond
+)
+
+// LameDuck puts the server into lame duck mode, as `nats-server --signal
+// ldm` does before a planned restart: it stops taking connections, tells
+// its clients, and closes them one by one (nats-server 2.15 publishes no
+// disconnect advisory for them, as after Shutdown), then shuts down. It returns once the server
+// is down; Restart(0) brings it back.
+func (n *NATS) LameDuck() {
+	n.srv.LameDuckShutdown()
+	n.srv.WaitForShutdown()
+}
 
 // Shutdown stops the server.
 func (n *NATS) Shutdown() {

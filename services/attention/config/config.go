@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // EnvPrefix is stripped from environment variables: BROOK_LAG_WINDOW sets
@@ -48,7 +49,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("nats-url", "nats://brook:brook@127.0.0.1:4222", "NATS server URL(s) (account BROOK), comma separated")
 	svcconfig.AddNATSAuthFlags(fs)
 	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention, /healthz and /metrics (empty: off)")
-	fs.Duration("ttl", 2*time.Second, "heartbeat TTL: a node unheard for longer is down")
+	fs.Duration("ttl", wire.DefaultHostTTL, "heartbeat TTL: a node unheard for longer is down")
 	fs.Duration("lag-window", 10*time.Second, "how long a follower's tail may stand still below its owner's")
 	fs.Duration("refresh", time.Second, "period of the pull of the coordinator's stream list and cluster info")
 	fs.Duration("request-timeout", 2*time.Second, "timeout of each request to the coordinators")

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -30,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		NATSURL: "nats://brook:brook@127.0.0.1:4222", HTTPAddr: "127.0.0.1:8090",
-		TTL: 2 * time.Second, LagWindow: 10 * time.Second, Refresh: time.Second, RequestTimeout: 2 * time.Second,
+		TTL: wire.DefaultHostTTL, LagWindow: 10 * time.Second, Refresh: time.Second, RequestTimeout: 2 * time.Second,
 		LogFormat: "text", LogLevel: slog.LevelInfo,
 	}
 	if c != want {

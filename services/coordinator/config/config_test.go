@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // TestPrecedence: defaults < file < environment < flags, one key won by each
@@ -25,7 +27,7 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DisconnectGrace != 300*time.Millisecond || c.RTTMillisecond != 10 { // defaults
+	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != 10 { // defaults
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.DataDir != "/from/file" || c.SealTimeout != 4*time.Second { // file

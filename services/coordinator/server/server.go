@@ -91,10 +91,10 @@ type Options struct {
 
 func (o *Options) defaults() error {
 	if o.TTL <= 0 {
-		o.TTL = 2 * time.Second
+		o.TTL = wire.DefaultHostTTL
 	}
 	if o.DisconnectGrace <= 0 {
-		o.DisconnectGrace = 300 * time.Millisecond
+		o.DisconnectGrace = wire.DefaultDisconnectGrace
 	}
 	if o.ReplaceAfter <= 0 {
 		o.ReplaceAfter = 30 * time.Second

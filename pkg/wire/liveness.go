@@ -1,0 +1,27 @@
+package wire
+
+import "time"
+
+// The failure detector's defaults, defined once for every service: the
+// hosts' beats (streamhost --heartbeat-interval, --liveness-interval), the
+// coordinators' judgement (coordinator --ttl, --disconnect-grace) and
+// attention's (attention --ttl). docs/failover.md ("The failure detector")
+// explains the choice of each.
+const (
+	// DefaultHeartbeatInterval is how often a host publishes its full
+	// heartbeat (every copy's tails).
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	// DefaultLivenessInterval is how often a host publishes a liveness
+	// beat (no copies) between heartbeats.
+	DefaultLivenessInterval = 100 * time.Millisecond
+	// DefaultHostTTL is how long a host may go unheard before it is
+	// expired: eight liveness beats.
+	DefaultHostTTL = 800 * time.Millisecond
+	// DefaultDisconnectGrace is how long, after a disconnect advisory
+	// about a host's connection, a coordinator waits for a beat on a
+	// new connection before it expires the host. A live host whose
+	// connection the server closed reconnects and beats within 20-50 ms
+	// on a busy 2-core machine (e2e TestHostConnectionKicked fails at
+	// 20 ms and passes at 50 ms); 100 ms keeps twice that margin.
+	DefaultDisconnectGrace = 100 * time.Millisecond
+)
