@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,9 +29,12 @@ const MetricsEndpointEnv = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 const MetricsPath = "/metrics"
 
 // DefaultExportInterval is how often metrics are pushed over OTLP when an
-// endpoint is set (OTEL_METRIC_EXPORT_INTERVAL, in milliseconds, overrides
-// it, as the SDK reads it).
+// endpoint is set; ExportIntervalEnv (milliseconds), read by the SDK,
+// overrides it.
 const DefaultExportInterval = 15 * time.Second
+
+// ExportIntervalEnv is the standard variable of the OTLP push period.
+const ExportIntervalEnv = "OTEL_METRIC_EXPORT_INTERVAL"
 
 // Histogram bucket boundaries shared by the services' instruments, in the
 // instruments' units.
@@ -104,7 +108,12 @@ func NewMetrics(ctx context.Context, o Options) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create OTLP/HTTP metric exporter: %w", err)
 		}
-		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(oexp, sdkmetric.WithInterval(DefaultExportInterval))))
+		var ropts []sdkmetric.PeriodicReaderOption
+		if os.Getenv(ExportIntervalEnv) == "" {
+			// An explicit interval would override the variable.
+			ropts = append(ropts, sdkmetric.WithInterval(DefaultExportInterval))
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(oexp, ropts...)))
 	}
 	return &Metrics{
 		provider: sdkmetric.NewMeterProvider(opts...),

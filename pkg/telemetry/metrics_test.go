@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -124,5 +125,35 @@ func TestMeterNil(t *testing.T) {
 	var m *Metrics
 	if err := m.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMetricsExportInterval checks that OTEL_METRIC_EXPORT_INTERVAL sets
+// the push period (the default would not push within the test).
+func TestMetricsExportInterval(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/metrics" {
+			posts.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	t.Setenv(EndpointEnv, srv.URL)
+	t.Setenv(ExportIntervalEnv, "50")
+	ctx := context.Background()
+	m, err := NewMetrics(ctx, Options{Service: "brook-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(ctx) }()
+	c, _ := Meter(m.MeterProvider(), "test").Int64Counter("brook.test.things")
+	c.Add(ctx, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for posts.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing pushed within 5s at a 50ms interval")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
