@@ -301,6 +301,7 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 		}
 		r.stopRole(wire.CodeNotOwner)
 		_, span := h.tracer.Start(ctx, "follow")
+		r.pre = nil // not promoted: the prebuilt window is of no use
 		r.fol = startFollower(h, c, a)
 		t := c.Tails()
 		log.Info("following", "owner", a.Owner, "record_tail", t.Record, "cursor_tail", t.CursorDurable)
@@ -408,7 +409,9 @@ func historyFloor(starts []wire.HistoryStart, epoch uint64) uint64 {
 func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, floor uint64) error {
 	_, span := h.tracer.Start(ctx, "promote")
 	defer span.End()
-	o, err := startOwner(h, c, a, floor)
+	pre := r.pre
+	r.pre = nil
+	o, err := startOwner(h, c, a, floor, pre)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

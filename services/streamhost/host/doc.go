@@ -32,5 +32,21 @@
 // each record (package envelope, stripped again for readers), so they
 // replicate, and an owner rebuilds its window from the newest records of its
 // log when it takes the role: a retry that reaches a new owner after a
-// failover is answered with the first write's offset.
+// failover is answered with the first write's offset. A seal starts that
+// read in the background (window.go), so that a promotion after a failover
+// takes the window ready instead of reading the log on the critical path.
+//
+// # Locks and goroutines
+//
+// Each copy's replica.mu serializes its role changes, seals and applies;
+// an owner's mu guards its confirm bookkeeping (replies are built under it
+// and sent after), and no lock is held across a NATS request or an fsync
+// other than the store's own. Goroutines: per owner, the appender (ends on
+// stop); per follower, its worker (ends on stop); per seal, a prebuild of
+// the duplicate window in the host's background group (ends when done or
+// at shutdown, which cancels it); the host's pull, heartbeat, liveness and
+// retention loops in the same group; request handlers in the host's
+// request group (seals, fetch waits, replication), each bounded by its
+// budget. Shutdown closes the request group, cancels and waits for the
+// background group, then stops every role.
 package host

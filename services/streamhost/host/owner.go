@@ -122,8 +122,9 @@ type outgoing struct {
 }
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
-// tails.
-func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64) (*owner, error) {
+// tails; pre is the duplicate window its last seal began to build, if any
+// (window.go).
+func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64, pre *prebuilt) (*owner, error) {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	o := &owner{
 		h:        h,
@@ -156,10 +157,10 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64) (*o
 	o.advanceLocked()
 	o.mu.Unlock()
 
-	// The window is rebuilt before any publish is taken: a retry of a
+	// The window is filled before any publish is taken: a retry of a
 	// record the previous owner wrote (its reply lost in the failover)
 	// must find it.
-	o.rebuildDedupe()
+	o.fillDedupe(pre)
 
 	var err error
 	// Followers first, so that the first publishes meet followers that can
@@ -802,72 +803,26 @@ func (o *owner) isFollower(node string) bool {
 	return slices.Contains(o.followers, node)
 }
 
-// rebuildDedupe fills the duplicate window from the newest records of the
-// copy's log, at most Config.DedupeRebuildRecords records and about
-// Config.DedupeRebuildBytes bytes, newest first, and then records them
-// oldest first so that the window's eviction keeps the newest. It runs
+// fillDedupe gives the owner its duplicate window: pre's, if it was built
+// from the log as it stands, or else one built now (buildWindow). It runs
 // before the role subscribes to publishes, so the appender (the window's
 // only user) has not started.
-func (o *owner) rebuildDedupe() {
-	started := time.Now()
-	type entry struct {
-		producer string
-		seq, off uint64
-	}
-	var found []entry // newest first
+func (o *owner) fillDedupe(pre *prebuilt) {
 	t := o.c.Tails()
-	leftRecs := uint64(o.h.cfg.DedupeRebuildRecords)
-	leftBytes := o.h.cfg.DedupeRebuildBytes
-	var scanned, seenBytes uint64
-	hi := t.Record
-	// Chunks are read oldest to newest within, newest chunk first; the
-	// chunk size follows the average record size seen so far, so that the
-	// byte bound is not overshot by much.
-	chunk := uint64(64)
-scan:
-	for hi > t.Head && leftRecs > 0 && leftBytes > 0 {
-		n := min(chunk, hi-t.Head, leftRecs)
-		lo := hi - n
-		var recs []streamlog.Record
-		for from := lo; from < hi; {
-			rs, err := o.c.Read(from, int(hi-from), 0, hi)
-			if err != nil || len(rs) == 0 {
-				if err != nil && !errors.Is(err, streamlog.ErrBelowHead) {
-					o.log.Error("rebuild duplicate window: read", "from", from, "err", err)
-				}
-				// Retention removed what is left below: nothing older
-				// remains to read.
-				break scan
-			}
-			recs = append(recs, rs...)
-			from = rs[len(rs)-1].Offset + 1
+	if w := pre.take(o.ctx, o.c, t); w != nil {
+		o.dd = w
+		if pre.scanned > 0 {
+			o.log.Info("duplicate window taken from the seal's prebuild", "records_scanned", pre.scanned, "producers", w.Producers())
 		}
-		for i := len(recs) - 1; i >= 0 && leftRecs > 0 && leftBytes > 0; i-- {
-			r := recs[i]
-			leftRecs--
-			leftBytes -= int64(len(r.Data))
-			scanned++
-			seenBytes += uint64(len(r.Data))
-			env, err := envelope.Decode(r.Data)
-			if err != nil {
-				o.log.Warn("rebuild duplicate window: undecodable record", "offset", r.Offset, "err", err)
-				continue
-			}
-			if env.Producer != "" {
-				found = append(found, entry{env.Producer, env.Seq, r.Offset})
-			}
-		}
-		hi = lo
-		if leftBytes > 0 {
-			avg := max(seenBytes/max(scanned, 1), 1)
-			chunk = min(max(uint64(leftBytes)/avg, 1), maxAppendBatch)
-		}
+		return
 	}
-	for i := len(found) - 1; i >= 0; i-- {
-		o.dd.Record(found[i].producer, found[i].seq, found[i].off)
+	w, st, err := buildWindow(o.ctx, o.c, t, o.h.cfg.DedupeRebuildRecords, o.h.cfg.DedupeRebuildBytes, o.log)
+	if err != nil {
+		return // stopped: the role is ending
 	}
-	if scanned > 0 {
-		o.log.Info("duplicate window rebuilt from the log", "records_scanned", scanned, "bytes_scanned", seenBytes,
-			"sequences", len(found), "producers", o.dd.Producers(), "took", time.Since(started))
+	o.dd = w
+	if st.scanned > 0 {
+		o.log.Info("duplicate window rebuilt from the log", "records_scanned", st.scanned, "bytes_scanned", st.bytes,
+			"sequences", st.sequences, "producers", w.Producers(), "took", st.took)
 	}
 }

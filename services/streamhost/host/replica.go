@@ -21,6 +21,9 @@ type replica struct {
 	// sealed is the confirmed bound of the owner role the last seal
 	// stopped (seal.go); guarded by mu.
 	sealed sealedBound
+	// pre is the duplicate window the last seal began to build from the
+	// sealed log, for a promotion to take (window.go); guarded by mu.
+	pre *prebuilt
 
 	status atomic.Pointer[roleStatus]
 }

@@ -2,13 +2,16 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/dedupe"
 	"github.com/brook-streams/brook/services/streamhost/envelope"
 )
 
@@ -324,5 +327,66 @@ func TestDedupeRebuiltOnPromotion(t *testing.T) {
 	}
 	if env, err := envelope.Decode(recs[0].Data); err != nil || env.Producer != "p" || env.Seq != 5 || string(env.Payload) != "retry-5" {
 		t.Fatalf("stored record 11 decodes as %+v, %v", env, err)
+	}
+}
+
+// TestDedupeWindowPrebuiltAtSeal: a seal starts building the copy's
+// duplicate window from the sealed log, and the promotion that follows
+// takes it instead of reading the log again; retries are answered as by a
+// window built at the promotion.
+func TestDedupeWindowPrebuiltAtSeal(t *testing.T) {
+	c := newMiniCluster(t)
+	var stored [][]byte
+	for seq := range 10 {
+		stored = append(stored, envelope.Append(nil, "p", uint64(seq), []byte(fmt.Sprintf("record-%d", seq))))
+	}
+	c.prepareCopy("n1", "pre", 8, 1, stored)
+	c.assign(assignment("pre", 8, 1, "n1", nil))
+	n1 := c.start("n1", nil)
+	c.waitCopy("n1", "pre", "owner at 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	if _, e := c.seal("n1", "pre", 8, 2, 1); e != nil {
+		t.Fatalf("seal: %v", e)
+	}
+	c.assign(assignment("pre", 8, 2, "n1", nil))
+	c.waitCopy("n1", "pre", "owner at 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+	log := n1.log.String()
+	if !strings.Contains(log, "duplicate window taken from the seal's prebuild") {
+		t.Fatalf("the promotion did not take the prebuilt window:\n%s", log)
+	}
+	for _, seq := range []uint64{9, 0} {
+		pc, e := c.publish("pre", []byte("retry"), "p", seq)
+		if e != nil || pc.Offset != seq || !pc.Duplicate {
+			t.Fatalf("retry of p/%d: %+v, %v; want its first offset, duplicate", seq, pc, e)
+		}
+	}
+	if pc, e := c.publish("pre", []byte("new"), "p", 10); e != nil || pc.Offset != 10 || pc.Duplicate {
+		t.Fatalf("new p/10: %+v, %v; want offset 10, not a duplicate", pc, e)
+	}
+}
+
+// A prebuilt window counts only for the copy and the log it was built
+// from: another tail or digest, or another copy, gets none.
+func TestPrebuiltWindowOnlyForItsLog(t *testing.T) {
+	var a, b streamlog.Copy
+	p := &prebuilt{c: &a, tail: 10, digest: 7, done: make(chan struct{}), w: dedupe.New(1, 1)}
+	close(p.done)
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		c    *streamlog.Copy
+		t    streamlog.Tails
+		want bool
+	}{
+		"same log":     {&a, streamlog.Tails{Record: 10, RecordDigest: 7}, true},
+		"longer log":   {&a, streamlog.Tails{Record: 11, RecordDigest: 7}, false},
+		"other digest": {&a, streamlog.Tails{Record: 10, RecordDigest: 8}, false},
+		"other copy":   {&b, streamlog.Tails{Record: 10, RecordDigest: 7}, false},
+	} {
+		if got := p.take(ctx, tc.c, tc.t) != nil; got != tc.want {
+			t.Errorf("%s: window taken %v, want %v", name, got, tc.want)
+		}
+	}
+	var none *prebuilt
+	if none.take(ctx, &a, streamlog.Tails{}) != nil {
+		t.Error("a nil prebuild gave a window")
 	}
 }

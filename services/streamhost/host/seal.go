@@ -87,6 +87,12 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 			r.sealed = sealedBound{streamID: req.StreamID, fence: req.FenceEpoch, bound: own.confirmedBound()}
 		}
 	}
+	// A recovery may promote this copy: build its duplicate window now,
+	// while the recovery decides and commits (window.go). A seal of the
+	// same log again (the recovery's next round) keeps the build going.
+	if p := r.pre; p == nil || p.c != c || p.tail != st.Tails.Record || p.digest != st.Tails.RecordDigest {
+		r.pre = h.startPrebuild(c, st.Tails, h.log.With("stream", req.Stream, "fence", req.FenceEpoch))
+	}
 	var confirmed uint64
 	if b := r.sealed; b.streamID == req.StreamID && b.fence == req.FenceEpoch {
 		confirmed = b.bound
