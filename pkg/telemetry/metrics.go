@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,13 @@ const DefaultExportInterval = 15 * time.Second
 
 // ExportIntervalEnv is the standard variable of the OTLP push period.
 const ExportIntervalEnv = "OTEL_METRIC_EXPORT_INTERVAL"
+
+// MetricsExporterEnv is the standard variable naming the metrics
+// exporters: unset or a list holding "otlp" lets an endpoint turn the OTLP
+// push on; anything else ("none", "prometheus") keeps it off, for example
+// when the endpoint is a trace-only collector. /metrics is served either
+// way.
+const MetricsExporterEnv = "OTEL_METRICS_EXPORTER"
 
 // Histogram bucket boundaries shared by the services' instruments, in the
 // instruments' units.
@@ -102,7 +110,7 @@ func NewMetrics(ctx context.Context, o Options) (*Metrics, error) {
 	if envs == nil {
 		envs = []string{EndpointEnv, MetricsEndpointEnv}
 	}
-	otlp := exporting(envs)
+	otlp := exporting(envs) && otlpWanted()
 	if otlp {
 		oexp, err := otlpmetrichttp.New(ctx)
 		if err != nil {
@@ -120,6 +128,20 @@ func NewMetrics(ctx context.Context, o Options) (*Metrics, error) {
 		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		otlp:     otlp,
 	}, nil
+}
+
+// otlpWanted reads MetricsExporterEnv.
+func otlpWanted() bool {
+	v := strings.TrimSpace(os.Getenv(MetricsExporterEnv))
+	if v == "" {
+		return true
+	}
+	for _, e := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(e), "otlp") {
+			return true
+		}
+	}
+	return false
 }
 
 // MeterProvider is the provider instruments are created from.

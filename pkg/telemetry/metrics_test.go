@@ -85,7 +85,8 @@ func TestMetricsServedAsPrometheusText(t *testing.T) {
 }
 
 // TestMetricsPushedOverOTLP checks that an endpoint turns the OTLP push on
-// and that Shutdown flushes it to the collector.
+// unless OTEL_METRICS_EXPORTER leaves otlp out, and that Shutdown flushes
+// it to the collector.
 func TestMetricsPushedOverOTLP(t *testing.T) {
 	var posts atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,6 +99,18 @@ func TestMetricsPushedOverOTLP(t *testing.T) {
 	t.Setenv(EndpointEnv, srv.URL)
 	t.Setenv(MetricsEndpointEnv, "")
 	ctx := context.Background()
+	for _, v := range []string{"none", "prometheus"} {
+		t.Setenv(MetricsExporterEnv, v)
+		m, err := NewMetrics(ctx, Options{Service: "brook-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.OTLP() {
+			t.Fatalf("OTLP push on with %s=%s", MetricsExporterEnv, v)
+		}
+		_ = m.Shutdown(ctx)
+	}
+	t.Setenv(MetricsExporterEnv, "console,otlp")
 	m, err := NewMetrics(ctx, Options{Service: "brook-test"})
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +153,7 @@ func TestMetricsExportInterval(t *testing.T) {
 	}))
 	defer srv.Close()
 	t.Setenv(EndpointEnv, srv.URL)
+	t.Setenv(MetricsExporterEnv, "")
 	t.Setenv(ExportIntervalEnv, "50")
 	ctx := context.Background()
 	m, err := NewMetrics(ctx, Options{Service: "brook-test"})
