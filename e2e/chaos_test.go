@@ -100,7 +100,11 @@ type chaos struct {
 	disks map[string]string
 	// faults counts the faults injected, by kind.
 	faults map[string]int
-	fo     *failovers
+	// retried is when portTaken last started a process again;
+	// portRetries counts those starts.
+	retried     map[*cluster.Proc]time.Time
+	portRetries int
+	fo          *failovers
 }
 
 // TestChaos: a seeded random sequence of the suites' faults under load,
@@ -138,7 +142,7 @@ func TestChaos(t *testing.T) {
 	}
 	e := newEnv(t, opts{attention: true, natsServers: 3, coordArgs: coordArgs, timeout: duration + 4*time.Minute})
 	ch := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stream: "chaos", led: workload.NewLedger(),
-		long: long, menu: chaosKinds, faults: map[string]int{}}
+		long: long, menu: chaosKinds, faults: map[string]int{}, retried: map[*cluster.Proc]time.Time{}}
 	var why string
 	if ch.disks, why = e.chaosDisks(); ch.disks == nil {
 		e.logf("store failures are left out of the menu: %s", why)
@@ -187,8 +191,8 @@ func TestChaos(t *testing.T) {
 	if ch.disks != nil {
 		e.logf("the hosts' disks hold %s", diskUse(ch.disks))
 	}
-	e.logf("chaos seed %d: %d episodes in %v at ttl %v, final epoch %d, %d history starts; faults by kind: %s; %v; %v",
-		seed, episodes, faulted.Round(time.Second), chaosTTL, final.Assignment.Epoch, len(final.Starts), ch.faultCounts(), ch.fo, rep)
+	e.logf("chaos seed %d: %d episodes in %v at ttl %v, final epoch %d, %d history starts; faults by kind: %s; %v; %v; %d restarts again after a taken port",
+		seed, episodes, faulted.Round(time.Second), chaosTTL, final.Assignment.Epoch, len(final.Starts), ch.faultCounts(), ch.fo, rep, ch.portRetries)
 }
 
 // episode injects one or two faults, holds them a random while under load,
@@ -515,6 +519,9 @@ func (ch *chaos) converge(when string) wire.StreamInfo {
 			}
 		}
 		for _, p := range e.c.Procs() {
+			if !p.Running() && ch.portTaken(p) {
+				return false, p.Name + " exited: a port of its was taken", nil
+			}
 			if !p.Running() || p.Paused() {
 				return false, "", fmt.Errorf("%s is not running after the restore", p.Name)
 			}
@@ -551,6 +558,28 @@ func (ch *chaos) converge(when string) wire.StreamInfo {
 		}
 		return true, nil
 	})
+}
+
+// portTaken reports whether p, started again, exited at once because a
+// port of its was taken, and then starts it again (at most once a second).
+// The harness gives a process fixed ports (its HTTP address, a
+// coordinator's Raft address) picked from the ephemeral range, so while a
+// killed process is down, another socket on the machine can be handed one
+// of them as its local port: the process cannot listen and exits with
+// "address already in use". That is the harness's, not a fault of brook:
+// the restart is retried, counted and logged.
+func (ch *chaos) portTaken(p *cluster.Proc) bool {
+	if !strings.Contains(p.LogTail(4), "address already in use") {
+		return false
+	}
+	if time.Since(ch.retried[p]) < time.Second {
+		return true
+	}
+	ch.retried[p] = time.Now()
+	ch.portRetries++
+	ch.e.logf("%s exited at once, a port of its taken (address already in use): starting it again", p.Name)
+	ch.e.restart(p)
+	return true
 }
 
 // checkFencing checks that no confirm arrived at an epoch older than one
