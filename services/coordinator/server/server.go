@@ -499,7 +499,11 @@ func (s *Server) onDisconnect(m *nats.Msg) {
 		return
 	}
 	s.log.Info("stream host disconnected", "node", node, "server", conn.Server, "client_id", conn.ID)
-	time.AfterFunc(s.opt.DisconnectGrace+10*time.Millisecond, s.poke)
+	// The plan expires the host once the grace has passed since this
+	// advisory was stamped (above); a millisecond's slack is enough for
+	// the timer to fire after it, and every millisecond here is one of
+	// the failover's write gap.
+	time.AfterFunc(s.opt.DisconnectGrace+time.Millisecond, s.poke)
 }
 
 // poke wakes the control loop without blocking.
