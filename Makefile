@@ -91,11 +91,17 @@ endef
 compose-secrets:
 	$(call compose-secrets,$(BROOK_SECRETS_DIR))
 
-# The server certificate names nats (the services dial it) and this machine;
-# auth.conf's certificate paths are where nats mounts the directory.
-TLS_HOSTS := nats,127.0.0.1,localhost
+# The server certificate, which nats1, nats2 and nats3 share, names all three
+# (the services dial them) and this machine; auth.conf's certificate paths
+# are where the servers mount the directory. A deployment generated before
+# the stack had three servers names only `nats`: it is refused, not used.
+TLS_HOSTS := nats1,nats2,nats3,127.0.0.1,localhost
 compose-secrets-tls:
 	$(call compose-secrets,$(TLS_SECRETS_DIR),--tls --hosts $(TLS_HOSTS) --server-dir /etc/secrets)
+	@if ! $(SUDO) grep -q '"nats3"' $(TLS_SECRETS_DIR)/deployment.json; then \
+		echo "$(TLS_SECRETS_DIR): the server certificate does not name nats1, nats2 and nats3; delete the directory to generate a new deployment" >&2; \
+		exit 1; \
+	fi
 
 compose-up: images-core compose-secrets
 	docker-compose up -d

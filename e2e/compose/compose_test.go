@@ -18,10 +18,13 @@ import (
 	"github.com/brook-streams/brook/tools/auth"
 )
 
-// The services of docker-compose.yml (without profiles) and the stream
-// hosts' node ids: service hostN runs node hN.
+// The services of docker-compose.yml (without profiles): the servers of
+// the NATS cluster first (the test's clients connect to nats1, on the port
+// the test publishes it on; the services to any of the three), and the
+// stream hosts' node ids: service hostN runs node hN.
 var (
-	coreServices = []string{"nats", "coord1", "coord2", "coord3", "host1", "host2", "host3", "host4", "attention"}
+	natsServers  = []string{"nats1", "nats2", "nats3"}
+	coreServices = append(slices.Clone(natsServers), "coord1", "coord2", "coord3", "host1", "host2", "host3", "host4", "attention")
 	hostCount    = 4
 )
 
@@ -31,8 +34,9 @@ func serviceOf(node string) string { return "host" + strings.TrimPrefix(node, "h
 // TestCompose runs the compose stack from the images `make images-core`
 // builds, loses a stream's owner twice under publish load (its container
 // killed, then another owner cut off the network) and checks failover,
-// delivery and rejoin; then, if brook/jaeger:dev exists, the traces
-// profile.
+// delivery and rejoin, then kills a NATS server and checks that nothing
+// fails over; then the TLS stack and, if brook/jaeger:dev exists, the
+// traces profile.
 func TestCompose(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the docker-compose suite in -short mode")
@@ -92,24 +96,29 @@ func startStack(ctx context.Context, t *testing.T, compose composeCmd, root stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Close() })
-	err = poll(hctx, "a coordinator leader and every stream host live", func(ctx context.Context) (bool, error) {
-		ci, err := cl.ClusterInfo(ctx)
-		if err != nil {
-			return false, err
-		}
-		live := 0
-		for _, n := range ci.Nodes {
-			if n.State == wire.NodeLive {
-				live++
-			}
-		}
-		return ci.Leader != 0 && live == hostCount, nil
-	})
-	if err != nil {
+	if err := poll(hctx, "a coordinator leader and every stream host live", func(ctx context.Context) (bool, error) {
+		return clusterReady(ctx, cl)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("project %s up and healthy in %v (nats on %s)", s.project, time.Since(began).Round(time.Millisecond), s.NATSURL())
+	t.Logf("project %s up and healthy in %v (nats1 on %s)", s.project, time.Since(began).Round(time.Millisecond), s.NATSURL())
 	return s, cl
+}
+
+// clusterReady reports whether the coordinators have a leader and every
+// stream host is live.
+func clusterReady(ctx context.Context, cl *client.Client) (bool, error) {
+	ci, err := cl.ClusterInfo(ctx)
+	if err != nil {
+		return false, err
+	}
+	live := 0
+	for _, n := range ci.Nodes {
+		if n.State == wire.NodeLive {
+			live++
+		}
+	}
+	return ci.Leader != 0 && live == hostCount, nil
 }
 
 // poll calls check every 100ms until it reports done, returns an error, or
@@ -220,6 +229,10 @@ func testFailover(ctx context.Context, t *testing.T, compose composeCmd, root st
 		func(ctx context.Context, id, service string) error {
 			return docker(ctx, "network", "connect", "--alias", service, s.Network(), id)
 		})
+
+	// 3. A NATS server the services are connected to is killed, then
+	// started again: nothing fails over.
+	loseNATS(ctx, t, s, cl, ld, stream)
 
 	ld.Stop()
 	if err := ld.Err(); err != nil {
@@ -395,16 +408,22 @@ func checkHardened(ctx context.Context, t *testing.T, s *stack) {
 			t.Errorf("service %s runs as user %q, want %s", svc, got, want)
 		}
 	}
-	for _, opts := range [][]nats.Option{nil, {nats.UserInfo("brook", "brook")}} {
-		nc, err := nats.Connect(s.NATSURL(), append(opts, nats.Timeout(5*time.Second), nats.NoReconnect())...)
-		if err == nil {
-			nc.Close()
-			t.Errorf("NATS accepted a connection without a credential (options %d)", len(opts))
-		} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-			t.Errorf("a connection without a credential failed with %v, want an authorization violation", err)
+	for _, srv := range natsServers {
+		addr, err := s.Published(ctx, srv, 4222)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, opts := range [][]nats.Option{nil, {nats.UserInfo("brook", "brook")}} {
+			nc, err := nats.Connect("nats://"+addr, append(opts, nats.Timeout(5*time.Second), nats.NoReconnect())...)
+			if err == nil {
+				nc.Close()
+				t.Errorf("%s accepted a connection without a credential (options %d)", srv, len(opts))
+			} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+				t.Errorf("a connection to %s without a credential failed with %v, want an authorization violation", srv, err)
+			}
 		}
 	}
-	t.Logf("every container runs as %s; NATS refuses connections without an nkey", want)
+	t.Logf("every container runs as %s; every NATS server refuses connections without an nkey", want)
 }
 
 // testTLS runs the stack with docker-compose.tls.yml: nats refuses a
@@ -412,6 +431,13 @@ func checkHardened(ctx context.Context, t *testing.T, s *stack) {
 // place a stream, serve publishes and fail over a killed owner.
 func testTLS(ctx context.Context, t *testing.T, compose composeCmd, root string) {
 	s, cl := startStack(ctx, t, compose, root, stackConfig{TLS: true}, coreServices)
+	// Each service is on one of the servers (nats.go shuffles its URLs),
+	// having verified the certificate under the name it dialed.
+	conns, err := s.NATSConns(ctx, natsServers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("connections over TLS: %s", connCounts(conns))
 	admin, _ := s.secrets.Principal(auth.Admin)
 	withNkey, err := nats.NkeyOptionFromSeed(admin.SeedFile)
 	if err != nil {

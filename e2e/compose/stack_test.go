@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,9 +246,10 @@ const containerUID, containerGID = 65532, 65532
 // temporary directory above dir stays 0700.
 //
 // With useTLS it also writes a development CA and certificates, as make
-// compose-secrets-tls does: the server's names nats (which the services
-// dial) and 127.0.0.1 (the published port the test dials), and auth.conf
-// names the files where nats mounts them.
+// compose-secrets-tls does: the server's (all three NATS servers share it)
+// names nats1, nats2 and nats3 (which the services dial) and 127.0.0.1 (the
+// published ports the test dials), and auth.conf names the files where the
+// servers mount them.
 func generateSecrets(dir string, useTLS bool) (*auth.Deployment, error) {
 	nodes := make([]string, hostCount)
 	for i := range nodes {
@@ -253,7 +257,8 @@ func generateSecrets(dir string, useTLS bool) (*auth.Deployment, error) {
 	}
 	spec := auth.Spec{Nodes: nodes}
 	if useTLS {
-		spec.TLS, spec.Hosts, spec.ServerDir = true, []string{"nats", "127.0.0.1", "localhost"}, "/etc/secrets"
+		spec.TLS, spec.ServerDir = true, "/etc/secrets"
+		spec.Hosts = append(slices.Clone(natsServers), "127.0.0.1", "localhost")
 	}
 	d, err := auth.Generate(dir, spec)
 	if err != nil {
@@ -423,6 +428,47 @@ func (s *stack) Container(ctx context.Context, service string) (string, error) {
 		return "", fmt.Errorf("service %s of project %s: want one container, found %v", service, s.project, ids)
 	}
 	return ids[0], nil
+}
+
+// Published returns the address on this machine (host:port) where the
+// container of service publishes its TCP port: nats2 and nats3 publish
+// theirs on ports the engine picks, new on every start.
+func (s *stack) Published(ctx context.Context, service string, port int) (string, error) {
+	id, err := s.Container(ctx, service)
+	if err != nil {
+		return "", err
+	}
+	addrs := dockerLines(ctx, "port", id, strconv.Itoa(port)+"/tcp")
+	if len(addrs) == 0 {
+		return "", fmt.Errorf("service %s of project %s publishes no port %d", service, s.project, port)
+	}
+	return addrs[0], nil
+}
+
+// errNoAnswer is getJSON's error for a request that got no answer, or one
+// other than 200 OK: worth asking again.
+var errNoAnswer = errors.New("no answer")
+
+// getJSON GETs u and decodes its 200 answer into v.
+func getJSON(ctx context.Context, u string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", u, errNoAnswer, err)
+	}
+	defer func() { _ = resp.Body.Close() }() // a read-only body: nothing to act on
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %w: status %s", u, errNoAnswer, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", u, err)
+	}
+	return nil
 }
 
 // containerState is what docker inspect says about one container.

@@ -2,9 +2,8 @@ package compose
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -79,26 +78,15 @@ func testTraces(ctx context.Context, t *testing.T, compose composeCmd, root stri
 	// trace appears in Jaeger a little after the failover.
 	q := url.Values{"service": {"brook-coordinator"}, "lookback": {"1h"}, "limit": {"50"}}
 	api := s.JaegerURL() + "/api/traces?" + q.Encode()
-	hc := &http.Client{Timeout: 5 * time.Second}
 	var found []string
 	jctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	err = poll(jctx, "the failover trace in Jaeger", func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, nil // Jaeger is healthy; a slow answer is retried
-		}
-		defer func() { _ = resp.Body.Close() }() // a read-only body: nothing to act on
-		if resp.StatusCode != http.StatusOK {
-			return false, nil
-		}
 		var tr jaegerTraces
-		if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
-			return false, fmt.Errorf("decode %s: %w", api, err)
+		if err := getJSON(ctx, api, &tr); errors.Is(err, errNoAnswer) {
+			return false, nil // Jaeger is healthy; a slow answer is retried
+		} else if err != nil {
+			return false, err
 		}
 		for _, trace := range tr.Data {
 			if !sameTraceID(trace.TraceID, after.LastTraceID) {
