@@ -301,8 +301,9 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 		}
 		r.stopRole(wire.CodeNotOwner)
 		_, span := h.tracer.Start(ctx, "follow")
-		r.pre = nil // not promoted: the prebuilt window is of no use
-		r.fol = startFollower(h, c, a)
+		r.win = r.win.forCopy(c, r.pre)
+		r.pre = nil
+		r.fol = startFollower(h, c, a, r.win)
 		t := c.Tails()
 		log.Info("following", "owner", a.Owner, "record_tail", t.Record, "cursor_tail", t.CursorDurable)
 		span.SetAttributes(attribute.Int64("brook.record_tail", int64(t.Record)))
@@ -411,6 +412,10 @@ func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *str
 	defer span.End()
 	pre := r.pre
 	r.pre = nil
+	if p := r.win.asPrebuilt(c); p != nil {
+		pre = p // the copy's own window still describes its log
+		log.Info("duplicate window kept from the copy's earlier roles", "record_tail", p.tail)
+	}
 	o, err := startOwner(h, c, a, floor, pre)
 	if err != nil {
 		span.RecordError(err)

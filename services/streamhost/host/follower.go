@@ -50,10 +50,13 @@ type follower struct {
 	done   chan struct{}
 
 	ownerHead atomic.Uint64 // the owner's retained head, from its last batch
+	// win is the copy's duplicate window, the worker's only while it runs:
+	// it records what it applies (window.go).
+	win *copyWindow
 }
 
 // startFollower starts the worker; it resumes at the copy's own tails.
-func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment) *follower {
+func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindow) *follower {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	f := &follower{
 		h:      h,
@@ -65,6 +68,7 @@ func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment) *follower {
 		log:    h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleFollower, "owner", a.Owner),
 		cancel: cancel,
 		done:   make(chan struct{}),
+		win:    win,
 	}
 	f.ownerHead.Store(c.Tails().Head)
 	go f.run(ctx)
@@ -200,6 +204,7 @@ func (f *follower) run(ctx context.Context) {
 					return
 				}
 			}
+			f.win.restarted(f.c)
 			continue
 		}
 		if len(b.Records) > 0 {
@@ -213,6 +218,7 @@ func (f *follower) run(ctx context.Context) {
 				}
 				continue
 			}
+			f.win.applied(f.c, t, recs, f.log)
 		}
 		if len(b.CursorEvents) > 0 {
 			evs := make([]streamlog.CursorEvent, len(b.CursorEvents))

@@ -62,6 +62,9 @@ type owner struct {
 	closing atomic.Pointer[string]
 
 	dd *dedupe.Window // the appender goroutine's only
+	// ddFilled: fillDedupe gave dd the log's window (window.go); until
+	// then dd describes nothing and is never left to the copy.
+	ddFilled bool
 
 	subs    []*nats.Subscription // publish, fetch, commit
 	replSub *nats.Subscription
@@ -810,7 +813,7 @@ func (o *owner) isFollower(node string) bool {
 func (o *owner) fillDedupe(pre *prebuilt) {
 	t := o.c.Tails()
 	if w := pre.take(o.ctx, o.c, t); w != nil {
-		o.dd = w
+		o.dd, o.ddFilled = w, true
 		if pre.scanned > 0 {
 			o.log.Info("duplicate window taken from the seal's prebuild", "records_scanned", pre.scanned, "producers", w.Producers())
 		}
@@ -820,7 +823,7 @@ func (o *owner) fillDedupe(pre *prebuilt) {
 	if err != nil {
 		return // stopped: the role is ending
 	}
-	o.dd = w
+	o.dd, o.ddFilled = w, true
 	if st.scanned > 0 {
 		o.log.Info("duplicate window rebuilt from the log", "records_scanned", st.scanned, "bytes_scanned", st.bytes,
 			"sequences", st.sequences, "producers", w.Producers(), "took", st.took)

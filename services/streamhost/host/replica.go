@@ -24,6 +24,9 @@ type replica struct {
 	// pre is the duplicate window the last seal began to build from the
 	// sealed log, for a promotion to take (window.go); guarded by mu.
 	pre *prebuilt
+	// win is the copy's duplicate window across roles, lent to the role
+	// that runs (window.go); guarded by mu while no role runs.
+	win *copyWindow
 
 	status atomic.Pointer[roleStatus]
 }
@@ -59,6 +62,7 @@ func (r *replica) stopRole(code string) {
 	ret := r.status.Load().retention
 	if r.own != nil {
 		r.own.stop(code)
+		r.win = r.own.window()
 		r.h.log.Info("owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
 		r.own = nil
 	}

@@ -330,10 +330,11 @@ func TestDedupeRebuiltOnPromotion(t *testing.T) {
 	}
 }
 
-// TestDedupeWindowPrebuiltAtSeal: a seal starts building the copy's
-// duplicate window from the sealed log, and the promotion that follows
-// takes it instead of reading the log again; retries are answered as by a
-// window built at the promotion.
+// TestDedupeWindowPrebuiltAtSeal: a seal of a copy without a window of its
+// own (here, prepared before its host started) starts building one from
+// the sealed log, and the promotion that follows takes it instead of
+// reading the log again; retries are answered as by a window built at the
+// promotion.
 func TestDedupeWindowPrebuiltAtSeal(t *testing.T) {
 	c := newMiniCluster(t)
 	var stored [][]byte
@@ -341,9 +342,11 @@ func TestDedupeWindowPrebuiltAtSeal(t *testing.T) {
 		stored = append(stored, envelope.Append(nil, "p", uint64(seq), []byte(fmt.Sprintf("record-%d", seq))))
 	}
 	c.prepareCopy("n1", "pre", 8, 1, stored)
-	c.assign(assignment("pre", 8, 1, "n1", nil))
+	// A follower of an owner that is gone, whose copy (prepared before
+	// the host started) has no window of its own.
+	c.assign(assignment("pre", 8, 1, "n9", []string{"n1"}))
 	n1 := c.start("n1", nil)
-	c.waitCopy("n1", "pre", "owner at 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c.waitCopy("n1", "pre", "follower at 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
 	if _, e := c.seal("n1", "pre", 8, 2, 1); e != nil {
 		t.Fatalf("seal: %v", e)
 	}
@@ -388,5 +391,50 @@ func TestPrebuiltWindowOnlyForItsLog(t *testing.T) {
 	var none *prebuilt
 	if none.take(ctx, &a, streamlog.Tails{}) != nil {
 		t.Error("a nil prebuild gave a window")
+	}
+}
+
+// TestFollowerKeepsTheDuplicateWindow: a follower records the producer
+// sequences of what it applies, so when it is promoted after a seal it
+// neither reads its log nor waits for a prebuild: retries of records the
+// old owner wrote are answered with their first offsets, and a new
+// sequence is written.
+func TestFollowerKeepsTheDuplicateWindow(t *testing.T) {
+	c := newMiniCluster(t)
+	const stream = "kept"
+	c.assign(assignment(stream, 9, 1, "n1", []string{"n2"}))
+	c.start("n1", nil)
+	n2 := c.start("n2", nil)
+	c.waitCopy("n1", stream, "owner at 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c.waitCopy("n2", stream, "follower at 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	for seq := range 20 {
+		if pc, e := c.publish(stream, payload(seq), "p", uint64(seq)); e != nil || pc.Offset != uint64(seq) {
+			t.Fatalf("publish p/%d: %+v, %v", seq, pc, e)
+		}
+	}
+	c.waitCopy("n2", stream, "all 20 records", func(cs wire.CopyStatus) bool { return cs.RecordTail == 20 })
+	c.hosts["n1"].stop()
+	if _, e := c.seal("n2", stream, 9, 2, 1); e != nil {
+		t.Fatalf("seal: %v", e)
+	}
+	c.assign(assignment(stream, 9, 2, "n2", nil, wire.HistoryStart{Epoch: 2, RecordTail: 20, Node: "n2"}))
+	c.waitCopy("n2", stream, "owner at 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+	log := n2.log.String()
+	if !strings.Contains(log, "duplicate window kept from the copy's earlier roles") {
+		t.Fatalf("the promotion did not keep the follower's window:\n%s", log)
+	}
+	for _, bad := range []string{"duplicate window rebuilt from the log", "duplicate window prebuilt from the sealed log"} {
+		if strings.Contains(log, bad) {
+			t.Fatalf("the promotion read the log (%q):\n%s", bad, log)
+		}
+	}
+	for _, seq := range []uint64{19, 3} {
+		pc, e := c.publish(stream, []byte("retry"), "p", seq)
+		if e != nil || pc.Offset != seq || !pc.Duplicate {
+			t.Fatalf("retry of p/%d at the new owner: %+v, %v; want offset %d, duplicate", seq, pc, e, seq)
+		}
+	}
+	if pc, e := c.publish(stream, []byte("new"), "p", 20); e != nil || pc.Offset != 20 || pc.Duplicate {
+		t.Fatalf("new p/20: %+v, %v; want offset 20", pc, e)
 	}
 }

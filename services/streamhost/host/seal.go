@@ -90,7 +90,10 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 	// A recovery may promote this copy: build its duplicate window now,
 	// while the recovery decides and commits (window.go). A seal of the
 	// same log again (the recovery's next round) keeps the build going.
-	if p := r.pre; p == nil || p.c != c || p.tail != st.Tails.Record || p.digest != st.Tails.RecordDigest {
+	// Not while a role (at the fence or newer) still runs and owns the
+	// window, nor when the copy's own window still describes its log.
+	if p := r.pre; r.own == nil && r.fol == nil && !r.win.matches(c, st.Tails) &&
+		(p == nil || p.c != c || p.tail != st.Tails.Record || p.digest != st.Tails.RecordDigest) {
 		r.pre = h.startPrebuild(c, st.Tails, h.log.With("stream", req.Stream, "fence", req.FenceEpoch))
 	}
 	var confirmed uint64

@@ -154,3 +154,114 @@ scan:
 	st.took = time.Since(started)
 	return w, st, nil
 }
+
+// A copy's window also outlives its roles (copyWindow): the owner records
+// every write it makes, and a follower records what it applies, so a copy
+// whose window still matches its log is promoted without reading the log
+// at all. A copy created empty starts with an empty window that matches;
+// after a restart a copy has none until a seal prebuilds one.
+
+// copyWindow is a duplicate window with the log it describes: it answers
+// for copy c exactly while c's record tail and digest are tail and digest.
+// The replica keeps it across roles under replica.mu and lends it to the
+// role it starts; while a role runs, its goroutine (the owner's appender,
+// the follower's worker) is the window's only user.
+type copyWindow struct {
+	c            *streamlog.Copy
+	w            *dedupe.Window // nil: no window
+	tail, digest uint64
+}
+
+// matches reports whether the window describes c's log at tails t.
+func (cw *copyWindow) matches(c *streamlog.Copy, t streamlog.Tails) bool {
+	return cw != nil && cw.w != nil && cw.c == c && cw.tail == t.Record && cw.digest == t.RecordDigest
+}
+
+// forCopy returns the window to lend a role of c: cw if it is c's, else
+// a new one, empty and matching if c's log holds no records, and else none
+// (pre, a finished prebuild that matches, fills it).
+func (cw *copyWindow) forCopy(c *streamlog.Copy, pre *prebuilt) *copyWindow {
+	t := c.Tails()
+	if cw.matches(c, t) {
+		return cw
+	}
+	out := &copyWindow{c: c}
+	switch {
+	case t.Record == t.Head:
+		out.w = dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers)
+	case pre != nil && pre.c == c && pre.tail == t.Record && pre.digest == t.RecordDigest && pre.finished():
+		out.w = pre.w
+	}
+	out.tail, out.digest = t.Record, t.RecordDigest
+	return out
+}
+
+// asPrebuilt offers a window that matches c's log to a promotion as a
+// finished prebuild; nil otherwise.
+func (cw *copyWindow) asPrebuilt(c *streamlog.Copy) *prebuilt {
+	if cw == nil {
+		return nil
+	}
+	cw = cw.forCopy(c, nil)
+	if cw.w == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	close(done)
+	return &prebuilt{c: c, tail: cw.tail, digest: cw.digest, done: done, w: cw.w}
+}
+
+// applied records records a follower applied to c at tails before: each
+// producer's sequence at its offset, when the window matched the log
+// before them; otherwise the window is dropped. It then describes c's log
+// as it is now.
+func (cw *copyWindow) applied(c *streamlog.Copy, before streamlog.Tails, recs []streamlog.Record, log *slog.Logger) {
+	if !cw.matches(c, before) || len(recs) == 0 || recs[0].Offset != before.Record {
+		cw.w = nil
+		return
+	}
+	for _, r := range recs {
+		env, err := envelope.Decode(r.Data)
+		if err != nil {
+			log.Warn("duplicate window: undecodable record", "offset", r.Offset, "err", err)
+			continue
+		}
+		if env.Producer != "" {
+			cw.w.Record(env.Producer, env.Seq, r.Offset)
+		}
+	}
+	t := c.Tails()
+	cw.tail, cw.digest = t.Record, t.RecordDigest
+}
+
+// restarted is called after the follower reset c to its owner's head:
+// the log holds no records, so an empty window describes it.
+func (cw *copyWindow) restarted(c *streamlog.Copy) {
+	t := c.Tails()
+	cw.w = nil
+	if t.Record == t.Head {
+		cw.w = dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers)
+	}
+	cw.tail, cw.digest = t.Record, t.RecordDigest
+}
+
+// finished reports whether the build ended with a window.
+func (p *prebuilt) finished() bool {
+	select {
+	case <-p.done:
+		return p.w != nil
+	default:
+		return false
+	}
+}
+
+// window is what a stopped owner leaves its copy: the window it filled at
+// its start and recorded every write into since, which describes the log
+// as the owner left it. Call only after stop (the appender has ended).
+func (o *owner) window() *copyWindow {
+	if o.dd == nil || !o.ddFilled {
+		return nil
+	}
+	t := o.c.Tails()
+	return &copyWindow{c: o.c, w: o.dd, tail: t.Record, digest: t.RecordDigest}
+}
