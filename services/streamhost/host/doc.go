@@ -32,9 +32,13 @@
 // each record (package envelope, stripped again for readers), so they
 // replicate, and an owner rebuilds its window from the newest records of its
 // log when it takes the role: a retry that reaches a new owner after a
-// failover is answered with the first write's offset. A seal starts that
-// read in the background (window.go), so that a promotion after a failover
-// takes the window ready instead of reading the log on the critical path.
+// failover is answered with the first write's offset. The window belongs to
+// the copy, not to the role (window.go): the owner records its writes, a
+// follower the producer sequences of what it applies, and a promotion
+// takes the copy's window as long as it was kept at the copy's current
+// tail and digest; a copy without one (after a restart or a history cut)
+// has it built by its next seal, in the background, and only as a last
+// resort by the promotion itself.
 //
 // # Locks and goroutines
 //
