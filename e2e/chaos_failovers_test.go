@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/tools/cluster"
 )
 
 // failovers tells the failovers TestChaos needed from spurious ones. A
@@ -160,8 +161,50 @@ func (f *failovers) settle(e *env, when string, info wire.StreamInfo) {
 		}
 		f.spuriousNode++
 		e.t.Errorf("%s: spurious %s of %s at %s (logged by %s): no fault touched it before", when, ev.what, ev.node, at, ev.coord)
+		// The evidence: what the host and the coordinator logged in the
+		// TTL and more before.
+		for _, p := range []*cluster.Proc{e.c.HostByNode(ev.node), e.procByName(ev.coord)} {
+			if p != nil {
+				e.t.Logf("%s's log from %s to %s:\n%s", p.Name, ev.at.Add(-2*time.Second).Format("15:04:05.000"), at,
+					logWindow(p.LogPath, ev.at.Add(-2*time.Second), ev.at.Add(100*time.Millisecond)))
+			}
+		}
 	}
 	clear(f.touched)
+}
+
+// procByName returns the process named name, or nil.
+func (e *env) procByName(name string) *cluster.Proc {
+	for _, p := range e.c.Procs() {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// logWindow returns the lines of the log at path stamped from from to to
+// (at most 200 of them).
+func logWindow(path string, from, to time.Time) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		m := logTimeRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil || at.Before(from) || at.After(to) {
+			continue
+		}
+		if out = append(out, line); len(out) == 200 {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func (f *failovers) String() string {

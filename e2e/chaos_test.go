@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,6 +143,11 @@ func TestChaos(t *testing.T) {
 		coordArgs = append(coordArgs, "--replace-after", "5s")
 	}
 	e := newEnv(t, opts{attention: true, natsServers: 3, coordArgs: coordArgs, timeout: duration + 4*time.Minute})
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.keepLogs()
+		}
+	})
 	ch := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stream: "chaos", led: workload.NewLedger(),
 		long: long, menu: chaosKinds, faults: map[string]int{}, retried: map[*cluster.Proc]time.Time{}}
 	var why string
@@ -558,6 +565,20 @@ func (ch *chaos) converge(when string) wire.StreamInfo {
 		}
 		return true, nil
 	})
+}
+
+// keepLogs copies the processes' logs out of the test's temp dir (which
+// goes when the test ends) for a failure to be looked into, and says where.
+func (e *env) keepLogs() {
+	dir, err := os.MkdirTemp("", "brook-chaos-logs-")
+	if err == nil {
+		err = exec.Command("cp", "-a", filepath.Dir(e.c.Coordinator(0).LogPath)+"/.", dir).Run()
+	}
+	if err != nil {
+		e.t.Logf("keep the process logs: %v", err)
+		return
+	}
+	e.t.Logf("the process logs are kept in %s", dir)
 }
 
 // portTaken reports whether p, started again, exited at once because a
