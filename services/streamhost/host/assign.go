@@ -416,6 +416,11 @@ func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *str
 		pre = p // the copy's own window still describes its log
 		log.Info("duplicate window kept from the copy's earlier roles", "record_tail", p.tail)
 	}
+	// The window is handed to the owner, not shared: it gives it back when
+	// it stops (owner.window), and a start that fails after the owner
+	// wrote into it leaves the copy none rather than one whose tail and
+	// digest no longer say what it holds.
+	r.win = nil
 	o, err := startOwner(h, c, a, floor, pre)
 	if err != nil {
 		span.RecordError(err)
