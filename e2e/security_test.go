@@ -132,7 +132,7 @@ func TestSecurity(t *testing.T) {
 	publish(client, as, "replication request in a follower's name", wire.ReplicationSubject(stream, a.Epoch, follower), repl)
 	publish(client, as, "forge a replication batch (to a follower's inbox)", wire.HostInbox(follower)+".forged",
 		frame.AppendBatch(nil, &frame.Batch{Epoch: a.Epoch, Tail: 1 << 20, Confirmed: 1 << 20, Next: 0, Records: []frame.Record{{Offset: 0, Data: []byte{0, 'x'}}}}))
-	for _, verb := range []string{wire.VerbStreamDelete, wire.VerbNodeDrain, wire.VerbNodeLeave, wire.VerbRecoveryAcceptLoss, wire.VerbRecoveryWithdraw, wire.VerbStreamCreate} {
+	for _, verb := range []string{wire.VerbStreamDelete, wire.VerbNodeDrain, wire.VerbNodeLeave, wire.VerbRecoveryAcceptLoss, wire.VerbRecoveryWithdraw, wire.VerbStreamCreate, wire.VerbStreamUpdate} {
 		publish(client, as, "admin verb "+verb, wire.AdminSubject(verb), jsonOf(map[string]string{"stream": stream, "node": owner}))
 	}
 	publish(client, as, "leave in a host's name", wire.HostLeaveSubject(owner), jsonOf(map[string]string{"node": owner}))

@@ -109,6 +109,17 @@ func (c *Client) DeleteStream(ctx context.Context, stream string) (wire.OK, erro
 	return ok, err
 }
 
+// UpdateStream changes an existing stream's confirm policy, retention or
+// min_copies (the fields req sets; the others are kept). The reply is the
+// stream's info after the change: a policy that needs more copies to
+// confirm shows a pending recovery (reason "policy") until the stream
+// serves under it at the next epoch.
+func (c *Client) UpdateStream(ctx context.Context, req wire.StreamUpdate) (wire.StreamInfo, error) {
+	var info wire.StreamInfo
+	err := c.Admin(ctx, wire.VerbStreamUpdate, req, &info)
+	return info, err
+}
+
 // StreamInfo returns a stream's assignment, status and copy tails. A
 // missing stream is a *wire.Error with code wire.CodeNotFound, which also
 // matches ErrNoSuchStream.

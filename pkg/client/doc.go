@@ -9,7 +9,10 @@
 // every request to the owner and the client needs no topology. While a
 // stream fails over there is briefly no owner (nats.ErrNoResponders), or a
 // host answers not_owner, sealed, shutting_down, recovering or overloaded, or a request
-// gets no reply because the owner died holding it. A publish that waits
+// gets no reply because the owner died holding it. A stream whose
+// assignment holds fewer copies than its min_copies answers publishes
+// not_enough_copies until placement adds copies back; that is retried the
+// same way (nothing was confirmed). A publish that waits
 // longer than WithOwnerProbe (250ms by default) makes the client ask who
 // serves the stream, with a fetch that reads nothing; once an owner at a
 // newer epoch than the one the attempt reached answers, the attempt is

@@ -15,8 +15,10 @@ import (
 // retryable reports whether err is one a failover explains: nobody owns the
 // stream right now, the host answering is no longer (or not yet) its owner,
 // or the owner went silent; or the owner is at its cap of requests in flight
-// (overloaded), which a backoff lets drain. Everything else, confirm_timeout
-// included, goes back to the caller.
+// (overloaded), which a backoff lets drain; or the stream's assignment holds
+// fewer copies than its min_copies (not_enough_copies: nothing was written,
+// and the floor is met again once placement adds a copy). Everything else,
+// confirm_timeout included, goes back to the caller.
 func retryable(err error) bool {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders),
@@ -34,7 +36,7 @@ func retryable(err error) bool {
 	switch werr.Code {
 	case wire.CodeNotOwner, wire.CodeSealed, wire.CodeShuttingDown,
 		wire.CodeRecovering, wire.CodeStaleEpoch, wire.CodeStreamUnknown,
-		wire.CodeUnavailable, wire.CodeOverloaded:
+		wire.CodeUnavailable, wire.CodeOverloaded, wire.CodeNotEnoughCopies:
 		return true
 	}
 	return false

@@ -26,6 +26,7 @@ func TestRetryableCodes(t *testing.T) {
 		wire.CodeStreamUnknown:   true,
 		wire.CodeUnavailable:     true,
 		wire.CodeOverloaded:      true,
+		wire.CodeNotEnoughCopies: true,
 		wire.CodeBadRequest:      false,
 		wire.CodeNotFound:        false,
 		wire.CodeConfirmTimeout:  false,

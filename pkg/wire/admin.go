@@ -7,6 +7,23 @@ type StreamCreate struct {
 	Copies    int       `json:"copies"`
 	Policy    string    `json:"policy,omitempty"`
 	Retention Retention `json:"retention,omitempty"`
+	// MinCopies is the floor of copies below which the owner refuses
+	// publishes (CodeNotEnoughCopies) instead of confirming them: 1 to
+	// Copies, or 0 (absent) for no floor.
+	MinCopies int `json:"min_copies,omitempty"`
+}
+
+// StreamUpdate changes an existing stream: each field present replaces the
+// stream's own, each absent one is kept. A new Policy that needs no more
+// copies to confirm under the stream's assignment (W' <= W) is committed at
+// once; one that needs more goes through a recovery (seal and promote, as
+// for an owner change), and the stream serves under it at the next epoch.
+// MinCopies 0 removes the floor.
+type StreamUpdate struct {
+	Stream    string     `json:"stream"`
+	Policy    string     `json:"policy,omitempty"`
+	Retention *Retention `json:"retention,omitempty"`
+	MinCopies *int       `json:"min_copies,omitempty"`
 }
 
 // StreamRef names a stream, for delete and info.
@@ -55,12 +72,14 @@ const (
 // StreamInfo describes one stream: its assignment, the copies' tails from
 // their last heartbeats, and its status.
 type StreamInfo struct {
-	Stream     string           `json:"stream"`
-	StreamID   uint64           `json:"stream_id"`
-	Copies     int              `json:"copies"`
-	Policy     string           `json:"policy"`
-	W          int              `json:"w"`
-	R          int              `json:"r"`
+	Stream   string `json:"stream"`
+	StreamID uint64 `json:"stream_id"`
+	Copies   int    `json:"copies"`
+	Policy   string `json:"policy"`
+	W        int    `json:"w"`
+	R        int    `json:"r"`
+	// MinCopies is the stream's floor (StreamCreate.MinCopies); 0: none.
+	MinCopies  int              `json:"min_copies,omitempty"`
 	Retention  Retention        `json:"retention"`
 	Assignment Assignment       `json:"assignment"`
 	Status     string           `json:"status"`
@@ -72,7 +91,10 @@ type StreamInfo struct {
 	// AcceptedLoss is set while an accepted owner loss that landed below the
 	// confirmed prefix has not been cleared by an operator.
 	AcceptedLoss *AcceptedLoss `json:"accepted_loss,omitempty"`
-	Version      uint64        `json:"version"`
+	// UnderReplicated is set while the assignment holds fewer copies than
+	// Copies (Assignment.UnderReplicated).
+	UnderReplicated *UnderReplication `json:"under_replicated,omitempty"`
+	Version         uint64            `json:"version"`
 }
 
 // CopyTails is one copy's state as its node last published it.

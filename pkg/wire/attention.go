@@ -11,6 +11,7 @@ const (
 	AttentionFollowerLag  = "follower_not_catching_up"
 	AttentionOwnerOnly    = "owner_only_stream_waiting"
 	AttentionStoreFailed  = "host_store_failed"
+	AttentionUnderRepl    = "under_replicated"
 )
 
 // Severities.

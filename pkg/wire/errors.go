@@ -23,6 +23,7 @@ const (
 	CodeDuplicate       = "duplicate"         // producer sequence already written (reply carries the offset)
 	CodeRecovering      = "recovering"        // the stream is failing over; retry
 	CodeOverloaded      = "overloaded"        // the host is at its cap of requests in flight; retry after a backoff
+	CodeNotEnoughCopies = "not_enough_copies" // the assignment holds fewer copies than the stream's min_copies; not confirmed, retry
 	CodeInternal        = "internal"          // a bug or a storage failure; see the host's log
 )
 

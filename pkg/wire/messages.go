@@ -111,6 +111,9 @@ type AssignedStream struct {
 	Assignment Assignment     `json:"assignment"`
 	Starts     []HistoryStart `json:"starts"`
 	Retention  Retention      `json:"retention"`
+	// MinCopies is the stream's floor (0: none): while the assignment
+	// holds fewer copies, the owner refuses publishes (BelowFloor).
+	MinCopies int `json:"min_copies,omitempty"`
 	// TraceParent links a host's apply to the failover trace that made it
 	// (W3C traceparent of the guarded commit's span).
 	TraceParent string `json:"traceparent,omitempty"`

@@ -88,6 +88,7 @@ var (
 			Followers: []string{"node-a", "node-d"}, Policy: "majority_durable"},
 		Reason: "expired", Since: now - 4000, TraceID: tid, TraceParent: tp, Wait: &exWait}
 	exLoss      = wire.AcceptedLoss{Stream: "orders", Epoch: 6, Node: "node-a", RecordTail: 8800, StartTail: 9120, AtMS: now}
+	exUnder     = wire.UnderReplication{Copies: 1, W: 1, SinceMS: now - 9000, LossLosesConfirmed: true, PublishesRefused: true}
 	exCopyTails = []wire.CopyTails{
 		{Node: "node-b", Role: wire.RoleOwner, Epoch: 4, RecordTail: 9250, CursorTail: 320, Published: true, AgeMS: 180},
 		{Node: "node-c", Role: wire.RoleFollower, Epoch: 4, RecordTail: 9249, CursorTail: 320, Published: true, AgeMS: 410},
@@ -97,10 +98,13 @@ var (
 		W: 2, R: 2, Retention: exRetention, Assignment: exAssignment, Status: wire.StatusRecovering,
 		Starts:   []wire.HistoryStart{{Epoch: 1, RecordTail: 0, CursorTail: 0, Node: "node-a"}, exStart},
 		Recovery: &exRecovery, CopyTails: exCopyTails, LastTraceID: tid, AcceptedLoss: &exLoss, Version: 88}
+	exShort = wire.StreamInfo{Stream: "orders", StreamID: 17, Copies: 3, Policy: "majority_durable", W: 1, R: 1, MinCopies: 2,
+		Retention: exRetention, Assignment: wire.Assignment{Stream: "orders", StreamID: 17, Epoch: 6, Owner: "node-c", Followers: []string{}, Policy: "majority_durable"},
+		Status: wire.StatusServing, Starts: []wire.HistoryStart{exStart}, CopyTails: exCopyTails, UnderReplicated: &exUnder, Version: 95}
 	exCopyStatus = wire.CopyStatus{Stream: "orders", StreamID: 17, Role: wire.RoleOwner, Epoch: 4,
 		RecordTail: 9250, CursorTail: 320, Confirmed: 9249}
 	exAssigned = wire.AssignedStream{Assignment: exAssignment,
-		Starts: []wire.HistoryStart{exStart}, Retention: exRetention, TraceParent: tp}
+		Starts: []wire.HistoryStart{exStart}, Retention: exRetention, MinCopies: 2, TraceParent: tp}
 	exCoordinator = wire.CoordinatorInfo{ReplicaID: 1, Address: "127.0.0.1:7301", Leader: true}
 	exNode        = wire.NodeInfo{Node: "node-a", Incarnation: 1_760_000_000_001, State: wire.NodeLive, LastSeenMS: 230, Copies: 12}
 	exEntry       = wire.AttentionEntry{Kind: wire.AttentionWaitPrefix, Severity: wire.SeverityCritical,
@@ -123,12 +127,16 @@ func validExamples() []exampleCase {
 		// Admin requests.
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "orders", Copies: 3, Policy: "majority_durable", Retention: exRetention}},
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "audit_log-2", Copies: 1}},
+		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "orders", Copies: 3, MinCopies: 2}},
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 5, Policy: "replica_accepted(3)"}},
 		// Surrounding white space is ignored by the coordinator (package
 		// policy, Normalize), so the request schema allows it.
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 3, Policy: "majority_durable "}},
 		{"stream-create.request.schema.json", wire.StreamCreate{Stream: "x", Copies: 3, Policy: "\treplica_durable(2)\n"}},
 		{"stream-delete.request.schema.json", wire.StreamRef{Stream: "orders"}},
+		{"stream-update.request.schema.json", wire.StreamUpdate{Stream: "orders", Policy: "local_durable", Retention: &exRetention, MinCopies: &copiesHeld}},
+		{"stream-update.request.schema.json", wire.StreamUpdate{Stream: "orders", Policy: " majority_durable"}},
+		{"stream-update.request.schema.json", wire.StreamUpdate{Stream: "orders", Retention: &wire.Retention{}, MinCopies: new(int)}},
 		{"stream-info.request.schema.json", wire.StreamRef{Stream: "orders"}},
 		{"stream-list.request.schema.json", wire.Empty{}},
 		{"cluster-info.request.schema.json", wire.Empty{}},
@@ -141,6 +149,7 @@ func validExamples() []exampleCase {
 		{"attention-clear.request.schema.json", wire.AttentionClear{Stream: "orders"}},
 		// Admin replies.
 		{"stream-info.reply.schema.json", exStreamInfo},
+		{"stream-info.reply.schema.json", exShort},
 		{"stream-info.reply.schema.json", wire.StreamInfo{Stream: "fresh", StreamID: 18, Copies: 1, Policy: "local_durable",
 			W: 1, R: 1, Assignment: wire.Assignment{Stream: "fresh", StreamID: 18, Epoch: 1, Owner: "node-a", Followers: []string{}, Policy: "local_durable"},
 			Status: wire.StatusServing, Starts: []wire.HistoryStart{}, CopyTails: []wire.CopyTails{}, Version: 89}},
@@ -200,6 +209,8 @@ func validExamples() []exampleCase {
 		{def("recovery_wait"), exWait},
 		{def("recovery_wait"), wire.RecoveryWait{Kind: "answers", Answered: 1, Needed: 2, Unanswered: []string{"node-a"}, AtMS: now}},
 		{def("accepted_loss"), exLoss},
+		{def("under_replication"), exUnder},
+		{def("under_replication"), wire.UnderReplication{Copies: 2, W: 2, SinceMS: now}},
 		{def("copy_tails"), exCopyTails[0]},
 		{def("copy_status"), exCopyStatus},
 		{def("assigned_stream"), exAssigned},
@@ -308,6 +319,12 @@ func TestMalformedExamplesAreRejected(t *testing.T) {
 		{"create: negative retention", "stream-create.request.schema.json", mutate(t, create, set("retention", map[string]any{"max_records": -1}))},
 		{"create: unknown retention field", "stream-create.request.schema.json", mutate(t, create, set("retention", map[string]any{"max_days": 3}))},
 		{"create: array body", "stream-create.request.schema.json", []byte(`[{"stream":"orders","copies":3}]`)},
+		{"create: negative min copies", "stream-create.request.schema.json", mutate(t, create, set("min_copies", -1))},
+		{"update: missing stream", "stream-update.request.schema.json", []byte(`{"policy":"local_durable"}`)},
+		{"update: unknown field", "stream-update.request.schema.json", []byte(`{"stream":"orders","copies":5}`)},
+		{"update: empty policy", "stream-update.request.schema.json", []byte(`{"stream":"orders","policy":""}`)},
+		{"update: negative min copies", "stream-update.request.schema.json", []byte(`{"stream":"orders","min_copies":-1}`)},
+		{"update: null retention", "stream-update.request.schema.json", []byte(`{"stream":"orders","retention":null}`)},
 		{"delete: unknown field", "stream-delete.request.schema.json", []byte(`{"stream":"orders","force":true}`)},
 		{"delete: null stream", "stream-delete.request.schema.json", []byte(`{"stream":null}`)},
 		{"info: missing stream", "stream-info.request.schema.json", []byte(`{}`)},
@@ -328,6 +345,8 @@ func TestMalformedExamplesAreRejected(t *testing.T) {
 		{"stream info: bad wait kind", "stream-info.reply.schema.json", mutate(t, exStreamInfo, in("recovery", in("wait", set("kind", "bored"))))},
 		{"stream info: copy tail role", "stream-info.reply.schema.json", mutate(t, exStreamInfo, first("copy_tails", set("role", "leader")))},
 		{"stream info: bad trace id", "stream-info.reply.schema.json", mutate(t, exStreamInfo, set("last_trace_id", "xyz"))},
+		{"stream info: under-replicated w zero", "stream-info.reply.schema.json", mutate(t, exShort, in("under_replicated", set("w", 0)))},
+		{"stream info: under-replicated without since", "stream-info.reply.schema.json", mutate(t, exShort, in("under_replicated", del("since_ms")))},
 		{"stream list: null streams", "stream-list.reply.schema.json", []byte(`{"streams":null,"version":1}`)},
 		{"cluster info: bad node state", "cluster-info.reply.schema.json", mutate(t, cluster, first("nodes", set("state", "zombie")))},
 		{"cluster info: last seen below -1", "cluster-info.reply.schema.json", mutate(t, cluster, first("nodes", set("last_seen_ms", -2)))},

@@ -1,5 +1,7 @@
 package wire
 
+import "github.com/brook-streams/brook/pkg/policy"
+
 // Node liveness states, as the coordinator's replicated state holds them.
 const (
 	NodeLive     = "live"
@@ -47,6 +49,47 @@ func (a Assignment) Includes(node string) bool {
 	}
 	return false
 }
+
+// UnderReplication is how a stream stands while its assignment holds fewer
+// copies than the stream's E (after a failover left a copy out, until
+// placement adds one back). stream.info shows it, the attention service
+// lists it (kind under_replicated) and the coordinator counts it, all from
+// Assignment.UnderReplicated, so the three cannot disagree.
+type UnderReplication struct {
+	// Copies is how many copies the assignment holds now (fewer than E).
+	Copies int `json:"copies"`
+	// W is the confirm rule now: policy.StampW of the assignment's stamp
+	// and Copies, which is what the owner confirms by.
+	W int `json:"w"`
+	// SinceMS is when the assignment fell below E.
+	SinceMS int64 `json:"since_ms"`
+	// LossLosesConfirmed says one more loss would lose confirmed records:
+	// W is 1, so a record confirmed now may be on one copy only (with one
+	// copy left, every record is). See docs/failover.md, "Under-replicated
+	// streams".
+	LossLosesConfirmed bool `json:"loss_loses_confirmed"`
+	// PublishesRefused says the stream's min_copies is above Copies: the
+	// owner refuses every publish (CodeNotEnoughCopies) until copies are
+	// added back.
+	PublishesRefused bool `json:"publishes_refused"`
+}
+
+// UnderReplicated returns how a stream of e copies (E) with floor minCopies
+// (0: none) stands under a, short since sinceMS, or nil when a holds e
+// copies or more.
+func (a Assignment) UnderReplicated(e, minCopies int, sinceMS int64) *UnderReplication {
+	n := len(a.Copies())
+	if n >= e {
+		return nil
+	}
+	w := policy.StampW(a.Policy, n)
+	return &UnderReplication{Copies: n, W: w, SinceMS: sinceMS, LossLosesConfirmed: w <= 1, PublishesRefused: BelowFloor(n, minCopies)}
+}
+
+// BelowFloor reports whether an assignment of copies copies is below a
+// stream's min_copies floor (0: none): its owner then refuses publishes
+// with CodeNotEnoughCopies and confirms nothing.
+func BelowFloor(copies, minCopies int) bool { return copies < minCopies }
 
 // HistoryStart records where an owner's history began: at Epoch, node Node
 // took over with these record and cursor event tails.

@@ -58,6 +58,7 @@ const (
 const (
 	VerbStreamCreate       = "stream.create"
 	VerbStreamDelete       = "stream.delete"
+	VerbStreamUpdate       = "stream.update"
 	VerbStreamInfo         = "stream.info"
 	VerbStreamList         = "stream.list"
 	VerbClusterInfo        = "cluster.info"

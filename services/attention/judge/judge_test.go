@@ -603,3 +603,69 @@ func TestStoreFailed(t *testing.T) {
 		t.Fatalf("stale heartbeat still listed: %v", kinds(es))
 	}
 }
+
+// TestUnderReplicated: a stream whose assignment holds fewer copies than
+// its E is listed as under_replicated with the figures of the coordinator's
+// one rule (wire.StreamInfo.UnderReplicated): a warning at W=2 (no
+// confirmed record on one copy only), critical once W is 1 (one more loss
+// would lose confirmed records) or its floor refuses publishes; it is
+// listed during a recovery of that assignment too, and cleared once the
+// copies are back.
+func TestUnderReplicated(t *testing.T) {
+	short := func(a wire.Assignment, minCopies int) wire.StreamInfo {
+		s := serving(a)
+		s.Copies, s.MinCopies = 3, minCopies
+		s.UnderReplicated = a.UnderReplicated(s.Copies, minCopies, t0.Add(-time.Minute).UnixMilli())
+		return s
+	}
+	two := assign(2, "majority_durable", "B", "C")
+	f := newFixture().node("B", wire.NodeLive).node("C", wire.NodeLive).
+		hb("B", cp("s", wire.RoleOwner, 2, 50)).hb("C", cp("s", wire.RoleFollower, 2, 50)).stream(short(two, 0))
+	e := only(t, f.judge(nil), wire.AttentionUnderRepl)
+	if e.Severity != wire.SeverityWarning || e.Stream != "s" || e.Node != "B" {
+		t.Errorf("2 of 3 copies: %+v", e)
+	}
+	wantFigures(t, e, map[string]any{
+		"copies": 2, "copies_wanted": 3, "w": 2, "loss_loses_confirmed": false, "publishes_refused": false,
+		"under_replicated_since_ms": t0.Add(-time.Minute).UnixMilli(), "policy": "majority_durable", "min_copies": 0,
+		"copy_nodes": []string{"B", "C"}, "epoch": uint64(2),
+	})
+
+	one := assign(3, "majority_durable", "C")
+	f = newFixture().node("C", wire.NodeLive).hb("C", cp("s", wire.RoleOwner, 3, 60)).stream(short(one, 0))
+	e = only(t, f.judge(nil), wire.AttentionUnderRepl)
+	if e.Severity != wire.SeverityCritical || !strings.Contains(e.Headline, "one more loss would lose confirmed records") {
+		t.Errorf("1 of 3 copies: %+v", e)
+	}
+	wantFigures(t, e, map[string]any{"copies": 1, "w": 1, "loss_loses_confirmed": true, "publishes_refused": false})
+
+	f = newFixture().node("C", wire.NodeLive).hb("C", cp("s", wire.RoleOwner, 3, 60)).stream(short(one, 2))
+	e = only(t, f.judge(nil), wire.AttentionUnderRepl)
+	if !strings.Contains(e.Headline, "publishes are refused below min_copies 2") {
+		t.Errorf("headline %q", e.Headline)
+	}
+	wantFigures(t, e, map[string]any{"min_copies": 2, "publishes_refused": true})
+
+	// A floor the 2 copies meet refuses nothing: still a warning.
+	f = newFixture().node("B", wire.NodeLive).node("C", wire.NodeLive).
+		hb("B", cp("s", wire.RoleOwner, 2, 50)).hb("C", cp("s", wire.RoleFollower, 2, 50)).stream(short(two, 2))
+	if e := only(t, f.judge(nil), wire.AttentionUnderRepl); e.Severity != wire.SeverityWarning {
+		t.Errorf("2 copies at a floor of 2: %+v", e)
+	}
+
+	// While the short assignment recovers, it is still listed, beside the
+	// recovery's own entries.
+	s := short(two, 0)
+	s.Status = wire.StatusRecovering
+	s.Recovery = &wire.PendingRecovery{Stream: "s", Transition: 3, Old: two, Proposal: assign(3, "majority_durable", "C"), Reason: "expired",
+		Wait: &wire.RecoveryWait{Kind: WaitAnswers, Answered: 0, Needed: 1, Unanswered: []string{"B", "C"}}}
+	f = newFixture().node("B", wire.NodeExpired).node("C", wire.NodeLive).hb("C", sealed(cp("s", wire.RoleFollower, 2, 50))).stream(s)
+	only(t, filter(f.judge(nil), wire.AttentionUnderRepl), wire.AttentionUnderRepl)
+
+	// Copies back: nothing.
+	full := assign(4, "majority_durable", "C", "A", "B")
+	f = newFixture().node("A", wire.NodeLive).node("B", wire.NodeLive).node("C", wire.NodeLive).
+		hb("A", cp("s", wire.RoleFollower, 4, 60)).hb("B", cp("s", wire.RoleFollower, 4, 60)).hb("C", cp("s", wire.RoleOwner, 4, 60)).
+		stream(short(full, 2))
+	none(t, f.judge(nil))
+}

@@ -45,6 +45,9 @@ func (j *judging) stream(s wire.StreamInfo, mem *Memory) []found {
 	if s.AcceptedLoss != nil {
 		out = append(out, acceptedLoss(s))
 	}
+	if s.UnderReplicated != nil {
+		out = append(out, underReplicated(s))
+	}
 	out = append(out, j.sealedLeftOut(s)...)
 
 	// A stream that recovers or waits for its only copy does not serve, and
@@ -246,6 +249,47 @@ func policyName(stamp string) string {
 		return p.String()
 	}
 	return stamp
+}
+
+// underReplicated: the assignment holds fewer copies than the stream's E
+// (wire.StreamInfo.UnderReplicated, the coordinator's one rule, which its
+// metrics count by too). Critical when one more loss would lose confirmed
+// records (W is now 1) or when the stream's floor refuses its publishes; a
+// warning otherwise. It goes once the copies are back.
+func underReplicated(s wire.StreamInfo) found {
+	u := s.UnderReplicated
+	sev := wire.SeverityWarning
+	headline := fmt.Sprintf("%s holds %d of its %d copies (W=%d now)", s.Stream, u.Copies, s.Copies, u.W)
+	if u.LossLosesConfirmed {
+		sev = wire.SeverityCritical
+		headline += "; one more loss would lose confirmed records"
+	}
+	if u.PublishesRefused {
+		sev = wire.SeverityCritical
+		headline += fmt.Sprintf("; publishes are refused below min_copies %d", s.MinCopies)
+	}
+	return found{
+		entry: wire.AttentionEntry{
+			Kind:     wire.AttentionUnderRepl,
+			Severity: sev,
+			Stream:   s.Stream,
+			Node:     s.Assignment.Owner,
+			Headline: headline,
+			Figures: map[string]any{
+				"copies":                    u.Copies,
+				"copies_wanted":             s.Copies,
+				"w":                         u.W,
+				"policy":                    policyName(s.Assignment.Policy),
+				"under_replicated_since_ms": u.SinceMS,
+				"loss_loses_confirmed":      u.LossLosesConfirmed,
+				"min_copies":                s.MinCopies,
+				"publishes_refused":         u.PublishesRefused,
+				"copy_nodes":                s.Assignment.Copies(),
+				"epoch":                     s.Assignment.Epoch,
+			},
+		},
+		key: entryKey(wire.AttentionUnderRepl, s.Stream, s.StreamID, ""),
+	}
 }
 
 // sealedLeftOut: a live node publishes a sealed copy of the stream but is in

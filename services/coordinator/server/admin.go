@@ -76,6 +76,8 @@ func (s *Server) verb(name string) handler {
 		return s.streamCreate
 	case wire.VerbStreamDelete:
 		return s.streamDelete
+	case wire.VerbStreamUpdate:
+		return s.streamUpdate
 	case wire.VerbStreamInfo:
 		return s.streamInfo
 	case wire.VerbStreamList:
@@ -294,6 +296,9 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	if req.Retention.MaxAgeMS < 0 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "retention max_age_ms %d is negative", req.Retention.MaxAgeMS)
 	}
+	if req.MinCopies < 0 || req.MinCopies > req.Copies {
+		return nil, wire.Errorf(wire.CodeBadRequest, "min_copies %d: want 1..%d (the stream's copies), or 0 for no floor", req.MinCopies, req.Copies)
+	}
 	st, err := s.store.State(ctx)
 	if err != nil {
 		return nil, err
@@ -311,12 +316,12 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 		stamp = s.opt.DefaultPolicy
 	}
 	a := wire.Assignment{Owner: owner, Followers: followers, Policy: stamp}
-	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli())))
+	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli()).WithMinCopies(req.MinCopies)))
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("stream created", "stream", req.Stream, "stream_id", r.StreamID, "owner", owner,
-		"followers", followers, "policy", stamp, "version", r.Version)
+		"followers", followers, "policy", stamp, "min_copies", req.MinCopies, "version", r.Version)
 	s.notify(a.Copies(), r.Version)
 	// Answer once the owner serves, so that a publish sent the moment the
 	// create answers reaches it rather than no responders. No lock is held
@@ -393,6 +398,56 @@ func (s *Server) streamDelete(ctx context.Context, body []byte) (any, error) {
 	return wire.OK{OK: true, Version: r.Version}, nil
 }
 
+// streamUpdate is stream.update: the state machine decides, from the state
+// it applies the change to, whether a new policy is stamped at once (W' <=
+// W) or goes through a recovery (reason "policy"), whose trace this
+// request starts. The reply is the stream's info after the change.
+func (s *Server) streamUpdate(ctx context.Context, body []byte) (any, error) {
+	var req wire.StreamUpdate
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	if req.Policy != "" {
+		if _, err := policy.Normalize(req.Policy); err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+		}
+	}
+	if req.Retention != nil && req.Retention.MaxAgeMS < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "retention max_age_ms %d is negative", req.Retention.MaxAgeMS)
+	}
+	if req.Policy == "" && req.Retention == nil && req.MinCopies == nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "stream.update of %s names nothing to change (policy, retention, min_copies)", req.Stream)
+	}
+	now := s.opt.Now()
+	// A policy that goes through a recovery continues this trace (the
+	// recovery's workers take its traceparent), as a failover's does.
+	ctx, span := s.tracer.Start(ctx, "stream.update", trace.WithNewRoot(), trace.WithAttributes(
+		attribute.String("stream", req.Stream), attribute.String("policy", req.Policy)))
+	traceID := span.SpanContext().TraceID().String()
+	r, err := check(s.store.Propose(ctx, state.StreamUpdate(req.Stream, req, traceID, tracecontext.TraceParent(ctx), now.UnixMilli())))
+	span.SetAttributes(attribute.Bool("recovery", r.Transition != 0))
+	span.End()
+	if err != nil {
+		return nil, err
+	}
+	if r.Transition != 0 {
+		s.metrics.failoverStarted(state.ReasonPolicy)
+		s.log.Warn("stream updated: the new policy needs more copies to confirm; recovery recorded", "stream", req.Stream,
+			"policy", req.Policy, "transition", r.Transition, "trace_id", traceID, "version", r.Version)
+		s.poke()
+	} else {
+		s.log.Info("stream updated", "stream", req.Stream, "policy", req.Policy, "retention", req.Retention,
+			"min_copies", req.MinCopies, "changed", r.Changed, "version", r.Version)
+	}
+	if r.Changed {
+		s.notifyAll(r.Version, nil)
+	}
+	return s.infoAfter(ctx, req.Stream)
+}
+
 func (s *Server) streamInfo(ctx context.Context, body []byte) (any, error) {
 	var req wire.StreamRef
 	if err := decodeStrict(body, &req); err != nil {
@@ -435,6 +490,7 @@ func (s *Server) info(str *state.Stream, status string, view map[string]liveness
 		Policy:       a.Policy,
 		W:            policy.StampW(a.Policy, e),
 		R:            policy.StampR(a.Policy, e),
+		MinCopies:    str.MinCopies,
 		Retention:    str.Retention,
 		Assignment:   a,
 		Status:       status,
@@ -443,7 +499,9 @@ func (s *Server) info(str *state.Stream, status string, view map[string]liveness
 		CopyTails:    []wire.CopyTails{},
 		LastTraceID:  str.LastTraceID,
 		AcceptedLoss: str.AcceptedLoss,
-		Version:      str.Version,
+		// The same rule the coordinator's metrics count by.
+		UnderReplicated: str.UnderReplicated(),
+		Version:         str.Version,
 	}
 	nodes := a.Copies()
 	var others []string

@@ -44,6 +44,7 @@ type metrics struct {
 	waiting  metric.Int64ObservableGauge
 	streams  metric.Int64ObservableGauge
 	underRep metric.Int64ObservableGauge
+	atRisk   metric.Int64ObservableGauge
 	nodes    metric.Int64ObservableGauge
 	leader   metric.Int64ObservableGauge
 	reg      metric.Registration
@@ -82,6 +83,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	add(err)
 	m.underRep, err = mt.Int64ObservableGauge("brook.coordinator.stream.under_replicated", metric.WithUnit("{stream}"),
 		metric.WithDescription("Streams whose assignment holds fewer copies than the stream's E."))
+	add(err)
+	m.atRisk, err = mt.Int64ObservableGauge("brook.coordinator.stream.under_replicated_at_risk", metric.WithUnit("{stream}"),
+		metric.WithDescription("Under-replicated streams where one more loss would lose confirmed records: W of their assignment is now 1."))
 	add(err)
 	m.nodes, err = mt.Int64ObservableGauge("brook.coordinator.node.count", metric.WithUnit("{node}"),
 		metric.WithDescription("Stream hosts by liveness state (live, expired, draining, left)."))
@@ -161,6 +165,7 @@ func (m *metrics) observe(s *Server) error {
 				o.ObserveInt64(m.nodes, int64(n), metric.WithAttributes(attrNodeState.String(state)))
 			}
 			o.ObserveInt64(m.underRep, int64(c.UnderReplicated))
+			o.ObserveInt64(m.atRisk, int64(c.UnderReplicatedAtRisk))
 			// The usual reasons and waits are reported at 0 too, so that
 			// their series exist before the first failover.
 			for _, r := range []string{"expired", "left", "drain"} {
@@ -176,7 +181,7 @@ func (m *metrics) observe(s *Server) error {
 				o.ObserveInt64(m.waiting, int64(n), metric.WithAttributes(attrWait.String(kind)))
 			}
 			return nil
-		}, m.pending, m.waiting, m.streams, m.underRep, m.nodes, m.leader)
+		}, m.pending, m.waiting, m.streams, m.underRep, m.atRisk, m.nodes, m.leader)
 	if err != nil {
 		return err
 	}

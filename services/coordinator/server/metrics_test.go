@@ -78,6 +78,8 @@ func TestCoordinatorMetrics(t *testing.T) {
 		{"brook_coordinator_stream_count", 1, []string{"brook_stream_status", wire.StatusServing}},
 		{"brook_coordinator_stream_count", 0, []string{"brook_stream_status", wire.StatusRecovering}},
 		{"brook_coordinator_stream_under_replicated", 1, nil},
+		// Two copies left of three under majority_durable: W = 2.
+		{"brook_coordinator_stream_under_replicated_at_risk", 0, nil},
 		{"brook_coordinator_node_count", 1, []string{"brook_node_state", wire.NodeExpired}},
 		{"brook_coordinator_node_count", 2, []string{"brook_node_state", wire.NodeLive}},
 		{"brook_coordinator_raft_leader", 1, nil},

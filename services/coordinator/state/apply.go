@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -32,6 +33,8 @@ func (s *State) Apply(c Command) Result {
 		r = s.streamCreate(c)
 	case OpStreamDelete:
 		r = s.streamDelete(c)
+	case OpStreamUpdate:
+		r = s.streamUpdate(c)
 	case OpAssignUpdate:
 		r = s.assignUpdate(c)
 	case OpRecoveryBegin:
@@ -182,6 +185,9 @@ func (s *State) streamCreate(c Command) Result {
 	if err != nil {
 		return refuse(wire.CodeBadRequest, "%v", err)
 	}
+	if r := checkMinCopies(c.MinCopies, c.Copies); r != nil {
+		return *r
+	}
 	if s.Streams[c.Stream] != nil {
 		return refuse(wire.CodeExists, "stream %s exists", c.Stream)
 	}
@@ -198,12 +204,96 @@ func (s *State) streamCreate(c Command) Result {
 	s.NextStreamID++
 	a.Stream, a.StreamID, a.Epoch = c.Stream, s.NextStreamID, 1
 	st := &Stream{
-		Name: c.Stream, ID: a.StreamID, Copies: c.Copies, Policy: named, Retention: c.Retention,
+		Name: c.Stream, ID: a.StreamID, Copies: c.Copies, Policy: named, Retention: c.Retention, MinCopies: c.MinCopies,
 		Assignment: a, Starts: []wire.HistoryStart{}, CreatedMS: c.AtMS,
 	}
 	s.Streams[c.Stream] = st
 	s.touch(st, true)
 	return Result{Changed: true, StreamID: st.ID}
+}
+
+// checkMinCopies validates a floor of copies for a stream of e copies: 1 to
+// e, or 0 for none.
+func checkMinCopies(minCopies, e int) *Result {
+	if minCopies < 0 || minCopies > e {
+		r := refuse(wire.CodeBadRequest, "min_copies %d: want 1..%d (the stream's copies), or 0 for no floor", minCopies, e)
+		return &r
+	}
+	return nil
+}
+
+// streamUpdate is the operator's change of a stream's policy, retention and
+// floor. Retention and floor are the stream's own (hosts take them with the
+// assignment). A policy that needs no more copies to confirm under the
+// current assignment (W' <= W) is stamped on it at once: a record confirmed
+// on W copies meets any E - W' + 1 copies. One that needs more records a
+// pending recovery (reason "policy") whose proposal is the assignment at
+// the next epoch under the new stamp, so the stream moves to it only
+// through a seal and a promotion, as for an owner change.
+func (s *State) streamUpdate(c Command) Result {
+	st := s.Streams[c.Stream]
+	if st == nil {
+		return refuse(wire.CodeNotFound, "stream %s does not exist", c.Stream)
+	}
+	u := c.Update
+	if u == nil {
+		return refuse(wire.CodeBadRequest, "update of %s carries no change", c.Stream)
+	}
+	named := ""
+	if strings.TrimSpace(u.Policy) != "" {
+		var err error
+		if named, err = policy.Normalize(u.Policy); err != nil {
+			return refuse(wire.CodeBadRequest, "%v", err)
+		}
+	}
+	if u.Retention != nil && u.Retention.MaxAgeMS < 0 {
+		return refuse(wire.CodeBadRequest, "retention max_age_ms %d is negative", u.Retention.MaxAgeMS)
+	}
+	if u.MinCopies != nil {
+		if r := checkMinCopies(*u.MinCopies, st.Copies); r != nil {
+			return *r
+		}
+	}
+	cur := st.Assignment
+	stamp := named != "" && named != cur.Policy
+	if stamp && st.Recovery != nil {
+		return refuse(wire.CodeConflict, "stream %s has a pending recovery (transition %d); change its policy once it serves again",
+			c.Stream, st.Recovery.Transition)
+	}
+	differs := (named != "" && named != st.Policy) || stamp ||
+		(u.Retention != nil && *u.Retention != st.Retention) || (u.MinCopies != nil && *u.MinCopies != st.MinCopies)
+	if !differs {
+		return Result{}
+	}
+	if u.Retention != nil {
+		st.Retention = *u.Retention
+	}
+	if u.MinCopies != nil {
+		st.MinCopies = *u.MinCopies
+	}
+	if named != "" {
+		st.Policy = named
+	}
+	if !stamp {
+		// The assignment stays; hosts pull the new retention and floor.
+		s.AssignVersion = s.bump()
+		return changed
+	}
+	e := len(cur.Copies())
+	if policy.StampW(named, e) <= policy.StampW(cur.Policy, e) {
+		st.Assignment.Policy = named
+		st.TraceParent = ""
+		s.touch(st, true)
+		return changed
+	}
+	p := CloneAssignment(cur)
+	p.Policy = named
+	tr := s.recordRecovery(st, p, ReasonPolicy, c.TraceID, c.TraceParent, c.AtMS)
+	// The stream version moves (a plan read before it is refused) and so
+	// does the assignment version, so hosts take the new retention and
+	// floor without waiting for the recovery.
+	s.touch(st, true)
+	return Result{Changed: true, Transition: tr}
 }
 
 func (s *State) streamDelete(c Command) Result {
@@ -315,29 +405,41 @@ func (s *State) recoveryBegin(c Command) Result {
 	if c.Reason != ReasonGrow && c.Reason != ReasonSealed && !s.ownerLost(st.Assignment) {
 		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
 	}
+	tr := s.recordRecovery(st, *c.Proposal, c.Reason, c.TraceID, c.TraceParent, c.AtMS)
+	s.touch(st, false)
+	return Result{Changed: true, Transition: tr}
+}
+
+// recordRecovery sets a pending recovery of st from its assignment to
+// proposal (at the next epoch) and returns its transition; the caller
+// bumps the versions.
+func (s *State) recordRecovery(st *Stream, proposal wire.Assignment, reason, traceID, traceParent string, atMS int64) uint64 {
 	s.NextTransition++
-	p := CloneAssignment(*c.Proposal)
+	p := CloneAssignment(proposal)
 	p.Stream, p.StreamID, p.Epoch = st.Name, st.ID, st.Assignment.Epoch+1
 	st.Recovery = &wire.PendingRecovery{
 		Stream:      st.Name,
 		Transition:  s.NextTransition,
 		Old:         CloneAssignment(st.Assignment),
 		Proposal:    p,
-		Reason:      c.Reason,
-		Since:       c.AtMS,
-		TraceID:     c.TraceID,
-		TraceParent: c.TraceParent,
+		Reason:      reason,
+		Since:       atMS,
+		TraceID:     traceID,
+		TraceParent: traceParent,
 	}
-	if c.TraceID != "" {
-		st.LastTraceID = c.TraceID
+	if traceID != "" {
+		st.LastTraceID = traceID
 	}
-	s.touch(st, false)
-	return Result{Changed: true, Transition: s.NextTransition}
+	return s.NextTransition
 }
 
 // ReasonGrow is the pending-recovery reason of a copy-count increase that
 // needs more copies to confirm (W' > W) while the owner is live.
 const ReasonGrow = "grow"
+
+// ReasonPolicy is the pending-recovery reason of a stream.update to a
+// policy that needs more copies to confirm (W' > W) than the current one.
+const ReasonPolicy = "policy"
 
 // ReasonSealed is the pending-recovery reason of a stream whose copies are
 // sealed past its assignment's epoch with no recovery pending (a withdrawn

@@ -15,6 +15,7 @@ const (
 	OpNodeDrain        = "node.drain"        // live -> draining (operator)
 	OpStreamCreate     = "stream.create"     // a new stream with its first assignment
 	OpStreamDelete     = "stream.delete"     // drop a stream, its starts and any recovery
+	OpStreamUpdate     = "stream.update"     // operator changes policy, retention, min_copies; a policy needing more copies records a recovery
 	OpAssignUpdate     = "assign.update"     // keep owner, epoch and followers; add followers (W' <= W); guarded
 	OpRecoveryBegin    = "recovery.begin"    // record a pending recovery; guarded
 	OpRecoveryCommit   = "recovery.commit"   // the worker's one guarded write
@@ -38,6 +39,8 @@ type Command struct {
 	Version      uint64             `json:"version,omitempty"`
 	Transition   uint64             `json:"transition,omitempty"`
 	Copies       int                `json:"copies,omitempty"`
+	MinCopies    int                `json:"min_copies,omitempty"`
+	Update       *wire.StreamUpdate `json:"update,omitempty"`
 	Policy       string             `json:"policy,omitempty"`
 	Retention    wire.Retention     `json:"retention"`
 	Assignment   *wire.Assignment   `json:"assignment,omitempty"`
@@ -117,6 +120,20 @@ func NodeDrain(node string, atMS int64) Command {
 // what the create named ("" for the cluster default).
 func StreamCreate(stream string, copies int, policy string, ret wire.Retention, a wire.Assignment, atMS int64) Command {
 	return Command{Op: OpStreamCreate, Stream: stream, Copies: copies, Policy: policy, Retention: ret, Assignment: &a, AtMS: atMS}
+}
+
+// WithMinCopies sets the floor of a StreamCreate (0: none).
+func (c Command) WithMinCopies(n int) Command {
+	c.MinCopies = n
+	return c
+}
+
+// StreamUpdate changes the policy, retention and floor of stream as u says
+// (its Stream is ignored); traceID and traceParent name the trace of the
+// recovery a policy needing more copies to confirm records.
+func StreamUpdate(stream string, u wire.StreamUpdate, traceID, traceParent string, atMS int64) Command {
+	u.Stream = stream
+	return Command{Op: OpStreamUpdate, Stream: stream, Update: &u, TraceID: traceID, TraceParent: traceParent, AtMS: atMS}
 }
 
 // StreamDelete deletes a stream.

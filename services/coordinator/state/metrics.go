@@ -9,8 +9,11 @@ type Counts struct {
 	// waiting).
 	StreamsByStatus map[string]int
 	// UnderReplicated counts streams whose assignment holds fewer copies
-	// than the stream's E.
-	UnderReplicated int
+	// than the stream's E, and UnderReplicatedAtRisk those of them where
+	// one more loss would lose confirmed records (W now is 1); both by
+	// Stream.UnderReplicated, the rule stream.info and attention show.
+	UnderReplicated       int
+	UnderReplicatedAtRisk int
 	// NodesByState counts nodes by state (live, expired, draining, left).
 	NodesByState map[string]int
 	// PendingByReason counts pending recoveries by their reason (expired,
@@ -33,8 +36,11 @@ func (s *State) Counts() Counts {
 	}
 	for _, st := range s.Streams {
 		c.StreamsByStatus[s.Status(st)]++
-		if 1+len(st.Assignment.Followers) < st.Copies {
+		if u := st.UnderReplicated(); u != nil {
 			c.UnderReplicated++
+			if u.LossLosesConfirmed {
+				c.UnderReplicatedAtRisk++
+			}
 		}
 		if r := st.Recovery; r != nil {
 			c.PendingByReason[r.Reason]++

@@ -54,8 +54,12 @@ type Stream struct {
 	Copies int `json:"copies"`
 	// Policy is the confirm policy the create named, or "" for the
 	// cluster's default (which the controller stamps on assignments).
-	Policy     string                `json:"policy,omitempty"`
-	Retention  wire.Retention        `json:"retention"`
+	Policy    string         `json:"policy,omitempty"`
+	Retention wire.Retention `json:"retention"`
+	// MinCopies is the stream's floor (0: none, as in every snapshot
+	// written before it existed): while the assignment holds fewer copies
+	// the owner refuses publishes (wire.BelowFloor).
+	MinCopies  int                   `json:"min_copies,omitempty"`
 	Assignment wire.Assignment       `json:"assignment"`
 	Recovery   *wire.PendingRecovery `json:"recovery,omitempty"`
 	// Starts are the history starts, oldest first; never nil.
@@ -81,6 +85,12 @@ type Stream struct {
 	// guarded writes name the Version they read.
 	Version   uint64 `json:"version"`
 	CreatedMS int64  `json:"created_ms"`
+}
+
+// UnderReplicated is how the stream stands while its assignment holds
+// fewer copies than Copies (wire.Assignment.UnderReplicated), or nil.
+func (st *Stream) UnderReplicated() *wire.UnderReplication {
+	return st.Assignment.UnderReplicated(st.Copies, st.MinCopies, st.ShortSinceMS)
 }
 
 // New returns an empty state.

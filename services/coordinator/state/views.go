@@ -84,6 +84,7 @@ func (s *State) AssignmentSnapshot(node string) wire.AssignmentSnapshot {
 			Assignment:  CloneAssignment(st.Assignment),
 			Starts:      append([]wire.HistoryStart{}, st.Starts...),
 			Retention:   st.Retention,
+			MinCopies:   st.MinCopies,
 			TraceParent: st.TraceParent,
 		})
 	}

@@ -287,10 +287,10 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 
 	if a.Owner == h.cfg.Node {
 		if r.own != nil && r.own.epoch == a.Epoch && r.own.c == c {
-			r.own.update(a)
+			r.own.update(a, as.MinCopies)
 		} else {
 			r.stopRole(wire.CodeNotOwner)
-			if err := h.promote(ctx, log, r, c, a, historyFloor(as.Starts, a.Epoch)); err != nil {
+			if err := h.promote(ctx, log, r, c, a, as.MinCopies, historyFloor(as.Starts, a.Epoch)); err != nil {
 				r.publishStatus(as.Retention)
 				return err
 			}
@@ -316,8 +316,8 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 
 // unchanged reports whether the copy already plays the role as assigns it,
 // at its epoch, so that re-applying it is skipped without a span or a log
-// line (an owner still takes a changed follower set or policy). Call with
-// r.mu held.
+// line (an owner still takes a changed follower set, policy or floor).
+// Call with r.mu held.
 func (h *Host) unchanged(r *replica, as *wire.AssignedStream) bool {
 	a := as.Assignment
 	c := h.store.Get(a.Stream)
@@ -338,7 +338,7 @@ func (h *Host) unchanged(r *replica, as *wire.AssignedStream) bool {
 	}
 	switch {
 	case a.Owner == h.cfg.Node && r.own != nil && r.own.epoch == a.Epoch && r.own.c == c:
-		r.own.update(a)
+		r.own.update(a, as.MinCopies)
 		return true
 	case a.Owner != h.cfg.Node && r.fol != nil && r.fol.epoch == a.Epoch && r.fol.owner == a.Owner && r.fol.c == c && !r.fol.ended():
 		// A follower whose worker ended is not in line: applyOne starts
@@ -405,9 +405,10 @@ func historyFloor(starts []wire.HistoryStart, epoch uint64) uint64 {
 	return floor
 }
 
-// promote starts the owner role at the copy's own tails; floor is the
-// record tail of its history start (historyFloor).
-func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, floor uint64) error {
+// promote starts the owner role at the copy's own tails; minCopies is the
+// stream's floor of copies, floor the record tail of its history start
+// (historyFloor).
+func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, minCopies int, floor uint64) error {
 	_, span := h.tracer.Start(ctx, "promote")
 	defer span.End()
 	pre := r.pre
@@ -421,7 +422,7 @@ func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *str
 	// wrote into it leaves the copy none rather than one whose tail and
 	// digest no longer say what it holds.
 	r.win = nil
-	o, err := startOwner(h, c, a, floor, pre)
+	o, err := startOwner(h, c, a, minCopies, floor, pre)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

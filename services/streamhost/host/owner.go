@@ -72,6 +72,14 @@ type owner struct {
 	mu        sync.Mutex
 	followers []string
 	w         int
+	// copies is how many copies the assignment holds and minCopies the
+	// stream's floor (0: none). While the assignment is below the floor
+	// (wire.BelowFloor) the owner confirms nothing: publishes are refused
+	// with not_enough_copies. short mirrors that for the appender, which
+	// checks it before writing without taking mu.
+	copies    int
+	minCopies int
+	short     atomic.Bool
 	acks      map[string]followerAck
 	tail      uint64 // the owner's durable record tail
 	watermark uint64 // confirmed: every record below is on >= W copies
@@ -125,9 +133,9 @@ type outgoing struct {
 }
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
-// tails; pre is the duplicate window its last seal began to build, if any
-// (window.go).
-func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64, pre *prebuilt) (*owner, error) {
+// tails, under the stream's floor of copies minCopies; pre is the
+// duplicate window its last seal began to build, if any (window.go).
+func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, floor uint64, pre *prebuilt) (*owner, error) {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	o := &owner{
 		h:        h,
@@ -154,7 +162,11 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, floor uint64, pre
 	// accept-loss below the confirmed prefix: nothing past the copy's own
 	// tail is settled here.
 	o.settledFloor = min(floor, o.tail)
-	o.setAssignmentLocked(a)
+	o.setAssignmentLocked(a, minCopies)
+	if o.short.Load() {
+		o.log.Warn("the assignment holds fewer copies than the stream's min_copies: publishes are refused until copies are added",
+			"copies", o.copies, "min_copies", o.minCopies)
+	}
 	// With W = 1 the owner's own tail is the watermark: readers must see
 	// the copy's records at once, not after the next publish or ack.
 	o.advanceLocked()
@@ -212,8 +224,9 @@ func (o *owner) announce(a wire.Assignment) {
 	}
 }
 
-// setAssignmentLocked takes the followers and W of a (same epoch).
-func (o *owner) setAssignmentLocked(a wire.Assignment) {
+// setAssignmentLocked takes the followers and W of a (same epoch) and the
+// stream's floor minCopies.
+func (o *owner) setAssignmentLocked(a wire.Assignment, minCopies int) {
 	o.followers = o.followers[:0]
 	for _, f := range a.Followers {
 		if f != a.Owner && !slices.Contains(o.followers, f) {
@@ -226,22 +239,50 @@ func (o *owner) setAssignmentLocked(a wire.Assignment) {
 		}
 	}
 	o.w = policy.StampW(a.Policy, len(a.Copies()))
+	o.copies, o.minCopies = 1+len(o.followers), minCopies
+	o.short.Store(wire.BelowFloor(o.copies, o.minCopies))
 }
 
 // update applies an assignment change at the same epoch (a follower added
-// or removed, or another policy).
-func (o *owner) update(a wire.Assignment) {
+// or removed, another policy or another floor).
+func (o *owner) update(a wire.Assignment, minCopies int) {
 	o.mu.Lock()
-	before, w := slices.Clone(o.followers), o.w
-	o.setAssignmentLocked(a)
-	changed := w != o.w || !slices.Equal(before, o.followers)
-	after, newW := slices.Clone(o.followers), o.w
+	before, w, wasShort, floor := slices.Clone(o.followers), o.w, o.short.Load(), o.minCopies
+	o.setAssignmentLocked(a, minCopies)
+	changed := w != o.w || !slices.Equal(before, o.followers) || floor != o.minCopies
+	after, newW, short, copies := slices.Clone(o.followers), o.w, o.short.Load(), o.copies
 	out := o.advanceLocked()
 	o.mu.Unlock()
 	o.send(out)
 	if changed {
-		o.log.Info("owner assignment updated", "followers", after, "w", newW, "previous_followers", before, "previous_w", w)
+		o.log.Info("owner assignment updated", "followers", after, "w", newW, "min_copies", minCopies,
+			"previous_followers", before, "previous_w", w, "previous_min_copies", floor)
 	}
+	switch {
+	case short && !wasShort:
+		o.log.Warn("the assignment holds fewer copies than the stream's min_copies: publishes are refused until copies are added",
+			"copies", copies, "min_copies", minCopies)
+	case wasShort && !short:
+		o.log.Info("the assignment holds min_copies again: publishes are taken", "copies", copies, "min_copies", minCopies)
+	}
+}
+
+// floorError is the refusal of a publish while the assignment is below
+// the stream's floor: nothing is confirmed below it.
+func (o *owner) floorError() *wire.Error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.floorErrorLocked()
+}
+
+func (o *owner) floorErrorLocked() *wire.Error {
+	copies := "copies"
+	if o.copies == 1 {
+		copies = "copy"
+	}
+	return wire.Errorf(wire.CodeNotEnoughCopies,
+		"stream %s: the assignment at epoch %d holds %d %s, fewer than the stream's min_copies %d; not confirmed, retry once copies are added",
+		o.stream, o.epoch, o.copies, copies, o.minCopies)
 }
 
 // tailsLocked returns the owner's tail followed by each follower's acked
@@ -267,6 +308,11 @@ func (o *owner) advanceLocked() []outgoing {
 	}
 	if o.failCode != "" {
 		return nil
+	}
+	if o.short.Load() {
+		// Below the floor nothing is confirmed, not even a record written
+		// before the floor was raised: every waiting publish is refused.
+		return o.refuseAllLocked(o.floorErrorLocked())
 	}
 	var out []outgoing
 	for len(o.pending) > 0 && o.pending[0].offset < o.watermark {
@@ -498,6 +544,15 @@ type produced struct {
 }
 
 func (o *owner) appendBatch(batch []*nats.Msg) {
+	if o.short.Load() {
+		// Below the stream's floor nothing is written, so nothing can be
+		// confirmed later either.
+		e := o.floorError()
+		for _, m := range batch {
+			o.refusePublish(m.Reply, e)
+		}
+		return
+	}
 	now := time.Now()
 	data := make([][]byte, 0, len(batch))
 	items := make([]produced, 0, len(batch))
@@ -637,7 +692,11 @@ func (o *owner) failLocked() []outgoing {
 	if o.failCode == "" {
 		return nil
 	}
-	e := closeError(o.failCode, o.stream)
+	return o.refuseAllLocked(closeError(o.failCode, o.stream))
+}
+
+// refuseAllLocked answers every waiting publish with e (never nil).
+func (o *owner) refuseAllLocked(e *wire.Error) []outgoing {
 	out := make([]outgoing, 0, len(o.pending)+len(o.dups))
 	for _, w := range o.pending {
 		out = append(out, outgoing{to: w.reply, fail: e})
@@ -646,10 +705,7 @@ func (o *owner) failLocked() []outgoing {
 		out = append(out, outgoing{to: w.reply, fail: e})
 	}
 	o.pending, o.dups = nil, nil
-	if out == nil {
-		out = []outgoing{}
-	}
-	return out
+	return out // never nil: failLocked's callers tell "failed" by it
 }
 
 // armLocked sets the timer for the earliest confirm deadline.
