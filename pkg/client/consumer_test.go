@@ -119,7 +119,7 @@ func TestConsumerPositionAndCommitOnClose(t *testing.T) {
 	c := connectClient(t, url)
 	ctx := ctxTimeout(t, 10*time.Second)
 
-	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", MaxRecords: 4, CommitInterval: -1, Wait: 10 * time.Millisecond})
+	cn, err := c.NewConsumer("s", ConsumerConfig{Cursor: "c", MaxRecords: 4, CommitInterval: -1, Wait: 10 * time.Millisecond, Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

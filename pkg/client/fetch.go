@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,7 +140,18 @@ type ConsumerConfig struct {
 	// FromStreamID): after that stream is deleted, Next and Commit fail
 	// with not_found instead of reading a new stream of the same name.
 	StreamID uint64
+	// Prefetch is how many fetches the consumer keeps in flight while it
+	// is behind: when a reply says the owner has confirmed more than it
+	// returned, the following batches are asked for by offset (without a
+	// long poll) before the caller has consumed this one, so the owner
+	// reads and the network carries the next batches while the caller
+	// works. 0 means DefaultPrefetch; 1 fetches one batch at a time. It
+	// holds up to Prefetch replies (each up to MaxBytes) in memory.
+	Prefetch int
 }
+
+// DefaultPrefetch is ConsumerConfig.Prefetch when it is 0.
+const DefaultPrefetch = 4
 
 // Consumer reads a stream through a durable cursor. The first fetch starts
 // at the cursor's committed position; after that the consumer tracks its
@@ -162,7 +175,25 @@ type Consumer struct {
 	lastCommit time.Time
 	empties    int // fetches in a row that returned nothing
 	closed     bool
+
+	// ahead are the fetches asked for ahead, in offset order, each from
+	// where the one before it is expected to end.
+	ahead []*aheadFetch
 }
+
+// aheadFetch is a fetch a Consumer asked for before it needed it.
+type aheadFetch struct {
+	from   uint64
+	max    int // records asked for
+	cancel context.CancelFunc
+	done   chan struct{} // closed once b or err is set
+	b      *frame.Batch
+	err    error
+}
+
+// end is where the next fetch after f would start if f returned all it
+// asked for.
+func (f *aheadFetch) end() uint64 { return f.from + uint64(f.max) }
 
 // NewConsumer returns a consumer of stream; it fetches nothing until Next.
 func (c *Client) NewConsumer(stream string, cfg ConsumerConfig) (*Consumer, error) {
@@ -177,6 +208,9 @@ func (c *Client) NewConsumer(stream string, cfg ConsumerConfig) (*Consumer, erro
 	}
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = time.Second
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = DefaultPrefetch
 	}
 	return &Consumer{c: c, stream: stream, cfg: cfg, lastCommit: time.Now()}, nil
 }
@@ -222,9 +256,13 @@ func (cn *Consumer) Next(ctx context.Context) (frame.Record, error) {
 	return rec, nil
 }
 
-// fill makes one fetch and buffers what it returned, waiting a little
-// after an empty answer the owner did not hold back.
+// fill makes one fetch, or takes the first fetch asked for ahead, and
+// buffers what it returned, waiting a little after an empty answer the
+// owner did not hold back.
 func (cn *Consumer) fill(ctx context.Context) error {
+	if len(cn.ahead) > 0 {
+		return cn.takeAhead(ctx)
+	}
 	req := wire.FetchRequest{
 		MaxRecords: cn.cfg.MaxRecords,
 		MaxBytes:   cn.cfg.MaxBytes,
@@ -262,6 +300,7 @@ func (cn *Consumer) fill(ctx context.Context) error {
 		cn.next = max(cn.next, recs[len(recs)-1].Offset+1, b.Next)
 		cn.buf = recs
 		cn.empties = 0
+		cn.fetchAhead(b, len(b.Records))
 		return nil
 	}
 	cn.next = max(cn.next, b.Next)
@@ -277,6 +316,86 @@ func (cn *Consumer) fill(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// takeAhead waits for the first fetch asked for ahead and buffers its
+// records if they start where the consumer is. A fetch ahead that failed,
+// found nothing, or would leave a gap is dropped with every one after it:
+// the next fill fetches from the consumer's position as usual, so that
+// errors, long polls and the position the owner names are the plain
+// fetch's.
+func (cn *Consumer) takeAhead(ctx context.Context) error {
+	f := cn.ahead[0]
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return fmt.Errorf("consume %s/%s: %w", cn.stream, cn.cfg.Cursor, ctx.Err())
+	}
+	cn.ahead = cn.ahead[1:]
+	f.cancel()
+	if f.err != nil || f.from > cn.next {
+		cn.dropAhead()
+		return nil
+	}
+	recs := f.b.Records
+	for len(recs) > 0 && recs[0].Offset < cn.next {
+		recs = recs[1:]
+	}
+	if len(recs) == 0 || recs[0].Offset != cn.next {
+		cn.dropAhead()
+		return nil
+	}
+	cn.next = max(cn.next, recs[len(recs)-1].Offset+1, f.b.Next)
+	cn.buf = recs
+	cn.empties = 0
+	if len(cn.ahead) > 0 && cn.ahead[0].from > cn.next {
+		// This batch came back shorter than asked (its bytes ran out
+		// first): ask for the gap before the next batch, which is kept.
+		cn.askAhead(0, cn.next, int(cn.ahead[0].from-cn.next))
+	}
+	cn.fetchAhead(f.b, len(f.b.Records))
+	return nil
+}
+
+// fetchAhead asks for the batches after the one b answered while b says
+// the owner confirmed more than it returned, keeping up to Prefetch
+// fetches in flight (the one being consumed counts), each asking for as
+// many records as b returned (n), which is what the owner's bounds let
+// one reply carry.
+func (cn *Consumer) fetchAhead(b *frame.Batch, n int) {
+	if n == 0 {
+		return
+	}
+	from := cn.next
+	if k := len(cn.ahead); k > 0 {
+		from = cn.ahead[k-1].end()
+	}
+	for len(cn.ahead) < cn.cfg.Prefetch-1 && from < b.Confirmed {
+		ask := min(n, int(min(b.Confirmed-from, math.MaxInt32)))
+		cn.askAhead(len(cn.ahead), from, ask)
+		from += uint64(ask)
+	}
+}
+
+// askAhead sends a fetch of up to n records from offset from, without a
+// long poll, and inserts it at index i of the fetches ahead.
+func (cn *Consumer) askAhead(i int, from uint64, n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &aheadFetch{from: from, max: n, cancel: cancel, done: make(chan struct{})}
+	req := wire.FetchRequest{Start: "offset", Offset: from, MaxRecords: n, MaxBytes: cn.cfg.MaxBytes}
+	go func() {
+		defer close(f.done)
+		f.b, f.err = cn.c.Fetch(ctx, cn.stream, req, FromStreamID(cn.cfg.StreamID))
+	}()
+	cn.ahead = slices.Insert(cn.ahead, i, f)
+}
+
+// dropAhead cancels and forgets every fetch asked for ahead.
+func (cn *Consumer) dropAhead() {
+	for _, f := range cn.ahead {
+		f.cancel()
+	}
+	cn.ahead = nil
 }
 
 // Commit records the consumed position on the owner if it moved since the
@@ -302,6 +421,7 @@ func (cn *Consumer) Close(ctx context.Context) error {
 		return nil
 	}
 	cn.closed = true
+	cn.dropAhead()
 	if err := cn.Commit(ctx); err != nil {
 		return fmt.Errorf("close consumer %s/%s: %w", cn.stream, cn.cfg.Cursor, err)
 	}
