@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -44,23 +45,28 @@ var ErrMalformed = errors.New("malformed frame")
 const (
 	minRecordLen = 2 // time delta varint + data length varint
 	minEventLen  = 3 // name length varint + 1 name byte + position varint
+	// maxRecordOverhead is the most a record's time delta and data length
+	// add to its data.
+	maxRecordOverhead = 2 * binary.MaxVarintLen64
 )
 
 func appendBatch(dst []byte, b *Batch) []byte {
-	dst = append(dst, Magic, Version, KindBatch)
-	dst = binary.AppendUvarint(dst, b.Epoch)
-	dst = binary.AppendUvarint(dst, b.Head)
-	// Digests are uniformly spread 64-bit values: fixed width is shorter
-	// than a varint for almost all of them.
-	dst = binary.BigEndian.AppendUint64(dst, b.HeadDigest)
-	dst = binary.AppendUvarint(dst, b.Tail)
-	dst = binary.AppendUvarint(dst, b.Confirmed)
-	dst = binary.AppendUvarint(dst, b.Next)
-
-	// Offsets are contiguous by contract, so only the first one travels.
-	dst = binary.AppendUvarint(dst, uint64(len(b.Records)))
+	// Grow once: appending a large batch piece by piece would copy it
+	// again at every doubling.
+	size := maxHeaderLen + 2*binary.MaxVarintLen64
+	for i := range b.Records {
+		size += len(b.Records[i].Data) + maxRecordOverhead
+	}
+	for i := range b.CursorEvents {
+		size += len(b.CursorEvents[i].Cursor) + 2*binary.MaxVarintLen64
+	}
+	dst = slices.Grow(dst, size)
+	var first uint64
 	if len(b.Records) > 0 {
-		dst = binary.AppendUvarint(dst, b.Records[0].Offset)
+		first = b.Records[0].Offset
+	}
+	dst = appendBatchHead(dst, b, len(b.Records), first)
+	if len(b.Records) > 0 {
 		// Times are deltas from the previous record: records written
 		// together have close times, so a delta takes 1-4 bytes where an
 		// absolute nanosecond time takes 9. Wrapping arithmetic is exact.
@@ -74,11 +80,36 @@ func appendBatch(dst []byte, b *Batch) []byte {
 		}
 	}
 
-	dst = binary.AppendUvarint(dst, uint64(len(b.CursorEvents)))
-	if len(b.CursorEvents) > 0 {
-		dst = binary.AppendUvarint(dst, b.CursorEvents[0].Offset)
-		for i := range b.CursorEvents {
-			e := &b.CursorEvents[i]
+	return appendCursorEvents(dst, b.CursorEvents)
+}
+
+// appendBatchHead appends a batch's header fields and the head of its
+// record run: n records from offset first.
+func appendBatchHead(dst []byte, b *Batch, n int, first uint64) []byte {
+	dst = append(dst, Magic, Version, KindBatch)
+	dst = binary.AppendUvarint(dst, b.Epoch)
+	dst = binary.AppendUvarint(dst, b.Head)
+	// Digests are uniformly spread 64-bit values: fixed width is shorter
+	// than a varint for almost all of them.
+	dst = binary.BigEndian.AppendUint64(dst, b.HeadDigest)
+	dst = binary.AppendUvarint(dst, b.Tail)
+	dst = binary.AppendUvarint(dst, b.Confirmed)
+	dst = binary.AppendUvarint(dst, b.Next)
+	// Offsets are contiguous by contract, so only the first one travels.
+	dst = binary.AppendUvarint(dst, uint64(n))
+	if n > 0 {
+		dst = binary.AppendUvarint(dst, first)
+	}
+	return dst
+}
+
+// appendCursorEvents appends a batch's cursor event run, its last part.
+func appendCursorEvents(dst []byte, evs []CursorEvent) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(evs)))
+	if len(evs) > 0 {
+		dst = binary.AppendUvarint(dst, evs[0].Offset)
+		for i := range evs {
+			e := &evs[i]
 			dst = binary.AppendUvarint(dst, uint64(len(e.Cursor)))
 			dst = append(dst, e.Cursor...)
 			dst = binary.AppendUvarint(dst, e.Position)
