@@ -180,6 +180,14 @@ func (c *Copy) Read(from uint64, maxRecords, maxBytes int, below uint64) ([]Reco
 	return c.read(from, maxRecords, maxBytes, below)
 }
 
+// ReadFunc visits the records Read would return, in offset order, without
+// copying them: data aliases the store's buffers and is valid only until
+// visit returns. It returns how many records it visited. An error from
+// visit stops the read and is returned.
+func (c *Copy) ReadFunc(from uint64, maxRecords, maxBytes int, below uint64, visit func(offset uint64, timeNS int64, data []byte) error) (int, error) {
+	return c.readFunc(from, maxRecords, maxBytes, below, visit)
+}
+
 // ReadCursorEvents returns cursor events from offset from, below below.
 func (c *Copy) ReadCursorEvents(from uint64, max int, below uint64) ([]CursorEvent, error) {
 	return c.readCursorEvents(from, max, below)

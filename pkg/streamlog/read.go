@@ -7,65 +7,79 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) (_ []Record, err error) {
-	if err := c.s.enter(); err != nil {
+func (c *copyImpl) read(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
+	var out []Record
+	_, err := c.readFunc(from, maxRecords, maxBytes, below, func(off uint64, timeNS int64, data []byte) error {
+		out = append(out, Record{Offset: off, TimeNS: timeNS, Data: slices.Clone(data)})
+		return nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+func (c *copyImpl) readFunc(from uint64, maxRecords, maxBytes int, below uint64, visit func(uint64, int64, []byte) error) (n int, err error) {
+	if err := c.s.enter(); err != nil {
+		return 0, err
 	}
 	defer c.s.leave()
 	c.mu.Lock()
 	head, tail, deleted := c.meta.Head, c.tail, c.deleted
 	c.mu.Unlock()
 	if deleted {
-		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, ErrDeleted)
+		return 0, fmt.Errorf("streamlog: read %s: %w", c.name, ErrDeleted)
 	}
 	if from < head {
-		return nil, fmt.Errorf("streamlog: read %s from %d: head is %d: %w", c.name, from, head, ErrBelowHead)
+		return 0, fmt.Errorf("streamlog: read %s from %d: head is %d: %w", c.name, from, head, ErrBelowHead)
 	}
 	// Only durable records are read: the tail moves only after a commit.
 	end := min(below, tail)
 	if from >= end {
-		return nil, nil
+		return 0, nil
 	}
 	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, from), UpperBound: recordKey(c.id, end)})
 	if err != nil {
-		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, err)
+		return 0, fmt.Errorf("streamlog: read %s: %w", c.name, err)
 	}
 	defer func() {
 		if cerr := it.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("streamlog: read %s: %w", c.name, cerr)
 		}
 	}()
-	var out []Record
 	bytes := 0
 	for it.First(); it.Valid(); it.Next() {
 		off, err := keyOffset(it.Key())
 		if err != nil {
-			return nil, err
+			return n, err
 		}
-		if off != from+uint64(len(out)) {
-			if len(out) == 0 {
+		if off != from+uint64(n) {
+			if n == 0 {
 				// Retention (or a cut) removed it after the head was read.
-				return nil, fmt.Errorf("streamlog: read %s from %d: record is gone: %w", c.name, from, ErrBelowHead)
+				return 0, fmt.Errorf("streamlog: read %s from %d: record is gone: %w", c.name, from, ErrBelowHead)
 			}
 			break
 		}
 		rm, data, err := decodeRecordValue(it.Value())
 		if err != nil {
-			return nil, fmt.Errorf("streamlog: read %s: record %d: %w", c.name, off, err)
+			return n, fmt.Errorf("streamlog: read %s: record %d: %w", c.name, off, err)
 		}
-		if len(out) > 0 && maxBytes > 0 && bytes+len(data) > maxBytes {
+		if n > 0 && maxBytes > 0 && bytes+len(data) > maxBytes {
 			break
 		}
-		out = append(out, Record{Offset: off, TimeNS: rm.timeNS, Data: slices.Clone(data)})
+		if err := visit(off, rm.timeNS, data); err != nil {
+			return n, err
+		}
+		n++
 		bytes += len(data)
-		if maxRecords > 0 && len(out) >= maxRecords {
+		if maxRecords > 0 && n >= maxRecords {
 			break
 		}
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("streamlog: read %s: %w", c.name, err)
+		return n, fmt.Errorf("streamlog: read %s: %w", c.name, err)
 	}
-	return out, nil
+	return n, nil
 }
 
 func (c *copyImpl) readCursorEvents(from uint64, max int, below uint64) (_ []CursorEvent, err error) {
