@@ -16,8 +16,11 @@ import (
 // stream right now, the host answering is no longer (or not yet) its owner,
 // or the owner went silent; or the owner is at its cap of requests in flight
 // (overloaded), which a backoff lets drain; or the stream's assignment holds
-// fewer copies than its min_copies (not_enough_copies: nothing was written,
-// and the floor is met again once placement adds a copy). Everything else,
+// fewer copies than its min_copies (not_enough_copies: met again once
+// placement adds a copy; a publish refused on arrival was not written, but
+// one already waiting when the floor rose was, and may still be delivered,
+// as with sealed, so only a producer id keeps its retry from writing it
+// twice). Everything else,
 // confirm_timeout included, goes back to the caller.
 func retryable(err error) bool {
 	switch {

@@ -256,7 +256,10 @@ func (s *State) streamUpdate(c Command) Result {
 	}
 	cur := st.Assignment
 	stamp := named != "" && named != cur.Policy
-	if stamp && st.Recovery != nil {
+	// Any policy change waits for a pending recovery to end: the
+	// recovery commits the policy it was planned with, and st.Policy
+	// must not name another one meanwhile.
+	if named != "" && (stamp || named != st.Policy) && st.Recovery != nil {
 		return refuse(wire.CodeConflict, "stream %s has a pending recovery (transition %d); change its policy once it serves again",
 			c.Stream, st.Recovery.Transition)
 	}
@@ -264,6 +267,15 @@ func (s *State) streamUpdate(c Command) Result {
 		(u.Retention != nil && *u.Retention != st.Retention) || (u.MinCopies != nil && *u.MinCopies != st.MinCopies)
 	if !differs {
 		return Result{}
+	}
+	e := len(cur.Copies())
+	// A change that needs more copies to confirm goes through a recovery
+	// that seals R copies of the old assignment; with fewer live it would
+	// wait until an operator accepts a loss. Refuse it instead.
+	viaRecovery := stamp && policy.StampW(named, e) > policy.StampW(cur.Policy, e)
+	if r, live := policy.StampR(cur.Policy, e), s.liveMembers(cur); viaRecovery && live < r {
+		return refuse(wire.CodeConflict, "stream %s: the policy change goes through a recovery that seals %d copies, and only %d of %v are live",
+			c.Stream, r, live, cur.Copies())
 	}
 	if u.Retention != nil {
 		st.Retention = *u.Retention
@@ -279,8 +291,7 @@ func (s *State) streamUpdate(c Command) Result {
 		s.AssignVersion = s.bump()
 		return changed
 	}
-	e := len(cur.Copies())
-	if policy.StampW(named, e) <= policy.StampW(cur.Policy, e) {
+	if !viaRecovery {
 		st.Assignment.Policy = named
 		st.TraceParent = ""
 		s.touch(st, true)
@@ -591,4 +602,16 @@ func (s *State) attentionClear(c Command) Result {
 	st.AcceptedLoss = nil
 	s.bump()
 	return changed
+}
+
+// liveMembers counts the copies of a whose nodes are live or draining (a
+// draining host still answers seals).
+func (s *State) liveMembers(a wire.Assignment) int {
+	n := 0
+	for _, id := range a.Copies() {
+		if node := s.Nodes[id]; node != nil && (node.State == wire.NodeLive || node.State == wire.NodeDraining) {
+			n++
+		}
+	}
+	return n
 }

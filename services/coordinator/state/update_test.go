@@ -208,3 +208,37 @@ func TestUnderReplicated(t *testing.T) {
 		t.Fatalf("counts %+v", c)
 	}
 }
+
+// TestUpdatePolicyRefusedWhileItsRecoveryIsPending: a policy change
+// pending as a recovery (majority to every copy) is not undone by a
+// second update naming the old policy: the recovery would commit the new
+// one while the stream record named the old.
+func TestUpdatePolicyRefusedWhileItsRecoveryIsPending(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, StreamUpdate("s1", wire.StreamUpdate{Policy: "local_durable"}, "", "", 5))
+	if s.Streams["s1"].Recovery == nil {
+		t.Fatal("no recovery pending after a change to every copy")
+	}
+	refused(t, s, StreamUpdate("s1", wire.StreamUpdate{Policy: "majority_durable"}, "", "", 6), wire.CodeConflict)
+	if st := s.Streams["s1"]; st.Policy != "local_durable" {
+		t.Fatalf("the stream names policy %q while its recovery commits local_durable", st.Policy)
+	}
+}
+
+// TestUpdatePolicyNeedsTheCopiesItsRecoverySeals: a change that goes
+// through a recovery needs R copies of the old assignment live to seal;
+// with fewer it is refused rather than left waiting for an operator.
+func TestUpdatePolicyNeedsTheCopiesItsRecoverySeals(t *testing.T) {
+	s := threeNodes(t)
+	mustApply(t, s, NodeExpire("h2", 7, "ttl", 2000))
+	mustApply(t, s, NodeExpire("h3", 7, "ttl", 2000))
+	refused(t, s, StreamUpdate("s1", wire.StreamUpdate{Policy: "local_durable"}, "", "", 2100), wire.CodeConflict)
+	if st := s.Streams["s1"]; st.Recovery != nil || st.Policy == "local_durable" || st.Assignment.Policy != "majority_durable" {
+		t.Fatalf("after a refused update: policy %q, assignment %+v, recovery %+v", st.Policy, st.Assignment, st.Recovery)
+	}
+	mustApply(t, s, NodeSeen("h2", 7, 3000))
+	mustApply(t, s, StreamUpdate("s1", wire.StreamUpdate{Policy: "local_durable"}, "", "", 3100))
+	if s.Streams["s1"].Recovery == nil {
+		t.Fatal("with two of three copies live the change should record its recovery")
+	}
+}

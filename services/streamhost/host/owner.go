@@ -547,8 +547,15 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	if o.short.Load() {
 		// Below the stream's floor nothing is written, so nothing can be
 		// confirmed later either.
+		// A publish naming another stream id still gets the answer of
+		// one (refuseOtherStream's delay), not a retryable refusal.
 		e := o.floorError()
 		for _, m := range batch {
+			if werr, _ := o.checkStreamID(m); werr != nil {
+				o.h.metrics.publishRefused(werr.Code, 1)
+				o.refuseOtherStream(m, 0)
+				continue
+			}
 			o.refusePublish(m.Reply, e)
 		}
 		return
