@@ -79,44 +79,51 @@ func uvarintLen(v uint64) int {
 
 // Decode splits a stored record; Payload aliases stored.
 func Decode(stored []byte) (Record, error) {
+	producer, seq, payload, err := split(stored)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Producer: string(producer), Seq: seq, Payload: payload}, nil
+}
+
+// Payload returns the payload of a stored record (aliasing it), checked as
+// Decode checks it, without copying the producer out: a fetch strips the
+// envelope of every record it returns.
+func Payload(stored []byte) ([]byte, error) {
+	_, _, payload, err := split(stored)
+	return payload, err
+}
+
+// split is Decode with the producer aliasing stored (nil for a plain
+// record).
+func split(stored []byte) (producer []byte, seq uint64, payload []byte, err error) {
 	if len(stored) == 0 {
-		return Record{}, fmt.Errorf("empty record, no flag byte: %w", ErrMalformed)
+		return nil, 0, nil, fmt.Errorf("empty record, no flag byte: %w", ErrMalformed)
 	}
 	switch stored[0] {
 	case FlagPlain:
-		return Record{Payload: stored[1:]}, nil
+		return nil, 0, stored[1:], nil
 	case FlagProducer:
 	default:
-		return Record{}, fmt.Errorf("flag byte 0x%02x: %w", stored[0], ErrMalformed)
+		return nil, 0, nil, fmt.Errorf("flag byte 0x%02x: %w", stored[0], ErrMalformed)
 	}
 	p := stored[1:]
 	n, err := uvarint(p, "producer length")
 	if err != nil {
-		return Record{}, err
+		return nil, 0, nil, err
 	}
 	p = p[uvarintLen(n):]
 	if n == 0 || n > MaxProducer {
-		return Record{}, fmt.Errorf("producer length %d, want 1 to %d: %w", n, MaxProducer, ErrMalformed)
+		return nil, 0, nil, fmt.Errorf("producer length %d, want 1 to %d: %w", n, MaxProducer, ErrMalformed)
 	}
 	if uint64(len(p)) < n {
-		return Record{}, fmt.Errorf("producer of %d bytes, %d left: %w", n, len(p), ErrMalformed)
+		return nil, 0, nil, fmt.Errorf("producer of %d bytes, %d left: %w", n, len(p), ErrMalformed)
 	}
-	producer := string(p[:n])
-	p = p[n:]
-	seq, err := uvarint(p, "sequence")
-	if err != nil {
-		return Record{}, err
+	producer, p = p[:n], p[n:]
+	if seq, err = uvarint(p, "sequence"); err != nil {
+		return nil, 0, nil, err
 	}
-	return Record{Producer: producer, Seq: seq, Payload: p[uvarintLen(seq):]}, nil
-}
-
-// Payload returns the payload of a stored record (aliasing it).
-func Payload(stored []byte) ([]byte, error) {
-	r, err := Decode(stored)
-	if err != nil {
-		return nil, err
-	}
-	return r.Payload, nil
+	return producer, seq, p[uvarintLen(seq):], nil
 }
 
 // uvarint reads a minimally encoded uvarint from the front of p.

@@ -103,6 +103,18 @@ func TestPropertyRoundTrip(t *testing.T) {
 	})
 }
 
+// Payload allocates nothing: a fetch strips every record it returns.
+func TestPayloadDoesNotAllocate(t *testing.T) {
+	stored := Append(nil, "producer-1", 300, []byte("payload"))
+	if n := testing.AllocsPerRun(100, func() {
+		if p, err := Payload(stored); err != nil || string(p) != "payload" {
+			t.Fatalf("Payload %q, %v", p, err)
+		}
+	}); n != 0 {
+		t.Fatalf("Payload allocated %v times per call", n)
+	}
+}
+
 // FuzzDecode: any input decodes or fails with ErrMalformed, and what
 // decodes re-encodes to the same bytes.
 func FuzzDecode(f *testing.F) {
@@ -111,6 +123,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x01, 0x81, 0x00})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r, err := Decode(p)
+		// Payload checks exactly what Decode checks.
+		if payload, perr := Payload(p); (perr == nil) != (err == nil) || !bytes.Equal(payload, r.Payload) {
+			t.Fatalf("Payload %q, %v; Decode %q, %v", payload, perr, r.Payload, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)

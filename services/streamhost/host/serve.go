@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,10 +49,10 @@ func (o *owner) replyBatch(to string, b *frame.Batch) {
 	o.h.replyData(to, frame.AppendBatch(nil, b))
 }
 
-// replyFetch encodes b and sends it to a reader with the owner's stream id
+// replyFetch sends an encoded batch to a reader with the owner's stream id
 // in the wire.HeaderStreamID header, so that a reader learns which stream
 // of the name (which incarnation) it reads on its first fetch.
-func (o *owner) replyFetch(to string, b *frame.Batch) {
+func (o *owner) replyFetch(to string, batch []byte) {
 	if to == "" {
 		return
 	}
@@ -62,8 +63,39 @@ func (o *owner) replyFetch(to string, b *frame.Batch) {
 		since = r
 	}
 	m.Header.Set(wire.HeaderServingFor, strconv.FormatInt(time.Since(since).Milliseconds(), 10))
-	m.Data = frame.AppendBatch(nil, b)
+	m.Data = batch
 	o.h.publishReply(m)
+}
+
+// fetchWriters recycles the frames of fetch replies: a reply is copied
+// into the connection's buffer when it is sent, so its frame can encode
+// the next one, and a reader catching up does not allocate (and clear) a
+// new megabyte-sized frame for every fetch.
+var fetchWriters = sync.Pool{New: func() any { return new(frame.BatchWriter) }}
+
+// storedRecordError is a stored record a fetch could not strip.
+type storedRecordError struct {
+	offset uint64
+	err    error
+}
+
+func (e *storedRecordError) Error() string { return fmt.Sprintf("record %d: %v", e.offset, e.err) }
+func (e *storedRecordError) Unwrap() error { return e.err }
+
+// readFetch encodes the records from from below wm, within the bounds,
+// into w as a fetch reply's records: each stored record's envelope is
+// stripped and its payload copied into the frame straight from the store,
+// with no slice of records in between. It returns how many it read.
+func (o *owner) readFetch(w *frame.BatchWriter, from uint64, maxRecs, maxBytes int, wm uint64) (int, error) {
+	w.Reset(0)
+	return o.c.ReadFunc(from, maxRecs, maxBytes, wm, func(off uint64, timeNS int64, stored []byte) error {
+		p, err := envelope.Payload(stored)
+		if err != nil {
+			return &storedRecordError{offset: off, err: err}
+		}
+		w.Add(off, timeNS, p)
+		return nil
+	})
 }
 
 // toFrameRecords converts stored records for a replication batch: the
@@ -78,23 +110,6 @@ func toFrameRecords(recs []streamlog.Record) []frame.Record {
 		out[i] = frame.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
 	}
 	return out
-}
-
-// toFetchRecords converts stored records for a reader: the envelope is
-// stripped, so a reader gets the payload exactly as it was published.
-func toFetchRecords(recs []streamlog.Record) ([]frame.Record, error) {
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	out := make([]frame.Record, len(recs))
-	for i, r := range recs {
-		p, err := envelope.Payload(r.Data)
-		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", r.Offset, err)
-		}
-		out[i] = frame.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: p}
-	}
-	return out, nil
 }
 
 // onRepl is the replication subject's callback. A request may wait for new
@@ -333,7 +348,10 @@ func (o *owner) serveFetch(m *nats.Msg) {
 	maxBytes := o.byteLimit(req.MaxBytes, defaultFetchBytes, maxFetchBytes)
 	deadline := time.Now().Add(wait)
 
-	var timer *time.Timer
+	var (
+		timer *time.Timer
+		w     *frame.BatchWriter // taken once there are records to read
+	)
 	for {
 		wm, ch := o.wmState()
 		t = o.c.Tails()
@@ -341,25 +359,28 @@ func (o *owner) serveFetch(m *nats.Msg) {
 			from = t.Head // retention removed what was asked for
 		}
 		if from < wm {
-			recs, err := o.c.Read(from, maxRecs, maxBytes, wm)
-			if errors.Is(err, streamlog.ErrBelowHead) {
-				continue // the head moved in between; start again from it
+			if w == nil {
+				w = fetchWriters.Get().(*frame.BatchWriter)
+				defer fetchWriters.Put(w)
 			}
-			if err != nil {
+			n, err := o.readFetch(w, from, maxRecs, maxBytes, wm)
+			var bad *storedRecordError
+			switch {
+			case errors.Is(err, streamlog.ErrBelowHead):
+				continue // the head moved in between; start again from it
+			case errors.As(err, &bad):
+				o.log.Error("decode stored records for reader", "from", from, "err", err)
+				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: stored record: %v", o.stream, err))
+				return
+			case err != nil:
 				o.log.Error("read records for reader", "from", from, "err", err)
 				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
 				return
 			}
-			frecs, err := toFetchRecords(recs)
-			if err != nil {
-				o.log.Error("decode stored records for reader", "from", from, "err", err)
-				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: stored record: %v", o.stream, err))
-				return
-			}
-			o.replyFetch(m.Reply, &frame.Batch{
+			o.replyFetch(m.Reply, w.Finish(&frame.Batch{
 				Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm,
-				Next: from + uint64(len(recs)), Records: frecs,
-			})
+				Next: from + uint64(n),
+			}))
 			return
 		}
 		left := time.Until(deadline)
@@ -368,7 +389,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 			// but never from past the point this copy has settled (its
 			// watermark, or its history start right after a failover: a
 			// cursor at or below the start keeps its position).
-			o.replyFetch(m.Reply, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, o.settledAt(wm))})
+			o.replyFetch(m.Reply, frame.AppendBatch(nil, &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: wm, Next: min(from, o.settledAt(wm))}))
 			return
 		}
 		if timer == nil {
