@@ -28,15 +28,7 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true},
 	}
 	var b strings.Builder
-	b.WriteString("| figure (median of runs; each run in parentheses) |")
-	for _, t := range targets {
-		fmt.Fprintf(&b, " %s (%d runs) |", t, len(results[t]))
-	}
-	b.WriteString("\n|---|")
-	for range targets {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
+	writeTableHead(&b, "figure (median of runs; each run in parentheses)", targets, func(t string) int { return len(results[t]) })
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s |", r.name)
 		for _, t := range targets {
@@ -65,6 +57,20 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeTableHead writes the head of a markdown table of targets side by
+// side: the first column's title, then each target with its run count.
+func writeTableHead(b *strings.Builder, first string, targets []string, runs func(target string) int) {
+	fmt.Fprintf(b, "| %s |", first)
+	for _, t := range targets {
+		fmt.Fprintf(b, " %s (%d runs) |", t, runs(t))
+	}
+	b.WriteString("\n|---|")
+	for range targets {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
 }
 
 func median(v []float64) float64 {

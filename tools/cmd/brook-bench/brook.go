@@ -18,7 +18,6 @@ import (
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/wire"
 	authpkg "github.com/brook-streams/brook/tools/auth"
-	"github.com/brook-streams/brook/tools/bench"
 	"github.com/brook-streams/brook/tools/cluster"
 	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
 )
@@ -33,7 +32,7 @@ const (
 // startBrook starts a local process cluster (or connects to the one at
 // --nats-url), creates the bench's stream and returns the target with its
 // closer, which stops whatever it started.
-func startBrook(ctx context.Context, o options, log *slog.Logger) (_ bench.Target, _ func(), err error) {
+func startBrook(ctx context.Context, o options, log *slog.Logger) (_ *brookTarget, _ func(), err error) {
 	if o.stream != "durable" {
 		return nil, nil, fmt.Errorf("brook target: unknown --stream %q (want durable)", o.stream)
 	}
@@ -127,7 +126,7 @@ func startLocalCluster(ctx context.Context, o options, log *slog.Logger) (*clust
 	}
 	dir := filepath.Join(o.workDir, "cluster")
 	cl, err := cluster.Start(ctx, cluster.Config{Bins: bins, Dir: dir, Attention: bins.Attention != "", Logger: log,
-		CoordArgs: strings.Fields(o.coordArgs)})
+		CoordArgs: strings.Fields(o.coordArgs), HostArgs: strings.Fields(o.hostArgs)})
 	if err != nil {
 		return nil, fmt.Errorf("brook target: %w", err)
 	}

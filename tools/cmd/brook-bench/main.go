@@ -9,9 +9,12 @@
 //	brook-bench --target jetstream --kill-owner-at-secs 5 --duration 15s
 //	brook-bench --nats-url nats://127.0.0.1:4222 --nats-nkey deploy/secrets/admin.nk --compose --kill-owner-at-secs 5
 //	brook-bench --failover-streams 300
+//	brook-bench --target both --catchup-records 1000000 --runs 3
 //
-// The last form measures a mass failover instead: many streams, the host
-// that owns the most of them killed, and how soon each serves again.
+// The --failover-streams form measures a mass failover instead: many
+// streams, the host that owns the most of them killed, and how soon each
+// serves again. The --catchup-records form fills a stream and times one
+// reader reading it all from the start (issue 16).
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,6 +55,12 @@ type options struct {
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
 	coordArgs       string
+	// catchupRecords > 0 runs the catch-up read instead of the workload.
+	catchupRecords int
+	catchupWindow  int
+	catchupReaders string
+	catchupProfile string
+	hostArgs       string
 }
 
 func main() {
@@ -73,6 +83,11 @@ func main() {
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
+	flag.IntVar(&o.catchupRecords, "catchup-records", 0, "instead of the workload: fill a stream with this many --record-size records, then time one reader reading them all from the start (with --target both: brook and JetStream alternating)")
+	flag.IntVar(&o.catchupWindow, "catchup-window", 256, "with --catchup-records: outstanding async publishes while filling")
+	flag.StringVar(&o.catchupReaders, "catchup-readers", "", "with --catchup-records: comma-separated reader settings to time (default: brook "+strings.Join(brookReaders, ",")+"; jetstream "+strings.Join(bench.JetStreamReaders, ",")+")")
+	flag.StringVar(&o.catchupProfile, "catchup-cpuprofile", "", "with --catchup-records: write a CPU profile of the bench process (the reader's client) over each read to <this>.<target>-catchup-<run>.<reader>.pprof")
+	flag.StringVar(&o.hostArgs, "host-args", "", "extra arguments of every stream host of the local cluster, space separated (e.g. \"--pprof\")")
 	flag.Parse()
 	o.both = o.target == "both"
 
@@ -112,29 +127,19 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if o.target == "both" {
 		targets = []string{"brook", "jetstream"}
 	}
-	// Runs alternate between the targets so that both meet the same noise
-	// on a shared machine; the summary quotes medians.
+	if o.catchupRecords > 0 {
+		return runCatchUps(ctx, o, targets, log)
+	}
 	results := map[string][]*bench.Result{}
-	var failed error
-	for i := 0; i < max(o.runs, 1); i++ {
-		for _, name := range targets {
-			ro := o
-			ro.target = name
-			ro.workDir = filepath.Join(o.workDir, fmt.Sprintf("%s-%d", name, i))
-			if err := os.MkdirAll(ro.workDir, 0o755); err != nil {
-				return err
-			}
-			res, err := runOne(ctx, ro, log)
-			if res != nil {
-				results[name] = append(results[name], res)
-			}
-			if err != nil {
-				failed = errors.Join(failed, fmt.Errorf("%s run %d: %w", name, i+1, err))
-				if ctx.Err() != nil {
-					return failed
-				}
-			}
+	failed := alternate(ctx, o, targets, "", func(ro options) error {
+		res, err := runOne(ctx, ro, log)
+		if res != nil {
+			results[ro.target] = append(results[ro.target], res)
 		}
+		return err
+	})
+	if ctx.Err() != nil {
+		return failed
 	}
 	if len(targets) > 1 || o.runs > 1 {
 		fmt.Println()
@@ -143,34 +148,71 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	return failed
 }
 
-// runOne runs the workload once against a fresh cluster of o.target.
-func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, error) {
-	var (
-		target bench.Target
-		closer func()
-	)
+// alternate runs one o.runs times per target, alternating the targets run
+// after run so that both meet the same noise on a shared machine (the
+// summaries quote medians), each with o.target set and a work directory of
+// its own (<target><tag>-<run>). It returns the runs' errors joined, and
+// stops early once ctx ends.
+func alternate(ctx context.Context, o options, targets []string, tag string, one func(ro options) error) error {
+	var failed error
+	for i := 0; i < max(o.runs, 1); i++ {
+		for _, name := range targets {
+			ro := o
+			ro.target = name
+			ro.workDir = filepath.Join(o.workDir, fmt.Sprintf("%s%s-%d", name, tag, i))
+			if err := os.MkdirAll(ro.workDir, 0o755); err != nil {
+				return errors.Join(failed, err)
+			}
+			if err := one(ro); err != nil {
+				failed = errors.Join(failed, fmt.Errorf("%s%s run %d: %w", name, tag, i+1, err))
+				if ctx.Err() != nil {
+					return failed
+				}
+			}
+		}
+	}
+	return failed
+}
+
+// peerTarget is a system under test of both workloads.
+type peerTarget interface {
+	bench.Target
+	bench.CatchUpTarget
+}
+
+// startTarget starts a fresh cluster of o.target with its stream and
+// returns it with its closer.
+func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, func(), error) {
 	switch o.target {
 	case "jetstream":
 		bin := o.natsBin
 		if bin == "" {
 			var err error
 			if bin, err = bench.BuildNATSServer(ctx, filepath.Join(o.workDir, "bin")); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		js, err := bench.StartJetStream(ctx, bin, o.workDir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		target, closer = js, js.Close
+		return js, js.Close, nil
 	case "brook":
 		t, c, err := startBrook(ctx, o, log)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		target, closer = t, c
+		return t, c, nil
 	default:
-		return nil, fmt.Errorf("unknown --target %q (want brook, jetstream or both)", o.target)
+		return nil, nil, fmt.Errorf("unknown --target %q (want brook, jetstream or both)", o.target)
+	}
+}
+
+// runOne runs the workload once against a fresh cluster of o.target.
+func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, error) {
+	target, closer, err := startTarget(ctx, o, log)
+	if err != nil {
+		return nil, err
 	}
 	defer closer()
 
