@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 //
 //   - owner changes, from the stream's history starts (each committed
 //     recovery appends one naming the new owner at the new epoch, so the
-//     chain of starts gives every old and new owner, however short-lived);
+//     chain of starts gives every old and new owner, however short-lived),
+//     and when each was committed, from the coordinators' logs;
 //   - node expiries and leaves, from the coordinators' own logs ("node
 //     expired", "node left"), which every coordinator appends to across its
 //     restarts; the line's time tells whether it came after the touch.
@@ -49,7 +51,7 @@ func newFailovers(e *env, info wire.StreamInfo) *failovers {
 	f := &failovers{read: map[string]int64{}, owner: info.Assignment.Owner, starts: len(info.Starts), touched: map[string]time.Time{}}
 	// What the coordinators logged before (the cluster forming, the
 	// hosts moving onto their tmpfs) is no episode's.
-	f.nodeEvents(e)
+	f.logEvents(e)
 	return f
 }
 
@@ -60,37 +62,51 @@ func (f *failovers) touch(node string) {
 	}
 }
 
-// nodeEvent is one node expiry or leave a coordinator logged.
-type nodeEvent struct {
-	at    time.Time
-	node  string
-	what  string
-	coord string
+// logEvent is one node expiry or leave, or one committed recovery of a
+// stream, as a coordinator logged it.
+type logEvent struct {
+	at time.Time
+	// node is the host expired or left, or the new owner of a commit.
+	node   string
+	what   string
+	stream string
+	epoch  uint64
+	coord  string
 }
 
+const commitMsg = "recovery committed"
+
 var (
-	nodeEventRE = regexp.MustCompile(`msg="(node expired|node left: failing its streams over)"`)
+	logEventRE  = regexp.MustCompile(`msg="(node expired|node left: failing its streams over|` + commitMsg + `)"`)
 	logTimeRE   = regexp.MustCompile(`^time=(\S+)`)
-	logNodeRE   = regexp.MustCompile(` node=(\S+)`)
+	logNodeRE   = regexp.MustCompile(` (?:node|owner)=(\S+)`)
 	logHowRE    = regexp.MustCompile(` how=(\S+)`)
+	logStreamRE = regexp.MustCompile(` stream=(\S+)`)
+	logEpochRE  = regexp.MustCompile(` epoch=(\d+)`)
 )
 
-// nodeEvents returns the node expiries and leaves the coordinators logged
-// since the last call.
-func (f *failovers) nodeEvents(e *env) []nodeEvent {
+// logEvents returns the node expiries and leaves and the committed
+// recoveries the coordinators logged since the last call.
+func (f *failovers) logEvents(e *env) []logEvent {
 	e.t.Helper()
-	var evs []nodeEvent
+	var evs []logEvent
 	for i := range e.c.Coordinators() {
 		p := e.c.Coordinator(i)
 		for _, line := range f.newLines(e, p.LogPath) {
-			m := nodeEventRE.FindStringSubmatch(line)
+			m := logEventRE.FindStringSubmatch(line)
 			n := logNodeRE.FindStringSubmatch(line)
 			if m == nil || n == nil {
 				continue
 			}
-			ev := nodeEvent{at: time.Now(), node: n[1], what: strings.TrimSuffix(m[1], ": failing its streams over"), coord: p.Name}
+			ev := logEvent{at: time.Now(), node: n[1], what: strings.TrimSuffix(m[1], ": failing its streams over"), coord: p.Name}
 			if h := logHowRE.FindStringSubmatch(line); h != nil {
 				ev.what += " (" + h[1] + ")"
+			}
+			if s := logStreamRE.FindStringSubmatch(line); s != nil {
+				ev.stream = s[1]
+			}
+			if ep := logEpochRE.FindStringSubmatch(line); ep != nil {
+				ev.epoch, _ = strconv.ParseUint(ep[1], 10, 64)
 			}
 			if t := logTimeRE.FindStringSubmatch(line); t != nil {
 				if at, err := time.Parse(time.RFC3339Nano, t[1]); err == nil {
@@ -137,22 +153,42 @@ func (f *failovers) settle(e *env, when string, info wire.StreamInfo) {
 		// The log's time has millisecond precision.
 		return ok && !at.Before(t.Truncate(time.Millisecond))
 	}
+	evs := f.logEvents(e)
+	// When each new epoch of the stream was committed: an owner change
+	// is needed only if a fault touched the old owner before that.
+	committed := map[uint64]time.Time{}
+	for _, ev := range evs {
+		if ev.what == commitMsg && ev.stream == info.Stream {
+			committed[ev.epoch] = ev.at
+		}
+	}
 	for _, s := range info.Starts[min(f.starts, len(info.Starts)):] {
-		switch _, ok := f.touched[f.owner]; {
+		at, ok := committed[s.Epoch]
+		if !ok {
+			// Not logged (its coordinator killed right after the
+			// commit, say): any touch of the episode counts.
+			at = time.Now()
+			e.logf("%s: no coordinator logged the commit of epoch %d", when, s.Epoch)
+		}
+		switch {
 		case s.Node == f.owner:
 			f.kept++
 			e.logf("%s: epoch %d kept the owner %s", when, s.Epoch, s.Node)
-		case ok:
+		case touchedBefore(f.owner, at):
 			f.neededOwner++
-			e.logf("%s: needed failover %s -> %s at epoch %d", when, f.owner, s.Node, s.Epoch)
+			e.logf("%s: needed failover %s -> %s at epoch %d at %s", when, f.owner, s.Node, s.Epoch, at.Format("15:04:05.000"))
 		default:
 			f.spuriousOwner++
-			e.t.Errorf("%s: spurious failover %s -> %s at epoch %d: no fault touched %s", when, f.owner, s.Node, s.Epoch, f.owner)
+			e.t.Errorf("%s: spurious failover %s -> %s at epoch %d at %s: no fault touched %s before", when, f.owner, s.Node, s.Epoch,
+				at.Format("15:04:05.000"), f.owner)
 		}
 		f.owner = s.Node
 	}
 	f.starts = len(info.Starts)
-	for _, ev := range f.nodeEvents(e) {
+	for _, ev := range evs {
+		if ev.what == commitMsg {
+			continue
+		}
 		at := ev.at.Format("15:04:05.000")
 		if touchedBefore(ev.node, ev.at) {
 			f.neededNode++

@@ -90,6 +90,7 @@ type chaos struct {
 	rng    *rand.Rand
 	stream string
 	led    *workload.Ledger
+	outs   *outcomes
 	long   bool
 	// what is broken now, undone by restoreAll
 	active []fault
@@ -166,9 +167,10 @@ func TestChaos(t *testing.T) {
 		rd.Run(rctx)
 	}()
 	defer func() { stopReader(); <-readerDone }()
-	ld := workload.StartLoad(e.ctx, e.cl, ch.stream, ch.led, workload.LoadConfig{Name: "chaos", Interval: 10 * time.Millisecond})
+	ld := workload.StartLoad(e.ctx, e.cl, ch.stream, ch.led, workload.LoadConfig{Name: "chaos", Publishers: chaosPublishers, Interval: 10 * time.Millisecond})
 	defer func() { _ = ld.Stop() }()
-	e.waitConfirms(ch.led, 100, 0)
+	ch.outs = newOutcomes(ch.led, "chaos")
+	ch.outs.waitConfirms(e, 100, 0)
 
 	began := time.Now()
 	end := began.Add(duration)
@@ -180,7 +182,7 @@ func TestChaos(t *testing.T) {
 	faulted := time.Since(began)
 	e.logf("faults stopped after %d episodes", episodes)
 	info := ch.converge("the end")
-	e.waitConfirms(ch.led, 50, info.Assignment.Epoch)
+	ch.outs.waitConfirms(e, 50, info.Assignment.Epoch)
 	e.stopLoad(ld, ch.led)
 	for _, n := range info.Assignment.Followers {
 		e.waitCaughtUp(ch.stream, n)
@@ -231,10 +233,10 @@ func (ch *chaos) episode(n int) {
 	ch.restoreAll()
 	when := fmt.Sprintf("episode %d", n)
 	after := ch.converge(when)
-	e.waitConfirms(ch.led, 20, after.Assignment.Epoch)
+	ch.outs.waitConfirms(e, 20, after.Assignment.Epoch)
 	ch.fo.settle(e, when, after)
 	e.logf("episode %d: whole again at epoch %d, owner %s, followers %v; %v", n, after.Assignment.Epoch,
-		after.Assignment.Owner, after.Assignment.Followers, ch.led.Stats())
+		after.Assignment.Owner, after.Assignment.Followers, ch.outs)
 }
 
 // draw returns the next episode's first fault kind: every kind of the
