@@ -7,9 +7,12 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +37,14 @@ type CatchUpTarget interface {
 	// the given setting and delivers the first n records in order. The
 	// data slice is valid only during fn.
 	CatchUp(ctx context.Context, reader string, n int, fn func(offset uint64, data []byte)) error
+}
+
+// ServerProcesses is implemented by a catch-up target whose servers run
+// as processes of their own (not in the bench's): the CPU time they spend
+// while a reader catches up is counted per record read, beside the
+// bench process's own.
+type ServerProcesses interface {
+	ServerPIDs() []int
 }
 
 // CatchUpConfig is the catch-up workload.
@@ -66,6 +77,12 @@ type CatchUpRead struct {
 	Secs      float64 `json:"s"`
 	PerSecond float64 `json:"records_per_s"`
 	MBPerSec  float64 `json:"mb_per_s"` // payload megabytes (10^6 bytes) per second
+	// ServerCPUus and BenchCPUus are the CPU time (user and system) the
+	// target's server processes (ServerProcesses) and the bench's own
+	// process (the reader's client, and whatever else the target runs in
+	// it) spent over the read, in microseconds per record read.
+	ServerCPUus float64 `json:"server_cpu_us_per_record,omitempty"`
+	BenchCPUus  float64 `json:"bench_cpu_us_per_record,omitempty"`
 	// OK: every record was delivered once, in offset order, with the
 	// contents confirmed at that offset.
 	OK    bool   `json:"ok"`
@@ -263,6 +280,11 @@ func timeCatchUp(ctx context.Context, t CatchUpTarget, r string, exp *catchUpExp
 	)
 	next := exp.first
 	stop := progressEvery(progress, "read "+r, &got)
+	var pids []int
+	if sp, ok := t.(ServerProcesses); ok {
+		pids = sp.ServerPIDs()
+	}
+	serverCPU, benchCPU := processesCPU(pids), selfCPU()
 	began := time.Now()
 	err := t.CatchUp(ctx, r, n, func(off uint64, data []byte) {
 		k := int(got.Load())
@@ -285,9 +307,16 @@ func timeCatchUp(ctx context.Context, t CatchUpTarget, r string, exp *catchUpExp
 		got.Add(1)
 	})
 	took := time.Since(began)
+	serverCPU, benchCPU = processesCPU(pids)-serverCPU, selfCPU()-benchCPU
 	stop()
 	read.Secs = took.Seconds()
 	delivered := int(got.Load())
+	if delivered > 0 {
+		if len(pids) > 0 {
+			read.ServerCPUus = float64(serverCPU.Microseconds()) / float64(delivered)
+		}
+		read.BenchCPUus = float64(benchCPU.Microseconds()) / float64(delivered)
+	}
 	read.PerSecond = float64(delivered) / read.Secs
 	read.MBPerSec = float64(delivered) * float64(size) / read.Secs / 1e6
 	switch {
@@ -306,6 +335,48 @@ func timeCatchUp(ctx context.Context, t CatchUpTarget, r string, exp *catchUpExp
 	}
 	read.OK = true
 	return read, nil
+}
+
+// selfCPU is the bench process's user and system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// processesCPU is the user and system CPU time the processes pids spent so
+// far, from /proc/<pid>/stat (0 for one that cannot be read).
+func processesCPU(pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses and
+		// may hold spaces: state is field 3, utime and stime fields 14
+		// and 15.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(f[11], 10, 64)
+		st, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			total += time.Duration(ut+st) * time.Second / clockTicks
+		}
+	}
+	return total
 }
 
 // progressEvery reports *n under phase about once a second until the
@@ -441,6 +512,18 @@ func WriteCatchUpComparison(w io.Writer, targets []string, results map[string][]
 		}
 		return 0, false
 	}, "%.1f")
+	row("fastest verified reader: CPU µs per record, server processes", func(r *CatchUpResult) (float64, bool) {
+		if x := r.Best(); x != nil && x.ServerCPUus > 0 {
+			return x.ServerCPUus, true
+		}
+		return 0, false
+	}, "%.2f")
+	row("fastest verified reader: CPU µs per record, bench process", func(r *CatchUpResult) (float64, bool) {
+		if x := r.Best(); x != nil {
+			return x.BenchCPUus, true
+		}
+		return 0, false
+	}, "%.2f")
 	fmt.Fprintf(&b, "| fastest reader (per run) |")
 	for _, t := range targets {
 		var all []string
@@ -502,7 +585,8 @@ func (r *CatchUpResult) WriteText(w io.Writer) error {
 		if !x.OK {
 			verdict = "FAILED: " + x.Error
 		}
-		fmt.Fprintf(&b, "  read %-28s %7.2fs %10.0f rec/s %8.1f MB/s   verification %s\n", x.Reader, x.Secs, x.PerSecond, x.MBPerSec, verdict)
+		fmt.Fprintf(&b, "  read %-22s %7.2fs %10.0f rec/s %8.1f MB/s   CPU/record %5.2f µs servers, %5.2f µs bench   verification %s\n",
+			x.Reader, x.Secs, x.PerSecond, x.MBPerSec, x.ServerCPUus, x.BenchCPUus, verdict)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

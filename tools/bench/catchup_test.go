@@ -3,9 +3,11 @@ package bench
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // memCatchUp is an in-memory CatchUpTarget whose stream starts at offset
@@ -127,5 +129,20 @@ func TestWriteCatchUpComparison(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
+	}
+}
+
+// A process's CPU time is read from /proc: this one's grows as it works,
+// and an unknown process counts nothing.
+func TestProcessesCPU(t *testing.T) {
+	before := processesCPU([]int{os.Getpid()})
+	for x, end := 0, time.Now().Add(100*time.Millisecond); time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	if after := processesCPU([]int{os.Getpid()}); after <= before {
+		t.Fatalf("CPU time %v after working, %v before", after, before)
+	}
+	if got := processesCPU([]int{1 << 30}); got != 0 {
+		t.Fatalf("a process that does not exist spent %v", got)
 	}
 }

@@ -80,6 +80,17 @@ func (j *JetStream) publishRetry(ctx context.Context, js jetstream.JetStream, da
 // Readers implements CatchUpTarget.
 func (j *JetStream) Readers() []string { return JetStreamReaders }
 
+// ServerPIDs implements ServerProcesses: the three nats-servers.
+func (j *JetStream) ServerPIDs() []int {
+	var pids []int
+	for _, s := range j.servers {
+		if s.cmd.Process != nil {
+			pids = append(pids, s.cmd.Process.Pid)
+		}
+	}
+	return pids
+}
+
 // CheckReader implements CatchUpTarget.
 func (j *JetStream) CheckReader(r string) error {
 	_, _, _, err := parseJSReader(r)

@@ -16,6 +16,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/tools/bench"
+	"github.com/brook-streams/brook/tools/cmd/brook-demo/brookload"
 )
 
 // brookReaders are the catch-up reader settings of the brook target,
@@ -126,6 +127,23 @@ func (t *brookTarget) Fill(ctx context.Context, n, window int, data func(int) []
 
 // Readers implements bench.CatchUpTarget.
 func (t *brookTarget) Readers() []string { return brookReaders }
+
+// ServerPIDs implements bench.ServerProcesses: the local cluster's stream
+// hosts (its nats-servers and the hosts' proxies run in the bench's own
+// process; none for a cluster the bench did not start).
+func (t *brookTarget) ServerPIDs() []int {
+	local, ok := t.nodes.(brookload.LocalNodes)
+	if !ok {
+		return nil
+	}
+	var pids []int
+	for i := range local.C.Hosts() {
+		if pid := local.C.Host(i).Pid(); pid != 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
 
 // CheckReader implements bench.CatchUpTarget.
 func (t *brookTarget) CheckReader(r string) error {
