@@ -46,7 +46,9 @@ bench:
 bench-peer:
 	go run ./tools/cmd/brook-bench --target both $(BENCH_ARGS)
 
-## chaos: a seeded randomized run of the kill suites (CHAOS_SEED, CHAOS_DURATION).
+## chaos: a seeded randomized run of the suites' faults, the bus's and the disk's too, at the default
+## 800 ms TTL, 5 minutes (CHAOS_SEED, CHAOS_DURATION); it fails on a spurious failover or a lost
+## confirmed record. Store failures need root (a tmpfs per host); without it they are left out.
 chaos:
 	BROOK_CHAOS=1 go test -count=1 -timeout 60m -run 'TestChaos' -v ./e2e/...
 
