@@ -224,16 +224,33 @@ func parseBrookReader(s string) (api string, maxRecords, prefetch int, err error
 }
 
 // profiledTarget writes a CPU profile of the bench's own process (the
-// reader's client) over each catch-up read, to prefix.<reader>.pprof.
+// reader's client) over each catch-up read, to prefix.<reader>.pprof (a
+// reader read again: prefix.<reader>.<n>.pprof).
 type profiledTarget struct {
 	bench.CatchUpTarget
 	prefix string
 	log    *slog.Logger
+	reads  map[string]int
+}
+
+// ServerPIDs implements bench.ServerProcesses for the target profiled.
+func (p *profiledTarget) ServerPIDs() []int {
+	if sp, ok := p.CatchUpTarget.(bench.ServerProcesses); ok {
+		return sp.ServerPIDs()
+	}
+	return nil
 }
 
 // CatchUp implements bench.CatchUpTarget.
 func (p *profiledTarget) CatchUp(ctx context.Context, reader string, n int, fn func(uint64, []byte)) error {
+	if p.reads == nil {
+		p.reads = map[string]int{}
+	}
 	path := p.prefix + "." + reader + ".pprof"
+	if n := p.reads[reader]; n > 0 {
+		path = fmt.Sprintf("%s.%s.%d.pprof", p.prefix, reader, n)
+	}
+	p.reads[reader]++
 	f, err := os.Create(path)
 	if err != nil {
 		return err
