@@ -155,7 +155,8 @@ const DefaultPrefetch = 4
 
 // Consumer reads a stream through a durable cursor. The first fetch starts
 // at the cursor's committed position; after that the consumer tracks its
-// own position and fetches by offset. A record counts as consumed once the
+// own position and fetches by offset, with up to ConsumerConfig.Prefetch
+// fetches in flight while it is behind the owner's watermark. A record counts as consumed once the
 // caller asks for the next one (or closes the consumer), and consumed
 // positions are committed every CommitInterval and on Close.
 //
