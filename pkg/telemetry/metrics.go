@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,4 +178,21 @@ func Meter(mp metric.MeterProvider, name string) metric.Meter {
 		mp = noop.NewMeterProvider()
 	}
 	return mp.Meter(name)
+}
+
+// AttrOptions builds the measurement option of one attribute once and
+// reuses it, so that counting by a code or a reason allocates nothing per
+// measurement. The zero value is ready; it is safe for concurrent use.
+type AttrOptions struct {
+	m sync.Map // "key=value" -> metric.MeasurementOption
+}
+
+// Of returns the option carrying kv alone.
+func (a *AttrOptions) Of(kv attribute.KeyValue) metric.MeasurementOption {
+	key := string(kv.Key) + "=" + kv.Value.Emit()
+	if v, ok := a.m.Load(key); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := a.m.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(kv)))
+	return v.(metric.MeasurementOption)
 }

@@ -171,3 +171,16 @@ func TestMetricsExportInterval(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// AttrOptions builds one option per attribute and hands it back without
+// building it again: a lookup of a known attribute costs at most its key.
+func TestAttrOptionsReusesOnePerAttribute(t *testing.T) {
+	var a AttrOptions
+	k := attribute.Key("error.type")
+	if a.Of(k.String("x")) == a.Of(k.String("y")) {
+		t.Error("two attributes share an option")
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Of(k.String("x")) }); n > 1 {
+		t.Errorf("%v allocations per lookup of a known attribute; building the option takes more", n)
+	}
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -49,7 +48,7 @@ type metrics struct {
 	leader   metric.Int64ObservableGauge
 	reg      metric.Registration
 
-	opts sync.Map // attribute set key -> metric.MeasurementOption
+	opts telemetry.AttrOptions // by reason or command, built once
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -96,22 +95,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	return m, errors.Join(errs...)
 }
 
-// option returns the measurement option of one attribute, built once.
-func (m *metrics) option(kv attribute.KeyValue) metric.MeasurementOption {
-	key := string(kv.Key) + "=" + kv.Value.String()
-	if v, ok := m.opts.Load(key); ok {
-		return v.(metric.MeasurementOption)
-	}
-	v, _ := m.opts.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(kv)))
-	return v.(metric.MeasurementOption)
-}
-
 // failoverStarted counts a pending recovery this leader recorded.
 func (m *metrics) failoverStarted(reason string) {
 	if m == nil {
 		return
 	}
-	m.started.Add(context.Background(), 1, m.option(attrReason.String(reason)))
+	m.started.Add(context.Background(), 1, m.opts.Of(attrReason.String(reason)))
 }
 
 // failoverCommitted is recovery.Worker.Committed: it counts the failover
@@ -121,7 +110,7 @@ func (m *metrics) failoverCommitted(pr wire.PendingRecovery, at time.Time) {
 		return
 	}
 	ctx := context.Background()
-	opt := m.option(attrReason.String(pr.Reason))
+	opt := m.opts.Of(attrReason.String(pr.Reason))
 	m.completed.Add(ctx, 1, opt)
 	if pr.Since > 0 {
 		m.duration.Record(ctx, max(at.Sub(time.UnixMilli(pr.Since)).Seconds(), 0), opt)
@@ -137,7 +126,7 @@ func (m *metrics) proposed(op string, took time.Duration, err error) {
 		m.proposal.Record(context.Background(), took.Seconds(), metric.WithAttributes(attrCommand.String(op), attrErrorType.String(proposeFailure)))
 		return
 	}
-	m.proposal.Record(context.Background(), took.Seconds(), m.option(attrCommand.String(op)))
+	m.proposal.Record(context.Background(), took.Seconds(), m.opts.Of(attrCommand.String(op)))
 }
 
 // observe registers the callback of the gauges: one stale read of the

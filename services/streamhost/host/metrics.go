@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -46,13 +45,13 @@ type metrics struct {
 	groupSize   metric.Int64Histogram
 	seals       metric.Int64Counter
 
-	copies      metric.Int64ObservableGauge
-	lagRecords  metric.Int64ObservableGauge
-	lagTime     metric.Float64ObservableGauge
-	streamLagR  metric.Int64ObservableGauge
-	streamLagT  metric.Float64ObservableGauge
-	reg         metric.Registration
-	codeOptions sync.Map // error code -> metric.AddOption, built once per code
+	copies     metric.Int64ObservableGauge
+	lagRecords metric.Int64ObservableGauge
+	lagTime    metric.Float64ObservableGauge
+	streamLagR metric.Int64ObservableGauge
+	streamLagT metric.Float64ObservableGauge
+	reg        metric.Registration
+	codes      telemetry.AttrOptions // by error code, built once per code
 }
 
 // newMetrics creates the instruments; instrument errors only come from
@@ -130,20 +129,10 @@ func (m *metrics) unobserve() {
 	}
 }
 
-// codeOption is the attribute option of an error code, built once.
-func (m *metrics) codeOption(code string) metric.AddOption {
-	if v, ok := m.codeOptions.Load(code); ok {
-		return v.(metric.AddOption)
-	}
-	opt := metric.WithAttributeSet(attribute.NewSet(attrErrorType.String(code)))
-	v, _ := m.codeOptions.LoadOrStore(code, opt)
-	return v.(metric.AddOption)
-}
-
 // publishRefused counts n publishes answered with code.
 func (m *metrics) publishRefused(code string, n int) {
 	if n > 0 {
-		m.refused.Add(context.Background(), int64(n), m.codeOption(code))
+		m.refused.Add(context.Background(), int64(n), m.codes.Of(attrErrorType.String(code)))
 	}
 }
 
@@ -153,7 +142,7 @@ func (m *metrics) sealAnswered(e *wire.Error) {
 		m.seals.Add(context.Background(), 1)
 		return
 	}
-	m.seals.Add(context.Background(), 1, m.codeOption(e.Code))
+	m.seals.Add(context.Background(), 1, m.codes.Of(attrErrorType.String(e.Code)))
 }
 
 // appended counts a successful append of records holding payload bytes.
@@ -182,7 +171,7 @@ func (m *metrics) sent(out []outgoing) {
 	for i := range out {
 		r := &out[i]
 		if r.fail != nil {
-			m.refused.Add(ctx, 1, m.codeOption(r.fail.Code))
+			m.refused.Add(ctx, 1, m.codes.Of(attrErrorType.String(r.fail.Code)))
 			continue
 		}
 		confirmed++
