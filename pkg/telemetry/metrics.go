@@ -189,7 +189,7 @@ type AttrOptions struct {
 
 // Of returns the option carrying kv alone.
 func (a *AttrOptions) Of(kv attribute.KeyValue) metric.MeasurementOption {
-	key := string(kv.Key) + "=" + kv.Value.Emit()
+	key := string(kv.Key) + "=" + kv.Value.String()
 	if v, ok := a.m.Load(key); ok {
 		return v.(metric.MeasurementOption)
 	}
