@@ -86,12 +86,22 @@ func (l *Ledger) Count(pred func(Outcome) bool) int {
 }
 
 // WaitCount waits until at least n outcomes match pred, or ctx ends.
+// Outcomes are only ever appended, so each wake scans just those recorded
+// since the last one: a long run's waits cost what arrived, not what the
+// ledger holds (a rescan under the lock on every record starved the
+// in-process nats-servers of a 30-minute chaos run).
 func (l *Ledger) WaitCount(ctx context.Context, n int, pred func(Outcome) bool) error {
+	got, seen := 0, 0
 	for {
 		l.mu.Lock()
 		ch := l.changed
+		for _, o := range l.outcomes[seen:] {
+			if pred == nil || pred(o) {
+				got++
+			}
+		}
+		seen = len(l.outcomes)
 		l.mu.Unlock()
-		got := l.Count(pred)
 		if got >= n {
 			return nil
 		}
