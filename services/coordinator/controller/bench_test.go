@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// benchSizes are the cluster sizes of issue 17's curve.
+var benchSizes = []int{1000, 3000, 10000}
+
+// benchCluster is a state of n streams of three copies on four live hosts,
+// each created the way stream.create creates it (Place, then the state
+// machine's Apply), and a liveness view that hears all four.
+func benchCluster(b *testing.B, n int) (*state.State, Liveness) {
+	b.Helper()
+	s := state.New()
+	live := Liveness{LeaderSince: t0.Add(-time.Hour), Nodes: map[string]liveness.Seen{}}
+	for _, h := range []string{"h1", "h2", "h3", "h4"} {
+		s.Apply(state.NodeSeen(h, 1, t0.UnixMilli()))
+		live.Nodes[h] = liveness.Seen{Node: h, Incarnation: 1, LastSeen: t0}
+	}
+	for i := range n {
+		benchCreate(b, s, live, fmt.Sprintf("s%05d", i))
+	}
+	return s, live
+}
+
+// benchCreate is the coordinator's work for one stream.create: the read
+// the admin handler makes, placement, and the state machine's apply.
+func benchCreate(b *testing.B, s *state.State, live Liveness, name string) {
+	read := state.QueryAll{}.Run(s).(*state.State)
+	owner, followers, err := Place(read, live.Nodes, t0, params.TTL, 3)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := wire.Assignment{Owner: owner, Followers: followers, Policy: "majority_durable"}
+	if r := s.Apply(state.StreamCreate(name, 3, "", wire.Retention{}, a, t0.UnixMilli())); r.Err() != nil {
+		b.Fatal(r.Err())
+	}
+}
+
+// BenchmarkCreate measures one stream.create's coordinator work (read,
+// placement, apply) with n streams in the cluster; each create is undone by
+// a delete (also measured) so the cluster stays at n.
+func BenchmarkCreate(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			s, live := benchCluster(b, n)
+			for b.Loop() {
+				benchCreate(b, s, live, "new")
+				if r := s.Apply(state.StreamDelete("new", t0.UnixMilli())); r.Err() != nil {
+					b.Fatal(r.Err())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPlanRound measures one control round of a healthy cluster of n
+// streams: the control loop's read of the state and controller.Plan.
+func BenchmarkPlanRound(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			s, live := benchCluster(b, n)
+			now := t0.Add(time.Second)
+			for b.Loop() {
+				read := state.QueryAll{}.Run(s).(*state.State)
+				if acts := Plan(read, live, now, params); len(acts) != 0 {
+					b.Fatalf("a healthy cluster planned %d actions", len(acts))
+				}
+			}
+		})
+	}
+}
