@@ -33,13 +33,14 @@ func benchCluster(b *testing.B, n int) (*state.State, Liveness) {
 // benchCreate is the coordinator's work for one stream.create: the read
 // the admin handler makes, placement, and the state machine's apply.
 func benchCreate(b *testing.B, s *state.State, live Liveness, name string) {
-	read := state.QueryAll{}.Run(s).(*state.State)
-	owner, followers, err := Place(read, live.Nodes, t0, params.TTL, 3)
+	read := state.QueryPlacement{Stream: name}.Run(s).(*state.State)
+	owner, followers, err := PlaceWithin(read, live.Nodes, t0, params.TTL, 3, state.DefaultMaxCopiesPerHost)
 	if err != nil {
 		b.Fatal(err)
 	}
 	a := wire.Assignment{Owner: owner, Followers: followers, Policy: "majority_durable"}
-	if r := s.Apply(state.StreamCreate(name, 3, "", wire.Retention{}, a, t0.UnixMilli())); r.Err() != nil {
+	c := state.StreamCreate(name, 3, "", wire.Retention{}, a, t0.UnixMilli()).WithLimits(state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost)
+	if r := s.Apply(c); r.Err() != nil {
 		b.Fatal(r.Err())
 	}
 }
@@ -61,6 +62,15 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
+// controlRead is the control loop's read of a round (state.QueryControl).
+func controlRead(s *state.State, live Liveness, now time.Time) *state.State {
+	q := state.QueryControl{
+		Losing: func(st *state.State) []string { return Losing(st, live, now, params) },
+		Extra:  SealedReports(live),
+	}
+	return q.Run(s).(*state.State)
+}
+
 // BenchmarkPlanRound measures one control round of a healthy cluster of n
 // streams: the control loop's read of the state and controller.Plan.
 func BenchmarkPlanRound(b *testing.B) {
@@ -69,7 +79,7 @@ func BenchmarkPlanRound(b *testing.B) {
 			s, live := benchCluster(b, n)
 			now := t0.Add(time.Second)
 			for b.Loop() {
-				read := state.QueryAll{}.Run(s).(*state.State)
+				read := controlRead(s, live, now)
 				if acts := Plan(read, live, now, params); len(acts) != 0 {
 					b.Fatalf("a healthy cluster planned %d actions", len(acts))
 				}

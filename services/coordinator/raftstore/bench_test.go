@@ -52,7 +52,7 @@ func BenchmarkCreate10k(b *testing.B) {
 	s := populate(b, c, 10000)
 	ctx := context.Background()
 	for b.Loop() {
-		if _, err := s.State(ctx); err != nil {
+		if _, err := s.Read(ctx, state.QueryPlacement{Stream: "new"}); err != nil {
 			b.Fatal(err)
 		}
 		if r := propose(b, s, benchCreateCmd("new", 0)); r.Err() != nil {

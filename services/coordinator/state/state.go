@@ -14,6 +14,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/brook-streams/brook/pkg/wire"
@@ -31,6 +32,9 @@ type State struct {
 	NextTransition uint64             `json:"next_transition"`
 	Nodes          map[string]*Node   `json:"nodes"`
 	Streams        map[string]*Stream `json:"streams"`
+	// idx indexes the streams (see index); Apply keeps it, snapshots do
+	// not hold it.
+	idx *index
 }
 
 // Node is one stream host.
@@ -95,7 +99,7 @@ func (st *Stream) UnderReplicated() *wire.UnderReplication {
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}}
+	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex()}
 }
 
 // Clone returns a deep copy, so a reader can use it while the state machine
@@ -116,6 +120,7 @@ func (s *State) Clone() *State {
 	for k, st := range s.Streams {
 		c.Streams[k] = st.Clone()
 	}
+	c.idx = s.ix().clone()
 	return c
 }
 
@@ -179,16 +184,12 @@ func (s *State) Leaving() map[string]bool {
 	return m
 }
 
-// Load counts, per node, the streams it owns and the copies it holds.
+// Load counts, per node, the streams it owns and the copies it holds
+// (nodes with none are absent). It reads the index: its cost is the
+// number of nodes, not of streams.
 func (s *State) Load() (owned, copies map[string]int) {
-	owned, copies = map[string]int{}, map[string]int{}
-	for _, st := range s.Streams {
-		owned[st.Assignment.Owner]++
-		for _, n := range st.Assignment.Copies() {
-			copies[n]++
-		}
-	}
-	return owned, copies
+	x := s.ix()
+	return maps.Clone(x.owns), maps.Clone(x.holds)
 }
 
 // SortedStreams returns the stream names in order, for deterministic walks.
