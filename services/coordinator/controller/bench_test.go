@@ -33,7 +33,18 @@ func benchCluster(b *testing.B, n int) (*state.State, Liveness) {
 // benchCreate is the coordinator's work for one stream.create: the read
 // the admin handler makes, placement, and the state machine's apply.
 func benchCreate(b *testing.B, s *state.State, live Liveness, name string) {
-	read := state.QueryPlacement{Stream: name}.Run(s).(*state.State)
+	benchCreateReading(b, s, live, name, false)
+}
+
+// benchCreateReading is benchCreate; all reads a deep copy of the whole
+// state, as stream.create did before issue 17, instead of the placement
+// view.
+func benchCreateReading(b *testing.B, s *state.State, live Liveness, name string, all bool) {
+	var q state.Query = state.QueryPlacement{Stream: name}
+	if all {
+		q = state.QueryAll{}
+	}
+	read := q.Run(s).(*state.State)
 	owner, followers, err := PlaceWithin(read, live.Nodes, t0, params.TTL, 3, state.DefaultMaxCopiesPerHost)
 	if err != nil {
 		b.Fatal(err)
@@ -45,20 +56,28 @@ func benchCreate(b *testing.B, s *state.State, live Liveness, name string) {
 	}
 }
 
+// reads are the two ways a benchmark reads the state: "all" is the deep
+// copy the coordinator read before issue 17, "view" the partial view it
+// reads now; both run in one benchmark run so they compare under the same
+// load.
+var reads = []string{"all", "view"}
+
 // BenchmarkCreate measures one stream.create's coordinator work (read,
 // placement, apply) with n streams in the cluster; each create is undone by
 // a delete (also measured) so the cluster stays at n.
 func BenchmarkCreate(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-			s, live := benchCluster(b, n)
-			for b.Loop() {
-				benchCreate(b, s, live, "new")
-				if r := s.Apply(state.StreamDelete("new", t0.UnixMilli())); r.Err() != nil {
-					b.Fatal(r.Err())
+	for _, read := range reads {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("read=%s/streams=%d", read, n), func(b *testing.B) {
+				s, live := benchCluster(b, n)
+				for b.Loop() {
+					benchCreateReading(b, s, live, "new", read == "all")
+					if r := s.Apply(state.StreamDelete("new", t0.UnixMilli())); r.Err() != nil {
+						b.Fatal(r.Err())
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -74,16 +93,21 @@ func controlRead(s *state.State, live Liveness, now time.Time) *state.State {
 // BenchmarkPlanRound measures one control round of a healthy cluster of n
 // streams: the control loop's read of the state and controller.Plan.
 func BenchmarkPlanRound(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-			s, live := benchCluster(b, n)
-			now := t0.Add(time.Second)
-			for b.Loop() {
-				read := controlRead(s, live, now)
-				if acts := Plan(read, live, now, params); len(acts) != 0 {
-					b.Fatalf("a healthy cluster planned %d actions", len(acts))
+	for _, read := range reads {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("read=%s/streams=%d", read, n), func(b *testing.B) {
+				s, live := benchCluster(b, n)
+				now := t0.Add(time.Second)
+				for b.Loop() {
+					view := state.QueryAll{}.Run
+					if read == "view" {
+						view = func(s *state.State) any { return controlRead(s, live, now) }
+					}
+					if acts := Plan(view(s).(*state.State), live, now, params); len(acts) != 0 {
+						b.Fatalf("a healthy cluster planned %d actions", len(acts))
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

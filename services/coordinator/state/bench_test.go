@@ -46,3 +46,13 @@ func BenchmarkSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIndexRebuild measures building the index from n streams, which
+// loading a snapshot adds to decoding it.
+func BenchmarkIndexRebuild(b *testing.B) {
+	s := benchState(b, 10000)
+	for b.Loop() {
+		s.idx = nil
+		s.ix()
+	}
+}
