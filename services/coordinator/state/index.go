@@ -39,7 +39,8 @@ func newIndex() *index {
 // needsAttention reports whether st's own state asks the controller to
 // act (see index.attention).
 func needsAttention(st *Stream) bool {
-	return st.Recovery == nil && (st.FencedEpoch > st.Assignment.Epoch || len(st.Assignment.Copies()) < st.Copies)
+	// Copies() is the owner and the followers; counted without a copy.
+	return st.Recovery == nil && (st.FencedEpoch > st.Assignment.Epoch || 1+len(st.Assignment.Followers) < st.Copies)
 }
 
 // count adds d (1 or -1) to key's count, dropping the key at zero.
@@ -60,7 +61,8 @@ func (x *index) update(st *Stream, d int) {
 	x.streams += d
 	owner := st.Assignment.Owner
 	count(x.owns, owner, d)
-	for _, n := range st.Assignment.Copies() {
+	count(x.holds, owner, d)
+	for _, n := range st.Assignment.Followers {
 		count(x.holds, n, d)
 	}
 	if d < 0 {

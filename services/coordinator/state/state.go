@@ -11,6 +11,19 @@
 //
 // This package knows nothing of Raft; package raftstore runs it inside a
 // Dragonboat shard.
+//
+// Beside the streams the state keeps an index (index.go) that Apply updates
+// for the one stream each command names, so that creates, deletes and
+// control rounds cost in proportion to the streams they concern; Partial
+// views and the queries built on them copy only those streams.
+//
+// # Locks and goroutines
+//
+// State has no lock and starts no goroutine. raftstore's state machine
+// runs Apply under Dragonboat's write lock and every Query's Run under its
+// read lock, several at once: a query must not write, which is why the
+// index is built by New, Load, Clone and Partial and never on a query's
+// first use, and why QueryControl's Losing callback must only read.
 package state
 
 import (
