@@ -53,6 +53,7 @@ func (s *Server) controlLoop(ctx context.Context) {
 		switch {
 		case leading && !was:
 			lead.ctx, lead.stop = context.WithCancel(ctx)
+			s.lastFullPlan = time.Time{} // a new leader's first round plans over everything
 			s.log.Info("became raft leader: controller active; node expiry waits one ttl", "ttl", s.opt.TTL.String())
 		case !leading && was:
 			lead.stop()
@@ -67,11 +68,29 @@ func (s *Server) controlLoop(ctx context.Context) {
 	}
 }
 
+// fullPlanEvery is how often the control loop plans over the whole state
+// rather than over the streams concerned (see controller.Plan): a safety
+// net that would catch, and log, a stream the state machine's index missed.
+const fullPlanEvery = 10 * time.Second
+
 // controlOnce runs one planning round and reports whether it changed the
 // state.
 func (s *Server) controlOnce(ctx context.Context) bool {
+	now := s.opt.Now()
+	s.mu.Lock()
+	since := s.leaderSince
+	s.mu.Unlock()
+	heard, deaf := s.hearing.view(s.nc)
+	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: s.live.View()}
+	losing := func(st *state.State) []string { return controller.Losing(st, live, now, s.params) }
+	sealed := controller.SealedReports(live)
+	full := now.Sub(s.lastFullPlan) >= fullPlanEvery
+	var q state.Query = state.QueryControl{Losing: losing, Extra: sealed}
+	if full {
+		q = state.QueryAll{}
+	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	st, err := s.store.State(rctx)
+	v, err := s.store.Read(rctx, q)
 	cancel()
 	if err != nil {
 		// Log the first failure of a run, not every tick of an outage.
@@ -85,23 +104,37 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.log.Info("controller: state readable again")
 		s.readFailing = false
 	}
-	now := s.opt.Now()
-	s.mu.Lock()
-	since := s.leaderSince
-	s.mu.Unlock()
-	heard, deaf := s.hearing.view(s.nc)
-	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: s.live.View()}, now, s.params)
+	st := v.(*state.State)
+	acts := controller.Plan(st, live, now, s.params)
+	if full {
+		s.lastFullPlan = now
+		s.checkConcerned(st, acts, losing(st), sealed)
+	}
 	changed := s.executeAll(ctx, st, acts, now)
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, name := range st.SortedStreams() {
-		if pr := st.Streams[name].Recovery; pr != nil {
-			s.startWorker(ctx, name, pr.Transition)
-		}
+	for _, name := range st.Pending() {
+		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
 	}
 	s.announce(st)
 	return changed
+}
+
+// checkConcerned logs the streams a full round planned for that a round
+// over the streams concerned would have left out: it would be a bug of the
+// state machine's index, and the full round has just made up for it.
+func (s *Server) checkConcerned(st *state.State, acts []controller.Action, losing, sealed []string) {
+	concerned := map[string]bool{}
+	for _, name := range st.Concerned(losing, sealed) {
+		concerned[name] = true
+	}
+	for _, a := range acts {
+		if a.Stream != "" && !concerned[a.Stream] {
+			s.log.Error("controller: the full round planned for a stream the incremental rounds leave out", "stream", a.Stream,
+				"action", a.Kind, "reason", a.Reason)
+		}
+	}
 }
 
 // maxConcurrentActions bounds the stream actions of one round in flight
