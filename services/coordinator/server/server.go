@@ -165,6 +165,9 @@ type Server struct {
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
+	// moving holds the streams this replica's planned moves run
+	// (admin_move.go).
+	moving map[string]bool
 	leading bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
