@@ -167,7 +167,7 @@ type Server struct {
 	workers map[string]*workerRun
 	// moving holds the streams this replica's planned moves run
 	// (admin_move.go).
-	moving map[string]bool
+	moving  map[string]bool
 	leading bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
