@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -287,4 +288,37 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 		return nil, err
 	}
 	return &reply, nil
+}
+
+// balance runs the owner balancer at most once per Balance.Interval, on
+// the leader: controller.Balance's moves, within Balance.MaxMoves moves in
+// flight (operators' included), each in its own goroutine under the
+// leader's context, so losing leadership aborts them (a move already
+// sealed is finished by the next leader's recovery worker).
+func (s *Server) balance(leaderCtx context.Context, st *state.State) {
+	p := s.opt.Balance
+	now := s.opt.Now()
+	s.mu.Lock()
+	due := !p.Off && now.Sub(s.balancedAt) >= p.Interval
+	if due {
+		s.balancedAt = now
+	}
+	moving := maps.Clone(s.moving)
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	live := s.live.View()
+	up := func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) }
+	for _, m := range controller.Balance(st, up, moving, p.MaxMoves-len(moving), p.Margin) {
+		s.workerWG.Add(1)
+		go func() {
+			defer s.workerWG.Done()
+			ctx, cancel := context.WithTimeout(leaderCtx, requestTimeout)
+			defer cancel()
+			if _, err := s.move(ctx, st, m.Stream, m.To, 0, "balance"); err == nil {
+				s.log.Info("balancer moved a stream", "stream", m.Stream, "from", m.From, "to", m.To)
+			}
+		}()
+	}
 }

@@ -100,6 +100,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		}
 	}
 	s.announce(st)
+	if !deaf {
+		s.balance(ctx, st) // admin_move.go
+	}
 	return changed
 }
 

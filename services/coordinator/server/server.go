@@ -67,7 +67,10 @@ type Options struct {
 	ReplaceAfter    time.Duration
 	SealTimeout     time.Duration
 	DefaultPolicy   string
-	RTTMillisecond  uint64
+	// Balance configures the owner balancer (controller.Balance); the zero
+	// value is on with the defaults.
+	Balance        controller.BalanceParams
+	RTTMillisecond uint64
 	// RaftTLS, when set, runs the Raft transport over mutual TLS.
 	RaftTLS *raftstore.TLSFiles
 	// HTTPAddr serves GET /healthz when set, and with PProf the runtime
@@ -111,6 +114,7 @@ func (o *Options) defaults() error {
 		dp = policy.Default
 	}
 	o.DefaultPolicy = dp
+	o.Balance = o.Balance.WithDefaults()
 	if o.ControlInterval <= 0 {
 		o.ControlInterval = 100 * time.Millisecond
 	}
@@ -166,9 +170,10 @@ type Server struct {
 	mu      sync.Mutex
 	workers map[string]*workerRun
 	// moving holds the streams this replica's planned moves run
-	// (admin_move.go).
-	moving  map[string]bool
-	leading bool
+	// (admin_move.go); balancedAt is when the balancer last ran.
+	moving     map[string]bool
+	balancedAt time.Time
+	leading    bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
 	// noticed is the AssignVersion last announced by this leader.
