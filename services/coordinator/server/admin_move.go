@@ -127,13 +127,6 @@ func (s *Server) endMoving(stream string) {
 	s.poke() // a recovery the move left behind gets the loop's worker
 }
 
-// movesInFlight is how many moves this replica runs.
-func (s *Server) movesInFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.moving)
-}
-
 // nodeDrainMoves is the admin verb node.drain: every replicated stream the
 // node owns moves to another host by planned moves (at most maxDrainMoves
 // at once), then the node is marked draining: it takes no copies and no
