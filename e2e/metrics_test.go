@@ -32,7 +32,7 @@ const (
 
 // conditionalMetrics are documented metrics a process serves only while
 // something is true (a follower lags), so a scrape may miss them.
-var conditionalMetrics = []string{"brook_host_stream_lag_records", "brook_host_stream_lag_time_seconds"}
+var conditionalMetrics = []string{"brook_host_stream_lag_records", "brook_host_stream_lag_time_seconds", "brook_coordinator_move_count_total"}
 
 // documentedMetric is one row of the metrics table of
 // docs/architecture.md.

@@ -163,11 +163,34 @@ func (c *Client) ClusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 	return info, err
 }
 
-// DrainNode moves every stream off node (eager failover).
-func (c *Client) DrainNode(ctx context.Context, node string) (wire.OK, error) {
+// DrainNode drains node: every replicated stream it owns moves to another
+// host by a planned move (the reply lists those that moved and those that
+// fail over by recovery instead), then the node takes no copies and no
+// ownership until UndrainNode or its restart.
+func (c *Client) DrainNode(ctx context.Context, node string) (wire.NodeDrainReply, error) {
+	var out wire.NodeDrainReply
+	err := c.Admin(ctx, wire.VerbNodeDrain, wire.NodeRef{Node: node}, &out)
+	return out, err
+}
+
+// UndrainNode ends node's drain: it may take copies and ownership again.
+func (c *Client) UndrainNode(ctx context.Context, node string) (wire.OK, error) {
 	var ok wire.OK
-	err := c.Admin(ctx, wire.VerbNodeDrain, wire.NodeRef{Node: node}, &ok)
+	err := c.Admin(ctx, wire.VerbNodeUndrain, wire.NodeRef{Node: node}, &ok)
 	return ok, err
+}
+
+// MoveStream moves ownership of a live stream to req.Node, one of its
+// followers (or the best live follower when empty) by a planned move: the
+// owner stops taking publishes (the client retries them on the new owner),
+// the target catches up, and the stream is sealed and committed at the
+// next epoch. A move that did not complete is a *wire.Error: not_found,
+// bad_request (not a live follower), conflict (a recovery or another move
+// pending, or the recovery promoted another copy), timeout or unavailable.
+func (c *Client) MoveStream(ctx context.Context, req wire.StreamMove) (wire.StreamMoveReply, error) {
+	var out wire.StreamMoveReply
+	err := c.Admin(ctx, wire.VerbStreamMove, req, &out)
+	return out, err
 }
 
 // WithdrawRecovery withdraws the pending recovery of stream; the controller

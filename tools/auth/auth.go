@@ -267,7 +267,7 @@ func HostPermissions(node string) Permissions {
 		},
 		PubDeny: clone(noInbox),
 		SubAllow: []string{
-			"brook.s.>", "brook.assign." + node, "brook.host." + node + ".seal", "_INBOX.host." + node + ".>",
+			"brook.s.>", "brook.assign." + node, "brook.host." + node + ".seal", "brook.host." + node + ".handoff", "_INBOX.host." + node + ".>",
 		},
 		AllowResponses: true,
 	}
@@ -276,7 +276,7 @@ func HostPermissions(node string) Permissions {
 // CoordinatorPermissions are the coordinators' (all replicas share them).
 func CoordinatorPermissions() Permissions {
 	return Permissions{
-		PubAllow: []string{"brook.assign.*", "brook.host.*.seal", "brook.s.*.fetch"},
+		PubAllow: []string{"brook.assign.*", "brook.host.*.seal", "brook.host.*.handoff", "brook.s.*.fetch"},
 		PubDeny:  clone(noInbox),
 		SubAllow: []string{
 			"brook.admin.>", "brook.assignments.pull", "brook.hb.*", "brook.host.*.leave", "_INBOX.coord.>",

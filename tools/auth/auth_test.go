@@ -598,7 +598,7 @@ func TestGeneratedFiles(t *testing.T) {
 	design := map[string]perm{
 		auth.Client: {"BROOK", client, inbox, []string{"_INBOX.client.>", "brook.s.*.owner.*"}, false},
 		auth.Admin:  {"BROOK", append(append([]string{}, client...), "brook.admin.>"), inbox, []string{"_INBOX.admin.>", "brook.s.*.owner.*"}, false},
-		auth.Coordinator: {"BROOK", []string{"brook.assign.*", "brook.host.*.seal", "brook.s.*.fetch"}, inbox,
+		auth.Coordinator: {"BROOK", []string{"brook.assign.*", "brook.host.*.seal", "brook.host.*.handoff", "brook.s.*.fetch"}, inbox,
 			[]string{"brook.admin.>", "brook.assignments.pull", "brook.hb.*", "brook.host.*.leave", "_INBOX.coord.>"}, true},
 		auth.CoordinatorSys: {"SYS", nil, []string{">"}, []string{"$SYS.ACCOUNT.BROOK.DISCONNECT", "$SYS.ACCOUNT.BROOK.CONNECT"}, false},
 		auth.Attention: {"BROOK", []string{"brook.admin.stream.list", "brook.admin.cluster.info"}, inbox,
@@ -607,7 +607,7 @@ func TestGeneratedFiles(t *testing.T) {
 	for _, n := range nodes {
 		design[auth.HostPrincipal(n)] = perm{"BROOK",
 			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n, "brook.s.*.owner." + n}, inbox,
-			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "_INBOX.host." + n + ".>"}, true}
+			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "brook.host." + n + ".handoff", "_INBOX.host." + n + ".>"}, true}
 	}
 	opts, err := server.ProcessConfigFile(d2.NATSConf)
 	if err != nil {

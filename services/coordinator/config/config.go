@@ -20,6 +20,7 @@ import (
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -46,6 +47,12 @@ type Config struct {
 	DefaultPolicy   string        `koanf:"default-policy"`
 	ReplaceAfter    time.Duration `koanf:"replace-after"`
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
+	// Balance: the owner balancer (on unless --balance=false), its
+	// period, its moves in flight at most and its margin.
+	Balance         bool          `koanf:"balance"`
+	BalanceInterval time.Duration `koanf:"balance-interval"`
+	BalanceMoves    int           `koanf:"balance-moves"`
+	BalanceMargin   float64       `koanf:"balance-margin"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
 	// MaxStreams and MaxCopiesPerHost are the cluster's limits: a create
 	// past either is refused (stream_limit, host_limit).
@@ -84,6 +91,10 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Int("max-streams", state.DefaultMaxStreams, "most streams the cluster holds; a create past it is refused with stream_limit")
 	fs.Int("max-copies-per-host", state.DefaultMaxCopiesPerHost, "most stream copies a create places on one host; a create that finds too few hosts below it is refused with host_limit (failovers may exceed it)")
+	fs.Bool("balance", true, "move stream ownership back toward an even share across live hosts with planned moves")
+	fs.Duration("balance-interval", controller.DefaultBalanceInterval, "least time between two balancing rounds")
+	fs.Int("balance-moves", controller.DefaultBalanceMoves, "planned moves of the balancer (and operators) in flight at most")
+	fs.Float64("balance-margin", controller.DefaultBalanceMargin, "how far (a fraction of the even share) a host's owned streams may be off it before streams move")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
 	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
 	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
@@ -199,7 +210,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("--nats-url is required"))
 	}
 	for name, d := range map[string]time.Duration{"--ttl": c.TTL, "--disconnect-grace": c.DisconnectGrace,
-		"--replace-after": c.ReplaceAfter, "--seal-timeout": c.SealTimeout} {
+		"--replace-after": c.ReplaceAfter, "--seal-timeout": c.SealTimeout, "--balance-interval": c.BalanceInterval} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
@@ -212,6 +223,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxCopiesPerHost < 1 {
 		errs = append(errs, errors.New("--max-copies-per-host must be at least 1"))
+	}
+	if c.BalanceMoves < 1 || c.BalanceMargin <= 0 {
+		errs = append(errs, fmt.Errorf("--balance-moves %d must be at least 1 and --balance-margin %g positive", c.BalanceMoves, c.BalanceMargin))
 	}
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))

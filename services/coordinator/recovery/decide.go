@@ -269,6 +269,12 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 			break
 		}
 	}
+	// A planned move promotes its target when the target is among the
+	// furthest (move.go); otherwise the choice above stands.
+	moved := false
+	if t, ok := plannedTarget(pr, got, best); ok {
+		chosen, preferred, belowBest, moved = t, false, false, true
+	}
 
 	if latest := latestStart(starts); latest != nil && chosen.recordTail < latest.RecordTail {
 		return Decision{
@@ -311,6 +317,9 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 	if belowBest {
 		why = fmt.Sprintf("%s preferred over leaving %s (record tail %d): it holds every confirmed record, the old owner %s confirmed nothing at or past %d and the latest start is at most that",
 			chosen.node, best.node, best.recordTail, pr.Old.Owner, bound)
+	}
+	if moved {
+		why = fmt.Sprintf("planned move to %s, which holds the furthest tails", chosen.node)
 	}
 	for _, s := range got {
 		if s.cut {

@@ -84,8 +84,12 @@ func (s *Server) verb(name string) handler {
 		return s.streamList
 	case wire.VerbClusterInfo:
 		return s.clusterInfo
+	case wire.VerbStreamMove:
+		return s.streamMove
 	case wire.VerbNodeDrain:
-		return s.nodeDrain
+		return s.nodeDrainMoves
+	case wire.VerbNodeUndrain:
+		return s.nodeUndrain
 	case wire.VerbNodeLeave:
 		return s.nodeLeave
 	case wire.VerbRecoveryWithdraw:
@@ -584,25 +588,6 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 		out.Nodes = append(out.Nodes, ni)
 	}
 	return out, nil
-}
-
-func (s *Server) nodeDrain(ctx context.Context, body []byte) (any, error) {
-	var req wire.NodeRef
-	if err := decodeStrict(body, &req); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidName("node", req.Node); err != nil {
-		return nil, err
-	}
-	r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
-	if err != nil {
-		return nil, err
-	}
-	if r.Changed {
-		s.log.Warn("node draining: failing its streams over", "node", req.Node, "version", r.Version)
-	}
-	s.poke()
-	return wire.OK{OK: true, Version: r.Version}, nil
 }
 
 // nodeLeave is the admin verb node.leave, for operators: the node is the

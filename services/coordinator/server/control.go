@@ -14,7 +14,6 @@ import (
 	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
-	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -118,6 +117,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
 	}
 	s.announce(st)
+	if !deaf {
+		s.balance(ctx, st) // admin_move.go
+	}
 	return changed
 }
 
@@ -287,8 +289,8 @@ func (s *Server) beginRecovery(ctx context.Context, st *state.State, a controlle
 func (s *Server) startWorker(leaderCtx context.Context, stream string, transition uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.leading || leaderCtx.Err() != nil {
-		return
+	if !s.leading || leaderCtx.Err() != nil || s.moving[stream] {
+		return // a planned move on this replica runs its own worker
 	}
 	if w := s.workers[stream]; w != nil {
 		if w.transition == transition {
@@ -299,16 +301,7 @@ func (s *Server) startWorker(leaderCtx context.Context, stream string, transitio
 	wctx, cancel := context.WithCancel(leaderCtx)
 	run := &workerRun{transition: transition, cancel: cancel}
 	s.workers[stream] = run
-	worker := &recovery.Worker{
-		Sealer:      natsSealer{nc: s.nc},
-		State:       recoveryState{s: s},
-		SealTimeout: s.opt.SealTimeout,
-		Logger:      s.log.With("component", "recovery"),
-		Tracer:      s.tracer,
-		Now:         s.opt.Now,
-		Gone:        s.nodeGone,
-		Committed:   s.metrics.failoverCommitted,
-	}
+	worker := s.newWorker()
 	s.workerWG.Add(1)
 	go func() {
 		defer s.workerWG.Done()

@@ -18,13 +18,15 @@ const MeterName = "github.com/brook-streams/brook/services/coordinator"
 
 // Attribute keys of the coordinator's metrics.
 const (
-	attrReason     = attribute.Key("brook.failover.reason")
-	attrWait       = attribute.Key("brook.failover.wait")
-	attrStatus     = attribute.Key("brook.stream.status")
-	attrNodeState  = attribute.Key("brook.node.state")
-	attrCommand    = attribute.Key("brook.raft.command")
-	attrErrorType  = attribute.Key("error.type")
-	proposeFailure = "unavailable"
+	attrReason      = attribute.Key("brook.failover.reason")
+	attrWait        = attribute.Key("brook.failover.wait")
+	attrStatus      = attribute.Key("brook.stream.status")
+	attrNodeState   = attribute.Key("brook.node.state")
+	attrCommand     = attribute.Key("brook.raft.command")
+	attrErrorType   = attribute.Key("error.type")
+	attrMoveBy      = attribute.Key("brook.move.by")
+	attrMoveOutcome = attribute.Key("brook.move.outcome")
+	proposeFailure  = "unavailable"
 )
 
 // metrics are the coordinator's instruments, made once per process from
@@ -36,6 +38,7 @@ const (
 type metrics struct {
 	started   metric.Int64Counter
 	completed metric.Int64Counter
+	moves     metric.Int64Counter
 	duration  metric.Float64Histogram
 	proposal  metric.Float64Histogram
 
@@ -62,6 +65,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	add(err)
 	m.completed, err = mt.Int64Counter("brook.coordinator.failover.completed", metric.WithUnit("{failover}"),
 		metric.WithDescription("Failovers committed by this coordinator's recovery workers, by reason."))
+	add(err)
+	m.moves, err = mt.Int64Counter("brook.coordinator.move.count", metric.WithUnit("{move}"),
+		metric.WithDescription("Planned owner moves run by this coordinator, by who asked (admin, drain, balance) and outcome (started, completed, aborted)."))
 	add(err)
 	m.duration, err = mt.Float64Histogram("brook.coordinator.failover.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from a failover's detection (its pending recovery's since) to its commit, by reason."),
@@ -118,6 +124,24 @@ func (m *metrics) failoverCommitted(pr wire.PendingRecovery, at time.Time) {
 }
 
 // proposed is raftstore.Config.OnPropose.
+// moveStarted and moveEnded count planned moves by who asked and outcome.
+func (m *metrics) moveStarted(why string) { m.move(why, "started") }
+
+func (m *metrics) moveEnded(why string, ok bool) {
+	if ok {
+		m.move(why, "completed")
+	} else {
+		m.move(why, "aborted")
+	}
+}
+
+func (m *metrics) move(why, outcome string) {
+	if m == nil {
+		return
+	}
+	m.moves.Add(context.Background(), 1, metric.WithAttributes(attrMoveBy.String(why), attrMoveOutcome.String(outcome)))
+}
+
 func (m *metrics) proposed(op string, took time.Duration, err error) {
 	if m == nil {
 		return

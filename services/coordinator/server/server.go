@@ -72,7 +72,10 @@ type Options struct {
 	// state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost).
 	MaxStreams       int
 	MaxCopiesPerHost int
-	RTTMillisecond   uint64
+	// Balance configures the owner balancer (controller.Balance); the zero
+	// value is on with the defaults.
+	Balance        controller.BalanceParams
+	RTTMillisecond uint64
 	// RaftTLS, when set, runs the Raft transport over mutual TLS.
 	RaftTLS *raftstore.TLSFiles
 	// HTTPAddr serves GET /healthz when set, and with PProf the runtime
@@ -122,6 +125,7 @@ func (o *Options) defaults() error {
 		dp = policy.Default
 	}
 	o.DefaultPolicy = dp
+	o.Balance = o.Balance.WithDefaults()
 	if o.ControlInterval <= 0 {
 		o.ControlInterval = 100 * time.Millisecond
 	}
@@ -176,7 +180,11 @@ type Server struct {
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
-	leading bool
+	// moving holds the streams this replica's planned moves run
+	// (admin_move.go); balancedAt is when the balancer last ran.
+	moving     map[string]bool
+	balancedAt time.Time
+	leading    bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
 	// noticed is the AssignVersion last announced by this leader.

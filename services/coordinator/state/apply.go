@@ -44,6 +44,8 @@ func (s *State) Apply(c Command) Result {
 		r = s.nodeLeave(c)
 	case OpNodeDrain:
 		r = s.nodeDrain(c)
+	case OpNodeUndrain:
+		r = s.nodeUndrain(c)
 	case OpStreamCreate:
 		r = s.streamCreate(c)
 	case OpStreamDelete:
@@ -164,6 +166,20 @@ func (s *State) nodeDrain(c Command) Result {
 		return Result{}
 	}
 	n.State, n.Reason, n.SinceMS = wire.NodeDraining, "drain", c.AtMS
+	s.bump()
+	return changed
+}
+
+// nodeUndrain ends a drain: the node may take copies and ownership again.
+func (s *State) nodeUndrain(c Command) Result {
+	n := s.Nodes[c.Node]
+	if n == nil {
+		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
+	}
+	if n.State != wire.NodeDraining {
+		return Result{}
+	}
+	n.State, n.Reason, n.SinceMS = wire.NodeLive, "", c.AtMS
 	s.bump()
 	return changed
 }
@@ -437,7 +453,11 @@ func (s *State) recoveryBegin(c Command) Result {
 	// heartbeats, which are not replicated, so that reason rests on the
 	// version guard alone; an extra recovery costs a brief pause, never a
 	// record.
-	if c.Reason != ReasonGrow && c.Reason != ReasonSealed && !s.ownerLost(st.Assignment) {
+	if c.Reason == ReasonMove {
+		if r := s.checkPlannedMove(st, *c.Proposal); r != nil {
+			return *r
+		}
+	} else if c.Reason != ReasonGrow && c.Reason != ReasonSealed && !s.ownerLost(st.Assignment) {
 		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
 	}
 	tr := s.recordRecovery(st, *c.Proposal, c.Reason, c.TraceID, c.TraceParent, c.AtMS)
@@ -475,6 +495,30 @@ const ReasonGrow = "grow"
 // ReasonPolicy is the pending-recovery reason of a stream.update to a
 // policy that needs more copies to confirm (W' > W) than the current one.
 const ReasonPolicy = "policy"
+
+// ReasonMove is the pending-recovery reason of a planned owner move
+// (stream.move, node.drain, the balancer): the owner is live and handed
+// its intake over, and the worker promotes the proposal's owner if its
+// seal answer is among the furthest (checkPlannedMove).
+const ReasonMove = "move"
+
+// checkPlannedMove refuses a planned move whose proposal does not promote
+// a live follower of the current assignment while its owner is live.
+func (s *State) checkPlannedMove(st *Stream, p wire.Assignment) *Result {
+	a := st.Assignment
+	var r Result
+	switch {
+	case s.ownerLost(a):
+		r = refuse(wire.CodeConflict, "owner %s of %s is not live: a recovery, not a move", a.Owner, st.Name)
+	case p.Owner == a.Owner || !slices.Contains(a.Followers, p.Owner):
+		r = refuse(wire.CodeBadRequest, "node %s is not a follower of %s", p.Owner, st.Name)
+	case s.NodeState(p.Owner) != wire.NodeLive:
+		r = refuse(wire.CodeBadRequest, "node %s is not live (state %q)", p.Owner, s.NodeState(p.Owner))
+	default:
+		return nil
+	}
+	return &r
+}
 
 // ReasonSealed is the pending-recovery reason of a stream whose copies are
 // sealed past its assignment's epoch with no recovery pending (a withdrawn

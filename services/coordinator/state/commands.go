@@ -13,6 +13,7 @@ const (
 	OpNodeExpire       = "node.expire"       // live/draining -> expired (TTL or advisory); guarded on incarnation
 	OpNodeLeave        = "node.leave"        // -> left (a host shutting down gracefully)
 	OpNodeDrain        = "node.drain"        // live -> draining (operator)
+	OpNodeUndrain      = "node.undrain"      // draining -> live (operator)
 	OpStreamCreate     = "stream.create"     // a new stream with its first assignment
 	OpStreamDelete     = "stream.delete"     // drop a stream, its starts and any recovery
 	OpStreamUpdate     = "stream.update"     // operator changes policy, retention, min_copies; a policy needing more copies records a recovery
@@ -117,6 +118,11 @@ func NodeLeave(node string, incarnation uint64, atMS int64) Command {
 // NodeDrain marks node draining.
 func NodeDrain(node string, atMS int64) Command {
 	return Command{Op: OpNodeDrain, Node: node, AtMS: atMS}
+}
+
+// NodeUndrain ends node's drain.
+func NodeUndrain(node string, atMS int64) Command {
+	return Command{Op: OpNodeUndrain, Node: node, AtMS: atMS}
 }
 
 // StreamCreate creates a stream with its first assignment (owner, followers

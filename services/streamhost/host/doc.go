@@ -51,6 +51,9 @@
 // at shutdown, which cancels it); the host's pull, heartbeat, liveness and
 // retention loops in the same group; request handlers in the host's
 // request group (seals, fetch waits, replication), each bounded by its
-// budget. Shutdown closes the request group, cancels and waits for the
-// background group, then stops every role.
+// budget. A planned move's hand-off (move.go) runs in the request group
+// and polls the target's ack; moveHolds.mu, held only around map updates,
+// holds an owner's intake and counts its appends in flight, and a hold's
+// expiry is a timer. Shutdown closes the request group, cancels and waits
+// for the background group, then stops every role.
 package host

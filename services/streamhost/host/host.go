@@ -192,7 +192,9 @@ type Host struct {
 	conn     *conngen.Generation
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
-	reqs     tracker // request goroutines (seals)
+	reqs     tracker // request goroutines (seals, hand-offs)
+	// moves holds owners' intake during planned moves (move.go).
+	moves moveHolds
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among
@@ -358,6 +360,12 @@ func (h *Host) Run(ctx context.Context) error {
 		_ = sealSub.Unsubscribe()
 		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.AssignNoticeSubject(h.cfg.Node), err))
 	}
+	handoffSub, err := h.nc.Subscribe(wire.HandoffSubject(h.cfg.Node), h.onHandoff)
+	if err != nil {
+		_ = sealSub.Unsubscribe()
+		_ = noticeSub.Unsubscribe()
+		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HandoffSubject(h.cfg.Node), err))
+	}
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
 	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
@@ -369,6 +377,7 @@ func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()
 	h.shutdown()
 
+	_ = handoffSub.Unsubscribe()
 	_ = noticeSub.Unsubscribe()
 	_ = sealSub.Unsubscribe()
 	h.reqs.Close()

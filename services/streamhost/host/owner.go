@@ -477,7 +477,7 @@ func (o *owner) appender() {
 			}
 			continue
 		}
-		o.appendBatch(batch)
+		o.appendOrHold(batch) // move.go: held while a planned move hands off
 	}
 }
 

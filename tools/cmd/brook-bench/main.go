@@ -7,6 +7,7 @@
 //
 //	brook-bench --stream durable --kill-owner-at-secs 5 --duration 15s
 //	brook-bench --target jetstream --kill-owner-at-secs 5 --duration 15s
+//	brook-bench --move-owner-at-secs 5 --duration 10s
 //	brook-bench --nats-url nats://127.0.0.1:4222 --nats-nkey deploy/secrets/admin.nk --compose --kill-owner-at-secs 5
 //	brook-bench --failover-streams 300
 //	brook-bench --target both --catchup-records 1000000 --runs 3
@@ -38,6 +39,7 @@ type options struct {
 	target     string
 	stream     string
 	killAt     float64
+	moveAt     float64
 	duration   time.Duration
 	recordSize int
 	publishers int
@@ -69,6 +71,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 1, "runs per target; the comparison quotes medians")
 	flag.StringVar(&o.stream, "stream", "durable", "stream kind: durable (3 copies, majority_durable)")
 	flag.Float64Var(&o.killAt, "kill-owner-at-secs", -1, "SIGKILL the stream's owner (JetStream: leader) at this second; negative: no kill")
+	flag.Float64Var(&o.moveAt, "move-owner-at-secs", -1, "move the stream's ownership to its best follower (stream.move) at this second and report the write gap; negative: no move")
 	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long to publish")
 	flag.IntVar(&o.recordSize, "record-size", 256, "record size in bytes")
 	flag.IntVar(&o.publishers, "publishers", 4, "publishers")
@@ -222,7 +225,14 @@ func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, er
 		FollowReaders: o.readers, Logger: log, SettleAfterStop: time.Second,
 		Progress: progressPrinter(os.Stderr, o.target, !isTerminal(os.Stderr)),
 	}
-	res, err := bench.Run(ctx, target, cfg)
+	var run bench.Target = target
+	if o.moveAt >= 0 {
+		if run, err = withMove(target); err != nil {
+			return nil, err
+		}
+		cfg.Kill, cfg.KillAt = true, time.Duration(o.moveAt*float64(time.Second))
+	}
+	res, err := bench.Run(ctx, run, cfg)
 	if isTerminal(os.Stderr) {
 		fmt.Fprintln(os.Stderr) // below the redrawn progress line
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	pkgtelemetry "github.com/brook-streams/brook/pkg/telemetry"
 	"github.com/brook-streams/brook/services/coordinator/config"
+	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/telemetry"
@@ -92,15 +93,17 @@ func run(args []string) int {
 		MaxStreams:       cfg.MaxStreams,
 		MaxCopiesPerHost: cfg.MaxCopiesPerHost,
 		SealTimeout:      cfg.SealTimeout,
-		DefaultPolicy:    cfg.DefaultPolicy,
-		RTTMillisecond:   cfg.RTTMillisecond,
-		RaftTLS:          raftTLS,
-		HTTPAddr:         cfg.HTTPAddr,
-		PProf:            cfg.PProf,
-		Logger:           log,
-		TracerProvider:   tp,
-		MeterProvider:    metrics.MeterProvider(),
-		MetricsHandler:   metrics.Handler(),
+		Balance: controller.BalanceParams{Off: !cfg.Balance, Interval: cfg.BalanceInterval,
+			MaxMoves: cfg.BalanceMoves, Margin: cfg.BalanceMargin},
+		DefaultPolicy:  cfg.DefaultPolicy,
+		RTTMillisecond: cfg.RTTMillisecond,
+		RaftTLS:        raftTLS,
+		HTTPAddr:       cfg.HTTPAddr,
+		PProf:          cfg.PProf,
+		Logger:         log,
+		TracerProvider: tp,
+		MeterProvider:  metrics.MeterProvider(),
+		MetricsHandler: metrics.Handler(),
 	})
 	if err != nil {
 		log.Error("start failed", "err", err)

@@ -1,0 +1,69 @@
+package wire
+
+// StreamMove asks the coordinators to move ownership of a live stream to
+// Node, one of its followers, or to the best live follower when Node is
+// empty (stream.move). The owner stops taking publishes, the target catches
+// up to its tail, then the stream is sealed and committed at the next epoch
+// as a recovery does; the old owner follows the new one.
+type StreamMove struct {
+	Stream string `json:"stream"`
+	Node   string `json:"node,omitempty"`
+	// TimeoutMS bounds the owner's hand-off (stop intake, wait for the
+	// target's durable ack of the tail); 0: the coordinator's default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// StreamMoveReply is the answer of a completed stream.move.
+type StreamMoveReply struct {
+	Stream string `json:"stream"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Epoch  uint64 `json:"epoch"`
+	// HeldMS is how long the old owner refused publishes before the
+	// coordinator began the commit (the hand-off); TookMS the whole move.
+	HeldMS  int64  `json:"held_ms"`
+	TookMS  int64  `json:"took_ms"`
+	Version uint64 `json:"version"`
+}
+
+// NodeDrainReply is the answer of node.drain: the node is draining (it
+// takes no copies and no ownership until node.undrain or its restart), the
+// streams it owned that moved by planned moves, and those that did not
+// (they fail over by recovery, as before planned moves existed).
+type NodeDrainReply struct {
+	OK      bool     `json:"ok"`
+	Version uint64   `json:"version"`
+	Moved   []string `json:"moved"`
+	Failed  []string `json:"failed"`
+}
+
+// HandoffRequest asks the owner of Stream at Epoch to hand its ownership
+// over to Target, a follower: stop taking publishes (refused with sealed,
+// which clients retry), wait until Target has durably acknowledged the
+// owner's record and cursor tails, and answer with them. Intake stays
+// stopped until a seal ends the role or HoldMS passes. Resume instead
+// takes publishes again at once (an aborted move).
+type HandoffRequest struct {
+	Stream    string `json:"stream"`
+	StreamID  uint64 `json:"stream_id"`
+	Epoch     uint64 `json:"epoch"`
+	Target    string `json:"target"`
+	TimeoutMS int64  `json:"timeout_ms"`
+	HoldMS    int64  `json:"hold_ms"`
+	Resume    bool   `json:"resume,omitempty"`
+}
+
+// HandoffReply is the owner's answer once the target holds its tails.
+type HandoffReply struct {
+	Node       string `json:"node"`
+	Stream     string `json:"stream"`
+	Epoch      uint64 `json:"epoch"`
+	RecordTail uint64 `json:"record_tail"`
+	CursorTail uint64 `json:"cursor_tail"`
+	// Digest is the running digest at RecordTail, in hex.
+	Digest string `json:"digest"`
+	TookMS int64  `json:"took_ms"`
+}
+
+// HandoffSubject is answered by the stream host node with HandoffReply.
+func HandoffSubject(node string) string { return "brook.host." + node + ".handoff" }

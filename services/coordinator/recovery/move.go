@@ -1,0 +1,205 @@
+package recovery
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// Planned moves (stream.move, node.drain, the balancer) move ownership of a
+// live stream to one of its followers with the smallest write gap:
+//
+//  1. Hand-off: the owner stops taking publishes (refusing them with
+//     sealed, which clients retry) and answers once the target durably
+//     holds its record and cursor tails. Nothing is written to the state;
+//     a failure here (timeout, the owner or target gone) aborts the move
+//     and the owner takes publishes again.
+//  2. Begin: one guarded write records a pending recovery with reason
+//     state.ReasonMove whose proposal names the target as owner, on the
+//     stream version read before the hand-off (so a change meanwhile, a
+//     recovery or another move, is refused with conflict).
+//  3. Recover: the recovery worker seals the copies at the next epoch and
+//     commits as any recovery does; Decide promotes the target when its
+//     sealed tails are among the furthest (plannedTarget), else the
+//     furthest copy as usual, so a target that died or fell behind after
+//     the hand-off costs a recovery, never a confirmed record.
+
+// plannedTarget returns, for a planned move, the target's sealed copy when
+// its tails equal the furthest.
+func plannedTarget(pr wire.PendingRecovery, got []sealed, best sealed) (sealed, bool) {
+	if pr.Reason != state.ReasonMove {
+		return sealed{}, false
+	}
+	for _, s := range got {
+		if s.node == pr.Proposal.Owner && s.recordTail == best.recordTail && s.cursorTail == best.cursorTail {
+			return s, true
+		}
+	}
+	return sealed{}, false
+}
+
+// MoveView is what PlanMove needs to know beyond the stream: whether a
+// node may take ownership now, each node's record tail of the stream as
+// its last heartbeat published it, and how many streams each node owns.
+type MoveView struct {
+	Up    func(node string) bool
+	Tails map[string]uint64
+	Owned map[string]int
+}
+
+// PlanMove is pure: it checks that st may move to target (a follower; ""
+// for the best one) and returns the proposal: the target as owner, the
+// old owner and the other followers as followers, the same policy stamp,
+// at the next epoch. The best follower is the up one with the furthest
+// published record tail (the least to catch up), then the one owning the
+// fewest streams, then the lowest node id. Coded errors: not_found for no
+// stream, conflict while a recovery is pending, bad_request for a target
+// that is not a live follower, unavailable when no follower is up.
+func PlanMove(st *state.Stream, target string, v MoveView) (wire.Assignment, error) {
+	if st == nil {
+		return wire.Assignment{}, wire.Errorf(wire.CodeNotFound, "no such stream")
+	}
+	old := st.Assignment
+	if st.Recovery != nil {
+		return wire.Assignment{}, wire.Errorf(wire.CodeConflict, "stream %s has pending recovery %d (%s); move it once it completes",
+			st.Name, st.Recovery.Transition, st.Recovery.Reason)
+	}
+	if !v.Up(old.Owner) {
+		return wire.Assignment{}, wire.Errorf(wire.CodeConflict, "owner %s of %s is not up: it fails over by recovery, not a move", old.Owner, st.Name)
+	}
+	if target != "" {
+		if target == old.Owner || !slices.Contains(old.Followers, target) {
+			return wire.Assignment{}, wire.Errorf(wire.CodeBadRequest, "node %s is not a follower of %s (owner %s, followers %v)", target, st.Name, old.Owner, old.Followers)
+		}
+		if !v.Up(target) {
+			return wire.Assignment{}, wire.Errorf(wire.CodeBadRequest, "follower %s of %s is not live", target, st.Name)
+		}
+	} else {
+		var cands []string
+		for _, f := range old.Followers {
+			if f != old.Owner && v.Up(f) {
+				cands = append(cands, f)
+			}
+		}
+		if len(cands) == 0 {
+			return wire.Assignment{}, wire.Errorf(wire.CodeUnavailable, "stream %s has no live follower to move to (followers %v)", st.Name, old.Followers)
+		}
+		target = slices.MinFunc(cands, func(a, b string) int {
+			return cmp.Or(cmp.Compare(v.Tails[b], v.Tails[a]), cmp.Compare(v.Owned[a], v.Owned[b]), cmp.Compare(a, b))
+		})
+	}
+	p := state.CloneAssignment(old)
+	p.Epoch = old.Epoch + 1
+	p.Owner = target
+	p.Followers = []string{old.Owner}
+	for _, f := range old.Followers {
+		if f != target && f != old.Owner {
+			p.Followers = append(p.Followers, f)
+		}
+	}
+	return p, nil
+}
+
+// Handoffer asks an owner to hand its ownership over (wire.HandoffRequest).
+type Handoffer interface {
+	Handoff(ctx context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error)
+}
+
+// MoveState is the coordinator's part of a move.
+type MoveState interface {
+	// Begin records the pending recovery of reason state.ReasonMove,
+	// guarded on version.
+	Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (transition uint64, err error)
+	// Recover drives the stream's pending recovery to its commit (or until
+	// it is gone) and returns the stream's assignment then, and the state
+	// version it was read at.
+	Recover(ctx context.Context, stream string) (wire.Assignment, uint64, error)
+}
+
+// Mover runs planned moves.
+type Mover struct {
+	Handoffer Handoffer
+	State     MoveState
+	// Timeout bounds the hand-off (default DefaultMoveTimeout); the owner
+	// holds its intake at most Hold (default twice Timeout) waiting for
+	// the seal.
+	Timeout time.Duration
+	Hold    time.Duration
+	Logger  *slog.Logger
+}
+
+// DefaultMoveTimeout bounds a hand-off when nothing else is said.
+const DefaultMoveTimeout = 2 * time.Second
+
+// MoveResult is a completed move.
+type MoveResult struct {
+	Assignment wire.Assignment
+	Version    uint64        // the state version Assignment was read at
+	Held       time.Duration // from the hand-off request to the begin
+	Took       time.Duration
+}
+
+// ErrMoveAborted marks a move that ended without moving the stream to its
+// target; the error says why and carries a wire code.
+var ErrMoveAborted = errors.New("move aborted")
+
+// Run moves the stream of old (read at stream version) to proposal's owner.
+func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, proposal wire.Assignment) (MoveResult, error) {
+	began := time.Now()
+	timeout := cmp.Or(m.Timeout, DefaultMoveTimeout)
+	hold := cmp.Or(m.Hold, 2*timeout)
+	log := cmp.Or(m.Logger, slog.New(slog.DiscardHandler)).With("stream", old.Stream, "from", old.Owner, "to", proposal.Owner, "epoch", old.Epoch)
+	req := wire.HandoffRequest{Stream: old.Stream, StreamID: old.StreamID, Epoch: old.Epoch, Target: proposal.Owner,
+		TimeoutMS: timeout.Milliseconds(), HoldMS: hold.Milliseconds()}
+	resume := func(why error) {
+		r := req
+		r.Resume = true
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if _, err := m.Handoffer.Handoff(rctx, old.Owner, r); err != nil {
+			log.Warn("move: resume not confirmed; the owner takes publishes again once its hold passes", "hold", hold, "err", err)
+		}
+		log.Warn("move aborted before any seal: the owner takes publishes again", "err", why)
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	_, err := m.Handoffer.Handoff(hctx, old.Owner, req)
+	cancel()
+	if err != nil {
+		resume(err)
+		code := codeOr(err, wire.CodeTimeout)
+		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: hand-off by %s: %v", old.Stream, proposal.Owner, old.Owner, err))
+	}
+	held := time.Since(began)
+	if _, err := m.State.Begin(ctx, old.Stream, version, proposal); err != nil {
+		resume(err)
+		code := codeOr(err, wire.CodeConflict)
+		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: not recorded: %v", old.Stream, proposal.Owner, err))
+	}
+	a, version, err := m.State.Recover(ctx, old.Stream)
+	if err != nil {
+		return MoveResult{}, wire.Errorf(wire.CodeTimeout, "move of %s to %s: sealed at epoch %d, not committed yet (%v); the recovery goes on", old.Stream, proposal.Owner, old.Epoch+1, err)
+	}
+	res := MoveResult{Assignment: a, Version: version, Held: held, Took: time.Since(began)}
+	if a.Owner != proposal.Owner {
+		return res, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(wire.CodeConflict,
+			"move of %s to %s: the recovery promoted %s at epoch %d instead (the target's sealed tails were not the furthest)", old.Stream, proposal.Owner, a.Owner, a.Epoch))
+	}
+	log.Info("move committed", "new_epoch", a.Epoch, "held", held, "took", res.Took)
+	return res, nil
+}
+
+// codeOr is err's wire code, or def when err carries none (a transport
+// error, a deadline).
+func codeOr(err error, def string) string {
+	if we, ok := errors.AsType[*wire.Error](err); ok {
+		return we.Code
+	}
+	return def
+}

@@ -1,0 +1,186 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// movePending is a planned move of "s" from n1 (followers n2, n3) to target.
+func movePending(target string) wire.PendingRecovery {
+	pr := pending("majority_durable", "n1", "n2", "n3")
+	pr.Reason = state.ReasonMove
+	pr.Proposal = wire.Assignment{Stream: "s", StreamID: 9, Epoch: 5, Owner: target, Followers: []string{"n1"}, Policy: "majority_durable"}
+	for _, f := range []string{"n2", "n3"} {
+		if f != target {
+			pr.Proposal.Followers = append(pr.Proposal.Followers, f)
+		}
+	}
+	return pr
+}
+
+// TestDecidePlannedMove: a planned move promotes its target when the
+// target's sealed tails are among the furthest, whatever the tie-breaks
+// would say; a target behind the furthest copy on either tail is not
+// promoted (the furthest is, as in any recovery), and without the move
+// reason the target gets nothing special.
+func TestDecidePlannedMove(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		target string
+		reason string
+		tails  map[string][2]uint64
+		want   string
+	}{
+		{"target at the tail, beats lower ids", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3"},
+		{"target at the tail, owner not lowest", "n2", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {7, 2}}, "n2"},
+		{"target behind on records", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {9, 2}}, "n1"},
+		{"target behind on cursor events", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 3}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
+		{"not a move", "n3", "expired", map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pr := movePending(c.target)
+			pr.Reason = c.reason
+			var answers []Answer
+			for _, n := range []string{"n1", "n2", "n3"} {
+				answers = append(answers, ans(pr, n, c.tails[n][0], c.tails[n][1]))
+			}
+			d := Decide(pr, nil, answers, nil, now)
+			if d.Kind != Promote || d.Assignment.Owner != c.want {
+				t.Fatalf("decision %s owner %s (%s), want %s", d.Kind, d.Assignment.Owner, d.Reason, c.want)
+			}
+			if d.Assignment.Epoch != 5 || len(d.Assignment.Copies()) != 3 || !slices.Contains(d.Assignment.Followers, "n1") && c.want != "n1" {
+				t.Fatalf("assignment %+v: want epoch 5, three copies, the old owner following", d.Assignment)
+			}
+		})
+	}
+}
+
+// TestPlanMove: the checks and codes of a planned move and the choice of
+// the best follower.
+func TestPlanMove(t *testing.T) {
+	st := &state.Stream{Name: "s", ID: 9, Copies: 3,
+		Assignment: wire.Assignment{Stream: "s", StreamID: 9, Epoch: 4, Owner: "n1", Followers: []string{"n2", "n3"}, Policy: "majority_durable"}}
+	up := map[string]bool{"n1": true, "n2": true, "n3": true}
+	view := MoveView{Up: func(n string) bool { return up[n] }, Tails: map[string]uint64{"n2": 10, "n3": 10}, Owned: map[string]int{"n2": 5, "n3": 1}}
+
+	p, err := PlanMove(st, "n2", view)
+	if err != nil || p.Owner != "n2" || !slices.Equal(p.Followers, []string{"n1", "n3"}) || p.Epoch != 5 || p.Policy != "majority_durable" {
+		t.Fatalf("named: %+v, %v", p, err)
+	}
+	if p, err = PlanMove(st, "", view); err != nil || p.Owner != "n3" {
+		t.Fatalf("best of equal tails: %+v, %v; want n3, which owns fewer", p, err)
+	}
+	view.Tails["n2"] = 11
+	if p, err = PlanMove(st, "", view); err != nil || p.Owner != "n2" {
+		t.Fatalf("best: %+v, %v; want n2, the furthest", p, err)
+	}
+
+	pending := *st
+	pending.Recovery = &wire.PendingRecovery{Transition: 3, Reason: "expired"}
+	up4 := map[string]bool{"n1": true, "n2": true}
+	for _, c := range []struct {
+		name   string
+		st     *state.Stream
+		target string
+		up     map[string]bool
+		code   string
+	}{
+		{"no stream", nil, "n2", up, wire.CodeNotFound},
+		{"recovery pending", &pending, "n2", up, wire.CodeConflict},
+		{"owner down", st, "n2", map[string]bool{"n2": true, "n3": true}, wire.CodeConflict},
+		{"the owner itself", st, "n1", up, wire.CodeBadRequest},
+		{"not a follower", st, "n4", up, wire.CodeBadRequest},
+		{"follower down", st, "n3", up4, wire.CodeBadRequest},
+		{"no follower up", st, "", map[string]bool{"n1": true}, wire.CodeUnavailable},
+	} {
+		v := view
+		v.Up = func(n string) bool { return c.up[n] }
+		if p, err := PlanMove(c.st, c.target, v); wire.CodeOf(err) != c.code {
+			t.Errorf("%s: %+v, %v; want %s", c.name, p, err, c.code)
+		}
+	}
+}
+
+type fakeHandoff struct {
+	err     error
+	resumed []string
+	asked   []wire.HandoffRequest
+}
+
+func (f *fakeHandoff) Handoff(_ context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error) {
+	f.asked = append(f.asked, req)
+	if req.Resume {
+		f.resumed = append(f.resumed, node)
+		return &wire.HandoffReply{}, nil
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &wire.HandoffReply{Node: node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: 10}, nil
+}
+
+type fakeMoveState struct {
+	beginErr error
+	promoted string
+	began    bool
+}
+
+func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assignment) (uint64, error) {
+	if f.beginErr != nil {
+		return 0, f.beginErr
+	}
+	f.began = true
+	return 1, nil
+}
+
+func (f *fakeMoveState) Recover(_ context.Context, stream string) (wire.Assignment, uint64, error) {
+	return wire.Assignment{Stream: stream, Epoch: 5, Owner: f.promoted}, 9, nil
+}
+
+// TestMoverAbortsCleanly: a hand-off that fails or a begin that is refused
+// resumes the owner's intake and records nothing; a recovery that promoted
+// another copy is reported aborted; a move that lands answers its result.
+func TestMoverAbortsCleanly(t *testing.T) {
+	old := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 4, Owner: "n1", Followers: []string{"n2"}}
+	prop := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 5, Owner: "n2", Followers: []string{"n1"}}
+	for _, c := range []struct {
+		name    string
+		h       *fakeHandoff
+		st      *fakeMoveState
+		code    string
+		resumed bool
+		began   bool
+	}{
+		{"hand-off timed out", &fakeHandoff{err: wire.Errorf(wire.CodeTimeout, "slow")}, &fakeMoveState{promoted: "n2"}, wire.CodeTimeout, true, false},
+		{"no answer", &fakeHandoff{err: context.DeadlineExceeded}, &fakeMoveState{promoted: "n2"}, wire.CodeTimeout, true, false},
+		{"begin refused", &fakeHandoff{}, &fakeMoveState{beginErr: wire.Errorf(wire.CodeConflict, "moved on")}, wire.CodeConflict, true, false},
+		{"another copy promoted", &fakeHandoff{}, &fakeMoveState{promoted: "n1"}, wire.CodeConflict, false, true},
+		{"moved", &fakeHandoff{}, &fakeMoveState{promoted: "n2"}, "", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &Mover{Handoffer: c.h, State: c.st, Timeout: 100 * time.Millisecond}
+			res, err := m.Run(context.Background(), old, 3, prop)
+			if codeOr(err, "") != c.code {
+				t.Fatalf("error %v, want code %q", err, c.code)
+			}
+			if (err != nil && c.code != wire.CodeTimeout || c.code == wire.CodeTimeout) && c.code != "" && !errors.Is(err, ErrMoveAborted) {
+				t.Fatalf("error %v is not ErrMoveAborted", err)
+			}
+			if (len(c.h.resumed) > 0) != c.resumed || c.st.began != c.began {
+				t.Fatalf("resumed %v began %v, want %v %v", c.h.resumed, c.st.began, c.resumed, c.began)
+			}
+			if c.code == "" && (res.Assignment.Owner != "n2" || res.Version != 9) {
+				t.Fatalf("result %+v", res)
+			}
+			if h := c.h.asked[0]; h.Target != "n2" || h.Epoch != 4 || h.TimeoutMS != 100 || h.HoldMS != 200 {
+				t.Fatalf("hand-off request %+v", h)
+			}
+		})
+	}
+}

@@ -1,0 +1,317 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// Planned moves: stream.move, node.drain and node.undrain, and the
+// balancer's moves (recovery/move.go describes the steps). A move runs on
+// the replica that decided it; while it runs, that replica's control loop
+// starts no recovery worker of its own for the stream (s.moving), since
+// the move runs the worker itself. Another replica's worker for the same
+// recovery is harmless: both seal at the same fence and transition and
+// only one guarded commit succeeds.
+
+// maxDrainMoves bounds the moves of one node.drain in flight at once.
+const maxDrainMoves = 4
+
+// streamMove is the admin verb stream.move.
+func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
+	var req wire.StreamMove
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("stream", req.Stream); err != nil {
+		return nil, err
+	}
+	if req.Node != "" {
+		if err := wire.ValidName("node", req.Node); err != nil {
+			return nil, err
+		}
+	}
+	if req.TimeoutMS < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is negative", req.TimeoutMS)
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.move(ctx, st, req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+}
+
+// moveView is recovery.MoveView from the state and this replica's
+// liveness view.
+func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
+	live, now := s.live.View(), s.opt.Now()
+	owned, _ := st.Load()
+	tails := map[string]uint64{}
+	for id, seen := range live {
+		if c, ok := seen.Copies[stream]; ok {
+			tails[id] = c.RecordTail
+		}
+	}
+	return recovery.MoveView{
+		Up:    func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) },
+		Tails: tails,
+		Owned: owned,
+	}
+}
+
+// move plans and runs one planned move of stream (read from st) to target
+// ("" for the best follower); why names who asked (admin, drain, balance).
+func (s *Server) move(ctx context.Context, st *state.State, stream, target string, timeout time.Duration, why string) (*wire.StreamMoveReply, error) {
+	ss := st.Streams[stream]
+	if ss == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", stream)
+	}
+	proposal, err := recovery.PlanMove(ss, target, s.moveView(st, stream))
+	if err != nil {
+		return nil, err
+	}
+	if !s.beginMoving(stream) {
+		return nil, wire.Errorf(wire.CodeConflict, "stream %s is being moved already", stream)
+	}
+	defer s.endMoving(stream)
+	s.metrics.moveStarted(why)
+	s.log.Info("planned move", "stream", stream, "from", ss.Assignment.Owner, "to", proposal.Owner, "epoch", ss.Assignment.Epoch, "why", why)
+	m := &recovery.Mover{
+		Handoffer: natsHandoffer{nc: s.nc},
+		State:     moveState{s: s},
+		Timeout:   timeout,
+		Logger:    s.log.With("component", "move"),
+	}
+	res, err := m.Run(ctx, ss.Assignment, ss.Version, proposal)
+	if err != nil {
+		s.metrics.moveEnded(why, false)
+		s.log.Warn("planned move did not complete", "stream", stream, "to", proposal.Owner, "why", why, "err", err)
+		return nil, err
+	}
+	s.metrics.moveEnded(why, true)
+	return &wire.StreamMoveReply{Stream: stream, From: ss.Assignment.Owner, To: res.Assignment.Owner, Epoch: res.Assignment.Epoch,
+		HeldMS: res.Held.Milliseconds(), TookMS: res.Took.Milliseconds(), Version: res.Version}, nil
+}
+
+// beginMoving marks stream as moved by this replica; false if it is
+// already.
+func (s *Server) beginMoving(stream string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.moving == nil {
+		s.moving = map[string]bool{}
+	}
+	if s.moving[stream] {
+		return false
+	}
+	s.moving[stream] = true
+	return true
+}
+
+func (s *Server) endMoving(stream string) {
+	s.mu.Lock()
+	delete(s.moving, stream)
+	s.mu.Unlock()
+	s.poke() // a recovery the move left behind gets the loop's worker
+}
+
+// nodeDrainMoves is the admin verb node.drain: every replicated stream the
+// node owns moves to another host by planned moves (at most maxDrainMoves
+// at once), then the node is marked draining: it takes no copies and no
+// ownership until node.undrain (or its restart), and whatever it still
+// owns fails over by recovery, as a drain did before planned moves.
+func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
+	var req wire.NodeRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("node", req.Node); err != nil {
+		return nil, err
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Nodes[req.Node] == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "node %s is unknown", req.Node)
+	}
+	out := &wire.NodeDrainReply{OK: true, Moved: []string{}, Failed: []string{}}
+	if st.NodeState(req.Node) == wire.NodeLive {
+		s.drainMoves(ctx, st, req.Node, out)
+	}
+	r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	out.Version = r.Version
+	if r.Changed {
+		s.log.Warn("node draining", "node", req.Node, "moved", len(out.Moved), "failing_over", out.Failed, "version", r.Version)
+	}
+	s.poke()
+	return out, nil
+}
+
+// drainMoves moves every replicated stream node owns in st elsewhere.
+func (s *Server) drainMoves(ctx context.Context, st *state.State, node string, out *wire.NodeDrainReply) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxDrainMoves)
+	for _, name := range st.SortedStreams() {
+		ss := st.Streams[name]
+		if ss.Assignment.Owner != node || len(ss.Assignment.Copies()) < 2 {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := s.move(ctx, st, name, "", 0, "drain")
+			mu.Lock()
+			if err != nil {
+				out.Failed = append(out.Failed, name)
+			} else {
+				out.Moved = append(out.Moved, name)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(out.Moved)
+	slices.Sort(out.Failed)
+}
+
+// nodeUndrain is the admin verb node.undrain.
+func (s *Server) nodeUndrain(ctx context.Context, body []byte) (any, error) {
+	var req wire.NodeRef
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidName("node", req.Node); err != nil {
+		return nil, err
+	}
+	r, err := check(s.store.Propose(ctx, state.NodeUndrain(req.Node, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
+	if r.Changed {
+		s.log.Info("node undrained: it may take copies and ownership again", "node", req.Node, "version", r.Version)
+	}
+	s.poke()
+	return wire.OK{OK: true, Version: r.Version}, nil
+}
+
+// moveState is recovery.MoveState over the Raft store.
+type moveState struct{ s *Server }
+
+// Begin records the move's pending recovery.
+func (m moveState) Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (uint64, error) {
+	s := m.s
+	r, err := check(s.store.Propose(ctx, state.RecoveryBegin(stream, version, proposal, state.ReasonMove, "", "", s.opt.Now().UnixMilli())))
+	if err != nil {
+		return 0, err
+	}
+	s.metrics.failoverStarted(state.ReasonMove)
+	return r.Transition, nil
+}
+
+// Recover runs the recovery worker to the commit and reads the stream's
+// assignment after it.
+func (m moveState) Recover(ctx context.Context, stream string) (wire.Assignment, uint64, error) {
+	s := m.s
+	if err := s.newWorker().Run(ctx, stream); err != nil {
+		return wire.Assignment{}, 0, err
+	}
+	st, err := s.store.State(ctx)
+	if err != nil {
+		return wire.Assignment{}, 0, err
+	}
+	ss := st.Streams[stream]
+	if ss == nil {
+		return wire.Assignment{}, 0, wire.Errorf(wire.CodeNotFound, "stream %s was deleted", stream)
+	}
+	return ss.Assignment, st.Version, nil
+}
+
+// newWorker is a recovery worker over this server's NATS and Raft store.
+func (s *Server) newWorker() *recovery.Worker {
+	return &recovery.Worker{
+		Sealer:      natsSealer{nc: s.nc},
+		State:       recoveryState{s: s},
+		SealTimeout: s.opt.SealTimeout,
+		Logger:      s.log.With("component", "recovery"),
+		Tracer:      s.tracer,
+		Now:         s.opt.Now,
+		Gone:        s.nodeGone,
+		Committed:   s.metrics.failoverCommitted,
+	}
+}
+
+// natsHandoffer is recovery.Handoffer over NATS request-reply.
+type natsHandoffer struct{ nc *nats.Conn }
+
+// Handoff sends req to node's hand-off subject; an error reply comes back
+// as a *wire.Error.
+func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode hand-off: %w", err)
+	}
+	resp, err := z.nc.RequestWithContext(ctx, wire.HandoffSubject(node), data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, wire.Errorf(wire.CodeUnavailable, "node %s does not answer hand-offs", node)
+		}
+		return nil, fmt.Errorf("hand-off %s of %s: %w", node, req.Stream, err)
+	}
+	var reply wire.HandoffReply
+	if err := decodeReply(resp, &reply); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// balance runs the owner balancer at most once per Balance.Interval, on
+// the leader: controller.Balance's moves, within Balance.MaxMoves moves in
+// flight (operators' included), each in its own goroutine under the
+// leader's context, so losing leadership aborts them (a move already
+// sealed is finished by the next leader's recovery worker).
+func (s *Server) balance(leaderCtx context.Context, st *state.State) {
+	p := s.opt.Balance
+	now := s.opt.Now()
+	s.mu.Lock()
+	due := !p.Off && now.Sub(s.balancedAt) >= p.Interval
+	if due {
+		s.balancedAt = now
+	}
+	moving := maps.Clone(s.moving)
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	live := s.live.View()
+	up := func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) }
+	for _, m := range controller.Balance(st, up, moving, p.MaxMoves-len(moving), p.Margin) {
+		s.workerWG.Add(1)
+		go func() {
+			defer s.workerWG.Done()
+			ctx, cancel := context.WithTimeout(leaderCtx, requestTimeout)
+			defer cancel()
+			if _, err := s.move(ctx, st, m.Stream, m.To, 0, "balance"); err == nil {
+				s.log.Info("balancer moved a stream", "stream", m.Stream, "from", m.From, "to", m.To)
+			}
+		}()
+	}
+}

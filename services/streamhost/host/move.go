@@ -1,0 +1,209 @@
+package host
+
+import (
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Planned moves (stream.move, node.drain, the balancer): the coordinator
+// asks the owner to hand its ownership over to a follower before it seals
+// the copies, so that the seal finds the target at the owner's tail and the
+// write gap is one seal and one commit, not a failover.
+//
+// The hand-off stops the owner's intake without stopping the role: new
+// publishes are refused with sealed (retryable; clients retry on the new
+// owner's notice), publishes already written are still confirmed as acks
+// come, followers are still served. Once the target has durably
+// acknowledged the owner's record and cursor tails the owner answers with
+// them. Intake stays stopped until the seal ends the role, or HoldMS
+// passes without one (the coordinator gave up or died), or the
+// coordinator resumes it (an aborted move): the role is still the owner
+// at its epoch, so taking publishes again is plain serving.
+//
+// Locks and goroutines: moveHolds.mu guards the holds and the appends in
+// flight; it is never held across an append or a network call. Each
+// hand-off runs in a request goroutine of h.reqs; a hold's expiry is a
+// time.AfterFunc.
+
+// moveHolds are the owners of this host whose intake a hand-off holds.
+type moveHolds struct {
+	mu       sync.Mutex
+	held     map[*owner]*moveHold
+	inflight map[*owner]int // appendBatch calls running, per owner
+	idle     *sync.Cond     // signalled when an owner's inflight drops to 0
+}
+
+// moveHold is one owner's hold.
+type moveHold struct {
+	target string
+	expiry *time.Timer
+}
+
+// handoffPoll is how often a hand-off checks the target's acknowledgement.
+const handoffPoll = time.Millisecond
+
+// appendOrHold is the appender's one entry to write a batch: while a
+// hand-off holds the owner's intake the batch is refused (nothing of it is
+// written), otherwise it is appended, counted in flight so that a hand-off
+// starting meanwhile waits for it before it reads the tail.
+func (o *owner) appendOrHold(batch []*nats.Msg) {
+	m := &o.h.moves
+	m.mu.Lock()
+	if hd := m.held[o]; hd != nil {
+		target := hd.target
+		m.mu.Unlock()
+		e := wire.Errorf(wire.CodeSealed, "stream %s: ownership is moving to node %s; not written, retry", o.stream, target)
+		for _, msg := range batch {
+			o.refusePublish(msg.Reply, e)
+		}
+		return
+	}
+	if m.inflight == nil {
+		m.inflight = map[*owner]int{}
+	}
+	m.inflight[o]++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		if m.inflight[o]--; m.inflight[o] <= 0 {
+			delete(m.inflight, o)
+			if m.idle != nil {
+				m.idle.Broadcast()
+			}
+		}
+		m.mu.Unlock()
+	}()
+	o.appendBatch(batch)
+}
+
+// hold stops o's intake for a move to target until release or hold
+// passes, and returns once no append of o is in flight, so o's tail is
+// final while the hold lasts.
+func (m *moveHolds) hold(o *owner, target string, hold time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		m.held = map[*owner]*moveHold{}
+	}
+	if m.idle == nil {
+		m.idle = sync.NewCond(&m.mu)
+	}
+	if old := m.held[o]; old != nil {
+		old.expiry.Stop()
+	}
+	hd := &moveHold{target: target}
+	hd.expiry = time.AfterFunc(hold, func() {
+		if m.releaseIf(o, hd) && o.ctx.Err() == nil {
+			o.log.Warn("planned move: no seal came within the hold; taking publishes again", "target", target, "hold", hold)
+		}
+	})
+	m.held[o] = hd
+	for m.inflight[o] > 0 {
+		m.idle.Wait()
+	}
+}
+
+// release ends o's hold, if any, and reports whether there was one.
+func (m *moveHolds) release(o *owner) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hd := m.held[o]
+	if hd == nil {
+		return false
+	}
+	hd.expiry.Stop()
+	delete(m.held, o)
+	return true
+}
+
+// releaseIf ends o's hold if it is still hd.
+func (m *moveHolds) releaseIf(o *owner, hd *moveHold) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[o] != hd {
+		return false
+	}
+	delete(m.held, o)
+	return true
+}
+
+// onHandoff is the hand-off subject's callback; each hand-off runs in its
+// own request goroutine (it waits for the target).
+func (h *Host) onHandoff(m *nats.Msg) {
+	if !h.reqs.Go(func() {
+		reply, e := h.handoff(m.Data)
+		if e != nil {
+			h.replyErr(m.Reply, e)
+			return
+		}
+		h.replyJSON(m.Reply, reply)
+	}) {
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node))
+	}
+}
+
+// handoff serves one HandoffRequest (see the comment at the top).
+func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
+	var req wire.HandoffRequest
+	if e := decodeStrict(body, &req); e != nil {
+		return nil, e
+	}
+	began := time.Now()
+	r := h.lookupReplica(req.Stream)
+	var o *owner
+	if r != nil {
+		if st := r.status.Load(); st.own != nil && st.own.id == req.StreamID && st.own.epoch == req.Epoch {
+			o = st.own
+		}
+	}
+	if o == nil {
+		return nil, wire.Errorf(wire.CodeNotOwner, "node %s is not the owner of stream %s id %d at epoch %d", h.cfg.Node, req.Stream, req.StreamID, req.Epoch)
+	}
+	if req.Resume {
+		if h.moves.release(o) {
+			o.log.Info("planned move aborted: taking publishes again", "target", req.Target)
+		}
+		return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch}, nil
+	}
+	if req.Target == h.cfg.Node || !o.isFollower(req.Target) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "node %s is not a follower of stream %s at epoch %d", req.Target, req.Stream, req.Epoch)
+	}
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	hold := max(time.Duration(req.HoldMS)*time.Millisecond, timeout)
+	h.moves.hold(o, req.Target, hold)
+	deadline := began.Add(timeout)
+	for {
+		rec, cur, ackRec, ackCur := o.handoffTails(req.Target)
+		if ackRec >= rec && ackCur >= cur {
+			o.log.Info("planned move: intake held, target holds the tail", "target", req.Target,
+				"record_tail", rec, "cursor_tail", cur, "took", time.Since(began))
+			return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: rec, CursorTail: cur,
+				Digest: o.c.Digest(), TookMS: time.Since(began).Milliseconds()}, nil
+		}
+		if time.Now().After(deadline) || o.ctx.Err() != nil {
+			h.moves.release(o)
+			o.log.Warn("planned move: target did not reach the tail in time; taking publishes again", "target", req.Target,
+				"record_tail", rec, "target_record", ackRec, "cursor_tail", cur, "target_cursor", ackCur, "timeout", timeout)
+			return nil, wire.Errorf(wire.CodeTimeout, "stream %s: follower %s acknowledged record %d cursor %d of the owner's %d and %d within %v; the owner takes publishes again",
+				req.Stream, req.Target, ackRec, ackCur, rec, cur, timeout)
+		}
+		time.Sleep(handoffPoll)
+	}
+}
+
+// handoffTails returns the owner's durable record and cursor tails and
+// what target last acknowledged of each.
+func (o *owner) handoffTails(target string) (rec, cur, ackRec, ackCur uint64) {
+	t := o.c.Tails()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a := o.acks[target]
+	return o.tail, t.CursorDurable, a.record, a.cursor
+}

@@ -1,0 +1,165 @@
+package host
+
+import (
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// handoff sends a hand-off request to node.
+func (c *miniCluster) handoff(node string, req wire.HandoffRequest) (*wire.HandoffReply, *wire.Error) {
+	c.t.Helper()
+	body, _ := json.Marshal(req)
+	resp, err := c.nc.Request(wire.HandoffSubject(node), body, 5*time.Second)
+	if err != nil {
+		return nil, &wire.Error{Code: "transport", Message: err.Error()}
+	}
+	if e := replyError(resp); e != nil {
+		return nil, e
+	}
+	var r wire.HandoffReply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		c.t.Fatalf("decode hand-off reply: %v", err)
+	}
+	return &r, nil
+}
+
+// TestHandoff: a hand-off under publish load stops the owner's intake at
+// a tail no later append passes (its seal reports the same tail), the
+// target holds that tail, publishes meanwhile are refused with sealed and
+// nothing is confirmed past the tail; after the commit the target owns the
+// stream at the next epoch and the old owner follows it. Bad requests are
+// coded, a resume or an expired hold takes publishes again, and a target
+// that cannot catch up times the hand-off out with intake resumed.
+func TestHandoff(t *testing.T) {
+	const stream, id = "move", 7
+	c := startPair(t, stream, id, func(cfg *Config) { cfg.ConfirmTimeout = time.Second })
+	for i := range 3 {
+		c.mustPublish(stream, payload(i))
+	}
+
+	for _, bad := range []struct {
+		name string
+		node string
+		req  wire.HandoffRequest
+		code string
+	}{
+		{"not a follower", "n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n3"}, wire.CodeBadRequest},
+		{"to itself", "n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n1"}, wire.CodeBadRequest},
+		{"other epoch", "n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 2, Target: "n2"}, wire.CodeNotOwner},
+		{"other stream id", "n1", wire.HandoffRequest{Stream: stream, StreamID: id + 1, Epoch: 1, Target: "n2"}, wire.CodeNotOwner},
+		{"not the owner", "n2", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n1"}, wire.CodeNotOwner},
+	} {
+		if r, e := c.handoff(bad.node, bad.req); e == nil || e.Code != bad.code {
+			t.Fatalf("%s: reply %+v, error %v; want %s", bad.name, r, e, bad.code)
+		}
+	}
+
+	// A resume takes publishes again at once.
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", HoldMS: 60_000}); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := c.publish(stream, payload(99), "", 0); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("publish while held: %v, want sealed", e)
+	}
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", Resume: true}); e != nil {
+		t.Fatal(e)
+	}
+	c.mustPublish(stream, payload(3))
+
+	// An expired hold takes publishes again too.
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 100, HoldMS: 200}); e != nil {
+		t.Fatal(e)
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.mustPublish(stream, payload(4))
+
+	// Under load: the hand-off's tail is final and the target holds it.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var confirmed []wire.PublishConfirm
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				pc, e := c.publish(stream, payload(5), "", 0)
+				if e == nil {
+					mu.Lock()
+					confirmed = append(confirmed, *pc)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	r, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 10_000})
+	if e != nil {
+		t.Fatal(e)
+	}
+	time.Sleep(100 * time.Millisecond) // publishes go on meanwhile, refused
+	var seals [2]*wire.SealReply
+	for i, n := range []string{"n1", "n2"} {
+		s, e := c.seal(n, stream, id, 2, 1)
+		if e != nil {
+			t.Fatalf("seal %s: %v", n, e)
+		}
+		seals[i] = s
+	}
+	if seals[0].RecordTail != r.RecordTail || seals[1].RecordTail != r.RecordTail || seals[0].Digest != r.Digest || seals[1].Digest != r.Digest {
+		t.Fatalf("hand-off tail %d digest %s; sealed owner %d %s, target %d %s", r.RecordTail, r.Digest,
+			seals[0].RecordTail, seals[0].Digest, seals[1].RecordTail, seals[1].Digest)
+	}
+	if r.RecordTail <= 5 {
+		t.Fatalf("hand-off tail %d: the load wrote nothing", r.RecordTail)
+	}
+	c.assign(assignment(stream, id, 2, "n2", []string{"n1"},
+		wire.HistoryStart{Epoch: 1, Node: "n1"}, wire.HistoryStart{Epoch: 2, RecordTail: r.RecordTail, CursorTail: r.CursorTail, Node: "n2"}))
+	c.waitCopy("n2", stream, "target owns epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+	c.waitCopy("n1", stream, "old owner follows at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 2 })
+	testEventually(t, "a publish confirmed by the new owner", func() bool {
+		pc, e := c.publish(stream, payload(6), "", 0)
+		return e == nil && pc.Epoch == 2 && pc.Offset >= r.RecordTail
+	})
+	stop.Store(true)
+	wg.Wait()
+	mu.Lock()
+	for _, pc := range confirmed {
+		if (pc.Offset >= r.RecordTail) != (pc.Epoch == 2) {
+			t.Fatalf("confirm %+v: only the new owner confirms at or past the hand-off's tail %d", pc, r.RecordTail)
+		}
+	}
+	mu.Unlock()
+
+	// A target that cannot catch up: the hand-off times out and the owner
+	// takes publishes again.
+	c.hosts["n1"].stop()
+	go func() { _, _ = c.publish(stream, payload(7), "", 0) }() // written, never confirmed
+	own := c.hosts["n2"].h.lookupReplica(stream).status.Load().own
+	testEventually(t, "the owner's tail past the stopped follower's ack", func() bool {
+		rec, _, ack, _ := own.handoffTails("n1")
+		return rec > ack
+	})
+	if _, e := c.handoff("n2", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 2, Target: "n1", TimeoutMS: 300}); e == nil || e.Code != wire.CodeTimeout {
+		t.Fatalf("hand-off to a stopped follower: %v, want timeout", e)
+	}
+	if _, e := c.publish(stream, payload(8), "", 0); e == nil || e.Code == wire.CodeSealed {
+		t.Fatalf("publish after the timed-out hand-off: %v, want taken (then confirm_timeout)", e)
+	}
+}
+
+func testEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,25 @@
+package bench
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLongestGap(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		name string
+		ts   []time.Time
+		want time.Duration
+	}{
+		{"steady", []time.Time{at(10), at(20), at(30), at(40), at(50), at(60), at(70), at(80), at(90)}, 10 * time.Millisecond},
+		{"a hole", []time.Time{at(10), at(20), at(65), at(70), at(80), at(90)}, 45 * time.Millisecond},
+		{"outside the window ignored", []time.Time{at(-50), at(10), at(90), at(150)}, 80 * time.Millisecond},
+		{"nothing: the whole window", nil, 100 * time.Millisecond},
+	} {
+		if got := longestGap(c.ts, at(0), at(100)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
