@@ -33,9 +33,41 @@ func checkIndex(t *testing.T, s *State, after string) {
 			copies[n]++
 		}
 	}
+	if got, want := s.Counts(), countAll(s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after %s: counts\n got %+v\nwant %+v", after, got, want)
+	}
 	if o, c := s.Load(); !maps.Equal(o, owned) || !maps.Equal(c, copies) || s.StreamCount() != len(s.Streams) {
 		t.Fatalf("after %s: load %v %v (%d streams), want %v %v (%d)", after, o, c, s.StreamCount(), owned, copies, len(s.Streams))
 	}
+}
+
+// countAll is Counts over every stream, as it was before the index.
+func countAll(s *State) Counts {
+	c := Counts{
+		StreamsByStatus: map[string]int{wire.StatusServing: 0, wire.StatusRecovering: 0, wire.StatusWaiting: 0},
+		NodesByState:    map[string]int{wire.NodeLive: 0, wire.NodeExpired: 0, wire.NodeDraining: 0, wire.NodeLeft: 0},
+		PendingByReason: map[string]int{},
+		WaitingByKind:   map[string]int{},
+	}
+	for _, n := range s.Nodes {
+		c.NodesByState[n.State]++
+	}
+	for _, st := range s.Streams {
+		c.StreamsByStatus[s.Status(st)]++
+		if u := st.UnderReplicated(); u != nil {
+			c.UnderReplicated++
+			if u.LossLosesConfirmed {
+				c.UnderReplicatedAtRisk++
+			}
+		}
+		if r := st.Recovery; r != nil {
+			c.PendingByReason[r.Reason]++
+			if r.Wait != nil {
+				c.WaitingByKind[r.Wait.Kind]++
+			}
+		}
+	}
+	return c
 }
 
 func TestIndexFollowsEveryCommand(t *testing.T) {

@@ -1,6 +1,10 @@
 package state
 
-import "github.com/brook-streams/brook/pkg/wire"
+import (
+	"maps"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
 
 // Counts are the state's numbers the coordinator's metrics report, read
 // from one version of the state.
@@ -24,6 +28,10 @@ type Counts struct {
 }
 
 // Counts counts; every status and node state is present, at 0 if need be.
+// It looks only at the streams that can be other than serving and fully
+// replicated (those with a pending recovery or needing attention, and those
+// owned by a node that is not live), so its cost is theirs, not every
+// stream's.
 func (s *State) Counts() Counts {
 	c := Counts{
 		StreamsByStatus: map[string]int{wire.StatusServing: 0, wire.StatusRecovering: 0, wire.StatusWaiting: 0},
@@ -31,10 +39,20 @@ func (s *State) Counts() Counts {
 		PendingByReason: map[string]int{},
 		WaitingByKind:   map[string]int{},
 	}
-	for _, n := range s.Nodes {
+	x := s.ix()
+	set := maps.Clone(x.attention)
+	maps.Copy(set, x.pending)
+	for id, n := range s.Nodes {
 		c.NodesByState[n.State]++
+		if n.State != wire.NodeLive {
+			maps.Copy(set, x.ownedBy[id])
+		}
 	}
-	for _, st := range s.Streams {
+	// Every other stream has no recovery, no fence above its epoch, all
+	// its copies and a live owner: serving, fully replicated.
+	c.StreamsByStatus[wire.StatusServing] = x.streams - len(set)
+	for name := range set {
+		st := s.Streams[name]
 		c.StreamsByStatus[s.Status(st)]++
 		if u := st.UnderReplicated(); u != nil {
 			c.UnderReplicated++
