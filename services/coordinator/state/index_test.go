@@ -43,29 +43,12 @@ func checkIndex(t *testing.T, s *State, after string) {
 
 // countAll is Counts over every stream, as it was before the index.
 func countAll(s *State) Counts {
-	c := Counts{
-		StreamsByStatus: map[string]int{wire.StatusServing: 0, wire.StatusRecovering: 0, wire.StatusWaiting: 0},
-		NodesByState:    map[string]int{wire.NodeLive: 0, wire.NodeExpired: 0, wire.NodeDraining: 0, wire.NodeLeft: 0},
-		PendingByReason: map[string]int{},
-		WaitingByKind:   map[string]int{},
-	}
+	c := newCounts()
 	for _, n := range s.Nodes {
 		c.NodesByState[n.State]++
 	}
 	for _, st := range s.Streams {
-		c.StreamsByStatus[s.Status(st)]++
-		if u := st.UnderReplicated(); u != nil {
-			c.UnderReplicated++
-			if u.LossLosesConfirmed {
-				c.UnderReplicatedAtRisk++
-			}
-		}
-		if r := st.Recovery; r != nil {
-			c.PendingByReason[r.Reason]++
-			if r.Wait != nil {
-				c.WaitingByKind[r.Wait.Kind]++
-			}
-		}
+		c.add(s, st)
 	}
 	return c
 }

@@ -33,12 +33,7 @@ type Counts struct {
 // owned by a node that is not live), so its cost is theirs, not every
 // stream's.
 func (s *State) Counts() Counts {
-	c := Counts{
-		StreamsByStatus: map[string]int{wire.StatusServing: 0, wire.StatusRecovering: 0, wire.StatusWaiting: 0},
-		NodesByState:    map[string]int{wire.NodeLive: 0, wire.NodeExpired: 0, wire.NodeDraining: 0, wire.NodeLeft: 0},
-		PendingByReason: map[string]int{},
-		WaitingByKind:   map[string]int{},
-	}
+	c := newCounts()
 	x := s.ix()
 	set := maps.Clone(x.attention)
 	maps.Copy(set, x.pending)
@@ -52,22 +47,36 @@ func (s *State) Counts() Counts {
 	// its copies and a live owner: serving, fully replicated.
 	c.StreamsByStatus[wire.StatusServing] = x.streams - len(set)
 	for name := range set {
-		st := s.Streams[name]
-		c.StreamsByStatus[s.Status(st)]++
-		if u := st.UnderReplicated(); u != nil {
-			c.UnderReplicated++
-			if u.LossLosesConfirmed {
-				c.UnderReplicatedAtRisk++
-			}
-		}
-		if r := st.Recovery; r != nil {
-			c.PendingByReason[r.Reason]++
-			if r.Wait != nil {
-				c.WaitingByKind[r.Wait.Kind]++
-			}
-		}
+		c.add(s, s.Streams[name])
 	}
 	return c
+}
+
+// newCounts returns Counts with every status and node state at 0.
+func newCounts() Counts {
+	return Counts{
+		StreamsByStatus: map[string]int{wire.StatusServing: 0, wire.StatusRecovering: 0, wire.StatusWaiting: 0},
+		NodesByState:    map[string]int{wire.NodeLive: 0, wire.NodeExpired: 0, wire.NodeDraining: 0, wire.NodeLeft: 0},
+		PendingByReason: map[string]int{},
+		WaitingByKind:   map[string]int{},
+	}
+}
+
+// add counts st, a stream of s.
+func (c *Counts) add(s *State, st *Stream) {
+	c.StreamsByStatus[s.Status(st)]++
+	if u := st.UnderReplicated(); u != nil {
+		c.UnderReplicated++
+		if u.LossLosesConfirmed {
+			c.UnderReplicatedAtRisk++
+		}
+	}
+	if r := st.Recovery; r != nil {
+		c.PendingByReason[r.Reason]++
+		if r.Wait != nil {
+			c.WaitingByKind[r.Wait.Kind]++
+		}
+	}
 }
 
 // QueryCounts reads Counts without copying the state.
