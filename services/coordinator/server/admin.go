@@ -317,7 +317,9 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 		return nil, wire.Errorf(wire.CodeStreamLimit, "the cluster holds %d streams, its maximum (--max-streams %d)", n, s.opt.MaxStreams)
 	}
 	now := s.opt.Now()
-	owner, followers, err := controller.PlaceWithin(st, s.live.View(), now, s.opt.TTL, req.Copies, s.opt.MaxCopiesPerHost)
+	// Placement needs each node's liveness, not the copies it reported:
+	// ViewStream copies none of the other streams'.
+	owner, followers, err := controller.PlaceWithin(st, s.live.ViewStream(req.Stream), now, s.opt.TTL, req.Copies, s.opt.MaxCopiesPerHost)
 	if err != nil {
 		return nil, err
 	}
@@ -578,7 +580,8 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 		AnsweredBy:   s.opt.ReplicaID,
 	}
 	_, copies := st.Load()
-	view := s.live.View()
+	// The nodes' liveness without their copies (no stream is named "").
+	view := s.live.ViewStream("")
 	for _, id := range st.SortedNodes() {
 		n := st.Nodes[id]
 		ni := wire.NodeInfo{Node: id, Incarnation: n.Incarnation, State: n.State, LastSeenMS: -1, Copies: copies[id]}

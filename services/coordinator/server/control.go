@@ -14,6 +14,7 @@ import (
 	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -72,6 +73,13 @@ func (s *Server) controlLoop(ctx context.Context) {
 // net that would catch, and log, a stream the state machine's index missed.
 const fullPlanEvery = 10 * time.Second
 
+// sealedEvery is how often the control loop copies every copy the hosts
+// reported, to find the sealed ones (controller.SealedReports): that is the
+// one input of a plan that needs all of them (30,000 at 10,000 streams of
+// three copies), so the rounds in between copy the hosts' liveness and the
+// reported copies of the streams they plan, nothing more.
+const sealedEvery = time.Second
+
 // controlOnce runs one planning round and reports whether it changed the
 // state.
 func (s *Server) controlOnce(ctx context.Context) bool {
@@ -80,10 +88,19 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	since := s.leaderSince
 	s.mu.Unlock()
 	heard, deaf := s.hearing.view(s.nc)
-	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: s.live.View()}
-	losing := func(st *state.State) []string { return controller.Losing(st, live, now, s.params) }
-	sealed := controller.SealedReports(live)
 	full := now.Sub(s.lastFullPlan) >= fullPlanEvery
+	allCopies := full || now.Sub(s.lastSealedScan) >= sealedEvery
+	var nodes map[string]liveness.Seen
+	if allCopies {
+		nodes = s.live.View()
+		s.sealed = controller.SealedReports(controller.Liveness{Nodes: nodes})
+		s.lastSealedScan = now
+	} else {
+		nodes = s.live.ViewStream("") // every host's liveness, no copies (no stream is named "")
+	}
+	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: nodes}
+	losing := func(st *state.State) []string { return controller.Losing(st, live, now, s.params) }
+	sealed := s.sealed
 	var q state.Query = state.QueryControl{Losing: losing, Extra: sealed}
 	if full {
 		q = state.QueryAll{}
@@ -104,6 +121,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.readFailing = false
 	}
 	st := v.(*state.State)
+	if !allCopies {
+		s.addCopies(nodes, st)
+	}
 	acts := controller.Plan(st, live, now, s.params)
 	if full {
 		s.lastFullPlan = now
@@ -121,6 +141,25 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.balance(ctx, st) // admin_move.go
 	}
 	return changed
+}
+
+// addCopies adds to nodes (a view without copies) what each host reported
+// of the streams in st, the streams a round plans over.
+func (s *Server) addCopies(nodes map[string]liveness.Seen, st *state.State) {
+	for name := range st.Streams {
+		for id, seen := range s.live.ViewStream(name) {
+			c, ok := seen.Copies[name]
+			n, known := nodes[id]
+			if !ok || !known {
+				continue
+			}
+			if n.Copies == nil {
+				n.Copies = map[string]wire.CopyStatus{}
+				nodes[id] = n
+			}
+			n.Copies[name] = c
+		}
+	}
 }
 
 // checkConcerned logs the streams a full round planned for that a round

@@ -193,8 +193,12 @@ type Server struct {
 	// read failures during an outage.
 	readFailing bool
 	// lastFullPlan is owned by the control loop: when it last planned
-	// over the whole state (zero: never while leading).
-	lastFullPlan time.Time
+	// over the whole state (zero: never while leading). lastSealedScan and
+	// sealed are when it last looked at every copy the hosts reported, and
+	// the streams of which one was sealed (see sealedEvery).
+	lastFullPlan   time.Time
+	lastSealedScan time.Time
+	sealed         []string
 
 	closeOnce sync.Once
 	closed    atomic.Bool

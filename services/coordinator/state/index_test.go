@@ -33,9 +33,24 @@ func checkIndex(t *testing.T, s *State, after string) {
 			copies[n]++
 		}
 	}
+	if got, want := s.Counts(), countAll(s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after %s: counts\n got %+v\nwant %+v", after, got, want)
+	}
 	if o, c := s.Load(); !maps.Equal(o, owned) || !maps.Equal(c, copies) || s.StreamCount() != len(s.Streams) {
 		t.Fatalf("after %s: load %v %v (%d streams), want %v %v (%d)", after, o, c, s.StreamCount(), owned, copies, len(s.Streams))
 	}
+}
+
+// countAll is Counts over every stream, as it was before the index.
+func countAll(s *State) Counts {
+	c := newCounts()
+	for _, n := range s.Nodes {
+		c.NodesByState[n.State]++
+	}
+	for _, st := range s.Streams {
+		c.add(s, st)
+	}
+	return c
 }
 
 func TestIndexFollowsEveryCommand(t *testing.T) {
