@@ -186,7 +186,16 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 		timeout = 2 * time.Second
 	}
 	hold := max(time.Duration(req.HoldMS)*time.Millisecond, timeout)
+	// Intake stops only once the target has once reached the tail (or
+	// half the timeout passed): then only what is in flight remains for it
+	// to catch up while publishes are refused, not its whole lag.
+	for half := began.Add(timeout / 2); time.Now().Before(half) && o.ctx.Err() == nil; time.Sleep(handoffPoll) {
+		if rec, _, ackRec, _ := o.handoffTails(req.Target); ackRec >= rec {
+			break
+		}
+	}
 	h.moves.hold(o, req.Target, hold)
+	heldAt := time.Now()
 	// Cursor events are synced on an interval; the tail the target must
 	// reach is the durable one, final from here on.
 	if err := o.c.SyncCursors(); err != nil {
@@ -198,9 +207,9 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 		rec, cur, ackRec, ackCur := o.handoffTails(req.Target)
 		if ackRec >= rec && ackCur >= cur {
 			o.log.Info("planned move: intake held, target holds the tail", "target", req.Target,
-				"record_tail", rec, "cursor_tail", cur, "took", time.Since(began))
+				"record_tail", rec, "cursor_tail", cur, "took", time.Since(began), "held", time.Since(heldAt))
 			return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: rec, CursorTail: cur,
-				Digest: o.c.Digest(), TookMS: time.Since(began).Milliseconds()}, nil
+				Digest: o.c.Digest(), TookMS: time.Since(heldAt).Milliseconds()}, nil
 		}
 		if time.Now().After(deadline) || o.ctx.Err() != nil {
 			h.moves.release(o)
