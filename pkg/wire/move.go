@@ -62,7 +62,8 @@ type HandoffReply struct {
 	CursorTail uint64 `json:"cursor_tail"`
 	// Digest is the running digest at RecordTail, in hex.
 	Digest string `json:"digest"`
-	TookMS int64  `json:"took_ms"`
+	// TookMS is how long intake was held before this answer.
+	TookMS int64 `json:"took_ms"`
 }
 
 // HandoffSubject is answered by the stream host node with HandoffReply.

@@ -669,13 +669,8 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	if err := wire.ValidName("stream", req.Stream); err != nil {
+	if err := validStreamAndNode(req.Stream, req.Node); err != nil {
 		return nil, err
-	}
-	if req.Node != "" {
-		if err := wire.ValidName("node", req.Node); err != nil {
-			return nil, err
-		}
 	}
 	st, err := s.store.State(ctx)
 	if err != nil {

@@ -35,13 +35,8 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	if err := wire.ValidName("stream", req.Stream); err != nil {
+	if err := validStreamAndNode(req.Stream, req.Node); err != nil {
 		return nil, err
-	}
-	if req.Node != "" {
-		if err := wire.ValidName("node", req.Node); err != nil {
-			return nil, err
-		}
 	}
 	if req.TimeoutMS < 0 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is negative", req.TimeoutMS)
@@ -51,6 +46,18 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	return s.move(ctx, st, req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+}
+
+// validStreamAndNode checks a request's stream name and its node name,
+// which may be absent.
+func validStreamAndNode(stream, node string) error {
+	if err := wire.ValidName("stream", stream); err != nil {
+		return err
+	}
+	if node != "" {
+		return wire.ValidName("node", node)
+	}
+	return nil
 }
 
 // moveView is recovery.MoveView from the state and this replica's

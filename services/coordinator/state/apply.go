@@ -157,29 +157,26 @@ func (s *State) nodeLeave(c Command) Result {
 }
 
 func (s *State) nodeDrain(c Command) Result {
-	n := s.Nodes[c.Node]
-	if n == nil {
-		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
-	}
-	if n.State != wire.NodeLive {
-		// Already draining, or gone: its streams fail over anyway.
-		return Result{}
-	}
-	n.State, n.Reason, n.SinceMS = wire.NodeDraining, "drain", c.AtMS
-	s.bump()
-	return changed
+	// Already draining, or gone: its streams fail over anyway.
+	return s.nodeTurn(c, wire.NodeLive, wire.NodeDraining, "drain")
 }
 
 // nodeUndrain ends a drain: the node may take copies and ownership again.
 func (s *State) nodeUndrain(c Command) Result {
+	return s.nodeTurn(c, wire.NodeDraining, wire.NodeLive, "")
+}
+
+// nodeTurn moves c's node from state from to state to (with reason); a
+// node in another state is left alone.
+func (s *State) nodeTurn(c Command, from, to, reason string) Result {
 	n := s.Nodes[c.Node]
 	if n == nil {
 		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
 	}
-	if n.State != wire.NodeDraining {
+	if n.State != from {
 		return Result{}
 	}
-	n.State, n.Reason, n.SinceMS = wire.NodeLive, "", c.AtMS
+	n.State, n.Reason, n.SinceMS = to, reason, c.AtMS
 	s.bump()
 	return changed
 }

@@ -15,7 +15,7 @@ import (
 // write gap is one seal and one commit, not a failover.
 //
 // The hand-off stops the owner's intake without stopping the role: new
-// publishes are refused with sealed (retryable; clients retry on the new
+// publishes and cursor commits are refused with sealed (retryable; clients retry on the new
 // owner's notice), publishes already written are still confirmed as acks
 // come, followers are still served. Once the target has durably
 // acknowledged the owner's record and cursor tails the owner answers with
@@ -51,33 +51,42 @@ const handoffPoll = time.Millisecond
 // written), otherwise it is appended, counted in flight so that a hand-off
 // starting meanwhile waits for it before it reads the tail.
 func (o *owner) appendOrHold(batch []*nats.Msg) {
-	m := &o.h.moves
-	m.mu.Lock()
-	if hd := m.held[o]; hd != nil {
-		target := hd.target
-		m.mu.Unlock()
-		e := wire.Errorf(wire.CodeSealed, "stream %s: ownership is moving to node %s; not written, retry", o.stream, target)
+	if e := o.h.moves.enter(o); e != nil {
 		for _, msg := range batch {
 			o.refusePublish(msg.Reply, e)
 		}
 		return
 	}
+	defer o.h.moves.leave(o)
+	o.appendBatch(batch)
+}
+
+// enter counts a write of o (an append or a cursor commit) in flight, or
+// returns the refusal while a hand-off holds o's intake; a nil return must
+// be followed by leave.
+func (m *moveHolds) enter(o *owner) *wire.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if hd := m.held[o]; hd != nil {
+		return wire.Errorf(wire.CodeSealed, "stream %s: ownership is moving to node %s; not written, retry", o.stream, hd.target)
+	}
 	if m.inflight == nil {
 		m.inflight = map[*owner]int{}
 	}
 	m.inflight[o]++
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		if m.inflight[o]--; m.inflight[o] <= 0 {
-			delete(m.inflight, o)
-			if m.idle != nil {
-				m.idle.Broadcast()
-			}
+	return nil
+}
+
+// leave ends a write enter counted.
+func (m *moveHolds) leave(o *owner) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inflight[o]--; m.inflight[o] <= 0 {
+		delete(m.inflight, o)
+		if m.idle != nil {
+			m.idle.Broadcast()
 		}
-		m.mu.Unlock()
-	}()
-	o.appendBatch(batch)
+	}
 }
 
 // hold stops o's intake for a move to target until release or hold
@@ -177,15 +186,30 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 		timeout = 2 * time.Second
 	}
 	hold := max(time.Duration(req.HoldMS)*time.Millisecond, timeout)
+	// Intake stops only once the target has once reached the tail (or
+	// half the timeout passed): then only what is in flight remains for it
+	// to catch up while publishes are refused, not its whole lag.
+	for half := began.Add(timeout / 2); time.Now().Before(half) && o.ctx.Err() == nil; time.Sleep(handoffPoll) {
+		if rec, _, ackRec, _ := o.handoffTails(req.Target); ackRec >= rec {
+			break
+		}
+	}
 	h.moves.hold(o, req.Target, hold)
+	heldAt := time.Now()
+	// Cursor events are synced on an interval; the tail the target must
+	// reach is the durable one, final from here on.
+	if err := o.c.SyncCursors(); err != nil {
+		h.moves.release(o)
+		return nil, o.appendError(err)
+	}
 	deadline := began.Add(timeout)
 	for {
 		rec, cur, ackRec, ackCur := o.handoffTails(req.Target)
 		if ackRec >= rec && ackCur >= cur {
 			o.log.Info("planned move: intake held, target holds the tail", "target", req.Target,
-				"record_tail", rec, "cursor_tail", cur, "took", time.Since(began))
+				"record_tail", rec, "cursor_tail", cur, "took", time.Since(began), "held", time.Since(heldAt))
 			return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: rec, CursorTail: cur,
-				Digest: o.c.Digest(), TookMS: time.Since(began).Milliseconds()}, nil
+				Digest: o.c.Digest(), TookMS: time.Since(heldAt).Milliseconds()}, nil
 		}
 		if time.Now().After(deadline) || o.ctx.Err() != nil {
 			h.moves.release(o)

@@ -66,6 +66,9 @@ func TestHandoff(t *testing.T) {
 	if _, e := c.publish(stream, payload(99), "", 0); e == nil || e.Code != wire.CodeSealed {
 		t.Fatalf("publish while held: %v, want sealed", e)
 	}
+	if _, e := c.commitCursor(stream, "held", 1, 5*time.Second); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("cursor commit while held: %v, want sealed", e)
+	}
 	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", Resume: true}); e != nil {
 		t.Fatal(e)
 	}
@@ -97,6 +100,13 @@ func TestHandoff(t *testing.T) {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() { // and a reader commits its cursor all along
+		defer wg.Done()
+		for i := uint64(1); !stop.Load(); i++ {
+			_, _ = c.commitCursor(stream, "reader", min(i, 5), 5*time.Second)
+		}
+	}()
 	time.Sleep(200 * time.Millisecond)
 	r, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 10_000})
 	if e != nil {
@@ -114,6 +124,9 @@ func TestHandoff(t *testing.T) {
 	if seals[0].RecordTail != r.RecordTail || seals[1].RecordTail != r.RecordTail || seals[0].Digest != r.Digest || seals[1].Digest != r.Digest {
 		t.Fatalf("hand-off tail %d digest %s; sealed owner %d %s, target %d %s", r.RecordTail, r.Digest,
 			seals[0].RecordTail, seals[0].Digest, seals[1].RecordTail, seals[1].Digest)
+	}
+	if seals[0].CursorTail != r.CursorTail || seals[1].CursorTail != r.CursorTail || r.CursorTail == 0 {
+		t.Fatalf("hand-off cursor tail %d; sealed owner %d, target %d", r.CursorTail, seals[0].CursorTail, seals[1].CursorTail)
 	}
 	if r.RecordTail <= 5 {
 		t.Fatalf("hand-off tail %d: the load wrote nothing", r.RecordTail)
