@@ -481,8 +481,14 @@ func (o *owner) commitWhenConfirmed(reply string, req wire.CursorCommit) {
 	}
 }
 
-// commit writes a cursor commit at or below the watermark and answers it.
+// commit writes a cursor commit at or below the watermark and answers it;
+// while a planned move holds the owner's intake it refuses it (move.go).
 func (o *owner) commit(reply string, req wire.CursorCommit) {
+	if e := o.h.moves.enter(o); e != nil {
+		o.h.replyErr(reply, e)
+		return
+	}
+	defer o.h.moves.leave(o)
 	ev, err := o.c.AppendCursor(req.Cursor, req.Offset)
 	if err != nil {
 		e := o.appendError(err)
