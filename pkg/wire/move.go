@@ -9,9 +9,15 @@ type StreamMove struct {
 	Stream string `json:"stream"`
 	Node   string `json:"node,omitempty"`
 	// TimeoutMS bounds the owner's hand-off (stop intake, wait for the
-	// target's durable ack of the tail); 0: the coordinator's default.
+	// target's durable ack of the tail); 0: the coordinator's default; at
+	// most MaxMoveTimeoutMS.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
+
+// MaxMoveTimeoutMS bounds a move's hand-off timeout (stream.move's
+// timeout_ms and a hand-off's timeout_ms; a hand-off's hold_ms is at most
+// twice it): an owner never refuses publishes longer for one move.
+const MaxMoveTimeoutMS = 30_000
 
 // StreamMoveReply is the answer of a completed stream.move.
 type StreamMoveReply struct {
@@ -42,7 +48,9 @@ type NodeDrainReply struct {
 // which clients retry), wait until Target has durably acknowledged the
 // owner's record and cursor tails, and answer with them. Intake stays
 // stopped until a seal ends the role or HoldMS passes. Resume instead
-// takes publishes again at once (an aborted move).
+// takes publishes again at once (an aborted move). MoveID names the move:
+// a resume, or the owner's own timeout, ends only the hold of the same
+// move, never a later move's.
 type HandoffRequest struct {
 	Stream    string `json:"stream"`
 	StreamID  uint64 `json:"stream_id"`
@@ -51,6 +59,7 @@ type HandoffRequest struct {
 	TimeoutMS int64  `json:"timeout_ms"`
 	HoldMS    int64  `json:"hold_ms"`
 	Resume    bool   `json:"resume,omitempty"`
+	MoveID    string `json:"move_id,omitempty"`
 }
 
 // HandoffReply is the owner's answer once the target holds its tails.

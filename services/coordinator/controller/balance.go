@@ -50,23 +50,43 @@ type Move struct {
 	Stream, From, To string
 }
 
+// BalanceView is what Balance needs to know beyond the state.
+type BalanceView struct {
+	// Up says whether a node may own streams (live, heard, not draining,
+	// leaving or being drained).
+	Up func(node string) bool
+	// Moving holds the streams planned moves are running on, each with its
+	// target ("" when not known yet).
+	Moving map[string]string
+	// Skip, if set, says a stream must not move now (it backs off after an
+	// aborted move).
+	Skip func(stream string) bool
+	// Lags, if set, says node's copy of stream lags its owner's (as their
+	// heartbeats last told), so a hand-off to it would likely time out.
+	Lags func(stream, node string) bool
+}
+
 // Balance is pure: it returns at most budget planned moves that bring the
-// owners of replicated streams toward an even share across the hosts up
-// says may own streams (live, heard, not draining or leaving). Nothing
-// moves while a recovery other than a planned move is pending anywhere,
-// nor a stream that moving says is being moved. It moves only when some
-// host is off the even share by more than margin, and then, one at a
-// time, a stream of the host owning the most to the follower owning the
-// fewest, as long as that lowers the spread (the source owns at least two
-// more than the target), until every host is within the margin.
-func Balance(s *state.State, up func(node string) bool, moving map[string]bool, budget int, margin float64) []Move {
-	if budget <= 0 {
+// owners of replicated streams toward an even share across the hosts
+// v.Up says may own streams. It reads every stream: on a Partial view
+// (whose streams are not all the state's) it returns nothing, since its
+// counts would be wrong. Nothing moves while a recovery other than a
+// planned move is pending anywhere. A move in flight (a pending recovery
+// of reason move, or a stream in v.Moving) counts at its target, and its
+// stream stays; so do the streams v.Skip names and those short of copies.
+// It moves only when some host is off the even share by more than margin,
+// and then, one at a time, a stream of the host owning the most to the
+// follower owning the fewest (that v.Lags does not say lags), as long as
+// that lowers the spread (the source owns at least two more than the
+// target), until every host is within the margin.
+func Balance(s *state.State, v BalanceView, budget int, margin float64) []Move {
+	if budget <= 0 || s.StreamCount() != len(s.Streams) {
 		return nil
 	}
 	owned := map[string]int{}
 	var nodes []string
 	for _, id := range s.SortedNodes() {
-		if up(id) {
+		if v.Up(id) {
 			owned[id] = 0
 			nodes = append(nodes, id)
 		}
@@ -83,13 +103,24 @@ func Balance(s *state.State, up func(node string) bool, moving map[string]bool, 
 			return nil // a failover is under way: leave the cluster alone
 		}
 		a := st.Assignment
-		if _, ok := owned[a.Owner]; !ok || len(a.Copies()) < 2 {
+		if len(a.Copies()) < 2 {
 			continue
 		}
-		owned[a.Owner]++
+		owner := a.Owner
+		to, moving := v.Moving[name]
+		switch {
+		case st.Recovery != nil:
+			owner = st.Recovery.Proposal.Owner
+		case to != "":
+			owner = to
+		}
+		if _, ok := owned[owner]; !ok {
+			continue
+		}
+		owned[owner]++
 		total++
-		if st.Recovery == nil && !moving[name] {
-			movable[a.Owner] = append(movable[a.Owner], st)
+		if st.Recovery == nil && !moving && len(a.Copies()) >= st.Copies && (v.Skip == nil || !v.Skip(name)) {
+			movable[owner] = append(movable[owner], st)
 		}
 	}
 	even := float64(total) / float64(len(nodes))
@@ -116,7 +147,7 @@ func Balance(s *state.State, up func(node string) bool, moving map[string]bool, 
 			for i, st := range movable[src] {
 				to := ""
 				for _, f := range st.Assignment.Followers {
-					if _, ok := owned[f]; !ok || owned[f] > owned[src]-2 {
+					if _, ok := owned[f]; !ok || owned[f] > owned[src]-2 || v.Lags != nil && v.Lags(st.Name, f) {
 						continue
 					}
 					if to == "" || owned[f] < owned[to] || owned[f] == owned[to] && f < to {

@@ -36,7 +36,10 @@ func TestBalance(t *testing.T) {
 		down    []string
 		streams []stream
 		moving  []int // indexes of streams being moved
-		pending int   // index of a stream with a failover pending (-1: none)
+		skip    []int // indexes of streams backing off
+		short   []int // indexes of streams short of a copy
+		lags    []string
+		pending int // index of a stream with a failover pending (-1: none)
 		budget  int
 		margin  float64
 		want    []Move
@@ -64,6 +67,15 @@ func TestBalance(t *testing.T) {
 			want: []Move{{"s1", "h1", "h2"}, {"s2", "h1", "h2"}}},
 		{name: "nothing while a failover is pending", nodes: []string{"h1", "h2", "h3"}, pending: 5, budget: 4, margin: 0.1,
 			streams: pile(6, "h1", "h2", "h3"), want: nil},
+		{name: "streams backing off stay", nodes: []string{"h1", "h2"}, pending: -1, budget: 4, margin: 0.1,
+			streams: pile(4, "h1", "h2"), skip: []int{0},
+			want: []Move{{"s1", "h1", "h2"}, {"s2", "h1", "h2"}}},
+		{name: "streams short of a copy stay", nodes: []string{"h1", "h2"}, pending: -1, budget: 4, margin: 0.1,
+			streams: pile(4, "h1", "h2"), short: []int{0, 1},
+			want: []Move{{"s2", "h1", "h2"}, {"s3", "h1", "h2"}}},
+		{name: "never to a lagging follower", nodes: []string{"h1", "h2", "h3"}, lags: []string{"h2"}, pending: -1, budget: 4, margin: 0.1,
+			streams: pile(6, "h1", "h2", "h3"),
+			want:    []Move{{"s0", "h1", "h3"}, {"s1", "h1", "h3"}, {"s2", "h1", "h3"}}},
 		{name: "owner-only streams do not count", nodes: []string{"h1", "h2"}, pending: -1, budget: 4, margin: 0.1,
 			streams: cat(pile(4, "h1"), pile(1, "h2", "h1")), want: nil},
 	} {
@@ -82,15 +94,26 @@ func TestBalance(t *testing.T) {
 			if c.pending >= 0 {
 				s.Streams[fmt.Sprintf("s%d", c.pending)].Recovery = &wire.PendingRecovery{Transition: 1, Reason: "expired"}
 			}
-			moving := map[string]bool{}
+			moving := map[string]string{}
 			for _, i := range c.moving {
-				moving[fmt.Sprintf("s%d", i)] = true
+				moving[fmt.Sprintf("s%d", i)] = ""
 			}
-			down := map[string]bool{}
+			down, lags, skip := map[string]bool{}, map[string]bool{}, map[string]bool{}
 			for _, n := range c.down {
 				down[n] = true
 			}
-			got := Balance(s, func(n string) bool { return !down[n] && s.NodeState(n) == wire.NodeLive }, moving, c.budget, c.margin)
+			for _, n := range c.lags {
+				lags[n] = true
+			}
+			for _, i := range c.skip {
+				skip[fmt.Sprintf("s%d", i)] = true
+			}
+			for _, i := range c.short {
+				s.Streams[fmt.Sprintf("s%d", i)].Copies++
+			}
+			up := func(n string) bool { return !down[n] && s.NodeState(n) == wire.NodeLive }
+			got := Balance(s, BalanceView{Up: up, Moving: moving, Skip: func(n string) bool { return skip[n] }, Lags: func(_, n string) bool { return lags[n] }},
+				c.budget, c.margin)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("moves %v, want %v", got, c.want)
 			}
@@ -105,5 +128,83 @@ func TestBalanceDefaults(t *testing.T) {
 	}
 	if p := (BalanceParams{Off: true, MaxMoves: 1}).WithDefaults(); !p.Off || p.MaxMoves != 1 {
 		t.Fatalf("set fields kept: %+v", p)
+	}
+}
+
+// TestBalancePartialView: the control loop's incremental rounds read a
+// Partial view (only the streams concerned); Balance must not count owners
+// on it (it would move from wrong counts), only on the full state.
+func TestBalancePartialView(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	for _, n := range []string{"a1", "a2", "a3", "a4"} {
+		f.create(n, 3, "h1", "h2", "h3")
+	}
+	f.create("b1", 3, "h2", "h1", "h3")
+	f.create("c1", 3, "h3", "h1", "h2")
+	// a1 and a2 lose a follower by a recovery: short of a copy
+	// (attention), the only streams an incremental round reads.
+	for _, n := range []string{"a1", "a2"} {
+		st := f.s.Streams[n]
+		f.apply(state.RecoveryBegin(n, st.Version, st.Assignment, state.ReasonGrow, "", "", t0.UnixMilli()))
+		a := state.CloneAssignment(st.Assignment)
+		a.Epoch, a.Followers = 2, []string{"h2"}
+		f.apply(state.RecoveryCommit(n, f.s.Streams[n].Recovery.Transition, f.s.Streams[n].Version, a, wire.HistoryStart{Epoch: 2, Node: "h1"}, "", "", t0.UnixMilli()))
+	}
+	up := func(string) bool { return true }
+	part := f.s.Partial(f.s.Concerned(nil, nil))
+	if len(part.Streams) != 2 {
+		t.Fatalf("partial view holds %v", part.SortedStreams())
+	}
+	if got := Balance(part, BalanceView{Up: up}, 4, 0.1); got != nil {
+		t.Fatalf("moves on a partial view: %v", got)
+	}
+	// On the full state h1 owns 4 of 6: a3 and a4 move (a1 and a2 are
+	// short of a copy and stay).
+	want := []Move{{"a3", "h1", "h2"}, {"a4", "h1", "h3"}}
+	if got := Balance(f.s, BalanceView{Up: up}, 4, 0.1); !reflect.DeepEqual(got, want) {
+		t.Fatalf("moves on the full state %v, want %v", got, want)
+	}
+}
+
+// TestBalanceMovesInFlight: moves in flight (a pending recovery of reason
+// move, or a hand-off not recorded yet) count at their target, so the next
+// round does not move more than even.
+func TestBalanceMovesInFlight(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	for _, n := range []string{"s0", "s1", "s2", "s3", "s4", "s5"} {
+		f.create(n, 3, "h1", "h2", "h3")
+	}
+	up := func(string) bool { return true }
+	first := Balance(f.s, BalanceView{Up: up}, 4, 0.1)
+	if len(first) != 4 {
+		t.Fatalf("first round %v", first)
+	}
+	// The first move commits, two are recorded (pending), one is still in
+	// its hand-off.
+	moving := map[string]string{}
+	for i, m := range first {
+		st := f.s.Streams[m.Stream]
+		p := state.CloneAssignment(st.Assignment)
+		p.Owner, p.Followers = m.To, []string{"h1"}
+		for _, x := range st.Assignment.Followers {
+			if x != m.To {
+				p.Followers = append(p.Followers, x)
+			}
+		}
+		if i == 3 {
+			moving[m.Stream] = m.To
+			continue
+		}
+		r := f.apply(state.RecoveryBegin(m.Stream, st.Version, p, state.ReasonMove, "", "", t0.UnixMilli()))
+		if i == 0 {
+			st = f.s.Streams[m.Stream]
+			p.Epoch = st.Assignment.Epoch + 1
+			f.apply(state.RecoveryCommit(m.Stream, r.Transition, st.Version, p, wire.HistoryStart{Epoch: p.Epoch, Node: m.To}, "", "", t0.UnixMilli()))
+		} else {
+			moving[m.Stream] = ""
+		}
+	}
+	if second := Balance(f.s, BalanceView{Up: up, Moving: moving}, 4-len(moving), 0.1); len(second) > 0 {
+		t.Fatalf("moves beyond even with %d in flight: %v", len(moving), second)
 	}
 }

@@ -132,7 +132,10 @@ type Mover struct {
 	// the seal.
 	Timeout time.Duration
 	Hold    time.Duration
-	Logger  *slog.Logger
+	// ID names the move in its hand-off requests, so that its resume ends
+	// its own hold only.
+	ID     string
+	Logger *slog.Logger
 }
 
 // DefaultMoveTimeout bounds a hand-off when nothing else is said.
@@ -157,7 +160,7 @@ func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, pr
 	hold := cmp.Or(m.Hold, 2*timeout)
 	log := cmp.Or(m.Logger, slog.New(slog.DiscardHandler)).With("stream", old.Stream, "from", old.Owner, "to", proposal.Owner, "epoch", old.Epoch)
 	req := wire.HandoffRequest{Stream: old.Stream, StreamID: old.StreamID, Epoch: old.Epoch, Target: proposal.Owner,
-		TimeoutMS: timeout.Milliseconds(), HoldMS: hold.Milliseconds()}
+		TimeoutMS: timeout.Milliseconds(), HoldMS: hold.Milliseconds(), MoveID: m.ID}
 	resume := func(why error) {
 		r := req
 		r.Resume = true

@@ -164,7 +164,7 @@ func TestMoverAbortsCleanly(t *testing.T) {
 		{"moved", &fakeHandoff{}, &fakeMoveState{promoted: "n2"}, "", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := &Mover{Handoffer: c.h, State: c.st, Timeout: 100 * time.Millisecond}
+			m := &Mover{Handoffer: c.h, State: c.st, Timeout: 100 * time.Millisecond, ID: "m7"}
 			res, err := m.Run(context.Background(), old, 3, prop)
 			if codeOr(err, "") != c.code {
 				t.Fatalf("error %v, want code %q", err, c.code)
@@ -178,8 +178,10 @@ func TestMoverAbortsCleanly(t *testing.T) {
 			if c.code == "" && (res.Assignment.Owner != "n2" || res.Version != 9) {
 				t.Fatalf("result %+v", res)
 			}
-			if h := c.h.asked[0]; h.Target != "n2" || h.Epoch != 4 || h.TimeoutMS != 100 || h.HoldMS != 200 {
-				t.Fatalf("hand-off request %+v", h)
+			for _, h := range c.h.asked {
+				if h.Target != "n2" || h.Epoch != 4 || h.TimeoutMS != 100 || h.HoldMS != 200 || h.MoveID != "m7" {
+					t.Fatalf("hand-off request %+v", h)
+				}
 			}
 		})
 	}

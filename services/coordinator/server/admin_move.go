@@ -29,6 +29,33 @@ import (
 // maxDrainMoves bounds the moves of one node.drain in flight at once.
 const maxDrainMoves = 4
 
+// moveBackoff is how long the balancer leaves a stream alone after a move
+// of it failed (three full rounds: a target that cannot catch up would
+// otherwise hold the owner's intake again on every balancing round).
+const moveBackoff = 3 * fullPlanEvery
+
+// maxBalanceLag is how far (records) a follower's heartbeat record tail
+// may be behind its owner's for the balancer to pick it as a target. The
+// two heartbeats are taken at different times, so a follower under load
+// is always a little behind; one much further behind would likely time
+// the hand-off out.
+const maxBalanceLag = 4096
+
+// moves is what the server keeps about planned moves (under Server.mu).
+type moves struct {
+	// running holds the streams this replica's planned moves run, each
+	// with its target ("" until planned).
+	running map[string]string
+	// draining counts, per node, the node.drain calls moving its streams
+	// away: no move targets it, nor does the balancer count it up.
+	draining map[string]int
+	// backoff holds, per stream, until when the balancer leaves it alone
+	// after a failed move.
+	backoff map[string]time.Time
+	// seq numbers this replica's moves (the hand-off's move id).
+	seq uint64
+}
+
 // streamMove is the admin verb stream.move.
 func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	var req wire.StreamMove
@@ -38,8 +65,8 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if err := validStreamAndNode(req.Stream, req.Node); err != nil {
 		return nil, err
 	}
-	if req.TimeoutMS < 0 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is negative", req.TimeoutMS)
+	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is not within 0 and %d", req.TimeoutMS, wire.MaxMoveTimeoutMS)
 	}
 	st, err := s.store.State(ctx)
 	if err != nil {
@@ -61,10 +88,16 @@ func validStreamAndNode(stream, node string) error {
 }
 
 // moveView is recovery.MoveView from the state and this replica's
-// liveness view.
+// liveness view. A node being drained is up only as the stream's owner,
+// so no move targets it.
 func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 	live, now := s.live.View(), s.opt.Now()
 	owned, _ := st.Load()
+	owner := ""
+	if ss := st.Streams[stream]; ss != nil {
+		owner = ss.Assignment.Owner
+	}
+	draining := s.drainingNodes()
 	tails := map[string]uint64{}
 	for id, seen := range live {
 		if c, ok := seen.Copies[stream]; ok {
@@ -72,7 +105,7 @@ func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 		}
 	}
 	return recovery.MoveView{
-		Up:    func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) },
+		Up:    func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) && (n == owner || !draining[n]) },
 		Tails: tails,
 		Owned: owned,
 	}
@@ -89,16 +122,19 @@ func (s *Server) move(ctx context.Context, st *state.State, stream, target strin
 	if err != nil {
 		return nil, err
 	}
-	if !s.beginMoving(stream) {
+	id, ok := s.beginMoving(stream, proposal.Owner)
+	if !ok {
 		return nil, wire.Errorf(wire.CodeConflict, "stream %s is being moved already", stream)
 	}
-	defer s.endMoving(stream)
+	failed := true
+	defer func() { s.endMoving(stream, failed) }()
 	s.metrics.moveStarted(why)
 	s.log.Info("planned move", "stream", stream, "from", ss.Assignment.Owner, "to", proposal.Owner, "epoch", ss.Assignment.Epoch, "why", why)
 	m := &recovery.Mover{
 		Handoffer: natsHandoffer{nc: s.nc},
 		State:     moveState{s: s},
 		Timeout:   timeout,
+		ID:        id,
 		Logger:    s.log.With("component", "move"),
 	}
 	res, err := m.Run(ctx, ss.Assignment, ss.Version, proposal)
@@ -108,30 +144,71 @@ func (s *Server) move(ctx context.Context, st *state.State, stream, target strin
 		return nil, err
 	}
 	s.metrics.moveEnded(why, true)
+	failed = false
 	return &wire.StreamMoveReply{Stream: stream, From: ss.Assignment.Owner, To: res.Assignment.Owner, Epoch: res.Assignment.Epoch,
 		HeldMS: res.Held.Milliseconds(), TookMS: res.Took.Milliseconds(), Version: res.Version}, nil
 }
 
-// beginMoving marks stream as moved by this replica; false if it is
-// already.
-func (s *Server) beginMoving(stream string) bool {
+// beginMoving marks stream as moved to target by this replica and returns
+// the move's id; false if it is moved already.
+func (s *Server) beginMoving(stream, target string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.moving == nil {
-		s.moving = map[string]bool{}
+	if s.moves.running == nil {
+		s.moves.running = map[string]string{}
 	}
-	if s.moving[stream] {
-		return false
+	if _, ok := s.moves.running[stream]; ok {
+		return "", false
 	}
-	s.moving[stream] = true
-	return true
+	s.moves.running[stream] = target
+	s.moves.seq++
+	return fmt.Sprintf("c%d-%d-%d", s.opt.ReplicaID, s.opt.Now().UnixMilli(), s.moves.seq), true
 }
 
-func (s *Server) endMoving(stream string) {
+// endMoving unmarks stream; after a failed move the balancer leaves it
+// alone for moveBackoff.
+func (s *Server) endMoving(stream string, failed bool) {
 	s.mu.Lock()
-	delete(s.moving, stream)
+	delete(s.moves.running, stream)
+	if failed {
+		if s.moves.backoff == nil {
+			s.moves.backoff = map[string]time.Time{}
+		}
+		s.moves.backoff[stream] = s.opt.Now().Add(moveBackoff)
+	}
 	s.mu.Unlock()
 	s.poke() // a recovery the move left behind gets the loop's worker
+}
+
+// isMoving reports whether this replica runs a planned move of stream
+// (under s.mu).
+func (s *Server) isMoving(stream string) bool {
+	_, ok := s.moves.running[stream]
+	return ok
+}
+
+// drainingNodes returns the nodes node.drain calls are moving streams
+// away from.
+func (s *Server) drainingNodes() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]bool, len(s.moves.draining))
+	for n := range s.moves.draining {
+		out[n] = true
+	}
+	return out
+}
+
+// markDraining counts a node.drain of node in (d 1) or out (d -1).
+func (s *Server) markDraining(node string, d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.moves.draining == nil {
+		s.moves.draining = map[string]int{}
+	}
+	if s.moves.draining[node] += d; s.moves.draining[node] <= 0 {
+		delete(s.moves.draining, node)
+	}
 }
 
 // nodeDrainMoves is the admin verb node.drain: every replicated stream the
@@ -155,6 +232,11 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 		return nil, wire.Errorf(wire.CodeNotFound, "node %s is unknown", req.Node)
 	}
 	out := &wire.NodeDrainReply{OK: true, Moved: []string{}, Failed: []string{}}
+	// Until it is marked draining below, no move (of this drain, another
+	// one or the balancer) targets the node. It cannot be marked draining
+	// first: a draining owner fails over by recovery, not by moves.
+	s.markDraining(req.Node, 1)
+	defer s.markDraining(req.Node, -1)
 	if st.NodeState(req.Node) == wire.NodeLive {
 		s.drainMoves(ctx, st, req.Node, out)
 	}
@@ -291,7 +373,7 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 }
 
 // balance runs the owner balancer at most once per Balance.Interval, on
-// the leader: controller.Balance's moves, within Balance.MaxMoves moves in
+// the leader, on a full round's state (Balance counts every stream): controller.Balance's moves, within Balance.MaxMoves moves in
 // flight (operators' included), each in its own goroutine under the
 // leader's context, so losing leadership aborts them (a move already
 // sealed is finished by the next leader's recovery worker).
@@ -303,14 +385,27 @@ func (s *Server) balance(leaderCtx context.Context, st *state.State) {
 	if due {
 		s.balancedAt = now
 	}
-	moving := maps.Clone(s.moving)
+	moving := maps.Clone(s.moves.running)
+	maps.DeleteFunc(s.moves.backoff, func(_ string, until time.Time) bool { return !now.Before(until) })
+	backoff := maps.Clone(s.moves.backoff)
 	s.mu.Unlock()
 	if !due {
 		return
 	}
 	live := s.live.View()
-	up := func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) }
-	for _, m := range controller.Balance(st, up, moving, p.MaxMoves-len(moving), p.Margin) {
+	draining := s.drainingNodes()
+	v := controller.BalanceView{
+		Up:     func(n string) bool { return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL) },
+		Moving: moving,
+		Skip:   func(stream string) bool { _, ok := backoff[stream]; return ok },
+		Lags: func(stream, n string) bool {
+			ss := st.Streams[stream]
+			own, ok1 := live[ss.Assignment.Owner].Copies[stream]
+			cp, ok2 := live[n].Copies[stream]
+			return ok1 && ok2 && cp.RecordTail+maxBalanceLag < own.RecordTail
+		},
+	}
+	for _, m := range controller.Balance(st, v, p.MaxMoves-len(moving), p.Margin) {
 		s.workerWG.Add(1)
 		go func() {
 			defer s.workerWG.Done()

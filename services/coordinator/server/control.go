@@ -137,7 +137,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
 	}
 	s.announce(st)
-	if !deaf {
+	// The balancer counts every stream, so it runs on full rounds only,
+	// and not after actions that changed the state it read.
+	if !deaf && full && !changed {
 		s.balance(ctx, st) // admin_move.go
 	}
 	return changed
@@ -328,7 +330,7 @@ func (s *Server) beginRecovery(ctx context.Context, st *state.State, a controlle
 func (s *Server) startWorker(leaderCtx context.Context, stream string, transition uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.leading || leaderCtx.Err() != nil || s.moving[stream] {
+	if !s.leading || leaderCtx.Err() != nil || s.isMoving(stream) {
 		return // a planned move on this replica runs its own worker
 	}
 	if w := s.workers[stream]; w != nil {

@@ -186,9 +186,9 @@ type Server struct {
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
-	// moving holds the streams this replica's planned moves run
-	// (admin_move.go); balancedAt is when the balancer last ran.
-	moving     map[string]bool
+	// moves is what this replica's planned moves keep (admin_move.go);
+	// balancedAt is when the balancer last ran.
+	moves      moves
 	balancedAt time.Time
 	leading    bool
 	// leaderSince is when this replica last became leader.

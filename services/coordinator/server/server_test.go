@@ -442,6 +442,7 @@ func TestBadAdminRequests(t *testing.T) {
 		{"move an unknown stream", wire.VerbStreamMove, `{"stream":"nope"}`, wire.CodeNotFound},
 		{"move with a bad node", wire.VerbStreamMove, `{"stream":"s1","node":"h 1"}`, wire.CodeBadRequest},
 		{"move with a negative timeout", wire.VerbStreamMove, `{"stream":"s1","timeout_ms":-1}`, wire.CodeBadRequest},
+		{"move with a timeout above the cap", wire.VerbStreamMove, `{"stream":"s1","timeout_ms":30001}`, wire.CodeBadRequest},
 		{"move with an unknown field", wire.VerbStreamMove, `{"stream":"s1","to":"h2"}`, wire.CodeBadRequest},
 		{"leave with a bad name", wire.VerbNodeLeave, `{"node":"h 1"}`, wire.CodeBadRequest},
 		{"withdraw without a recovery", wire.VerbRecoveryWithdraw, `{"stream":"s"}`, wire.CodeNotFound},

@@ -15,17 +15,21 @@ import (
 // write gap is one seal and one commit, not a failover.
 //
 // The hand-off stops the owner's intake without stopping the role: new
-// publishes and cursor commits are refused with sealed (retryable; clients retry on the new
-// owner's notice), publishes already written are still confirmed as acks
-// come, followers are still served. Once the target has durably
+// publishes and cursor commits are refused with sealed (retryable; clients
+// retry on the new owner's notice), so the record and cursor tails the
+// target caught up to stay the owner's last; publishes already written are
+// still confirmed as acks come, followers are still served. Once the target has durably
 // acknowledged the owner's record and cursor tails the owner answers with
 // them. Intake stays stopped until the seal ends the role, or HoldMS
 // passes without one (the coordinator gave up or died), or the
 // coordinator resumes it (an aborted move): the role is still the owner
-// at its epoch, so taking publishes again is plain serving.
+// at its epoch, so taking publishes again is plain serving. Each hold
+// carries the move's id: a resume, or the hand-off's own timeout, ends the
+// hold only while it is still that move's (a later move may hold by then).
 //
-// Locks and goroutines: moveHolds.mu guards the holds and the appends in
-// flight; it is never held across an append or a network call. Each
+// Locks and goroutines: moveHolds.mu guards the holds and the writes
+// (appends, cursor commits) in flight; it is never held across a write or
+// a network call. Each
 // hand-off runs in a request goroutine of h.reqs; a hold's expiry is a
 // time.AfterFunc.
 
@@ -33,14 +37,14 @@ import (
 type moveHolds struct {
 	mu       sync.Mutex
 	held     map[*owner]*moveHold
-	inflight map[*owner]int // appendBatch calls running, per owner
+	inflight map[*owner]int // writes (appendBatch, cursor commits) running, per owner
 	idle     *sync.Cond     // signalled when an owner's inflight drops to 0
 }
 
 // moveHold is one owner's hold.
 type moveHold struct {
-	target string
-	expiry *time.Timer
+	target, id string
+	expiry     *time.Timer
 }
 
 // handoffPoll is how often a hand-off checks the target's acknowledgement.
@@ -61,9 +65,9 @@ func (o *owner) appendOrHold(batch []*nats.Msg) {
 	o.appendBatch(batch)
 }
 
-// enter counts a write of o (an append or a cursor commit) in flight, or
-// returns the refusal while a hand-off holds o's intake; a nil return must
-// be followed by leave.
+// enter counts a write of o (a batch append, a cursor commit) in flight,
+// or returns the refusal (sealed, retryable) while a hand-off holds o's
+// intake. Each nil return must be followed by one leave once written.
 func (m *moveHolds) enter(o *owner) *wire.Error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -89,10 +93,10 @@ func (m *moveHolds) leave(o *owner) {
 	}
 }
 
-// hold stops o's intake for a move to target until release or hold
-// passes, and returns once no append of o is in flight, so o's tail is
+// hold stops o's intake for move id to target until released or hold
+// passes, and returns it once no write of o is in flight, so o's tails are
 // final while the hold lasts.
-func (m *moveHolds) hold(o *owner, target string, hold time.Duration) {
+func (m *moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveHold {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held == nil {
@@ -104,7 +108,7 @@ func (m *moveHolds) hold(o *owner, target string, hold time.Duration) {
 	if old := m.held[o]; old != nil {
 		old.expiry.Stop()
 	}
-	hd := &moveHold{target: target}
+	hd := &moveHold{target: target, id: id}
 	hd.expiry = time.AfterFunc(hold, func() {
 		if m.releaseIf(o, hd) && o.ctx.Err() == nil {
 			o.log.Warn("planned move: no seal came within the hold; taking publishes again", "target", target, "hold", hold)
@@ -114,19 +118,15 @@ func (m *moveHolds) hold(o *owner, target string, hold time.Duration) {
 	for m.inflight[o] > 0 {
 		m.idle.Wait()
 	}
+	return hd
 }
 
-// release ends o's hold, if any, and reports whether there was one.
-func (m *moveHolds) release(o *owner) bool {
+// releaseID ends o's hold if it is move id's, and reports whether it did.
+func (m *moveHolds) releaseID(o *owner, id string) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	hd := m.held[o]
-	if hd == nil {
-		return false
-	}
-	hd.expiry.Stop()
-	delete(m.held, o)
-	return true
+	m.mu.Unlock()
+	return hd != nil && hd.id == id && m.releaseIf(o, hd)
 }
 
 // releaseIf ends o's hold if it is still hd.
@@ -136,6 +136,7 @@ func (m *moveHolds) releaseIf(o *owner, hd *moveHold) bool {
 	if m.held[o] != hd {
 		return false
 	}
+	hd.expiry.Stop()
 	delete(m.held, o)
 	return true
 }
@@ -173,13 +174,17 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeNotOwner, "node %s is not the owner of stream %s id %d at epoch %d", h.cfg.Node, req.Stream, req.StreamID, req.Epoch)
 	}
 	if req.Resume {
-		if h.moves.release(o) {
+		if h.moves.releaseID(o, req.MoveID) {
 			o.log.Info("planned move aborted: taking publishes again", "target", req.Target)
 		}
 		return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch}, nil
 	}
 	if req.Target == h.cfg.Node || !o.isFollower(req.Target) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "node %s is not a follower of stream %s at epoch %d", req.Target, req.Stream, req.Epoch)
+	}
+	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS || req.HoldMS < 0 || req.HoldMS > 2*wire.MaxMoveTimeoutMS {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d and hold_ms %d must be within 0 and %d and %d",
+			req.TimeoutMS, req.HoldMS, wire.MaxMoveTimeoutMS, 2*wire.MaxMoveTimeoutMS)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
@@ -194,12 +199,12 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 			break
 		}
 	}
-	h.moves.hold(o, req.Target, hold)
+	hd := h.moves.hold(o, req.Target, req.MoveID, hold)
 	heldAt := time.Now()
 	// Cursor events are synced on an interval; the tail the target must
 	// reach is the durable one, final from here on.
 	if err := o.c.SyncCursors(); err != nil {
-		h.moves.release(o)
+		h.moves.releaseIf(o, hd)
 		return nil, o.appendError(err)
 	}
 	deadline := began.Add(timeout)
@@ -212,7 +217,7 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 				Digest: o.c.Digest(), TookMS: time.Since(heldAt).Milliseconds()}, nil
 		}
 		if time.Now().After(deadline) || o.ctx.Err() != nil {
-			h.moves.release(o)
+			h.moves.releaseIf(o, hd)
 			o.log.Warn("planned move: target did not reach the tail in time; taking publishes again", "target", req.Target,
 				"record_tail", rec, "target_record", ackRec, "cursor_tail", cur, "target_cursor", ackCur, "timeout", timeout)
 			return nil, wire.Errorf(wire.CodeTimeout, "stream %s: follower %s acknowledged record %d cursor %d of the owner's %d and %d within %v; the owner takes publishes again",
@@ -222,12 +227,15 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 	}
 }
 
-// handoffTails returns the owner's durable record and cursor tails and
-// what target last acknowledged of each.
+// handoffTails returns the owner's durable record tail, its written
+// cursor tail, and what target last durably acknowledged of each. The
+// cursor tail is the written one: cursor events are synced on an interval,
+// and the seal syncs them, so a durable tail read here may still grow to
+// the written one by the seal.
 func (o *owner) handoffTails(target string) (rec, cur, ackRec, ackCur uint64) {
 	t := o.c.Tails()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	a := o.acks[target]
-	return o.tail, t.CursorDurable, a.record, a.cursor
+	return o.tail, t.CursorWritten, a.record, a.cursor
 }

@@ -176,3 +176,55 @@ func testEventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHandoffHoldsCommitsAndOwnsItsHold: while a hand-off holds the
+// owner's intake, cursor commits are refused with sealed like publishes
+// (the target caught up to the cursor tail too, so it must stay the
+// owner's last); a resume of another move leaves the hold alone, the
+// move's own resume ends it; a timeout above the cap is a bad request.
+func TestHandoffHoldsCommitsAndOwnsItsHold(t *testing.T) {
+	const stream, id = "moveh", 8
+	c := startPair(t, stream, id, nil)
+	for i := range 3 {
+		c.mustPublish(stream, payload(i))
+	}
+	if _, e := c.commitCursor(stream, "c1", 1, 2*time.Second); e != nil {
+		t.Fatal(e)
+	}
+	req := wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: wire.MaxMoveTimeoutMS + 1}
+	if _, e := c.handoff("n1", req); e == nil || e.Code != wire.CodeBadRequest {
+		t.Fatalf("hand-off with timeout_ms above the cap: %v, want bad_request", e)
+	}
+	req.TimeoutMS, req.HoldMS, req.MoveID = 2000, 60_000, "m1"
+	r, e := c.handoff("n1", req)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if r.CursorTail < 1 {
+		t.Fatalf("hand-off cursor tail %d: the commit before it is not in", r.CursorTail)
+	}
+	if _, e := c.commitCursor(stream, "c1", 2, 2*time.Second); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("commit while held: %v, want sealed", e)
+	}
+	own := c.hosts["n1"].h.lookupReplica(stream).status.Load().own
+	if _, cur, _, _ := own.handoffTails("n2"); cur != r.CursorTail {
+		t.Fatalf("cursor tail %d moved past the hand-off's %d", cur, r.CursorTail)
+	}
+	other := req
+	other.Resume, other.MoveID = true, "m0"
+	if _, e := c.handoff("n1", other); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := c.publish(stream, payload(9), "", 0); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("publish after another move's resume: %v, want sealed (the hold is m1's)", e)
+	}
+	mine := req
+	mine.Resume = true
+	if _, e := c.handoff("n1", mine); e != nil {
+		t.Fatal(e)
+	}
+	c.mustPublish(stream, payload(10))
+	if _, e := c.commitCursor(stream, "c1", 2, 2*time.Second); e != nil {
+		t.Fatalf("commit after the resume: %v", e)
+	}
+}

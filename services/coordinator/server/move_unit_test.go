@@ -1,0 +1,65 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
+	"github.com/brook-streams/brook/services/coordinator/state"
+)
+
+// TestMoveViewSkipsDrainedNodes: while node.drain moves a node's streams
+// away, no move targets that node (its own drain's, another drain's, the
+// balancer's), though as an owner it may still hand its streams off; a
+// failed move backs the stream off the balancer.
+func TestMoveViewSkipsDrainedNodes(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	s := &Server{opt: Options{Now: func() time.Time { return now }, TTL: time.Minute}, live: liveness.New()}
+	s.opt.Balance.Interval = time.Second
+	st := state.New()
+	tails := map[string]uint64{"h1": 10, "h2": 10, "h3": 5, "h4": 10}
+	for _, n := range []string{"h1", "h2", "h3", "h4"} {
+		st.Apply(state.NodeSeen(n, 1, now.UnixMilli()))
+		s.live.Heartbeat(wire.Heartbeat{Node: n, Incarnation: 1, Copies: []wire.CopyStatus{{Stream: "s", StreamID: 1, Epoch: 1, RecordTail: tails[n]}}}, now)
+	}
+	for _, c := range []struct {
+		name, owner string
+		followers   []string
+	}{{"s", "h1", []string{"h2", "h3"}}, {"d", "h2", []string{"h1", "h3"}}} {
+		if r := st.Apply(state.StreamCreate(c.name, 3, "", wire.Retention{}, wire.Assignment{Owner: c.owner, Followers: c.followers, Policy: "majority_durable"}, now.UnixMilli())); r.Err() != nil {
+			t.Fatal(r.Err())
+		}
+	}
+	// Unmarked, the follower with the furthest tail (h2) is the target.
+	if p, err := recovery.PlanMove(st.Streams["s"], "", s.moveView(st, "s")); err != nil || p.Owner != "h2" {
+		t.Fatalf("plan %+v %v, want to h2", p, err)
+	}
+	s.markDraining("h2", 1)
+	if p, err := recovery.PlanMove(st.Streams["s"], "", s.moveView(st, "s")); err != nil || p.Owner != "h3" {
+		t.Fatalf("plan while h2 is drained %+v %v, want to h3", p, err)
+	}
+	if _, err := recovery.PlanMove(st.Streams["s"], "h2", s.moveView(st, "s")); wire.CodeOf(err) != wire.CodeBadRequest {
+		t.Fatalf("move to the drained h2: %v, want bad_request", err)
+	}
+	// The drained node's own streams still move off it.
+	if p, err := recovery.PlanMove(st.Streams["d"], "", s.moveView(st, "d")); err != nil || p.Owner == "h2" {
+		t.Fatalf("plan off the drained owner %+v %v", p, err)
+	}
+	s.markDraining("h2", -1)
+	if len(s.drainingNodes()) != 0 {
+		t.Fatalf("still draining: %v", s.drainingNodes())
+	}
+
+	if _, ok := s.beginMoving("s", "h2"); !ok {
+		t.Fatal("begin")
+	}
+	if _, ok := s.beginMoving("s", "h3"); ok {
+		t.Fatal("a second move of s began")
+	}
+	s.endMoving("s", true)
+	if until, ok := s.moves.backoff["s"]; !ok || !until.After(now) {
+		t.Fatalf("no backoff after a failed move: %v", s.moves.backoff)
+	}
+}
