@@ -6,7 +6,10 @@
 // replication subjects. Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
-// W = policy.StampW(policy, E). Followers tell the owner what they hold by
+// W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,
+// frame.PubBatch) goes through the same appender: its records join the
+// same Append, each with its own producer sequence, and the batch waits as
+// one waiter at its highest offset for one reply (pubbatch.go). Followers tell the owner what they hold by
 // asking for more: a replication request from record tail T says the
 // follower holds everything below T durably. The confirmed watermark is the
 // W-th highest of the owner's durable tail and the followers' acked tails,
@@ -44,7 +47,8 @@
 //
 // Each copy's replica.mu serializes its role changes, seals and applies;
 // an owner's mu guards its confirm bookkeeping (replies are built under it
-// and sent after), and no lock is held across a NATS request or an fsync
+// and sent after; a publish batch's results are written by the appender
+// under it and only read once its waiter is confirmed), and no lock is held across a NATS request or an fsync
 // other than the store's own. Goroutines: per owner, the appender (ends on
 // stop); per follower, its worker (ends on stop); per seal, a prebuild of
 // the duplicate window in the host's background group (ends when done or
