@@ -55,12 +55,16 @@ type waiter struct {
 	offset   uint64
 	deadline time.Time
 	dup      bool
+	// batch is the publish batch this waiter answers for (pubbatch.go):
+	// offset is then its highest record offset.
+	batch *pubBatchReq
 }
 
 // outgoing is a reply prepared under the lock and sent after it.
 type outgoing struct {
 	to   string
 	ok   *wire.PublishConfirm
+	pub  *pubBatchOut // a publish batch's confirm (pubbatch.go)
 	fail *wire.Error
 	// start is when the append that wrote a confirmed record began (the
 	// confirm latency's start).
@@ -204,6 +208,9 @@ func (c *confirmer) release() []outgoing {
 }
 
 func (c *confirmer) confirmOut(w *waiter, copies int) outgoing {
+	if w.batch != nil {
+		return c.batchConfirmOut(w, copies)
+	}
 	return outgoing{to: w.reply, ok: &wire.PublishConfirm{StreamID: c.id, Offset: w.offset, Epoch: c.epoch, Copies: copies, W: c.w, Duplicate: w.dup},
 		start: w.deadline.Add(-c.timeout)}
 }

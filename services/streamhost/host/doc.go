@@ -6,10 +6,13 @@
 // replication subjects. Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
-// W = policy.StampW(policy, E). Followers tell the owner what they hold by
-// asking for more: a replication request from record tail T says the
-// follower holds everything below T durably. The owner serves them what it
-// has written, durable or still in its group commit
+// W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,
+// frame.PubBatch) goes through the same appender: its records join the
+// same Append, each with its own producer sequence, and the batch waits as
+// one waiter at its highest offset for one reply (pubbatch.go). Followers
+// tell the owner what they hold by asking for more: a replication request
+// from record tail T says the follower holds everything below T durably.
+// The owner serves them what it has written, durable or still in its group commit
 // (streamlog.Copy.ReadWritten), so that its own fsync and a follower's run
 // at the same time rather than one after the other; a follower may
 // therefore hold a record before the owner does. The confirmed watermark
@@ -64,7 +67,9 @@
 //     made durable, a follower's ack, an assignment update, an expiry, a
 //     failure) builds its replies under it and sends them after releasing
 //     it (owner.send). The appender calls Append (which waits for the
-//     fsync) without it.
+//     fsync) without it. A publish batch's results are written by the
+//     appender under it and read only once its waiter is confirmed
+//     (pubbatch.go).
 //   - owner.inMu guards closing the intake channel against a publish
 //     callback sending on it.
 //

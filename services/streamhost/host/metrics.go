@@ -174,7 +174,7 @@ func (m *metrics) sent(out []outgoing) {
 			m.refused.Add(ctx, 1, m.codes.Of(attrErrorType.String(r.fail.Code)))
 			continue
 		}
-		confirmed++
+		confirmed += r.confirms()
 		if !r.start.IsZero() {
 			if now.IsZero() {
 				now = time.Now()

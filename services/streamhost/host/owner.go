@@ -160,6 +160,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 			cb   nats.MsgHandler
 		}{
 			{wire.PublishSubject(a.Stream), o.onPublish},
+			{wire.PublishBatchSubject(a.Stream), o.onPublishBatch},
 			{wire.FetchSubject(a.Stream), o.onFetch},
 			{wire.CommitSubject(a.Stream), o.onCommit},
 		} {
@@ -255,9 +256,12 @@ func (o *owner) releaseLocked() []outgoing {
 func (o *owner) send(out []outgoing) {
 	o.h.metrics.sent(out)
 	for _, r := range out {
-		if r.fail != nil {
+		switch {
+		case r.fail != nil:
 			o.h.replyErr(r.to, r.fail)
-		} else {
+		case r.pub != nil:
+			o.sendPubReply(r.to, r.pub)
+		default:
 			o.h.replyJSON(r.to, r.ok)
 		}
 	}
@@ -347,6 +351,11 @@ func (o *owner) onPublish(m *nats.Msg) {
 			"record of %d bytes is over this host's limit of %d", len(m.Data), o.h.cfg.MaxPayload))
 		return
 	}
+	o.enqueue(m)
+}
+
+// enqueue hands a publish or publish batch to the appender.
+func (o *owner) enqueue(m *nats.Msg) {
 	o.inMu.RLock()
 	defer o.inMu.RUnlock()
 	if o.inClosed {
@@ -453,6 +462,10 @@ type produced struct {
 	// repeatIdx is the index of the first write of a repeat within the
 	// same batch, or -1.
 	repeatIdx int
+	// batch is the publish batch the record is of, rec its index there
+	// (pubbatch.go); reply is then "".
+	batch *pubBatchReq
+	rec   int
 }
 
 func (o *owner) appendBatch(batch []*nats.Msg) {
@@ -473,14 +486,15 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 		return
 	}
 	now := time.Now()
-	data := make([][]byte, 0, len(batch))
-	items := make([]produced, 0, len(batch))
-	inBatch := map[string]map[uint64]int{}
-	payload := 0
+	st := staging{data: make([][]byte, 0, len(batch)), items: make([]produced, 0, len(batch))}
 	for _, m := range batch {
 		if werr, _ := o.checkStreamID(m); werr != nil {
 			o.h.metrics.publishRefused(werr.Code, 1)
 			o.refuseOtherStream(m, 0)
+			continue
+		}
+		if isPubBatch(m) {
+			o.stagePubBatch(&st, m)
 			continue
 		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}
@@ -492,28 +506,10 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 				continue
 			}
 			it.producer, it.seq = p, seq
-			if off, ok := o.dd.Lookup(p, seq); ok {
-				it.repeatOf = off
-				items = append(items, it)
-				continue
-			}
-			if idx, ok := inBatch[p][seq]; ok {
-				it.repeatIdx = idx
-				items = append(items, it)
-				continue
-			}
-			if inBatch[p] == nil {
-				inBatch[p] = map[uint64]int{}
-			}
-			inBatch[p][seq] = len(data)
 		}
-		it.index = len(data)
-		payload += len(m.Data)
-		// The producer and sequence are stored with the record, so that
-		// they replicate and a later owner can rebuild its window.
-		data = append(data, envelope.Append(make([]byte, 0, envelope.Size(it.producer, it.seq, m.Data)), it.producer, it.seq, m.Data))
-		items = append(items, it)
+		o.stage(&st, it, m.Data)
 	}
+	data, items := st.data, st.items
 
 	var first uint64
 	if len(data) > 0 {
@@ -525,6 +521,14 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 				o.log.Error("append", "records", len(data), "err", err)
 			}
 			for _, it := range items {
+				if it.batch != nil {
+					// The batch is refused whole, once; its retry finds
+					// the records this one repeats.
+					if it.batch.refuse() {
+						o.refusePublish(it.batch.reply, e)
+					}
+					continue
+				}
 				if it.index >= 0 || it.repeatIdx >= 0 {
 					o.refusePublish(it.reply, e)
 					continue
@@ -533,7 +537,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			}
 			return
 		}
-		o.h.metrics.appended(len(data), payload)
+		o.h.metrics.appended(len(data), st.payload)
 	}
 
 	deadline := now.Add(o.h.cfg.ConfirmTimeout)
@@ -542,18 +546,28 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 		o.mu.conf.durable(first + uint64(len(data)))
 	}
 	for _, it := range items {
+		off, dup := it.repeatOf, true
 		switch {
 		case it.index >= 0:
-			off := first + uint64(it.index)
+			off, dup = first+uint64(it.index), false
 			if it.producer != "" {
 				o.dd.Record(it.producer, it.seq, off)
 			}
-			o.mu.conf.wait(&waiter{reply: it.reply, offset: off, deadline: deadline})
 		case it.repeatIdx >= 0:
-			o.mu.conf.wait(&waiter{reply: it.reply, offset: first + uint64(it.repeatIdx), deadline: deadline, dup: true})
-		default:
-			o.mu.conf.wait(&waiter{reply: it.reply, offset: it.repeatOf, deadline: deadline, dup: true})
+			off = first + uint64(it.repeatIdx)
 		}
+		var w *waiter
+		if it.batch != nil {
+			// One waiter for the whole batch, once its last record
+			// is placed: at its highest offset, which is above every
+			// earlier pending waiter's.
+			if w = it.batch.place(it.rec, off, dup, deadline); w == nil {
+				continue
+			}
+		} else {
+			w = &waiter{reply: it.reply, offset: off, deadline: deadline, dup: dup}
+		}
+		o.mu.conf.wait(w)
 	}
 	out := o.releaseLocked()
 	o.mu.Unlock()
@@ -580,18 +594,21 @@ func (o *owner) appendError(err error) *wire.Error {
 	switch {
 	case errors.Is(err, streamlog.ErrSealed):
 		return closeError(wire.CodeSealed, o.stream)
+	case o.h.store.Failure() != nil:
+		// The store failed (fail-stop): nothing is confirmed here any
+		// more, the host hands its streams over (storeFailed), and the
+		// client retries at the new owner. This is the answer even when
+		// the role's stop (storeFailed's) ended the wait first. A follower
+		// may hold the record (it is replicated while the owner's fsync
+		// runs): unconfirmed, it is kept or cut by the failover like any
+		// other (docs/failover.md).
+		return wire.Errorf(wire.CodeUnavailable, "stream %s: this host's store failed; not confirmed: %v", o.stream, err)
 	case o.closing.Load() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, streamlog.ErrClosed)):
 		return o.closedErr()
 	case errors.Is(err, streamlog.ErrClosed):
 		return closeError(wire.CodeShuttingDown, o.stream)
 	case errors.Is(err, streamlog.ErrDeleted):
 		return closeError(wire.CodeStreamUnknown, o.stream)
-	case o.h.store.Failure() != nil:
-		// The store failed (fail-stop): nothing is confirmed here any
-		// more, the host hands its streams over (storeFailed), and the
-		// client retries at the new owner. The record is in no other
-		// copy, and a copy of this one is cut to the new history.
-		return wire.Errorf(wire.CodeUnavailable, "stream %s: this host's store failed; not confirmed: %v", o.stream, err)
 	default:
 		return wire.Errorf(wire.CodeInternal, "stream %s: append: %v", o.stream, err)
 	}
