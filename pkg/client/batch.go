@@ -55,18 +55,14 @@ func WithBatching(linger time.Duration, maxRecords, maxBytes int) Option {
 	}
 }
 
-// batchKey names the batcher of a stream: the stream and the id its
-// publishes name (wire.HeaderStreamID, one per request).
-type batchKey struct {
-	stream string
-	id     uint64
-}
-
 // batcher gathers the publishes to one stream into batches and sends them
-// over one reply subscription, in the order the publishes came.
+// over one reply subscription, in the order the publishes came. A batch
+// names one stream id (wire.HeaderStreamID): a publish naming another id
+// than the open batch's (the client pinned the stream meanwhile) sends the
+// open batch first, so the order holds across the change.
 type batcher struct {
 	c          *Client
-	key        batchKey
+	stream     string
 	subject    string
 	prefix     string // reply subjects are prefix + flight id
 	sub        *nats.Subscription
@@ -78,6 +74,7 @@ type batcher struct {
 	mu       sync.Mutex
 	open     []*batchItem
 	openSize int
+	openID   uint64 // the stream id the open batch names (0: none)
 	nextID   uint64
 	flights  map[uint64]*flight
 	closed   bool
@@ -92,6 +89,7 @@ type batchItem struct {
 
 // flight is a batch sent and waiting for its reply.
 type flight struct {
+	streamID uint64 // the stream id the batch named (0: none)
 	items    []*batchItem
 	timer    *time.Timer
 	stopConn func() bool
@@ -114,17 +112,16 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 	if recordCost(data, o.producer) > maxBytes {
 		return nil, nil
 	}
-	key := batchKey{stream: stream, id: c.idFor(stream, o.streamID)}
 	c.batchMu.Lock()
 	defer c.batchMu.Unlock()
-	if b := c.batchers[key]; b != nil {
+	if b := c.batchers[stream]; b != nil {
 		return b, nil
 	}
 	if c.batchClosed {
 		return nil, fmt.Errorf("publish %s: %w", stream, ErrClosed)
 	}
 	b := &batcher{
-		c: c, key: key, subject: wire.PublishBatchSubject(stream), prefix: c.nc.NewInbox() + ".",
+		c: c, stream: stream, subject: wire.PublishBatchSubject(stream), prefix: c.nc.NewInbox() + ".",
 		maxRecords: min(c.opts.batchRecords, wire.MaxPublishBatchRecords), maxBytes: maxBytes,
 		flights: map[uint64]*flight{},
 	}
@@ -141,7 +138,7 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 		return nil, fmt.Errorf("publish %s: %w", stream, err)
 	}
 	b.sub = sub
-	c.batchers[key] = b
+	c.batchers[stream] = b
 	return b, nil
 }
 
@@ -178,9 +175,11 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 		done(wire.PublishConfirm{}, fmt.Errorf("%s: %w", b.subject, ErrClosed))
 		return
 	}
-	if len(b.open) > 0 && b.openSize+cost > b.maxBytes {
+	id := b.c.idFor(b.stream, o.streamID)
+	if len(b.open) > 0 && (b.openSize+cost > b.maxBytes || id != b.openID) {
 		sent = append(sent, b.sendLocked())
 	}
+	b.openID = id
 	b.open = append(b.open, it)
 	b.openSize += cost
 	switch {
@@ -221,13 +220,13 @@ func (b *batcher) sendLocked() sendResult {
 	b.open, b.openSize = nil, 0
 	b.nextID++
 	id := b.nextID
-	fl := &flight{items: items}
+	fl := &flight{items: items, streamID: b.openID}
 	b.flights[id] = fl
 	timeout := b.c.opts.requestTimeout
 	fl.timer = time.AfterFunc(timeout, func() {
 		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
 	})
-	fl.watched = b.c.watchAttempt(b.key.stream, func() {
+	fl.watched = b.c.watchAttempt(b.stream, func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
 	})
 	// A reconnect loses the batch (or its reply): retry it at once.
@@ -239,7 +238,7 @@ func (b *batcher) sendLocked() sendResult {
 		pb.Records[i] = it.rec
 	}
 	msg := nats.NewMsg(b.subject)
-	setStreamID(msg, b.key.id)
+	setStreamID(msg, fl.streamID)
 	msg.Reply = b.prefix + strconv.FormatUint(id, 10)
 	msg.Data = frame.AppendPubBatch(nil, &pb)
 	if err := b.c.nc.PublishMsg(msg); err != nil {
@@ -310,7 +309,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 		return
 	}
 	if werr := replyError(m, replyBinary); werr != nil {
-		failAll(namedError(b.key.id, werr))
+		failAll(namedError(fl.streamID, werr))
 		return
 	}
 	r, err := frame.DecodePubReply(m.Data)
@@ -326,7 +325,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 	}
 	if err != nil {
 		// An unreadable reply is not a confirm: never report it as one.
-		failAll(fmt.Errorf("publish %s: decode batch reply: %w", b.key.stream, err))
+		failAll(fmt.Errorf("publish %s: decode batch reply: %w", b.stream, err))
 		return
 	}
 	fl.watched(wire.PublishConfirm{StreamID: streamID, Epoch: epoch}) // records the stream id and epoch seen

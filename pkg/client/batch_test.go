@@ -351,3 +351,59 @@ func TestBatchClose(t *testing.T) {
 		t.Fatalf("publish after close: %v, want ErrClosed", err)
 	}
 }
+
+// Batches keep the order of the records across the client's pinning of the
+// stream: once the first confirm pins the stream to its id, a later record
+// (naming the id) does not overtake an earlier one still in the open batch
+// (naming none).
+func TestBatchOrderAcrossPinning(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	o.hold = func(n int) {
+		if n < len(release) {
+			<-release[n]
+		}
+	}
+	c := connectClient(t, url, WithBatching(time.Minute, 2, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	p, err := c.NewAsyncPublisher("x", AsyncConfig{Window: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(i int) *Future {
+		t.Helper()
+		f, err := p.PublishAsync(ctx, fmt.Appendf(nil, "r%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	first := publish(0) // alone: nothing in flight
+	<-o.got
+	publish(1)
+	publish(2) // full: the second batch goes
+	<-o.got
+	publish(3) // open, waits for the linger or no flight
+	close(release[0])
+	<-first.Done()
+	if got := c.idFor("x", 0); got != 1 {
+		t.Fatalf("pinned to %d after the first confirm, want 1", got)
+	}
+	publish(4)
+	close(release[1])
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var order []string
+	for _, b := range o.batches {
+		for _, r := range b {
+			order = append(order, string(r.Data))
+		}
+	}
+	if fmt.Sprint(order) != "[r0 r1 r2 r3 r4]" {
+		t.Fatalf("records reached the owner in the order %v", order)
+	}
+}

@@ -186,10 +186,10 @@ type Client struct {
 	pinMu sync.Mutex
 	pins  map[string]uint64
 
-	// batchers gather publishes into batches, one per stream and id
+	// batchers gather publishes into batches, one per stream
 	// (batch.go); batchClosed once Close ran.
 	batchMu     sync.Mutex
-	batchers    map[batchKey]*batcher
+	batchers    map[string]*batcher
 	batchClosed bool
 }
 
@@ -288,7 +288,7 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 		log = slog.Default()
 	}
 	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
-		batchers: map[batchKey]*batcher{}}
+		batchers: map[string]*batcher{}}
 }
 
 // Conn returns the underlying NATS connection.
