@@ -256,3 +256,28 @@ func decodeTestConfirm(t *testing.T, resp *nats.Msg) (wire.PublishConfirm, *wire
 	}
 	return pc, nil
 }
+
+// A batch refused whole gets the error reply of a single publish, with its
+// Brook-Error header: not_enough_copies below the stream's floor (nothing
+// written), confirm_timeout when W copies do not hold it in time.
+func TestPublishBatchWholeRefusals(t *testing.T) {
+	c := newMiniCluster(t)
+	floor := assignment("pbfloor", 1, 1, "n1", []string{})
+	floor.MinCopies = 2
+	short := assignment("pbshort", 2, 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"})
+	c.assign(floor, short)
+	c.start("n1", func(cfg *Config) { cfg.ConfirmTimeout = 300 * time.Millisecond })
+	for _, s := range []string{"pbfloor", "pbshort"} {
+		c.waitCopy("n1", s, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	}
+	body := frame.AppendPubBatch(nil, &frame.PubBatch{Records: recs("p", 1, 2)})
+	if _, _, e := pubBatchTo(t, c.nc, "pbfloor", body, 10*time.Second); codeOf(e) != wire.CodeNotEnoughCopies {
+		t.Fatalf("batch below the floor: %v, want %s", e, wire.CodeNotEnoughCopies)
+	}
+	if tail := c.hosts["n1"].h.store.Get("pbfloor").Tails().Record; tail != 0 {
+		t.Fatalf("a refused batch was written: record tail %d", tail)
+	}
+	if _, _, e := pubBatchTo(t, c.nc, "pbshort", body, 10*time.Second); codeOf(e) != wire.CodeConfirmTimeout {
+		t.Fatalf("batch held by one copy of the two needed: %v, want %s", e, wire.CodeConfirmTimeout)
+	}
+}
