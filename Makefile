@@ -42,9 +42,11 @@ BENCH_ARGS ?= --stream durable --kill-owner-at-secs 5 --duration 15s
 bench:
 	go run ./tools/cmd/brook-bench $(BENCH_ARGS)
 
-## bench-peer: the same workload against brook and NATS JetStream in one run.
+## bench-peer: the same workloads against brook and NATS JetStream in one run (issue 16's three:
+## 4 publishers x 16 outstanding, 1 publisher x 256, 1 synchronous publisher; PEER_WORKLOADS).
+PEER_WORKLOADS ?= 4x16,1x256,1x1
 bench-peer:
-	go run ./tools/cmd/brook-bench --target both $(BENCH_ARGS)
+	go run ./tools/cmd/brook-bench --target both --workloads $(PEER_WORKLOADS) $(BENCH_ARGS)
 
 ## chaos: a seeded randomized run of the suites' faults, the bus's and the disk's too, at the default
 ## 800 ms TTL, 5 minutes (CHAOS_SEED, CHAOS_DURATION); it fails on a spurious failover or a lost

@@ -153,12 +153,21 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	}
 	fut := &Future{Data: data, done: make(chan struct{})}
 	pd := &pending{fut: fut, opts: o, r: p.c.newRetrier("publish", p.stream, o.streamID)}
+	b, berr := p.c.batcherFor(p.stream, data, o)
 
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || berr != nil {
 		p.mu.Unlock()
 		<-p.slots
+		if berr != nil {
+			return nil, fmt.Errorf("publish async: %w", berr)
+		}
 		return nil, fmt.Errorf("publish async %s: %w", p.stream, ErrClosed)
+	}
+	if b != nil {
+		p.addBatched(b, pd)
+		p.mu.Unlock()
+		return fut, nil
 	}
 	p.nextID++
 	id := p.nextID
@@ -190,6 +199,26 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 		p.firstFailed(id, fmt.Errorf("%s: %w", msg.Subject, err))
 	}
 	return fut, nil
+}
+
+// addBatched makes the first attempt of pd through the batcher b (under
+// p.mu, so that first attempts join batches in call order). A failed
+// attempt is retried like an unbatched one's.
+func (p *AsyncPublisher) addBatched(b *batcher, pd *pending) {
+	if p.outstanding == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.outstanding++
+	b.add(pd.fut.Data, pd.opts, func(pc wire.PublishConfirm, err error) {
+		if err != nil {
+			p.retry(pd, err)
+			return
+		}
+		if pd.opts.streamID == 0 {
+			err = p.c.learnFromConfirm(p.stream, pc)
+		}
+		p.complete(pd, pc, err)
+	})
 }
 
 // take removes and returns the pending publish id, or nil if another path

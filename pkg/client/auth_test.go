@@ -44,7 +44,7 @@ func TestRestrictedClient(t *testing.T) {
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		Nkeys: []*server.NkeyUser{
 			{Nkey: clientKey, Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{"brook.s.*.pub", "brook.s.*.fetch", "brook.s.*.commit",
+				Publish: &server.SubjectPermission{Allow: []string{"brook.s.*.pub", "brook.s.*.pubb", "brook.s.*.fetch", "brook.s.*.commit",
 					"brook.admin.stream.info", "brook.admin.stream.list", "brook.admin.cluster.info", "brook.attention.list"}},
 				Subscribe: &server.SubjectPermission{Allow: []string{wire.InboxClient + ".>"}},
 			}},

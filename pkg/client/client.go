@@ -73,6 +73,10 @@ type options struct {
 	tlsCert        string
 	tlsKey         string
 	tls            bool
+	// Publish batching (WithBatching; batch.go).
+	linger       time.Duration
+	batchRecords int
+	batchBytes   int
 }
 
 // Option configures a Client.
@@ -149,6 +153,9 @@ func defaultOptions() options {
 		backoffMax:     DefaultBackoffMax,
 		infoInterval:   DefaultInfoInterval,
 		probeAfter:     DefaultProbeAfter,
+		linger:         DefaultLinger,
+		batchRecords:   DefaultBatchRecords,
+		batchBytes:     DefaultBatchBytes,
 	}
 }
 
@@ -178,6 +185,12 @@ type Client struct {
 	// (pins.go).
 	pinMu sync.Mutex
 	pins  map[string]uint64
+
+	// batchers gather publishes into batches, one per stream
+	// (batch.go); batchClosed once Close ran.
+	batchMu     sync.Mutex
+	batchers    map[string]*batcher
+	batchClosed bool
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as
@@ -274,7 +287,8 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen}
+	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
+		batchers: map[string]*batcher{}}
 }
 
 // Conn returns the underlying NATS connection.
@@ -284,6 +298,9 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 // that is reconnecting (its server is away) is closed without draining and
 // without an error: nothing could be drained and nothing is lost by it.
 func (c *Client) Close() error {
+	// Open batches go out first: their records are waited for like any
+	// request in flight.
+	c.closeBatchers()
 	if !c.ownConn {
 		return nil
 	}

@@ -30,6 +30,22 @@
 // only request made (and ErrRecovering then needs the host's recovering
 // answer).
 //
+// # Batching
+//
+// Publishes to one stream are gathered into batches (WithBatching), as
+// Kafka's producer does: concurrent Publish calls on one Client and an
+// AsyncPublisher's publishes alike join the stream's open batch, which goes
+// out as one request (wire.PublishBatchSubject, a frame.PubBatch) at once
+// when no batch of the stream is in flight, when it is full (records or
+// bytes), or DefaultLinger (1ms) after its first record, whichever comes
+// first. The owner writes a batch in one group commit and answers once for
+// all of its records; each record still has its own confirm (or error) and
+// its own producer sequence. A batch refused whole, timed out or lost in a
+// failover is retried record by record under the rules below, each retry
+// joining a later batch, so the owner's duplicate suppression stays exact
+// per record. Each batcher holds one reply subscription; Close sends the
+// open batches. WithBatching(0, 0, 0) publishes every record on its own.
+//
 // # Delivery guarantees
 //
 // Publishing is at-least-once. A publish is reported confirmed only when the

@@ -38,6 +38,8 @@ func connectClient(t *testing.T, url string, opts ...Option) *Client {
 		WithRequestTimeout(2 * time.Second),
 		WithAdminTimeout(2 * time.Second),
 		WithLogger(slog.New(slog.DiscardHandler)),
+		// Stand-ins answer single publishes; batch tests turn it on.
+		WithBatching(0, 0, 0),
 	}
 	c, err := Connect(context.Background(), url, append(base, opts...)...)
 	if err != nil {

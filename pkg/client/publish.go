@@ -100,6 +100,17 @@ func (c *Client) publishRetry(ctx context.Context, r *retrier, stream string, da
 // publishOnce makes one publish attempt, abandoned with ErrOwnerLost if
 // the owner watch finds that its owner no longer serves the stream.
 func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o publishOpts) (wire.PublishConfirm, error) {
+	b, err := c.batcherFor(stream, data, o)
+	if err != nil {
+		return wire.PublishConfirm{}, err
+	}
+	if b != nil {
+		pc, err := b.attempt(ctx, data, o)
+		if err == nil && o.streamID == 0 {
+			err = c.learnFromConfirm(stream, pc)
+		}
+		return pc, err
+	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := c.watchAttempt(stream, func() { cancel(ErrOwnerLost) })

@@ -70,3 +70,52 @@ func DecodeReplRequest(p []byte) (*ReplRequest, error) { return decodeReplReques
 // Error replies on data-plane subjects carry header HeaderError with the
 // code and a JSON wire.ErrorReply body.
 const HeaderError = "Brook-Error"
+
+// PubRecord is one record of a publish batch. Producer "" means the record
+// has no producer id (and Seq is not sent); otherwise the owner suppresses a
+// repeat of (Producer, Seq) as it does for a single publish's
+// Brook-Producer/Brook-Seq headers.
+type PubRecord struct {
+	Producer string
+	Seq      uint64
+	Data     []byte
+}
+
+// PubBatch is a client's publish batch, sent on brook.s.<stream>.pubb: one
+// NATS request carrying many records, written in one group commit and
+// answered with one PubReply.
+type PubBatch struct {
+	Records []PubRecord
+}
+
+// PubResult is the outcome of one record of a publish batch. Code != ""
+// means this record was refused with that wire error code (Offset is then
+// 0 and Duplicate false); otherwise the record is confirmed at Offset, and
+// Duplicate says it was a repeat of an earlier write of its producer
+// sequence, which holds Offset.
+type PubResult struct {
+	Offset    uint64
+	Duplicate bool
+	Code      string
+}
+
+// PubReply is the owner's reply to a publish batch once every record of it
+// is confirmed (or refused): Results[i] is the outcome of Records[i].
+// Copies is how many copies held the batch's highest offset when the reply
+// was built, W the copies the stream's policy needed.
+type PubReply struct {
+	Copies, W int
+	Results   []PubResult
+}
+
+// AppendPubBatch appends the encoding of b to dst.
+func AppendPubBatch(dst []byte, b *PubBatch) []byte { return appendPubBatch(dst, b) }
+
+// DecodePubBatch decodes a publish batch; Data slices alias p.
+func DecodePubBatch(p []byte) (*PubBatch, error) { return decodePubBatch(p) }
+
+// AppendPubReply appends the encoding of r to dst.
+func AppendPubReply(dst []byte, r *PubReply) []byte { return appendPubReply(dst, r) }
+
+// DecodePubReply decodes a publish batch reply.
+func DecodePubReply(p []byte) (*PubReply, error) { return decodePubReply(p) }

@@ -66,7 +66,9 @@ type CursorEvent struct {
 }
 
 // Tails are a copy's log bounds. Record is the durable record tail (the next
-// offset to write); CursorWritten counts events written, CursorDurable those
+// offset to write once every queued write is durable); RecordWritten is the
+// record tail written: Record plus the records queued for a group commit,
+// which ReadWritten serves before they are durable. CursorWritten counts events written, CursorDurable those
 // fsynced (<= CursorWritten). HeadDigest and RecordDigest are the running
 // digest at Head and at Record, read together with them.
 type Tails struct {
@@ -74,6 +76,7 @@ type Tails struct {
 	HeadDigest    uint64
 	Record        uint64
 	RecordDigest  uint64
+	RecordWritten uint64 // >= Record
 	CursorHead    uint64 // cursor snapshot boundary
 	CursorWritten uint64
 	CursorDurable uint64
@@ -180,6 +183,17 @@ func (c *Copy) Read(from uint64, maxRecords, maxBytes int, below uint64) ([]Reco
 	return c.read(from, maxRecords, maxBytes, below)
 }
 
+// ReadWritten is Read up to the written record tail (Tails.RecordWritten)
+// rather than the durable one: records queued for a group commit are
+// returned before they are durable, for an owner to replicate while its own
+// fsync runs. They may still be lost if the store fails or the process
+// dies before the commit, so nothing that must only expose durable data
+// (readers, seals) may use it. The data of such records aliases the
+// queued write and must not be modified.
+func (c *Copy) ReadWritten(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
+	return c.readWritten(from, maxRecords, maxBytes, below)
+}
+
 // ReadFunc visits the records Read would return, in offset order, without
 // copying them: data aliases the store's buffers and is valid only until
 // visit returns. It returns how many records it visited. An error from
@@ -225,8 +239,9 @@ func (c *Copy) Digest() string { return c.digest() }
 
 // DigestAt is the running digest of the records below offset: the value
 // stored with the record at offset-1, or the head's digest at offset ==
-// head. An offset below the head is ErrBelowHead; one past the durable
-// record tail is an error. Tails carries the digests at head and tail.
+// head. An offset below the head is ErrBelowHead; one past the written
+// record tail (Tails.RecordWritten) is an error; one past the durable tail
+// is the digest of a queued record (see ReadWritten). Tails carries the digests at head and tail.
 func (c *Copy) DigestAt(offset uint64) (uint64, error) { return c.digestAt(offset) }
 
 // CutToHistory brings the copy onto the owner history of target, as the

@@ -192,6 +192,9 @@ func (s *impl) completeGroup(group []*request, err error) {
 			continue
 		}
 		c.mu.Lock()
+		if r.recs {
+			c.dropWrittenLocked(r)
+		}
 		if err == nil {
 			if r.recs {
 				c.tail, c.tailDigest, c.tailCum = r.recEnd, r.recDigest, r.recCum

@@ -35,6 +35,10 @@ type copyImpl struct {
 	tail, tailDigest, tailCum uint64
 	// Pending record tail: tail plus records queued for a group commit.
 	next, nextDigest, nextCum uint64
+	// written holds the record requests queued for a group commit, in
+	// offset order (covering [tail, next)): ReadWritten and DigestAt serve
+	// written records from them before they are durable (written.go).
+	written []*request
 	// Cursor event tails: written (visible), durable (fsynced), and next
 	// (written plus applied events queued for a group commit).
 	cWritten, cDurable, cNext uint64
@@ -344,6 +348,10 @@ func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
 		return 0, fmt.Errorf("streamlog: append to %s: %w", c.name, err)
 	}
 	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
+	c.written = append(c.written, r)
+	// Wake whoever waits for written records (an owner's replication
+	// requests): they may be served before the group commit is durable.
+	c.signalLocked()
 	c.mu.Unlock()
 	if err := c.s.wait(ctx, r); err != nil {
 		return 0, fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
@@ -393,6 +401,7 @@ func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
 		return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
 	}
 	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
+	c.written = append(c.written, r)
 	c.mu.Unlock()
 	err := c.s.wait(ctx, r)
 	c.mu.Lock()
@@ -633,6 +642,7 @@ func (c *copyImpl) tailsLocked() Tails {
 		HeadDigest:    c.meta.HeadDigest,
 		Record:        c.tail,
 		RecordDigest:  c.tailDigest,
+		RecordWritten: c.next,
 		CursorHead:    c.snapBoundary,
 		CursorWritten: c.cWritten,
 		CursorDurable: c.cDurable,
@@ -687,7 +697,8 @@ func (c *copyImpl) digest() string {
 
 // digestAt reads the running digest of the records below off: the head's
 // from metadata, the tail's from memory, anything between from the record
-// at off-1.
+// at off-1, and past the durable tail (up to the written one) from the
+// queued record at off-1.
 func (c *copyImpl) digestAt(off uint64) (uint64, error) {
 	if err := c.s.enter(); err != nil {
 		return 0, err
@@ -703,7 +714,20 @@ func (c *copyImpl) digestAt(off uint64) (uint64, error) {
 		case off < head:
 			return 0, fmt.Errorf("streamlog: digest of %s at %d: head is %d: %w", c.name, off, head, ErrBelowHead)
 		case off > tail:
-			return 0, fmt.Errorf("streamlog: digest of %s at %d: beyond the record tail %d", c.name, off, tail)
+			c.mu.Lock()
+			d, ok := uint64(0), false
+			if off > c.tail && off <= c.next {
+				d, ok = c.writtenDigestLocked(off)
+			}
+			durable, written := c.tail, c.next
+			c.mu.Unlock()
+			switch {
+			case ok:
+				return d, nil
+			case durable >= off:
+				continue // became durable in between
+			}
+			return 0, fmt.Errorf("streamlog: digest of %s at %d: beyond the written record tail %d", c.name, off, written)
 		case off == head:
 			return hd, nil
 		case off == tail:

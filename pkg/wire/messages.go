@@ -216,4 +216,8 @@ const (
 	// client whose request was sent before that cannot have reached this
 	// owner (see pkg/client's owner watch).
 	HeaderServingFor = "Brook-Serving-For-Ms"
+	// HeaderEpoch, on a publish batch's frame.PubReply, is the epoch of
+	// the owner that confirmed it (a single publish's confirm carries it
+	// in its JSON); the reply also carries HeaderStreamID.
+	HeaderEpoch = "Brook-Epoch"
 )

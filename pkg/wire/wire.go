@@ -92,6 +92,21 @@ func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" 
 func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
 func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
 
+// PublishBatchSubject takes a publish batch (a frame.PubBatch, many records
+// in one request) and answers a frame.PubReply once every record of it is
+// confirmed, or an error reply like a publish's for a refusal of the whole
+// batch.
+func PublishBatchSubject(stream string) string { return "brook.s." + stream + ".pubb" }
+
+// Limits of a publish batch at the owner: more records, or a larger frame,
+// is refused whole with CodePayloadTooLarge (a client splits its batches
+// below them). Each record is also held to the host's limit of a single
+// publish, refused on its own with CodePayloadTooLarge above it.
+const (
+	MaxPublishBatchRecords = 4096
+	MaxPublishBatchBytes   = 8 << 20
+)
+
 // OwnerNoticeSubject is where node, having just become stream's owner,
 // announces an OwnerNotice once it takes publishes. Node is the last token,
 // so nats-server lets each host announce on its own subjects only.

@@ -237,7 +237,7 @@ func Roles(nodes []string) []Principal {
 var noInbox = []string{"_INBOX.>"}
 
 var clientPub = []string{
-	"brook.s.*.pub", "brook.s.*.fetch", "brook.s.*.commit",
+	"brook.s.*.pub", "brook.s.*.pubb", "brook.s.*.fetch", "brook.s.*.commit",
 	"brook.admin.stream.info", "brook.admin.stream.list", "brook.admin.cluster.info",
 	"brook.attention.list",
 }

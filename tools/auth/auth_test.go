@@ -181,7 +181,7 @@ func TestPermissions(t *testing.T) {
 
 	// client: the data plane and the read-only verbs, answered by their
 	// responders; nothing else.
-	for _, s := range []string{"brook.s.x.pub", "brook.s.x.fetch", "brook.s.x.commit"} {
+	for _, s := range []string{"brook.s.x.pub", "brook.s.x.pubb", "brook.s.x.fetch", "brook.s.x.commit"} {
 		tb.req(client, s, allowed, h1)
 	}
 	for _, s := range []string{"brook.admin.stream.info", "brook.admin.stream.list", "brook.admin.cluster.info"} {
@@ -212,6 +212,7 @@ func TestPermissions(t *testing.T) {
 		tb.req(admin, s, allowed, coord)
 	}
 	tb.req(admin, "brook.s.x.pub", allowed, h1)
+	tb.req(admin, "brook.s.x.pubb", allowed, h1)
 	for _, s := range []string{"brook.hb.h1", "brook.host.h1.seal", "brook.assign.h1", "_INBOX.admin.x", "_INBOX.x"} {
 		tb.pub(admin, s, refused, w)
 	}
@@ -593,7 +594,7 @@ func TestGeneratedFiles(t *testing.T) {
 		responses      bool
 	}
 	inbox := []string{"_INBOX.>"}
-	client := []string{"brook.s.*.pub", "brook.s.*.fetch", "brook.s.*.commit", "brook.admin.stream.info",
+	client := []string{"brook.s.*.pub", "brook.s.*.pubb", "brook.s.*.fetch", "brook.s.*.commit", "brook.admin.stream.info",
 		"brook.admin.stream.list", "brook.admin.cluster.info", "brook.attention.list"}
 	design := map[string]perm{
 		auth.Client: {"BROOK", client, inbox, []string{"_INBOX.client.>", "brook.s.*.owner.*"}, false},

@@ -6,11 +6,22 @@
 // replication subjects. Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
-// W = policy.StampW(policy, E). Followers tell the owner what they hold by
-// asking for more: a replication request from record tail T says the
-// follower holds everything below T durably. The confirmed watermark is the
-// W-th highest of the owner's durable tail and the followers' acked tails,
-// and readers only ever receive records below it.
+// W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,
+// frame.PubBatch) goes through the same appender: its records join the
+// same Append, each with its own producer sequence, and the batch waits as
+// one waiter at its highest offset for one reply (pubbatch.go). Followers
+// tell the owner what they hold by asking for more: a replication request
+// from record tail T says the follower holds everything below T durably.
+// The owner serves them what it has written, durable or still in its group commit
+// (streamlog.Copy.ReadWritten), so that its own fsync and a follower's run
+// at the same time rather than one after the other; a follower may
+// therefore hold a record before the owner does. The confirmed watermark
+// is the owner's durable tail capped by the (W-1)-th highest of the
+// followers' acked tails (confirmedWatermark): the owner is always one of
+// the W copies, and followers alone confirm nothing. Readers only ever
+// receive records below the watermark, so only durable ones. The confirm
+// bookkeeping is a pure type, confirmer (confirm.go), whose methods take
+// what happened and return the replies to send.
 //
 // A follower runs one worker per copy that pulls from the owner at the
 // assignment's epoch, applies records and cursor events at the owner's
@@ -42,18 +53,51 @@
 //
 // # Locks and goroutines
 //
-// Each copy's replica.mu serializes its role changes, seals and applies;
-// an owner's mu guards its confirm bookkeeping (replies are built under it
-// and sent after), and no lock is held across a NATS request or an fsync
-// other than the store's own. Goroutines: per owner, the appender (ends on
-// stop); per follower, its worker (ends on stop); per seal, a prebuild of
-// the duplicate window in the host's background group (ends when done or
-// at shutdown, which cancels it); the host's pull, heartbeat, liveness and
-// retention loops in the same group; request handlers in the host's
-// request group (seals, fetch waits, replication), each bounded by its
-// budget. A planned move's hand-off (move.go) runs in the request group
-// and polls the target's ack; moveHolds.mu, held only around map updates,
-// holds an owner's intake and counts its appends in flight, and a hold's
-// expiry is a timer. Shutdown closes the request group, cancels and waits
-// for the background group, then stops every role.
+// Lock order: replica.mu, then owner.mu, then the store's own locks
+// (streamlog.Copy's); owner.inMu is taken alone. No lock of this package is
+// held across an fsync, a NATS request or a publish:
+//
+//   - replica.mu serializes a copy's role changes, seals and assignment
+//     applies. A seal holds it across the store's Seal (its synced write)
+//     and across stopping the role, which waits for the role's goroutines;
+//     none of them takes replica.mu.
+//   - owner.mu guards the fields grouped in owner.mu: the confirmer, the
+//     watermark's wake-up channel, the expiry timer, the stopped flag and
+//     the log-once maps. Every path that changes the confirmer (an append
+//     made durable, a follower's ack, an assignment update, an expiry, a
+//     failure) builds its replies under it and sends them after releasing
+//     it (owner.send). The appender calls Append (which waits for the
+//     fsync) without it. A publish batch's results are written by the
+//     appender under it and read only once its waiter is confirmed
+//     (pubbatch.go).
+//   - owner.inMu guards closing the intake channel against a publish
+//     callback sending on it.
+//
+// Goroutines, who starts them and how they stop:
+//
+//   - per owner, the appender (started by startOwner; ends when stop
+//     closes the intake channel and cancels the role's context, which
+//     also ends an Append waiting for its group commit); each replication,
+//     fetch or long-poll commit request in a goroutine of its own within
+//     the host's budget for its kind (goRequest), tracked by the owner's
+//     WaitGroup, which stop waits for, and ended by the role's context; the
+//     expiry timer's callback takes owner.mu and sends after it.
+//   - per seal request, a goroutine of the host's request group within
+//     the seals' budget.
+//   - per follower, its worker (startFollower; ends on stop, which cancels
+//     it and waits, or when the store closes).
+//   - per seal, a prebuild of the duplicate window in the host's
+//     background group (ends when done or at shutdown, which cancels it).
+//   - the host's pull, heartbeat, liveness and retention loops in the same
+//     background group.
+//   - the store's committer and cursor-sync goroutines belong to
+//     streamlog and end when the store closes.
+//   - a planned move's hand-off (move.go) runs in the request group and
+//     polls the target's ack; moveHolds.mu, held only around map updates
+//     (taken alone), holds an owner's intake and counts its writes in
+//     flight, and a hold's expiry is a timer.
+//
+// Shutdown closes the request group, cancels and waits for the background
+// group, then stops every role (each stop waits for its goroutines), then
+// closes the store.
 package host

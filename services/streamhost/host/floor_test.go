@@ -62,7 +62,7 @@ func TestOwnerRefusesPublishesBelowMinCopies(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		own.mu.Lock()
-		waiting := len(own.pending)
+		waiting := own.mu.conf.waiting()
 		own.mu.Unlock()
 		if waiting == 1 {
 			break

@@ -174,7 +174,7 @@ func (m *metrics) sent(out []outgoing) {
 			m.refused.Add(ctx, 1, m.codes.Of(attrErrorType.String(r.fail.Code)))
 			continue
 		}
-		confirmed++
+		confirmed += r.confirms()
 		if !r.start.IsZero() {
 			if now.IsZero() {
 				now = time.Now()
@@ -224,22 +224,12 @@ type followerLag struct {
 func (h *Host) observeLag(o metric.Observer, m *metrics, now time.Time) {
 	var lags []followerLag
 	for _, own := range h.owners() {
-		own.mu.Lock()
-		tail := own.tail
-		type ack struct {
-			node   string
-			record uint64
-		}
-		acks := make([]ack, 0, len(own.followers))
-		for _, f := range own.followers {
-			acks = append(acks, ack{f, own.acks[f].record})
-		}
-		own.mu.Unlock()
-		for _, a := range acks {
-			l := followerLag{stream: own.stream, follower: a.node}
-			if a.record < tail {
-				l.records = tail - a.record
-				l.seconds = recordAge(own.c, a.record, tail, now)
+		tail, followers, acked := own.lagTails()
+		for i, node := range followers {
+			l := followerLag{stream: own.stream, follower: node}
+			if a := acked[i]; a < tail {
+				l.records = tail - a
+				l.seconds = recordAge(own.c, a, tail, now)
 			}
 			lags = append(lags, l)
 		}

@@ -236,6 +236,6 @@ func (o *owner) handoffTails(target string) (rec, cur, ackRec, ackCur uint64) {
 	t := o.c.Tails()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	a := o.acks[target]
-	return o.tail, t.CursorWritten, a.record, a.cursor
+	a := o.mu.conf.acks[target]
+	return o.mu.conf.tail, t.CursorWritten, a.record, a.cursor
 }

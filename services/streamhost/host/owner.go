@@ -69,67 +69,40 @@ type owner struct {
 	subs    []*nats.Subscription // publish, fetch, commit
 	replSub *nats.Subscription
 
-	mu        sync.Mutex
-	followers []string
-	w         int
-	// copies is how many copies the assignment holds and minCopies the
-	// stream's floor (0: none). While the assignment is below the floor
-	// (wire.BelowFloor) the owner confirms nothing: publishes are refused
-	// with not_enough_copies. short mirrors that for the appender, which
-	// checks it before writing without taking mu.
-	copies    int
-	minCopies int
-	short     atomic.Bool
-	acks      map[string]followerAck
-	tail      uint64 // the owner's durable record tail
-	watermark uint64 // confirmed: every record below is on >= W copies
-	// startTail is the record tail the role started at: an earlier role
-	// of this copy at the same epoch (before a restart) may have confirmed
-	// anything below it.
-	startTail uint64
+	// short mirrors mu.conf.short() for the appender, which checks it
+	// before writing without taking mu.
+	short atomic.Bool
 	// settledFloor is the record tail of the copy's history start (at most
 	// its tail when the role started): every record below it is on every
 	// copy a later recovery can promote, so a reader position up to it is
 	// safe even before the watermark reaches it (settledPoint). Set once
 	// before the role subscribes; read without mu.
 	settledFloor uint64
-	wmCh         chan struct{}
-	pending      []*waiter // appended, waiting for W; offsets and deadlines ascending
-	dups         []*waiter // repeats waiting for their first write's confirm
-	timer        *time.Timer
-	stopped      bool   // no new request goroutines
-	failCode     string // once set, every waiter fails at once with it
-	// diverged is the record tail at which each follower last failed the
-	// log matching check, so that a follower retrying is logged once.
-	diverged map[string]uint64
-	// misnamed holds, per node a replication subject named, the other
-	// node the request's body last claimed, so that a host sending under
-	// another's name is logged once per claim, not on every retry.
-	misnamed map[string]string
-}
 
-// followerAck is what a follower last said it holds.
-type followerAck struct {
-	record, cursor uint64
-	at             time.Time
-}
-
-// waiter is a publish waiting for its record to be confirmed.
-type waiter struct {
-	reply    string
-	offset   uint64
-	deadline time.Time
-	dup      bool
-}
-
-// outgoing is a reply prepared under the lock and sent after it.
-type outgoing struct {
-	to   string
-	ok   *wire.PublishConfirm
-	fail *wire.Error
-	// start is when the append that wrote a confirmed record began (the
-	// confirm latency's start).
-	start time.Time
+	// mu guards the fields in it. Replies are built under it and sent
+	// after (send); nothing holds it across an fsync or a NATS request.
+	mu struct {
+		sync.Mutex
+		// conf is the confirm bookkeeping: waiters, acks, the owner's
+		// durable tail, the watermark and deadlines (confirm.go).
+		conf confirmer
+		// startTail is the record tail the role started at: an earlier
+		// role of this copy at the same epoch (before a restart) may have
+		// confirmed anything below it.
+		startTail uint64
+		wmCh      chan struct{} // closed and replaced when the watermark advances
+		timer     *time.Timer   // fires expire at the earliest deadline
+		stopped   bool          // no new request goroutines
+		// diverged is the record tail at which each follower last failed
+		// the log matching check, so that a follower retrying is logged
+		// once.
+		diverged map[string]uint64
+		// misnamed holds, per node a replication subject named, the other
+		// node the request's body last claimed, so that a host sending
+		// under another's name is logged once per claim, not on every
+		// retry.
+		misnamed map[string]string
+	}
 }
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
@@ -150,26 +123,26 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		cancel:   cancel,
 		in:       make(chan *nats.Msg, intakeQueue),
 		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
-		acks:     make(map[string]followerAck),
-		wmCh:     make(chan struct{}),
-		diverged: make(map[string]uint64),
-		misnamed: make(map[string]string),
 	}
-	o.mu.Lock()
-	o.tail = c.Tails().Record
-	o.startTail = o.tail
+	tail := c.Tails().Record
 	// A start above the copy's tail comes only from an operator's
 	// accept-loss below the confirmed prefix: nothing past the copy's own
 	// tail is settled here.
-	o.settledFloor = min(floor, o.tail)
+	o.settledFloor = min(floor, tail)
+	o.mu.Lock()
+	o.mu.conf = newConfirmer(a.Stream, a.StreamID, a.Epoch, h.cfg.ConfirmTimeout, tail)
+	o.mu.startTail = tail
+	o.mu.wmCh = make(chan struct{})
+	o.mu.diverged = make(map[string]uint64)
+	o.mu.misnamed = make(map[string]string)
 	o.setAssignmentLocked(a, minCopies)
 	if o.short.Load() {
 		o.log.Warn("the assignment holds fewer copies than the stream's min_copies: publishes are refused until copies are added",
-			"copies", o.copies, "min_copies", o.minCopies)
+			"copies", o.mu.conf.copies, "min_copies", minCopies)
 	}
 	// With W = 1 the owner's own tail is the watermark: readers must see
 	// the copy's records at once, not after the next publish or ack.
-	o.advanceLocked()
+	o.releaseLocked()
 	o.mu.Unlock()
 
 	// The window is filled before any publish is taken: a retry of a
@@ -187,6 +160,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 			cb   nats.MsgHandler
 		}{
 			{wire.PublishSubject(a.Stream), o.onPublish},
+			{wire.PublishBatchSubject(a.Stream), o.onPublishBatch},
 			{wire.FetchSubject(a.Stream), o.onFetch},
 			{wire.CommitSubject(a.Stream), o.onCommit},
 		} {
@@ -227,31 +201,20 @@ func (o *owner) announce(a wire.Assignment) {
 // setAssignmentLocked takes the followers and W of a (same epoch) and the
 // stream's floor minCopies.
 func (o *owner) setAssignmentLocked(a wire.Assignment, minCopies int) {
-	o.followers = o.followers[:0]
-	for _, f := range a.Followers {
-		if f != a.Owner && !slices.Contains(o.followers, f) {
-			o.followers = append(o.followers, f)
-		}
-	}
-	for n := range o.acks {
-		if !slices.Contains(o.followers, n) {
-			delete(o.acks, n)
-		}
-	}
-	o.w = policy.StampW(a.Policy, len(a.Copies()))
-	o.copies, o.minCopies = 1+len(o.followers), minCopies
-	o.short.Store(wire.BelowFloor(o.copies, o.minCopies))
+	o.mu.conf.setAssignment(a.Owner, a.Followers, policy.StampW(a.Policy, len(a.Copies())), minCopies)
+	o.short.Store(o.mu.conf.short())
 }
 
 // update applies an assignment change at the same epoch (a follower added
 // or removed, another policy or another floor).
 func (o *owner) update(a wire.Assignment, minCopies int) {
 	o.mu.Lock()
-	before, w, wasShort, floor := slices.Clone(o.followers), o.w, o.short.Load(), o.minCopies
+	cf := &o.mu.conf
+	before, w, wasShort, floor := slices.Clone(cf.followers), cf.w, cf.short(), cf.minCopies
 	o.setAssignmentLocked(a, minCopies)
-	changed := w != o.w || !slices.Equal(before, o.followers) || floor != o.minCopies
-	after, newW, short, copies := slices.Clone(o.followers), o.w, o.short.Load(), o.copies
-	out := o.advanceLocked()
+	changed := w != cf.w || !slices.Equal(before, cf.followers) || floor != cf.minCopies
+	after, newW, short, copies := slices.Clone(cf.followers), cf.w, cf.short(), cf.copies
+	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
 	if changed {
@@ -272,80 +235,33 @@ func (o *owner) update(a wire.Assignment, minCopies int) {
 func (o *owner) floorError() *wire.Error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.floorErrorLocked()
+	return o.mu.conf.floorError()
 }
 
-func (o *owner) floorErrorLocked() *wire.Error {
-	copies := "copies"
-	if o.copies == 1 {
-		copies = "copy"
+// releaseLocked lets the confirmer release what it can (confirmer.release),
+// wakes the watermark's waiters if it advanced, and arms the timer for the
+// earliest deadline left.
+func (o *owner) releaseLocked() []outgoing {
+	wm := o.mu.conf.watermark
+	out := o.mu.conf.release()
+	if o.mu.conf.watermark > wm {
+		close(o.mu.wmCh)
+		o.mu.wmCh = make(chan struct{})
 	}
-	return wire.Errorf(wire.CodeNotEnoughCopies,
-		"stream %s: the assignment at epoch %d holds %d %s, fewer than the stream's min_copies %d; not confirmed, retry once copies are added",
-		o.stream, o.epoch, o.copies, copies, o.minCopies)
-}
-
-// tailsLocked returns the owner's tail followed by each follower's acked
-// tail (0 for a follower that has not asked yet).
-func (o *owner) tailsLocked() []uint64 {
-	t := make([]uint64, 0, 1+len(o.followers))
-	t = append(t, o.tail)
-	for _, f := range o.followers {
-		t = append(t, o.acks[f].record)
-	}
-	return t
-}
-
-// advanceLocked moves the watermark up to the W-th highest tail and
-// collects the confirms it releases. The watermark never moves down: a
-// confirmed record stays confirmed.
-func (o *owner) advanceLocked() []outgoing {
-	tails := o.tailsLocked()
-	if wm := wthHighest(tails, o.w); wm > o.watermark {
-		o.watermark = wm
-		close(o.wmCh)
-		o.wmCh = make(chan struct{})
-	}
-	if o.failCode != "" {
-		return nil
-	}
-	if o.short.Load() {
-		// Below the floor nothing is confirmed, not even a record written
-		// before the floor was raised: every waiting publish is refused.
-		return o.refuseAllLocked(o.floorErrorLocked())
-	}
-	var out []outgoing
-	for len(o.pending) > 0 && o.pending[0].offset < o.watermark {
-		w := o.pending[0]
-		o.pending = o.pending[1:]
-		out = append(out, o.confirmOut(w, holders(tails, w.offset)))
-	}
-	if len(o.dups) > 0 {
-		kept := o.dups[:0]
-		for _, w := range o.dups {
-			if w.offset < o.watermark {
-				out = append(out, o.confirmOut(w, holders(tails, w.offset)))
-			} else {
-				kept = append(kept, w)
-			}
-		}
-		o.dups = kept
-	}
+	o.armLocked(time.Now())
 	return out
-}
-
-func (o *owner) confirmOut(w *waiter, copies int) outgoing {
-	return outgoing{to: w.reply, ok: &wire.PublishConfirm{StreamID: o.id, Offset: w.offset, Epoch: o.epoch, Copies: copies, W: o.w, Duplicate: w.dup},
-		start: w.deadline.Add(-o.h.cfg.ConfirmTimeout)}
 }
 
 // send delivers prepared replies, outside any lock, and counts them.
 func (o *owner) send(out []outgoing) {
 	o.h.metrics.sent(out)
 	for _, r := range out {
-		if r.fail != nil {
+		switch {
+		case r.fail != nil:
 			o.h.replyErr(r.to, r.fail)
-		} else {
+		case r.pub != nil:
+			o.sendPubReply(r.to, r.pub)
+		default:
 			o.h.replyJSON(r.to, r.ok)
 		}
 	}
@@ -355,7 +271,7 @@ func (o *owner) send(out []outgoing) {
 func (o *owner) confirmed() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.watermark
+	return o.mu.conf.watermark
 }
 
 // confirmedBound is an upper bound of every offset confirmed at the role's
@@ -365,7 +281,7 @@ func (o *owner) confirmed() uint64 {
 func (o *owner) confirmedBound() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return max(o.watermark, o.startTail)
+	return max(o.mu.conf.watermark, o.mu.startTail)
 }
 
 // settledPoint returns the point below which a reader's position is safe: the
@@ -375,7 +291,7 @@ func (o *owner) confirmedBound() uint64 {
 func (o *owner) settledPoint() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.settledAt(o.watermark)
+	return o.settledAt(o.mu.conf.watermark)
 }
 
 // settledAt is the settled point when the watermark is wm.
@@ -385,7 +301,7 @@ func (o *owner) settledAt(wm uint64) uint64 { return max(wm, o.settledFloor) }
 func (o *owner) wmState() (uint64, <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.watermark, o.wmCh
+	return o.mu.conf.watermark, o.mu.wmCh
 }
 
 // closedErr is the error a publish gets after intake stopped.
@@ -414,7 +330,7 @@ func closeError(code, stream string) *wire.Error {
 // role has stopped.
 func (o *owner) goTracked(f func()) bool {
 	o.mu.Lock()
-	if o.stopped {
+	if o.mu.stopped {
 		o.mu.Unlock()
 		return false
 	}
@@ -435,6 +351,11 @@ func (o *owner) onPublish(m *nats.Msg) {
 			"record of %d bytes is over this host's limit of %d", len(m.Data), o.h.cfg.MaxPayload))
 		return
 	}
+	o.enqueue(m)
+}
+
+// enqueue hands a publish or publish batch to the appender.
+func (o *owner) enqueue(m *nats.Msg) {
 	o.inMu.RLock()
 	defer o.inMu.RUnlock()
 	if o.inClosed {
@@ -541,6 +462,10 @@ type produced struct {
 	// repeatIdx is the index of the first write of a repeat within the
 	// same batch, or -1.
 	repeatIdx int
+	// batch is the publish batch the record is of, rec its index there
+	// (pubbatch.go); reply is then "".
+	batch *pubBatchReq
+	rec   int
 }
 
 func (o *owner) appendBatch(batch []*nats.Msg) {
@@ -561,14 +486,15 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 		return
 	}
 	now := time.Now()
-	data := make([][]byte, 0, len(batch))
-	items := make([]produced, 0, len(batch))
-	inBatch := map[string]map[uint64]int{}
-	payload := 0
+	st := staging{data: make([][]byte, 0, len(batch)), items: make([]produced, 0, len(batch))}
 	for _, m := range batch {
 		if werr, _ := o.checkStreamID(m); werr != nil {
 			o.h.metrics.publishRefused(werr.Code, 1)
 			o.refuseOtherStream(m, 0)
+			continue
+		}
+		if isPubBatch(m) {
+			o.stagePubBatch(&st, m)
 			continue
 		}
 		it := produced{reply: m.Reply, index: -1, repeatIdx: -1}
@@ -580,28 +506,10 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 				continue
 			}
 			it.producer, it.seq = p, seq
-			if off, ok := o.dd.Lookup(p, seq); ok {
-				it.repeatOf = off
-				items = append(items, it)
-				continue
-			}
-			if idx, ok := inBatch[p][seq]; ok {
-				it.repeatIdx = idx
-				items = append(items, it)
-				continue
-			}
-			if inBatch[p] == nil {
-				inBatch[p] = map[uint64]int{}
-			}
-			inBatch[p][seq] = len(data)
 		}
-		it.index = len(data)
-		payload += len(m.Data)
-		// The producer and sequence are stored with the record, so that
-		// they replicate and a later owner can rebuild its window.
-		data = append(data, envelope.Append(make([]byte, 0, envelope.Size(it.producer, it.seq, m.Data)), it.producer, it.seq, m.Data))
-		items = append(items, it)
+		o.stage(&st, it, m.Data)
 	}
+	data, items := st.data, st.items
 
 	var first uint64
 	if len(data) > 0 {
@@ -613,6 +521,14 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 				o.log.Error("append", "records", len(data), "err", err)
 			}
 			for _, it := range items {
+				if it.batch != nil {
+					// The batch is refused whole, once; its retry finds
+					// the records this one repeats.
+					if it.batch.refuse() {
+						o.refusePublish(it.batch.reply, e)
+					}
+					continue
+				}
 				if it.index >= 0 || it.repeatIdx >= 0 {
 					o.refusePublish(it.reply, e)
 					continue
@@ -621,33 +537,39 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			}
 			return
 		}
-		o.h.metrics.appended(len(data), payload)
+		o.h.metrics.appended(len(data), st.payload)
 	}
 
 	deadline := now.Add(o.h.cfg.ConfirmTimeout)
 	o.mu.Lock()
-	if n := first + uint64(len(data)); len(data) > 0 && n > o.tail {
-		o.tail = n
+	if len(data) > 0 {
+		o.mu.conf.durable(first + uint64(len(data)))
 	}
 	for _, it := range items {
+		off, dup := it.repeatOf, true
 		switch {
 		case it.index >= 0:
-			off := first + uint64(it.index)
+			off, dup = first+uint64(it.index), false
 			if it.producer != "" {
 				o.dd.Record(it.producer, it.seq, off)
 			}
-			o.pending = append(o.pending, &waiter{reply: it.reply, offset: off, deadline: deadline})
 		case it.repeatIdx >= 0:
-			o.dups = append(o.dups, &waiter{reply: it.reply, offset: first + uint64(it.repeatIdx), deadline: deadline, dup: true})
-		default:
-			o.dups = append(o.dups, &waiter{reply: it.reply, offset: it.repeatOf, deadline: deadline, dup: true})
+			off = first + uint64(it.repeatIdx)
 		}
+		var w *waiter
+		if it.batch != nil {
+			// One waiter for the whole batch, once its last record
+			// is placed: at its highest offset, which is above every
+			// earlier pending waiter's.
+			if w = it.batch.place(it.rec, off, dup, deadline); w == nil {
+				continue
+			}
+		} else {
+			w = &waiter{reply: it.reply, offset: off, deadline: deadline, dup: dup}
+		}
+		o.mu.conf.wait(w)
 	}
-	out := o.failLocked()
-	if out == nil {
-		out = o.advanceLocked()
-		o.armLocked(now)
-	}
+	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
 }
@@ -661,12 +583,8 @@ func (o *owner) refusePublish(reply string, e *wire.Error) {
 // addRepeat queues a repeat of an earlier confirmed-or-pending write.
 func (o *owner) addRepeat(it produced, now time.Time) {
 	o.mu.Lock()
-	o.dups = append(o.dups, &waiter{reply: it.reply, offset: it.repeatOf, deadline: now.Add(o.h.cfg.ConfirmTimeout), dup: true})
-	out := o.failLocked()
-	if out == nil {
-		out = o.advanceLocked()
-		o.armLocked(now)
-	}
+	o.mu.conf.wait(&waiter{reply: it.reply, offset: it.repeatOf, deadline: now.Add(o.h.cfg.ConfirmTimeout), dup: true})
+	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
 }
@@ -676,94 +594,44 @@ func (o *owner) appendError(err error) *wire.Error {
 	switch {
 	case errors.Is(err, streamlog.ErrSealed):
 		return closeError(wire.CodeSealed, o.stream)
+	case o.h.store.Failure() != nil:
+		// The store failed (fail-stop): nothing is confirmed here any
+		// more, the host hands its streams over (storeFailed), and the
+		// client retries at the new owner. This is the answer even when
+		// the role's stop (storeFailed's) ended the wait first. A follower
+		// may hold the record (it is replicated while the owner's fsync
+		// runs): unconfirmed, it is kept or cut by the failover like any
+		// other (docs/failover.md).
+		return wire.Errorf(wire.CodeUnavailable, "stream %s: this host's store failed; not confirmed: %v", o.stream, err)
 	case o.closing.Load() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, streamlog.ErrClosed)):
 		return o.closedErr()
 	case errors.Is(err, streamlog.ErrClosed):
 		return closeError(wire.CodeShuttingDown, o.stream)
 	case errors.Is(err, streamlog.ErrDeleted):
 		return closeError(wire.CodeStreamUnknown, o.stream)
-	case o.h.store.Failure() != nil:
-		// The store failed (fail-stop): nothing is confirmed here any
-		// more, the host hands its streams over (storeFailed), and the
-		// client retries at the new owner. The record is in no other
-		// copy, and a copy of this one is cut to the new history.
-		return wire.Errorf(wire.CodeUnavailable, "stream %s: this host's store failed; not confirmed: %v", o.stream, err)
 	default:
 		return wire.Errorf(wire.CodeInternal, "stream %s: append: %v", o.stream, err)
 	}
 }
 
-// failLocked fails every waiter if the role has failed for good, and
-// returns nil otherwise.
-func (o *owner) failLocked() []outgoing {
-	if o.failCode == "" {
-		return nil
-	}
-	return o.refuseAllLocked(closeError(o.failCode, o.stream))
-}
-
-// refuseAllLocked answers every waiting publish with e (never nil).
-func (o *owner) refuseAllLocked(e *wire.Error) []outgoing {
-	out := make([]outgoing, 0, len(o.pending)+len(o.dups))
-	for _, w := range o.pending {
-		out = append(out, outgoing{to: w.reply, fail: e})
-	}
-	for _, w := range o.dups {
-		out = append(out, outgoing{to: w.reply, fail: e})
-	}
-	o.pending, o.dups = nil, nil
-	return out // never nil: failLocked's callers tell "failed" by it
-}
-
-// armLocked sets the timer for the earliest confirm deadline.
+// armLocked sets the timer for the earliest confirm deadline, unless it is
+// set or none waits.
 func (o *owner) armLocked(now time.Time) {
-	if o.timer != nil || o.failCode != "" {
+	if o.mu.timer != nil {
 		return
 	}
-	var earliest time.Time
-	if len(o.pending) > 0 {
-		earliest = o.pending[0].deadline
+	if d, ok := o.mu.conf.nextDeadline(); ok {
+		o.mu.timer = time.AfterFunc(d.Sub(now), o.expire)
 	}
-	for _, w := range o.dups {
-		if earliest.IsZero() || w.deadline.Before(earliest) {
-			earliest = w.deadline
-		}
-	}
-	if earliest.IsZero() {
-		return
-	}
-	o.timer = time.AfterFunc(earliest.Sub(now), o.expire)
 }
 
-// expire answers confirm_timeout to every publish past its deadline. Such a
-// publish is never reported as confirmed afterwards, though its record may
-// still become readable once enough copies hold it.
+// expire answers confirm_timeout to every publish past its deadline
+// (confirmer.expire) and arms the timer for the next one.
 func (o *owner) expire() {
 	o.mu.Lock()
-	o.timer = nil
+	o.mu.timer = nil
 	now := time.Now()
-	tails := o.tailsLocked()
-	var out []outgoing
-	timeout := func(w *waiter) {
-		n := holders(tails, w.offset)
-		e := wire.Errorf(wire.CodeConfirmTimeout, "stream %s: offset %d held by %d copies of the %d needed within %v; not confirmed",
-			o.stream, w.offset, n, o.w, o.h.cfg.ConfirmTimeout)
-		e.Copies = &n
-		out = append(out, outgoing{to: w.reply, fail: e})
-	}
-	for len(o.pending) > 0 && !o.pending[0].deadline.After(now) {
-		timeout(o.pending[0])
-		o.pending = o.pending[1:]
-	}
-	kept := o.dups[:0]
-	for _, w := range o.dups {
-		if w.deadline.After(now) {
-			kept = append(kept, w)
-		} else {
-			timeout(w)
-		}
-	}
-	o.dups = kept
+	out := o.mu.conf.expire(now)
 	o.armLocked(now)
 	o.mu.Unlock()
 	o.send(out)
@@ -791,14 +659,11 @@ func (o *owner) stopIntake(code string) {
 // and every later one too.
 func (o *owner) failPending(code string) {
 	o.mu.Lock()
-	if o.failCode == "" {
-		o.failCode = code
+	if o.mu.timer != nil {
+		o.mu.timer.Stop()
+		o.mu.timer = nil
 	}
-	if o.timer != nil {
-		o.timer.Stop()
-		o.timer = nil
-	}
-	out := o.failLocked()
+	out := o.mu.conf.fail(code)
 	o.mu.Unlock()
 	o.send(out)
 }
@@ -808,17 +673,7 @@ func (o *owner) failPending(code string) {
 func (o *owner) settled() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.pending) > 0 || len(o.dups) > 0 {
-		return false
-	}
-	now := time.Now()
-	for _, f := range o.followers {
-		a, ok := o.acks[f]
-		if ok && now.Sub(a.at) < liveFollower && a.record < o.tail {
-			return false
-		}
-	}
-	return true
+	return o.mu.conf.settled(time.Now())
 }
 
 // stop ends the role: no more subjects, waiting publishes fail with code,
@@ -832,7 +687,7 @@ func (o *owner) stop(code string) {
 	}
 	o.failPending(code)
 	o.mu.Lock()
-	o.stopped = true
+	o.mu.stopped = true
 	o.mu.Unlock()
 	o.cancel()
 	o.wg.Wait()
@@ -843,21 +698,15 @@ func (o *owner) stop(code string) {
 func (o *owner) retentionKeepFrom(now time.Time) uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	keep := o.watermark
-	for _, f := range o.followers {
-		if a, ok := o.acks[f]; ok && now.Sub(a.at) < liveFollower && a.record < keep {
-			keep = a.record
-		}
-	}
-	return keep
+	return o.mu.conf.retentionKeepFrom(now)
 }
 
 // ack records what follower node holds and releases the confirms that
 // makes possible.
 func (o *owner) ack(node string, record, cursor uint64) {
 	o.mu.Lock()
-	o.acks[node] = followerAck{record: record, cursor: cursor, at: time.Now()}
-	out := o.advanceLocked()
+	o.mu.conf.acked(node, record, cursor, time.Now())
+	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
 }
@@ -866,7 +715,15 @@ func (o *owner) ack(node string, record, cursor uint64) {
 func (o *owner) isFollower(node string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return slices.Contains(o.followers, node)
+	return o.mu.conf.isFollower(node)
+}
+
+// lagTails returns the owner's durable tail and each follower with its
+// acked tail, read together (metrics).
+func (o *owner) lagTails() (tail uint64, followers []string, acked []uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.conf.tail, slices.Clone(o.mu.conf.followers), o.mu.conf.followerTails()
 }
 
 // fillDedupe gives the owner its duplicate window: pre's, if it was built

@@ -119,7 +119,8 @@ func (o *owner) onRepl(m *nats.Msg) {
 	o.goRequest(m, o.h.replReqs, func() { o.serveRepl(m) })
 }
 
-// serveRepl answers a follower: records below the owner's durable tail and
+// serveRepl answers a follower: records below the owner's written tail
+// (durable or still in its group commit) and
 // cursor events below its durable cursor tail, from the follower's tails.
 // The request itself is the follower's ack of everything below its tails.
 func (o *owner) serveRepl(m *nats.Msg) {
@@ -148,19 +149,21 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		return
 	}
 	t := o.c.Tails()
-	if req.RecordTail > t.Record || req.CursorTail > t.CursorWritten {
+	if req.RecordTail > t.RecordWritten || req.CursorTail > t.CursorWritten {
 		// A follower cannot hold more than its owner wrote unless it
 		// missed a history cut; counting it would confirm records that
-		// are not there.
+		// are not there. It may hold more than the owner holds durably:
+		// the owner replicates what it wrote while its own fsync runs.
 		o.log.Error("follower claims more than the owner holds", "follower", req.Node,
-			"follower_tail", req.RecordTail, "owner_tail", t.Record,
+			"follower_tail", req.RecordTail, "owner_tail", t.RecordWritten,
 			"follower_cursor_tail", req.CursorTail, "owner_cursor_tail", t.CursorWritten)
 		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
-			"stream %s: follower tails %d/%d are past the owner's %d/%d", o.stream, req.RecordTail, req.CursorTail, t.Record, t.CursorWritten))
+			"stream %s: follower tails %d/%d are past the owner's %d/%d", o.stream, req.RecordTail, req.CursorTail, t.RecordWritten, t.CursorWritten))
 		return
 	}
 	// Log matching: the follower's digest at its tail must be the owner's
-	// there, or its log differs below the tail and its ack would count
+	// there (of a written record if the tail is past the owner's durable
+	// one), or its log differs below the tail and its ack would count
 	// records it does not hold. A tail below the owner's head cannot be
 	// checked (the owner's records there are gone); it is neither counted
 	// nor served records, only told where to restart.
@@ -187,7 +190,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	for {
 		ch := o.c.Changed()
 		t = o.c.Tails()
-		if req.RecordTail < t.Head || req.RecordTail < t.Record || req.CursorTail < t.CursorDurable {
+		if req.RecordTail < t.Head || req.RecordTail < t.RecordWritten || req.CursorTail < t.CursorDurable {
 			break
 		}
 		left := time.Until(deadline)
@@ -215,8 +218,13 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		o.replyBatch(m.Reply, b)
 		return
 	}
-	if req.RecordTail < t.Record {
-		recs, err := o.c.Read(req.RecordTail, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.Record)
+	if req.RecordTail < t.RecordWritten {
+		// Written records, durable here or not yet: the owner's fsync and
+		// the follower's overlap. A record is confirmed only once the
+		// owner's own copy is durable too (confirmer), so a follower
+		// holding one the owner then loses holds an unconfirmed record,
+		// which a recovery keeps or cuts like any other (docs/failover.md).
+		recs, err := o.c.ReadWritten(req.RecordTail, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.RecordWritten)
 		if errors.Is(err, streamlog.ErrBelowHead) {
 			// Retention moved the head while this request waited.
 			nt := o.c.Tails()
@@ -254,8 +262,8 @@ func (o *owner) serveRepl(m *nats.Msg) {
 // retry.
 func (o *owner) divergedFollower(reply string, req *frame.ReplRequest, ownerDigest, ownerTail uint64) {
 	o.mu.Lock()
-	last, seen := o.diverged[req.Node]
-	o.diverged[req.Node] = req.RecordTail
+	last, seen := o.mu.diverged[req.Node]
+	o.mu.diverged[req.Node] = req.RecordTail
 	o.mu.Unlock()
 	if !seen || last != req.RecordTail {
 		o.log.Error("follower's log diverged from the owner's; its ack is not counted", "follower", req.Node,
@@ -271,8 +279,8 @@ func (o *owner) divergedFollower(reply string, req *frame.ReplRequest, ownerDige
 // whose body names claimed, logging it once per claim.
 func (o *owner) misnamedFollower(reply, node, claimed string) {
 	o.mu.Lock()
-	last, seen := o.misnamed[node]
-	o.misnamed[node] = claimed
+	last, seen := o.mu.misnamed[node]
+	o.mu.misnamed[node] = claimed
 	o.mu.Unlock()
 	if !seen || last != claimed {
 		o.log.Error("replication request names another node than its subject; refused, its ack is not counted",

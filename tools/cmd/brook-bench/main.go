@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/tools/bench"
 )
 
@@ -63,6 +64,12 @@ type options struct {
 	catchupReaders string
 	catchupProfile string
 	hostArgs       string
+	// workloads, if set, runs each publishers x window workload in turn
+	// (workloads.go); linger and batch* are the brook client's batching.
+	workloads    string
+	linger       time.Duration
+	batchRecords int
+	batchBytes   int
 }
 
 func main() {
@@ -91,6 +98,10 @@ func main() {
 	flag.StringVar(&o.catchupReaders, "catchup-readers", "", "with --catchup-records: comma-separated reader settings to time (default: brook "+strings.Join(brookReaders, ",")+"; jetstream "+strings.Join(bench.JetStreamReaders, ",")+")")
 	flag.StringVar(&o.catchupProfile, "catchup-cpuprofile", "", "with --catchup-records: write a CPU profile of the bench process (the reader's client) over each read to <this>.<target>-catchup-<run>.<reader>.pprof")
 	flag.StringVar(&o.hostArgs, "host-args", "", "extra arguments of every stream host of the local cluster, space separated (e.g. \"--pprof\")")
+	flag.StringVar(&o.workloads, "workloads", "", "instead of --publishers/--window: comma-separated PUBLISHERSxWINDOW workloads run in turn, each compared on its own and all in one summary table (e.g. 4x16,1x256,1x1; a window of 1 is a synchronous publisher)")
+	flag.DurationVar(&o.linger, "linger", client.DefaultLinger, "brook client: how long a publish may wait for others to share its batch (0: no batching, one request per record)")
+	flag.IntVar(&o.batchRecords, "batch-records", client.DefaultBatchRecords, "brook client: most records per publish batch")
+	flag.IntVar(&o.batchBytes, "batch-bytes", client.DefaultBatchBytes, "brook client: most bytes per publish batch")
 	flag.Parse()
 	o.both = o.target == "both"
 
@@ -132,6 +143,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	if o.catchupRecords > 0 {
 		return runCatchUps(ctx, o, targets, log)
+	}
+	if o.workloads != "" {
+		return runWorkloads(ctx, o, targets, log)
 	}
 	results := map[string][]*bench.Result{}
 	failed := alternate(ctx, o, targets, "", func(ro options) error {

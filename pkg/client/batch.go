@@ -1,0 +1,367 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// Defaults of publish batching (WithBatching).
+const (
+	// DefaultLinger is how long a publish may wait for others to share
+	// its batch while another batch of its stream is in flight.
+	DefaultLinger = time.Millisecond
+	// DefaultBatchRecords and DefaultBatchBytes bound one batch.
+	DefaultBatchRecords = 512
+	DefaultBatchBytes   = 1 << 20
+)
+
+// batchHeadroom is what a batch leaves of the connection's payload limit
+// for its headers.
+const batchHeadroom = 4 << 10
+
+// WithBatching sets how publishes to one stream are gathered into batches
+// (wire.PublishBatchSubject), the way Kafka's producer batches: concurrent
+// Publish calls on this Client and an AsyncPublisher's publishes alike.
+// A publish joins the open batch of its stream; the batch goes out at
+// once when no batch of the stream is in flight, when it holds maxRecords
+// records or maxBytes bytes, or linger after its first record, whichever
+// comes first, so no record waits longer than linger. Each record keeps its
+// own confirm and producer sequence, and is retried on its own terms (a
+// retry joins a later batch). linger 0 turns batching off: every publish
+// is its own request on wire.PublishSubject. maxRecords and maxBytes of 0
+// keep the defaults; the batch is also kept under the connection's payload
+// limit and wire.MaxPublishBatchRecords. A record too large for a batch,
+// or with a producer id over frame.MaxPubProducer bytes, is published on
+// its own.
+func WithBatching(linger time.Duration, maxRecords, maxBytes int) Option {
+	return func(o *options) {
+		o.linger = max(linger, 0)
+		if maxRecords > 0 {
+			o.batchRecords = maxRecords
+		}
+		if maxBytes > 0 {
+			o.batchBytes = maxBytes
+		}
+	}
+}
+
+// batcher gathers the publishes to one stream into batches and sends them
+// over one reply subscription, in the order the publishes came. A batch
+// names one stream id (wire.HeaderStreamID): a publish naming another id
+// than the open batch's (the client pinned the stream meanwhile) sends the
+// open batch first, so the order holds across the change.
+type batcher struct {
+	c          *Client
+	stream     string
+	subject    string
+	prefix     string // reply subjects are prefix + flight id
+	sub        *nats.Subscription
+	maxRecords int
+	maxBytes   int
+	linger     *time.Timer // flushes the open batch; stopped while none
+
+	// mu guards the open batch and the flights, and orders the sends.
+	mu       sync.Mutex
+	open     []*batchItem
+	openSize int
+	openID   uint64 // the stream id the open batch names (0: none)
+	nextID   uint64
+	flights  map[uint64]*flight
+	closed   bool
+}
+
+// batchItem is one record's attempt in a batch; done is called once with
+// its outcome (not under the batcher's lock).
+type batchItem struct {
+	rec  frame.PubRecord
+	done func(wire.PublishConfirm, error)
+}
+
+// flight is a batch sent and waiting for its reply.
+type flight struct {
+	streamID uint64 // the stream id the batch named (0: none)
+	items    []*batchItem
+	timer    *time.Timer
+	stopConn func() bool
+	watched  func(wire.PublishConfirm)
+}
+
+// recordCost bounds what a record adds to a batch frame.
+func recordCost(data []byte, producer string) int {
+	return len(data) + len(producer) + 3*binary.MaxVarintLen64
+}
+
+// batcherFor returns the batcher a publish of data with o goes through, or
+// nil when it is to be published on its own (batching off, or a record
+// that does not fit a batch).
+func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher, error) {
+	if c.opts.linger <= 0 || len(o.producer) > frame.MaxPubProducer {
+		return nil, nil
+	}
+	maxBytes := min(c.opts.batchBytes, wire.MaxPublishBatchBytes, int(c.nc.MaxPayload())-batchHeadroom)
+	if recordCost(data, o.producer) > maxBytes {
+		return nil, nil
+	}
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	if b := c.batchers[stream]; b != nil {
+		return b, nil
+	}
+	if c.batchClosed {
+		return nil, fmt.Errorf("publish %s: %w", stream, ErrClosed)
+	}
+	b := &batcher{
+		c: c, stream: stream, subject: wire.PublishBatchSubject(stream), prefix: c.nc.NewInbox() + ".",
+		maxRecords: min(c.opts.batchRecords, wire.MaxPublishBatchRecords), maxBytes: maxBytes,
+		flights: map[uint64]*flight{},
+	}
+	b.linger = time.AfterFunc(time.Hour, b.lingered)
+	b.linger.Stop()
+	sub, err := c.nc.Subscribe(b.prefix+"*", b.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: subscribe batch replies: %w", stream, err)
+	}
+	// Replies must not be dropped as a slow consumer: the records
+	// outstanding bound them.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("publish %s: %w", stream, err)
+	}
+	b.sub = sub
+	c.batchers[stream] = b
+	return b, nil
+}
+
+// attempt makes one publish attempt of data through the batch: it returns
+// the record's confirm or the attempt's error, or ctx's error if ctx ends
+// first (the record may still be written then, as with a single publish).
+func (b *batcher) attempt(ctx context.Context, data []byte, o publishOpts) (wire.PublishConfirm, error) {
+	type result struct {
+		pc  wire.PublishConfirm
+		err error
+	}
+	ch := make(chan result, 1)
+	b.add(data, o, func(pc wire.PublishConfirm, err error) { ch <- result{pc, err} })
+	select {
+	case r := <-ch:
+		return r.pc, r.err
+	case <-ctx.Done():
+		return wire.PublishConfirm{}, fmt.Errorf("%s: %w", b.subject, ctx.Err())
+	}
+}
+
+// add puts a record into the open batch and sends the batch if it is due;
+// done gets the record's outcome.
+func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm, error)) {
+	it := &batchItem{rec: frame.PubRecord{Data: data}, done: done}
+	if o.hasSeq {
+		it.rec.Producer, it.rec.Seq = o.producer, o.seq
+	}
+	cost := recordCost(data, it.rec.Producer)
+	var sent []sendResult
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		done(wire.PublishConfirm{}, fmt.Errorf("%s: %w", b.subject, ErrClosed))
+		return
+	}
+	id := b.c.idFor(b.stream, o.streamID)
+	if len(b.open) > 0 && (b.openSize+cost > b.maxBytes || id != b.openID) {
+		sent = append(sent, b.sendLocked())
+	}
+	b.openID = id
+	b.open = append(b.open, it)
+	b.openSize += cost
+	switch {
+	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes:
+		// Nothing in flight: waiting would only add latency; full: no
+		// reason to wait either.
+		sent = append(sent, b.sendLocked())
+	case len(b.open) == 1:
+		b.linger.Reset(b.c.opts.linger)
+	}
+	b.mu.Unlock()
+	b.failUnsent(sent)
+}
+
+// lingered sends the open batch once its first record waited the linger.
+func (b *batcher) lingered() {
+	b.mu.Lock()
+	var sent sendResult
+	if len(b.open) > 0 {
+		sent = b.sendLocked()
+	}
+	b.mu.Unlock()
+	b.failUnsent([]sendResult{sent})
+}
+
+// sendResult is a batch sendLocked could not send: its flight fails with
+// err once the lock is released.
+type sendResult struct {
+	id  uint64
+	err error
+}
+
+// sendLocked sends the open batch as a flight. Sending under the lock keeps
+// batches in the order of their records.
+func (b *batcher) sendLocked() sendResult {
+	b.linger.Stop()
+	items := b.open
+	b.open, b.openSize = nil, 0
+	b.nextID++
+	id := b.nextID
+	fl := &flight{items: items, streamID: b.openID}
+	b.flights[id] = fl
+	timeout := b.c.opts.requestTimeout
+	fl.timer = time.AfterFunc(timeout, func() {
+		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
+	})
+	fl.watched = b.c.watchAttempt(b.stream, func() {
+		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
+	})
+	// A reconnect loses the batch (or its reply): retry it at once.
+	fl.stopConn = context.AfterFunc(b.c.gen.Current(), func() {
+		b.fail(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", b.subject, nats.ErrDisconnected))
+	})
+	pb := frame.PubBatch{Records: make([]frame.PubRecord, len(items))}
+	for i, it := range items {
+		pb.Records[i] = it.rec
+	}
+	msg := nats.NewMsg(b.subject)
+	setStreamID(msg, fl.streamID)
+	msg.Reply = b.prefix + strconv.FormatUint(id, 10)
+	msg.Data = frame.AppendPubBatch(nil, &pb)
+	if err := b.c.nc.PublishMsg(msg); err != nil {
+		return sendResult{id: id, err: fmt.Errorf("%s: %w", b.subject, err)}
+	}
+	return sendResult{}
+}
+
+// failUnsent fails the flights that could not be sent.
+func (b *batcher) failUnsent(sent []sendResult) {
+	for _, s := range sent {
+		if s.err != nil {
+			b.fail(s.id, s.err)
+		}
+	}
+}
+
+// take removes and returns flight id, or nil if another path took it. If
+// no flight is left, the open batch is sent at once rather than at the end
+// of its linger.
+func (b *batcher) take(id uint64) *flight {
+	b.mu.Lock()
+	fl := b.flights[id]
+	var sent sendResult
+	if fl != nil {
+		delete(b.flights, id)
+		fl.timer.Stop()
+		fl.stopConn()
+		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
+			sent = b.sendLocked()
+		}
+	}
+	b.mu.Unlock()
+	if fl != nil {
+		fl.watched(wire.PublishConfirm{})
+	}
+	b.failUnsent([]sendResult{sent})
+	return fl
+}
+
+// fail ends flight id with err for every record of it.
+func (b *batcher) fail(id uint64, err error) {
+	if fl := b.take(id); fl != nil {
+		for _, it := range fl.items {
+			it.done(wire.PublishConfirm{}, err)
+		}
+	}
+}
+
+// onReply handles a batch's reply: one confirm (or refusal) per record, or
+// one error for all.
+func (b *batcher) onReply(m *nats.Msg) {
+	id, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, b.prefix), 10, 64)
+	if err != nil {
+		return
+	}
+	fl := b.take(id)
+	if fl == nil {
+		return // a reply after the flight failed; its records retry
+	}
+	failAll := func(err error) {
+		for _, it := range fl.items {
+			it.done(wire.PublishConfirm{}, err)
+		}
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		failAll(fmt.Errorf("%s: %w", b.subject, nats.ErrNoResponders))
+		return
+	}
+	if werr := replyError(m, replyBinary); werr != nil {
+		failAll(namedError(fl.streamID, werr))
+		return
+	}
+	r, err := frame.DecodePubReply(m.Data)
+	if err == nil && len(r.Results) != len(fl.items) {
+		err = fmt.Errorf("%d results for %d records", len(r.Results), len(fl.items))
+	}
+	var streamID, epoch uint64
+	if err == nil {
+		streamID, err = strconv.ParseUint(m.Header.Get(wire.HeaderStreamID), 10, 64)
+	}
+	if err == nil {
+		epoch, err = strconv.ParseUint(m.Header.Get(wire.HeaderEpoch), 10, 64)
+	}
+	if err != nil {
+		// An unreadable reply is not a confirm: never report it as one.
+		failAll(fmt.Errorf("publish %s: decode batch reply: %w", b.stream, err))
+		return
+	}
+	fl.watched(wire.PublishConfirm{StreamID: streamID, Epoch: epoch}) // records the stream id and epoch seen
+	for i, it := range fl.items {
+		res := r.Results[i]
+		if res.Code != "" {
+			it.done(wire.PublishConfirm{}, wire.Errorf(res.Code, "%s: record %d of the batch refused", b.subject, i))
+			continue
+		}
+		it.done(wire.PublishConfirm{StreamID: streamID, Offset: res.Offset, Epoch: epoch, Copies: r.Copies, W: r.W, Duplicate: res.Duplicate}, nil)
+	}
+}
+
+// close sends the open batch and takes no more records; the flights end
+// with their replies or their timers.
+func (b *batcher) close() {
+	b.mu.Lock()
+	var sent sendResult
+	if len(b.open) > 0 {
+		sent = b.sendLocked()
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.failUnsent([]sendResult{sent})
+}
+
+// closeBatchers closes every batcher of the client (Close).
+func (c *Client) closeBatchers() {
+	c.batchMu.Lock()
+	c.batchClosed = true
+	bs := make([]*batcher, 0, len(c.batchers))
+	for _, b := range c.batchers {
+		bs = append(bs, b)
+	}
+	c.batchMu.Unlock()
+	for _, b := range bs {
+		b.close()
+	}
+}

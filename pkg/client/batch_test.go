@@ -1,0 +1,409 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// batchOwner is a stand-in owner of stream "x" on the batch subject: it
+// numbers records from 0 in arrival order, suppresses repeats of a
+// producer sequence (answering the first offset), and keeps every batch
+// it got. hold, if set, is called before each reply and may delay it.
+type batchOwner struct {
+	t  *testing.T
+	nc *nats.Conn
+
+	mu      sync.Mutex
+	next    uint64
+	seen    map[string]uint64 // producer/seq -> offset
+	batches [][]frame.PubRecord
+	got     chan int // batch sizes, as they arrive
+	// answer, if set, decides a batch's reply: nil confirms it.
+	answer func(n int, b *frame.PubBatch) *wire.Error
+	// refuse, if set, names the records refused on their own with code.
+	refuse func(r frame.PubRecord) string
+	// hold, if set, runs before batch n's reply is sent, on its own
+	// goroutine, so that later batches are served meanwhile.
+	hold func(n int)
+}
+
+func newBatchOwner(t *testing.T, url string) *batchOwner {
+	o := &batchOwner{t: t, nc: responderConn(t, url), seen: map[string]uint64{}, got: make(chan int, 1024)}
+	subscribe(t, o.nc, wire.PublishBatchSubject("x"), o.serve)
+	return o
+}
+
+func (o *batchOwner) serve(m *nats.Msg) {
+	b, err := frame.DecodePubBatch(m.Data)
+	if err != nil {
+		respondError(o.t, m, wire.Errorf(wire.CodeBadRequest, "%v", err))
+		return
+	}
+	o.mu.Lock()
+	n := len(o.batches)
+	o.batches = append(o.batches, b.Records)
+	answer, refuse, hold := o.answer, o.refuse, o.hold
+	o.mu.Unlock()
+	o.got <- len(b.Records)
+	if answer != nil {
+		if e := answer(n, b); e != nil {
+			respondError(o.t, m, e)
+			return
+		}
+	}
+	o.mu.Lock()
+	r := &frame.PubReply{Copies: 2, W: 2}
+	for _, rec := range b.Records {
+		if refuse != nil {
+			if code := refuse(rec); code != "" {
+				r.Results = append(r.Results, frame.PubResult{Code: code})
+				continue
+			}
+		}
+		key := rec.Producer + "/" + strconv.FormatUint(rec.Seq, 10)
+		if off, ok := o.seen[key]; ok && rec.Producer != "" {
+			r.Results = append(r.Results, frame.PubResult{Offset: off, Duplicate: true})
+			continue
+		}
+		if rec.Producer != "" {
+			o.seen[key] = o.next
+		}
+		r.Results = append(r.Results, frame.PubResult{Offset: o.next})
+		o.next++
+	}
+	o.mu.Unlock()
+	reply := nats.NewMsg(m.Reply)
+	reply.Header.Set(wire.HeaderStreamID, "1")
+	reply.Header.Set(wire.HeaderEpoch, "1")
+	reply.Data = frame.AppendPubReply(nil, r)
+	send := func() {
+		if err := m.RespondMsg(reply); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			o.t.Errorf("respond: %v", err)
+		}
+	}
+	if hold == nil {
+		send()
+		return
+	}
+	go func() {
+		hold(n)
+		send()
+	}()
+}
+
+// Concurrent Publish calls share batches: with a long linger, the first
+// goes out alone (nothing in flight), the others gather while it is in
+// flight and go out together when it is answered (not after the linger);
+// each record gets its own confirm.
+func TestBatchGathersConcurrentPublishes(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	release := make(chan struct{})
+	o.hold = func(n int) {
+		if n == 0 {
+			<-release
+		}
+	}
+	c := connectClient(t, url, WithBatching(time.Minute, 0, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	const n = 50
+	offsets := make(chan uint64, n)
+	var wg sync.WaitGroup
+	publish := func(i int) {
+		defer wg.Done()
+		pc, err := c.Publish(ctx, "x", fmt.Appendf(nil, "r%d", i))
+		if err != nil {
+			t.Errorf("publish %d: %v", i, err)
+			return
+		}
+		offsets <- pc.Offset
+	}
+	wg.Add(1)
+	go publish(0)
+	if got := <-o.got; got != 1 {
+		t.Fatalf("first batch of %d records, want 1", got)
+	}
+	wg.Add(n - 1)
+	for i := 1; i < n; i++ {
+		go publish(i)
+	}
+	// Wait until all the others are queued in the open batch.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, _ := c.batcherFor("x", nil, publishOpts{})
+		b.mu.Lock()
+		queued := len(b.open)
+		b.mu.Unlock()
+		if queued == n-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d publishes queued, want %d", queued, n-1)
+		}
+	}
+	close(release)
+	if got := <-o.got; got != n-1 {
+		t.Fatalf("second batch of %d records, want %d", got, n-1)
+	}
+	wg.Wait()
+	close(offsets)
+	seen := map[uint64]bool{}
+	for off := range offsets {
+		if seen[off] || off >= n {
+			t.Fatalf("offset %d twice or out of range", off)
+		}
+		seen[off] = true
+	}
+}
+
+// No record waits longer than the linger: while a batch is in flight (its
+// reply held until then), a later publish goes out in the next batch after
+// its linger, not when the first batch is answered.
+func TestBatchLingerFlushes(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	second := make(chan struct{})
+	o.hold = func(n int) {
+		switch n {
+		case 0:
+			select {
+			case <-second:
+			case <-time.After(time.Second): // 50 lingers, half the request timeout
+				t.Errorf("the second batch did not come while the first was in flight")
+			}
+		case 1:
+			close(second)
+		}
+	}
+	c := connectClient(t, url, WithBatching(20*time.Millisecond, 0, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("a"))
+		first <- err
+	}()
+	<-o.got
+	if _, err := c.Publish(ctx, "x", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A batch is cut at maxRecords, and an async publisher's window fills
+// batches in call order: every future is confirmed at its own offset, in
+// order.
+func TestBatchAsyncSizesAndOrder(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	c := connectClient(t, url, WithBatching(5*time.Millisecond, 8, 0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	p, err := c.NewAsyncPublisher("x", AsyncConfig{Window: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	futs := make([]*Future, n)
+	for i := range n {
+		if futs[i], err = p.PublishAsync(ctx, fmt.Appendf(nil, "r%d", i), WithProducer("p", uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futs {
+		pc, err := f.Result()
+		if err != nil || pc.Offset != uint64(i) || pc.StreamID != 1 || pc.Epoch != 1 || pc.W != 2 {
+			t.Fatalf("future %d: %+v %v, want offset %d", i, pc, err, i)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	multi := 0
+	for _, b := range o.batches {
+		if len(b) > 8 {
+			t.Fatalf("batch of %d records, over 8", len(b))
+		}
+		if len(b) > 1 {
+			multi++
+		}
+	}
+	if multi == 0 {
+		t.Fatalf("no batch held more than one record: %d batches", len(o.batches))
+	}
+}
+
+// A batch refused whole with a retryable code is retried record by record
+// through later batches, each record with its own producer sequence, so
+// the owner's suppression keeps every record once; a record refused on its
+// own fails with its code and is not retried.
+func TestBatchRetriesAndRefusals(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	o.answer = func(n int, _ *frame.PubBatch) *wire.Error {
+		if n < 2 {
+			return wire.Errorf(wire.CodeNotOwner, "moving")
+		}
+		return nil
+	}
+	o.refuse = func(r frame.PubRecord) string {
+		if string(r.Data) == "too big" {
+			return wire.CodePayloadTooLarge
+		}
+		return ""
+	}
+	c := connectClient(t, url, WithBatching(5*time.Millisecond, 0, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	pcs := make([]wire.PublishConfirm, 6)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := fmt.Appendf(nil, "r%d", i)
+			if i == 5 {
+				data = []byte("too big")
+			}
+			pcs[i], errs[i] = c.Publish(ctx, "x", data, WithProducer("p", uint64(i)))
+		}()
+	}
+	wg.Wait()
+	offsets := map[uint64]bool{}
+	for i := range 5 {
+		if errs[i] != nil || offsets[pcs[i].Offset] {
+			t.Fatalf("record %d: %+v %v", i, pcs[i], errs[i])
+		}
+		offsets[pcs[i].Offset] = true
+	}
+	if wire.CodeOf(errs[5]) != wire.CodePayloadTooLarge {
+		t.Fatalf("refused record: %v, want %s", errs[5], wire.CodePayloadTooLarge)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.next != 5 {
+		t.Fatalf("owner wrote %d records, want 5", o.next)
+	}
+	for _, b := range o.batches {
+		for _, r := range b {
+			if want := fmt.Sprintf("r%d", r.Seq); r.Producer != "p" || (r.Seq < 5 && string(r.Data) != want) {
+				t.Fatalf("record %+v resent with another producer sequence", r)
+			}
+		}
+	}
+}
+
+// With batching off, and for a record too large for a batch, publishes
+// use the single publish subject.
+func TestBatchOffAndOversizeUseSinglePublish(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	singles := make(chan int, 10)
+	rn := responderConn(t, url)
+	subscribe(t, rn, wire.PublishSubject("x"), func(m *nats.Msg) {
+		singles <- len(m.Data)
+		respondJSON(t, m, wire.PublishConfirm{StreamID: 1, Offset: 9, Epoch: 1, Copies: 1, W: 1})
+	})
+	ctx := ctxTimeout(t, 10*time.Second)
+	off := connectClient(t, url)
+	if _, err := off.Publish(ctx, "x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	on := connectClient(t, url, WithBatching(time.Millisecond, 0, 100))
+	if _, err := on.Publish(ctx, "x", make([]byte, 200)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := on.Publish(ctx, "x", []byte("small")); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := <-singles, <-singles; a != 1 || b != 200 {
+		t.Fatalf("single publishes of %d and %d bytes, want 1 and 200", a, b)
+	}
+	if got := <-o.got; got != 1 {
+		t.Fatalf("batch of %d, want 1", got)
+	}
+}
+
+// Close sends the open batch and refuses later publishes.
+func TestBatchClose(t *testing.T) {
+	url := startNATS(t)
+	newBatchOwner(t, url)
+	c := connectClient(t, url, WithBatching(time.Millisecond, 0, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := c.Publish(ctx, "x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(context.Background(), "x", []byte("b")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after close: %v, want ErrClosed", err)
+	}
+}
+
+// Batches keep the order of the records across the client's pinning of the
+// stream: once the first confirm pins the stream to its id, a later record
+// (naming the id) does not overtake an earlier one still in the open batch
+// (naming none).
+func TestBatchOrderAcrossPinning(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	o.hold = func(n int) {
+		if n < len(release) {
+			<-release[n]
+		}
+	}
+	c := connectClient(t, url, WithBatching(time.Minute, 2, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	p, err := c.NewAsyncPublisher("x", AsyncConfig{Window: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(i int) *Future {
+		t.Helper()
+		f, err := p.PublishAsync(ctx, fmt.Appendf(nil, "r%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	first := publish(0) // alone: nothing in flight
+	<-o.got
+	publish(1)
+	publish(2) // full: the second batch goes
+	<-o.got
+	publish(3) // open, waits for the linger or no flight
+	close(release[0])
+	<-first.Done()
+	if got := c.idFor("x", 0); got != 1 {
+		t.Fatalf("pinned to %d after the first confirm, want 1", got)
+	}
+	publish(4)
+	close(release[1])
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var order []string
+	for _, b := range o.batches {
+		for _, r := range b {
+			order = append(order, string(r.Data))
+		}
+	}
+	if fmt.Sprint(order) != "[r0 r1 r2 r3 r4]" {
+		t.Fatalf("records reached the owner in the order %v", order)
+	}
+}

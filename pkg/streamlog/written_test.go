@@ -1,0 +1,90 @@
+package streamlog
+
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// TestReadWrittenBeforeDurable holds the committer so that appends stay
+// queued, and checks that ReadWritten and DigestAt serve them (offsets,
+// data, time and digest as they become durable), Changed wakes for them,
+// while Read, the durable tail and a seal see only durable records.
+func TestReadWrittenBeforeDurable(t *testing.T) {
+	var hold sync.Mutex // held: the committer waits before its next group
+	s := openTest(t, t.TempDir(), func(s *impl) {
+		s.beforeCommit = func() { hold.Lock(); hold.Unlock() } //nolint:staticcheck // a gate, not a critical section
+	})
+	c := mustCreate(t, s, "w", 1)
+	mustAppend(t, c, payloads("durable", 0, 2))
+
+	hold.Lock()
+	ch := c.Changed()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Append(context.Background(), payloads("queued", 3*i, 3)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	<-ch // an append wakes the copy's waiters at once
+	waitFor(t, c, "both appends written", func() bool { return c.Tails().RecordWritten == 8 })
+	tl := c.Tails()
+	if tl.Record != 2 {
+		t.Fatalf("durable tail %d with the commit held, want 2", tl.Record)
+	}
+	if recs, err := c.Read(0, 0, 0, 100); err != nil || len(recs) != 2 {
+		t.Fatalf("Read returned %d records (%v), want the 2 durable ones", len(recs), err)
+	}
+	recs, err := c.ReadWritten(1, 0, 0, 100)
+	if err != nil || len(recs) != 7 {
+		t.Fatalf("ReadWritten returned %d records (%v), want 7", len(recs), err)
+	}
+	for i, r := range recs {
+		if r.Offset != uint64(1+i) || r.TimeNS == 0 {
+			t.Fatalf("record %d: offset %d time %d", i, r.Offset, r.TimeNS)
+		}
+	}
+	if got, err := c.ReadWritten(3, 2, 0, 100); err != nil || len(got) != 2 || got[0].Offset != 3 {
+		t.Fatalf("ReadWritten(3, max 2) = %d records from %v (%v)", len(got), got, err)
+	}
+	if got, err := c.ReadWritten(3, 0, 0, 5); err != nil || len(got) != 2 {
+		t.Fatalf("ReadWritten(3, below 5) = %d records (%v), want 2", len(got), err)
+	}
+	var digests []uint64
+	for off := uint64(3); off <= 8; off++ {
+		d, err := c.DigestAt(off)
+		if err != nil {
+			t.Fatalf("DigestAt(%d) of a written record: %v", off, err)
+		}
+		digests = append(digests, d)
+	}
+	if _, err := c.DigestAt(9); err == nil {
+		t.Fatal("DigestAt past the written tail answered")
+	}
+
+	hold.Unlock()
+	wg.Wait()
+	tl = c.Tails()
+	if tl.Record != 8 || tl.RecordWritten != 8 {
+		t.Fatalf("tails after the commit: %+v", tl)
+	}
+	durable := readAll(t, c)
+	for i, r := range recs {
+		d := durable[1+i]
+		if d.Offset != r.Offset || string(d.Data) != string(r.Data) || d.TimeNS != r.TimeNS {
+			t.Fatalf("written record %d %q at %d differs from durable %q at %d", i, r.Data, r.TimeNS, d.Data, d.TimeNS)
+		}
+	}
+	for i, off := 0, uint64(3); off <= 8; i, off = i+1, off+1 {
+		if d, err := c.DigestAt(off); err != nil || d != digests[i] {
+			t.Fatalf("digest at %d: %x when written, %x (%v) when durable", off, digests[i], d, err)
+		}
+	}
+	if c.written != nil {
+		t.Fatalf("%d requests still listed as written after their commit", len(c.written))
+	}
+}

@@ -1,0 +1,29 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWriteWorkloadSummary(t *testing.T) {
+	wls := []Workload{{4, 16}, {1, 1}}
+	res := func(rate, p50, p99 float64) *Result {
+		return &Result{Before: Phase{PerSecond: rate, P50MS: p50, P99MS: p99}}
+	}
+	results := []map[string][]*Result{
+		{"brook": {res(300, 1, 5), res(100, 3, 9), res(200, 2, 7)}, "jetstream": {res(100, 2, 8)}},
+		{"brook": {res(50, 1, 2)}},
+	}
+	var b strings.Builder
+	if err := WriteWorkloadSummary(&b, []string{"brook", "jetstream"}, wls, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 4 publishers x 16 outstanding | 200 rec/s, p50 2.00 ms, p99 7.00 ms | 100 rec/s, p50 2.00 ms, p99 8.00 ms | 2.00 |",
+		"| 1 synchronous publisher | 50 rec/s, p50 1.00 ms, p99 2.00 ms | – | – |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}
