@@ -131,6 +131,13 @@ func (s *Store) Failure() error { return s.failure() }
 // Close flushes cursor events and closes the database.
 func (s *Store) Close() error { return s.close() }
 
+// UncleanStart reports whether the process that had the store open before
+// this one did not close it: it crashed, or its store failed. Records it
+// had written but not synced are gone then, though it may have replicated
+// them (an owner serves written records before its fsync). A store that
+// Close closed, or a new one, starts clean.
+func (s *Store) UncleanStart() bool { return s.uncleanStart }
+
 // Copies lists the copies held, by stream name.
 func (s *Store) Copies() []*Copy { return s.copies() }
 

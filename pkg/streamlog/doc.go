@@ -9,6 +9,8 @@
 //	key                              value
 //	"v"                              layout version (uint64, currently 1)
 //	"g"                              next copy id (uint64)
+//	"o"                              open mark (one byte): set by Open, deleted
+//	                                 by a clean Close (Store.UncleanStart)
 //	"n" + stream name                copy id (uint64): the name index
 //	"c" + id(8) + "e" + offset(8)    cursor event: position(8) + cursor name
 //	"c" + id(8) + "k"                cursor snapshot: boundary(8), count(4),

@@ -12,6 +12,7 @@ const (
 	prefixNextID  = 'g' // "g" -> next copy id to assign
 	prefixName    = 'n' // "n" + stream name -> copy id
 	prefixCopy    = 'c' // "c" + copy id + tag ... -> the copy's own keys
+	prefixOpen    = 'o' // "o" -> present while a process has the store open
 
 	// Tags after "c" + copy id. Their order matters only in that each one
 	// owns a contiguous key range: tag and tag+1 bound it.
@@ -28,6 +29,7 @@ const layoutVersion = 1
 var (
 	versionKey = []byte{prefixVersion}
 	nextIDKey  = []byte{prefixNextID}
+	openKey    = []byte{prefixOpen}
 )
 
 func nameKey(stream string) []byte {

@@ -42,6 +42,9 @@ type impl struct {
 	snapEvery uint64
 	// holdMax is defaultHoldMax; benchmarks vary it.
 	holdMax time.Duration
+	// uncleanStart: the process before this one left the open mark
+	// (UncleanStart); set by load, read-only after.
+	uncleanStart bool
 
 	// mu guards the copy set and the id counter.
 	mu     sync.Mutex
@@ -239,6 +242,17 @@ func (s *impl) load() error {
 	case len(v) != 8 || binary.BigEndian.Uint64(v) != layoutVersion:
 		return fmt.Errorf("streamlog: database layout version %x is not %d", v, layoutVersion)
 	}
+	// The open mark: found, the process before this one did not close
+	// the store (it crashed, or its store failed); set, until close
+	// deletes it.
+	if v, err := getValue(s.db, openKey); err != nil {
+		return fmt.Errorf("streamlog: read open mark: %w", err)
+	} else {
+		s.uncleanStart = v != nil
+	}
+	if err := s.guard(func() error { return s.db.Set(openKey, []byte{1}, pebble.Sync) }); err != nil {
+		return fmt.Errorf("streamlog: write open mark: %w", err)
+	}
 	if v, err := getValue(s.db, nextIDKey); err != nil {
 		return fmt.Errorf("streamlog: read next copy id: %w", err)
 	} else if len(v) == 8 {
@@ -374,9 +388,11 @@ func (s *impl) close() error {
 	var errs []error
 	if s.failure() == nil {
 		// Cursor events were written without fsync; one synced write makes
-		// every earlier WAL entry durable.
-		if err := s.guard(func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
-			errs = append(errs, fmt.Errorf("streamlog: sync cursor events on close: %w", err))
+		// every earlier WAL entry durable. It is the open mark's removal:
+		// every record written is durable now, so the next process finds
+		// the store closed cleanly.
+		if err := s.guard(func() error { return s.db.Delete(openKey, pebble.Sync) }); err != nil {
+			errs = append(errs, fmt.Errorf("streamlog: sync cursor events and clear the open mark on close: %w", err))
 		}
 	}
 	if err := s.db.Close(); err != nil {

@@ -279,7 +279,7 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 			r.publishStatus(as.Retention)
 			return err
 		}
-		if err := h.release(ctx, log, c, a.Epoch, sealed, seal); err != nil {
+		if err := h.release(ctx, log, r, c, a.Epoch, sealed, seal); err != nil {
 			r.publishStatus(as.Retention)
 			return err
 		}
@@ -290,6 +290,9 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error
 			r.own.update(a, as.MinCopies)
 		} else {
 			r.stopRole(wire.CodeNotOwner)
+			if h.store.UncleanStart() && len(a.Followers) > 0 && c.Epoch() == a.Epoch && r.begun != (begunEpoch{c: c, epoch: a.Epoch}) {
+				return h.fenceEarlierOwner(log, r, c, a, as.Retention)
+			}
 			if err := h.promote(ctx, log, r, c, a, as.MinCopies, historyFloor(as.Starts, a.Epoch)); err != nil {
 				r.publishStatus(as.Retention)
 				return err
@@ -371,7 +374,7 @@ func (h *Host) cut(ctx context.Context, log *slog.Logger, c *streamlog.Copy, epo
 
 // release begins the epoch on the copy, which releases a seal at or below
 // it.
-func (h *Host) release(ctx context.Context, log *slog.Logger, c *streamlog.Copy, epoch uint64, sealed bool, seal streamlog.Seal) error {
+func (h *Host) release(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, epoch uint64, sealed bool, seal streamlog.Seal) error {
 	_, span := h.tracer.Start(ctx, "release")
 	defer span.End()
 	if err := c.BeginEpoch(epoch); err != nil {
@@ -382,12 +385,40 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, c *streamlog.Copy,
 		}
 		return fmt.Errorf("begin epoch %d: %w", epoch, err)
 	}
+	r.begun = begunEpoch{c: c, epoch: epoch}
 	span.SetAttributes(attribute.Bool("brook.released_seal", sealed))
 	if sealed {
 		log.Info("seal released", "fence", seal.FenceEpoch, "transition", seal.Transition)
 	} else {
 		log.Info("epoch begun")
 	}
+	return nil
+}
+
+// fenceEarlierOwner seals, at the next epoch, a copy this host owns at an
+// epoch an earlier process of the host began, when that process did not
+// close the store (it crashed, or its store failed), instead of serving it
+// again. That process replicated records as soon as it had written them,
+// before its own fsync (owner.go): a follower may hold records this copy
+// lost in the crash. (A process that closed the store synced everything
+// it wrote, so its successor serves on.) Were this copy to write again at
+// the same epoch, it would write other records at those offsets, confirm
+// them with the other followers, and leave two copies of one epoch that
+// differ at the same offset; a later recovery, which ranks copies by their
+// tails, could then promote the one without a confirmed record. Sealed,
+// the copy confirms nothing more at this epoch, its heartbeat reports the
+// seal, and the coordinator recovers the stream as for any copy sealed
+// past its assignment (DetectSealedCopy): it seals the survivors at the
+// next epoch and promotes the furthest. Transition 0 is below every
+// recovery's, so the recovery's seal at the same fence takes it over.
+func (h *Host) fenceEarlierOwner(log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, ret wire.Retention) error {
+	defer r.publishStatus(ret)
+	if _, err := c.Seal(a.Epoch+1, 0); err != nil {
+		return fmt.Errorf("fence the copy an earlier process owned at epoch %d: %w", a.Epoch, err)
+	}
+	log.Warn("owner at an epoch an earlier process of this host began: copy sealed at the next epoch for the coordinator to recover the stream, not served again (followers may hold records the crash lost here)",
+		"epoch", a.Epoch, "fence", a.Epoch+1, "record_tail", c.Tails().Record)
+	h.requestBeat()
 	return nil
 }
 

@@ -148,7 +148,10 @@ func TestOwnerCrashBeforeItsFsync(t *testing.T) {
 			if got := c.waitTails("n1", stream, "the old owner back", func(streamlog.Tails) bool { return true }); got.Record != confirmed {
 				t.Fatalf("the old owner came back at record tail %d, want the %d it had synced", got.Record, confirmed)
 			}
-			c.waitCopy("n1", stream, "the old owner serving", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+			// It does not serve the epoch it lost records of again: it
+			// seals its copy at the next one for recovery to take over
+			// (fenceEarlierOwner; TestRestartedOwnerSealsItsEpoch).
+			c.waitCopy("n1", stream, "the old owner sealed", func(cs wire.CopyStatus) bool { return cs.Sealed && cs.Role == wire.RoleNone })
 			// The recovery seals R = E-W+1 = 1 copy and promotes the
 			// furthest sealed one; here the one this case names.
 			sr, e := c.seal(owner, stream, id, 2, 1)

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -27,8 +28,20 @@ type replica struct {
 	// win is the copy's duplicate window across roles, lent to the role
 	// that runs (window.go); guarded by mu while no role runs.
 	win *copyWindow
+	// begun is the copy and epoch this process last began (release):
+	// after a crash, an owner at an epoch this process did not begin was
+	// the crashed process's, and is sealed rather than served
+	// (fenceEarlierOwner); guarded by mu.
+	begun begunEpoch
 
 	status atomic.Pointer[roleStatus]
+}
+
+// begunEpoch names an epoch begun on one copy (a copy deleted and created
+// again under the same name is another).
+type begunEpoch struct {
+	c     *streamlog.Copy
+	epoch uint64
 }
 
 // roleStatus is an immutable view of a replica's role.
