@@ -73,7 +73,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	c, err := client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
 		client.WithName("brook-bench-mass"), client.WithLogger(log),
 		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
-		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(5*time.Second))...)
+		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(30*time.Second))...)
 	if err != nil {
 		return res, err
 	}
@@ -88,7 +88,14 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		streams[i] = fmt.Sprintf("mass-%05d", i)
 	}
 	res.Create, err = timeCreates(ctx, streams, max(o.createConcurrency, 1), func(ctx context.Context, s string) error {
-		if _, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy}); err != nil {
+		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		if wire.CodeOf(err) == wire.CodeExists {
+			// The client retried a create whose first attempt was
+			// committed but not answered in time: the names are this
+			// run's own, so the stream is the one created.
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("create: %w", err)
 		}
 		return nil
