@@ -137,10 +137,22 @@ func (c *Client) StreamInfo(ctx context.Context, stream string) (wire.StreamInfo
 	return info, err
 }
 
-// ListStreams lists every stream.
+// ListStreams lists every stream in one reply (see ListStreamsPage).
 func (c *Client) ListStreams(ctx context.Context) (wire.StreamList, error) {
 	var list wire.StreamList
 	err := c.Admin(ctx, wire.VerbStreamList, wire.Empty{}, &list)
+	return list, err
+}
+
+// ListStreamsPage lists up to limit streams whose names sort after cursor
+// (start with ""); the reply's Next is the cursor of the next page, "" after
+// the last. Unlike ListStreams, no reply grows with the cluster.
+func (c *Client) ListStreamsPage(ctx context.Context, cursor string, limit int) (wire.StreamList, error) {
+	var list wire.StreamList
+	if limit < 1 {
+		return list, wire.Errorf(wire.CodeBadRequest, "stream list page limit %d: want at least 1", limit)
+	}
+	err := c.Admin(ctx, wire.VerbStreamList, wire.StreamListRequest{Cursor: cursor, Limit: limit}, &list)
 	return list, err
 }
 

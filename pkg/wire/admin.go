@@ -110,10 +110,22 @@ type CopyTails struct {
 	AgeMS     int64 `json:"age_ms"`
 }
 
-// StreamList lists every stream.
+// StreamListRequest asks stream.list for the streams in name order. With
+// Limit 0 (or an empty body) the reply holds every stream; with Limit > 0
+// it holds up to Limit streams whose names sort after Cursor, and its Next
+// is the Cursor of the following page ("" after the last page).
+type StreamListRequest struct {
+	Cursor string `json:"cursor,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+}
+
+// StreamList lists the streams (every stream, or one page of them).
 type StreamList struct {
 	Streams []StreamInfo `json:"streams"`
-	Version uint64       `json:"version"`
+	// Next is the cursor of the next page when the request had a limit
+	// and more streams follow; "" otherwise.
+	Next    string `json:"next,omitempty"`
+	Version uint64 `json:"version"`
 }
 
 // ClusterInfo describes the coordinators and the stream hosts.

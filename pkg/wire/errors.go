@@ -25,6 +25,8 @@ const (
 	CodeOverloaded      = "overloaded"        // the host is at its cap of requests in flight; retry after a backoff
 	CodeNotEnoughCopies = "not_enough_copies" // the assignment holds fewer copies than the stream's min_copies; not confirmed, retry
 	CodeInternal        = "internal"          // a bug or a storage failure; see the host's log
+	CodeStreamLimit     = "stream_limit"      // the cluster holds the coordinators' maximum of streams (--max-streams)
+	CodeHostLimit       = "host_limit"        // too few live hosts hold fewer copies than the coordinators' maximum per host (--max-copies-per-host)
 )
 
 // Error is the one error reply shape of every request-reply exchange.

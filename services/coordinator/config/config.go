@@ -20,6 +20,7 @@ import (
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
 // EnvPrefix marks the environment variables read.
@@ -46,6 +47,10 @@ type Config struct {
 	ReplaceAfter    time.Duration `koanf:"replace-after"`
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
+	// MaxStreams and MaxCopiesPerHost are the cluster's limits: a create
+	// past either is refused (stream_limit, host_limit).
+	MaxStreams       int `koanf:"max-streams"`
+	MaxCopiesPerHost int `koanf:"max-copies-per-host"`
 	// RaftCA, RaftCert and RaftKey (all three or none) run the Raft
 	// transport over Dragonboat's mutual TLS.
 	RaftCA   string `koanf:"raft-ca"`
@@ -77,6 +82,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
 	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
+	fs.Int("max-streams", state.DefaultMaxStreams, "most streams the cluster holds; a create past it is refused with stream_limit")
+	fs.Int("max-copies-per-host", state.DefaultMaxCopiesPerHost, "most stream copies a create places on one host; a create that finds too few hosts below it is refused with host_limit (failovers may exceed it)")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
 	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
 	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
@@ -199,6 +206,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := policy.Parse(c.DefaultPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-policy: %w", err))
+	}
+	if c.MaxStreams < 1 {
+		errs = append(errs, errors.New("--max-streams must be at least 1"))
+	}
+	if c.MaxCopiesPerHost < 1 {
+		errs = append(errs, errors.New("--max-copies-per-host must be at least 1"))
 	}
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))

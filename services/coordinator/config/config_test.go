@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
 // TestPrecedence: defaults < file < environment < flags, one key won by each
@@ -27,7 +28,8 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != 10 { // defaults
+	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != 10 || // defaults
+		c.MaxStreams != state.DefaultMaxStreams || c.MaxCopiesPerHost != state.DefaultMaxCopiesPerHost {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.DataDir != "/from/file" || c.SealTimeout != 4*time.Second { // file
@@ -53,6 +55,8 @@ func TestValidation(t *testing.T) {
 		{"--data-dir", "d", "--ttl", "0s"},
 		{"--data-dir", "d", "--log-format", "xml"},
 		{"--data-dir", "d", "--raft-addr", "127.0.0.1:9999"},
+		{"--data-dir", "d", "--max-streams", "0"},
+		{"--data-dir", "d", "--max-copies-per-host", "-1"},
 	} {
 		if _, err := Load(args); err == nil {
 			t.Errorf("Load(%q) accepted", args)

@@ -16,16 +16,32 @@ import (
 // holding the fewest copies (then owning the fewest, then lowest id). So
 // owners and copies spread evenly as streams are created one by one.
 func Place(s *state.State, live map[string]liveness.Seen, now time.Time, ttl time.Duration, copies int) (owner string, followers []string, err error) {
-	var up []string
+	return PlaceWithin(s, live, now, ttl, copies, 0)
+}
+
+// PlaceWithin is Place on the nodes that hold fewer than maxPerHost copies
+// (0: no limit); too few such nodes is a wire.CodeHostLimit error. It reads
+// the nodes and the state's load counts only (state.Load), never the
+// streams, so s may be a state.Partial view.
+func PlaceWithin(s *state.State, live map[string]liveness.Seen, now time.Time, ttl time.Duration, copies, maxPerHost int) (owner string, followers []string, err error) {
+	owned, held := s.Load()
+	var up, room []string
 	for _, id := range s.SortedNodes() {
 		if Up(s, live, id, now, ttl) {
 			up = append(up, id)
+			if maxPerHost <= 0 || held[id] < maxPerHost {
+				room = append(room, id)
+			}
 		}
 	}
 	if len(up) < copies {
 		return "", nil, wire.Errorf(wire.CodeUnavailable, "%d copies need %d live stream hosts, %d are live", copies, copies, len(up))
 	}
-	owned, held := s.Load()
+	if len(room) < copies {
+		return "", nil, wire.Errorf(wire.CodeHostLimit, "%d copies need %d live stream hosts below %d copies (--max-copies-per-host), %d of the %d live are",
+			copies, copies, maxPerHost, len(room), len(up))
+	}
+	up = room
 	byOwned := slices.Clone(up)
 	slices.SortStableFunc(byOwned, func(a, b string) int {
 		return cmp.Or(cmp.Compare(owned[a], owned[b]), cmp.Compare(held[a], held[b]), cmp.Compare(a, b))

@@ -126,6 +126,13 @@ func Up(s *state.State, live map[string]liveness.Seen, node string, now time.Tim
 // stream actions are planned against the state as it will be once those
 // are applied, so a node expired in this round fails its streams over in the
 // same round.
+//
+// s may be a state.Partial view: Plan plans over the streams it holds, and
+// reads the rest of the state only through the nodes and the load counts.
+// The control loop reads the view state.QueryControl returns, with Losing
+// and SealedReports: it holds every stream that can yield an action, so the
+// plan equals the plan over the whole state at a cost in proportion to the
+// streams concerned.
 func Plan(s *state.State, live Liveness, now time.Time, p Params) []Action {
 	acts := planNodes(s, live, now, p)
 	sim := s
@@ -136,6 +143,34 @@ func Plan(s *state.State, live Liveness, now time.Time, p Params) []Action {
 		}
 	}
 	return append(acts, planStreams(sim, live, now, p)...)
+}
+
+// Losing returns the nodes the plan of this round expires or marks left.
+// Their streams fail over in the same round, so a control round's read
+// (state.QueryControl) includes the streams they own.
+func Losing(s *state.State, live Liveness, now time.Time, p Params) []string {
+	var out []string
+	for _, a := range planNodes(s, live, now, p) {
+		if a.Kind == ActLeave || a.Kind == ActExpire {
+			out = append(out, a.Node)
+		}
+	}
+	return out
+}
+
+// SealedReports returns, sorted, the streams of which a heard node reports
+// a sealed copy: the one input of a stream's plan that is not in the state
+// (see fenced), so a control round's read includes them.
+func SealedReports(live Liveness) []string {
+	set := map[string]bool{}
+	for _, seen := range live.Nodes {
+		for name, c := range seen.Copies {
+			if c.Sealed {
+				set[name] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // nodeCommand is the state command of a node action.

@@ -350,10 +350,11 @@ func (s *Store) RecoveryView(ctx context.Context, stream string) (state.Recovery
 	return v.(state.RecoveryView), nil
 }
 
-// LocalState reads this replica's state without a quorum round, for views
-// that may lag (liveness display); never for decisions.
+// LocalState reads this replica's nodes and load counts (a state.Partial
+// view without streams) without a quorum round, for views that may lag
+// (cluster.info without a quorum); never for decisions.
 func (s *Store) LocalState() (*state.State, error) {
-	v, err := s.nh.StaleRead(ShardID, state.QueryAll{})
+	v, err := s.nh.StaleRead(ShardID, state.QueryPlacement{})
 	if err != nil {
 		return nil, fmt.Errorf("stale read: %w", err)
 	}

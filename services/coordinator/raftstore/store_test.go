@@ -13,7 +13,7 @@ import (
 )
 
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	peers  map[uint64]string
 	dirs   map[uint64]string
 	stores map[uint64]*Store
@@ -21,11 +21,11 @@ type cluster struct {
 	tls map[uint64]*TLSFiles
 }
 
-func newCluster(t *testing.T) *cluster { return newTLSCluster(t, nil) }
+func newCluster(t testing.TB) *cluster { return newTLSCluster(t, nil) }
 
 // newTLSCluster starts three replicas, replica id's Raft transport with
 // tls(id) (nil: plain TCP).
-func newTLSCluster(t *testing.T, tls func(id uint64) *TLSFiles) *cluster {
+func newTLSCluster(t testing.TB, tls func(id uint64) *TLSFiles) *cluster {
 	addrs := testutil.FreeAddrs(t, 3)
 	c := &cluster{t: t, peers: map[uint64]string{}, dirs: map[uint64]string{}, stores: map[uint64]*Store{},
 		tls: map[uint64]*TLSFiles{}}
@@ -91,7 +91,7 @@ func (c *cluster) follower(not uint64) *Store {
 	return nil
 }
 
-func propose(t *testing.T, s *Store, cmd state.Command) state.Result {
+func propose(t testing.TB, s *Store, cmd state.Command) state.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -102,7 +102,7 @@ func propose(t *testing.T, s *Store, cmd state.Command) state.Result {
 	return r
 }
 
-func read(t *testing.T, s *Store) *state.State {
+func read(t testing.TB, s *Store) *state.State {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

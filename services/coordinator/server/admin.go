@@ -309,15 +309,23 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	if req.MinCopies < 0 || req.MinCopies > req.Copies {
 		return nil, wire.Errorf(wire.CodeBadRequest, "min_copies %d: want 1..%d (the stream's copies), or 0 for no floor", req.MinCopies, req.Copies)
 	}
-	st, err := s.store.State(ctx)
+	// The nodes and their load, not a copy of every stream: a create's
+	// cost does not grow with the cluster.
+	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
+	st := v.(*state.State)
 	if st.Streams[req.Stream] != nil {
 		return nil, wire.Errorf(wire.CodeExists, "stream %s exists", req.Stream)
 	}
+	if n := st.StreamCount(); n >= s.opt.MaxStreams {
+		return nil, wire.Errorf(wire.CodeStreamLimit, "the cluster holds %d streams, its maximum (--max-streams %d)", n, s.opt.MaxStreams)
+	}
 	now := s.opt.Now()
-	owner, followers, err := controller.Place(st, s.live.View(), now, s.opt.TTL, req.Copies)
+	// Placement needs each node's liveness, not the copies it reported:
+	// ViewStream copies none of the other streams'.
+	owner, followers, err := controller.PlaceWithin(st, s.live.ViewStream(req.Stream), now, s.opt.TTL, req.Copies, s.opt.MaxCopiesPerHost)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +334,8 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 		stamp = s.opt.DefaultPolicy
 	}
 	a := wire.Assignment{Owner: owner, Followers: followers, Policy: stamp}
-	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli()).WithMinCopies(req.MinCopies)))
+	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli()).
+		WithMinCopies(req.MinCopies).WithLimits(s.opt.MaxStreams, s.opt.MaxCopiesPerHost)))
 	if err != nil {
 		return nil, err
 	}
@@ -470,18 +479,22 @@ func (s *Server) streamInfo(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
-	if err := decodeStrict(body, &wire.Empty{}); err != nil {
+	var req wire.StreamListRequest
+	if err := decodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	st, err := s.store.State(ctx)
+	if req.Limit < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "limit %d: want 0 (every stream) or more", req.Limit)
+	}
+	v, err := s.store.Read(ctx, state.QueryStreamPage{After: req.Cursor, Limit: req.Limit})
 	if err != nil {
 		return nil, err
 	}
+	page := v.(state.StreamPage)
 	view, now := s.live.View(), s.opt.Now()
-	out := wire.StreamList{Streams: []wire.StreamInfo{}, Version: st.Version}
-	for _, name := range st.SortedStreams() {
-		str := st.Streams[name]
-		out.Streams = append(out.Streams, s.info(str, st.Status(str), view, now))
+	out := wire.StreamList{Streams: make([]wire.StreamInfo, 0, len(page.Streams)), Next: page.Next, Version: page.Version}
+	for _, sv := range page.Streams {
+		out.Streams = append(out.Streams, s.info(sv.Stream, sv.Status, view, now))
 	}
 	return out, nil
 }
@@ -551,7 +564,11 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 	var st *state.State
 	err := errors.New("the raft shard has no leader")
 	if _, ok := s.store.Leader(); ok {
-		st, err = s.store.State(ctx)
+		// The nodes and their load counts, not a copy of every stream.
+		var v any
+		if v, err = s.store.Read(ctx, state.QueryPlacement{}); err == nil {
+			st = v.(*state.State)
+		}
 	}
 	if err != nil {
 		local, lerr := s.store.LocalState()
@@ -569,7 +586,8 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 		AnsweredBy:   s.opt.ReplicaID,
 	}
 	_, copies := st.Load()
-	view := s.live.View()
+	// The nodes' liveness without their copies (no stream is named "").
+	view := s.live.ViewStream("")
 	for _, id := range st.SortedNodes() {
 		n := st.Nodes[id]
 		ni := wire.NodeInfo{Node: id, Incarnation: n.Incarnation, State: n.State, LastSeenMS: -1, Copies: copies[id]}

@@ -14,6 +14,7 @@ import (
 	"github.com/brook-streams/brook/pkg/telemetry/tracecontext"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
@@ -53,6 +54,7 @@ func (s *Server) controlLoop(ctx context.Context) {
 		switch {
 		case leading && !was:
 			lead.ctx, lead.stop = context.WithCancel(ctx)
+			s.lastFullPlan = time.Time{} // a new leader's first round plans over everything
 			s.log.Info("became raft leader: controller active; node expiry waits one ttl", "ttl", s.opt.TTL.String())
 		case !leading && was:
 			lead.stop()
@@ -67,11 +69,45 @@ func (s *Server) controlLoop(ctx context.Context) {
 	}
 }
 
+// fullPlanEvery is how often the control loop plans over the whole state
+// rather than over the streams concerned (see controller.Plan): a safety
+// net that would catch, and log, a stream the state machine's index missed.
+const fullPlanEvery = 10 * time.Second
+
+// sealedEvery is how often the control loop copies every copy the hosts
+// reported, to find the sealed ones (controller.SealedReports): that is the
+// one input of a plan that needs all of them (30,000 at 10,000 streams of
+// three copies), so the rounds in between copy the hosts' liveness and the
+// reported copies of the streams they plan, nothing more.
+const sealedEvery = time.Second
+
 // controlOnce runs one planning round and reports whether it changed the
 // state.
 func (s *Server) controlOnce(ctx context.Context) bool {
+	now := s.opt.Now()
+	s.mu.Lock()
+	since := s.leaderSince
+	s.mu.Unlock()
+	heard, deaf := s.hearing.view(s.nc)
+	full := now.Sub(s.lastFullPlan) >= fullPlanEvery
+	allCopies := full || now.Sub(s.lastSealedScan) >= sealedEvery
+	var nodes map[string]liveness.Seen
+	if allCopies {
+		nodes = s.live.View()
+		s.sealed = controller.SealedReports(controller.Liveness{Nodes: nodes})
+		s.lastSealedScan = now
+	} else {
+		nodes = s.live.ViewStream("") // every host's liveness, no copies (no stream is named "")
+	}
+	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: nodes}
+	losing := func(st *state.State) []string { return controller.Losing(st, live, now, s.params) }
+	sealed := s.sealed
+	var q state.Query = state.QueryControl{Losing: losing, Extra: sealed}
+	if full {
+		q = state.QueryAll{}
+	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	st, err := s.store.State(rctx)
+	v, err := s.store.Read(rctx, q)
 	cancel()
 	if err != nil {
 		// Log the first failure of a run, not every tick of an outage.
@@ -85,23 +121,59 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.log.Info("controller: state readable again")
 		s.readFailing = false
 	}
-	now := s.opt.Now()
-	s.mu.Lock()
-	since := s.leaderSince
-	s.mu.Unlock()
-	heard, deaf := s.hearing.view(s.nc)
-	acts := controller.Plan(st, controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: s.live.View()}, now, s.params)
+	st := v.(*state.State)
+	if !allCopies {
+		s.addCopies(nodes, st)
+	}
+	acts := controller.Plan(st, live, now, s.params)
+	if full {
+		s.lastFullPlan = now
+		s.checkConcerned(st, acts, losing(st), sealed)
+	}
 	changed := s.executeAll(ctx, st, acts, now)
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, name := range st.SortedStreams() {
-		if pr := st.Streams[name].Recovery; pr != nil {
-			s.startWorker(ctx, name, pr.Transition)
-		}
+	for _, name := range st.Pending() {
+		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
 	}
 	s.announce(st)
 	return changed
+}
+
+// addCopies adds to nodes (a view without copies) what each host reported
+// of the streams in st, the streams a round plans over.
+func (s *Server) addCopies(nodes map[string]liveness.Seen, st *state.State) {
+	for name := range st.Streams {
+		for id, seen := range s.live.ViewStream(name) {
+			c, ok := seen.Copies[name]
+			n, known := nodes[id]
+			if !ok || !known {
+				continue
+			}
+			if n.Copies == nil {
+				n.Copies = map[string]wire.CopyStatus{}
+				nodes[id] = n
+			}
+			n.Copies[name] = c
+		}
+	}
+}
+
+// checkConcerned logs the streams a full round planned for that a round
+// over the streams concerned would have left out: it would be a bug of the
+// state machine's index, and the full round has just made up for it.
+func (s *Server) checkConcerned(st *state.State, acts []controller.Action, losing, sealed []string) {
+	concerned := map[string]bool{}
+	for _, name := range st.Concerned(losing, sealed) {
+		concerned[name] = true
+	}
+	for _, a := range acts {
+		if a.Stream != "" && !concerned[a.Stream] {
+			s.log.Error("controller: the full round planned for a stream the incremental rounds leave out", "stream", a.Stream,
+				"action", a.Kind, "reason", a.Reason)
+		}
+	}
 }
 
 // maxConcurrentActions bounds the stream actions of one round in flight

@@ -32,6 +32,7 @@ import (
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
+	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
 // DisconnectSubject carries the system account's advisories for client
@@ -67,7 +68,11 @@ type Options struct {
 	ReplaceAfter    time.Duration
 	SealTimeout     time.Duration
 	DefaultPolicy   string
-	RTTMillisecond  uint64
+	// MaxStreams and MaxCopiesPerHost limit creates (default
+	// state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost).
+	MaxStreams       int
+	MaxCopiesPerHost int
+	RTTMillisecond   uint64
 	// RaftTLS, when set, runs the Raft transport over mutual TLS.
 	RaftTLS *raftstore.TLSFiles
 	// HTTPAddr serves GET /healthz when set, and with PProf the runtime
@@ -101,6 +106,12 @@ func (o *Options) defaults() error {
 	}
 	if o.SealTimeout <= 0 {
 		o.SealTimeout = time.Second
+	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = state.DefaultMaxStreams
+	}
+	if o.MaxCopiesPerHost <= 0 {
+		o.MaxCopiesPerHost = state.DefaultMaxCopiesPerHost
 	}
 	// Stamped on assignments as is, so in canonical form.
 	dp, err := policy.Normalize(o.DefaultPolicy)
@@ -173,6 +184,13 @@ type Server struct {
 	// readFailing is owned by the control loop: it quiets repeated
 	// read failures during an outage.
 	readFailing bool
+	// lastFullPlan is owned by the control loop: when it last planned
+	// over the whole state (zero: never while leading). lastSealedScan and
+	// sealed are when it last looked at every copy the hosts reported, and
+	// the streams of which one was sealed (see sealedEvery).
+	lastFullPlan   time.Time
+	lastSealedScan time.Time
+	sealed         []string
 
 	closeOnce sync.Once
 	closed    atomic.Bool

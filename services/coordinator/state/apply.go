@@ -12,6 +12,15 @@ import (
 // MaxCopies bounds E.
 const MaxCopies = 7
 
+// The coordinators' default limits (--max-streams, --max-copies-per-host):
+// twice issue 17's goal of ten thousand streams, and as many copies per
+// host as three hosts need to hold every copy of that many streams of three
+// copies. A create carries the limits its proposer was configured with.
+const (
+	DefaultMaxStreams       = 20000
+	DefaultMaxCopiesPerHost = 20000
+)
+
 // Apply applies one command. It is deterministic and never fails: a command
 // that is invalid or stale against the current state is refused with a
 // coded Result and changes nothing, so every replica refuses it alike. The
@@ -19,6 +28,12 @@ const MaxCopies = 7
 // (that an owner is really lost, that a new follower is live), so a stale
 // plan can at worst be refused, never applied.
 func (s *State) Apply(c Command) Result {
+	// Every command changes at most the stream it names: unindex it as it
+	// is and index it as the command leaves it.
+	x := s.ix()
+	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
+		x.remove(st)
+	}
 	var r Result
 	switch c.Op {
 	case OpNodeSeen:
@@ -54,6 +69,7 @@ func (s *State) Apply(c Command) Result {
 	}
 	r.Version = s.Version
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
+		x.add(st)
 		if r.StreamVersion == 0 {
 			r.StreamVersion = st.Version
 		}
@@ -191,6 +207,9 @@ func (s *State) streamCreate(c Command) Result {
 	if s.Streams[c.Stream] != nil {
 		return refuse(wire.CodeExists, "stream %s exists", c.Stream)
 	}
+	if x := s.ix(); c.MaxStreams > 0 && x.streams >= c.MaxStreams {
+		return refuse(wire.CodeStreamLimit, "the cluster holds %d streams, its maximum (--max-streams %d)", x.streams, c.MaxStreams)
+	}
 	if c.Assignment == nil {
 		return refuse(wire.CodeBadRequest, "create of %s carries no assignment", c.Stream)
 	}
@@ -200,6 +219,11 @@ func (s *State) streamCreate(c Command) Result {
 	}
 	if r := s.checkMembers(a.Copies(), func(string) bool { return true }); r != nil {
 		return *r
+	}
+	for _, n := range a.Copies() {
+		if held := s.ix().holds[n]; c.MaxCopiesPerHost > 0 && held >= c.MaxCopiesPerHost {
+			return refuse(wire.CodeHostLimit, "node %s holds %d copies, its maximum (--max-copies-per-host %d)", n, held, c.MaxCopiesPerHost)
+		}
 	}
 	s.NextStreamID++
 	a.Stream, a.StreamID, a.Epoch = c.Stream, s.NextStreamID, 1

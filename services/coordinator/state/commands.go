@@ -36,20 +36,24 @@ type Command struct {
 	Reason      string `json:"reason,omitempty"`
 	Stream      string `json:"stream,omitempty"`
 	// Version is the stream Version the proposer read (guarded ops).
-	Version      uint64             `json:"version,omitempty"`
-	Transition   uint64             `json:"transition,omitempty"`
-	Copies       int                `json:"copies,omitempty"`
-	MinCopies    int                `json:"min_copies,omitempty"`
-	Update       *wire.StreamUpdate `json:"update,omitempty"`
-	Policy       string             `json:"policy,omitempty"`
-	Retention    wire.Retention     `json:"retention"`
-	Assignment   *wire.Assignment   `json:"assignment,omitempty"`
-	Proposal     *wire.Assignment   `json:"proposal,omitempty"`
-	Start        *wire.HistoryStart `json:"start,omitempty"`
-	Wait         *wire.RecoveryWait `json:"wait,omitempty"`
-	AcceptedLoss *wire.AcceptedLoss `json:"accepted_loss,omitempty"`
-	TraceID      string             `json:"trace_id,omitempty"`
-	TraceParent  string             `json:"traceparent,omitempty"`
+	Version    uint64 `json:"version,omitempty"`
+	Transition uint64 `json:"transition,omitempty"`
+	Copies     int    `json:"copies,omitempty"`
+	MinCopies  int    `json:"min_copies,omitempty"`
+	// MaxStreams and MaxCopiesPerHost are the limits a create is held to
+	// (0: none, as in every create logged before they existed).
+	MaxStreams       int                `json:"max_streams,omitempty"`
+	MaxCopiesPerHost int                `json:"max_copies_per_host,omitempty"`
+	Update           *wire.StreamUpdate `json:"update,omitempty"`
+	Policy           string             `json:"policy,omitempty"`
+	Retention        wire.Retention     `json:"retention"`
+	Assignment       *wire.Assignment   `json:"assignment,omitempty"`
+	Proposal         *wire.Assignment   `json:"proposal,omitempty"`
+	Start            *wire.HistoryStart `json:"start,omitempty"`
+	Wait             *wire.RecoveryWait `json:"wait,omitempty"`
+	AcceptedLoss     *wire.AcceptedLoss `json:"accepted_loss,omitempty"`
+	TraceID          string             `json:"trace_id,omitempty"`
+	TraceParent      string             `json:"traceparent,omitempty"`
 }
 
 // Encode renders the command as the bytes of a Raft entry.
@@ -125,6 +129,14 @@ func StreamCreate(stream string, copies int, policy string, ret wire.Retention, 
 // WithMinCopies sets the floor of a StreamCreate (0: none).
 func (c Command) WithMinCopies(n int) Command {
 	c.MinCopies = n
+	return c
+}
+
+// WithLimits holds a StreamCreate to the cluster's limits: at most
+// maxStreams streams, and no copy on a node that holds maxPerHost copies
+// (0: no limit).
+func (c Command) WithLimits(maxStreams, maxPerHost int) Command {
+	c.MaxStreams, c.MaxCopiesPerHost = maxStreams, maxPerHost
 	return c
 }
 

@@ -10,7 +10,8 @@ import (
 // TestCounts counts a hand-built state: statuses, nodes, under-replicated
 // streams and pending recoveries by reason and wait.
 func TestCounts(t *testing.T) {
-	s := New()
+	// Built by hand, not through Apply: its index is built on first use.
+	s := &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}}
 	s.Nodes["h1"] = &Node{ID: "h1", State: wire.NodeLive}
 	s.Nodes["h2"] = &Node{ID: "h2", State: wire.NodeLive}
 	s.Nodes["h3"] = &Node{ID: "h3", State: wire.NodeExpired}

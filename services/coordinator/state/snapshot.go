@@ -50,5 +50,8 @@ func Load(r io.Reader) (*State, error) {
 			st.Starts = []wire.HistoryStart{}
 		}
 	}
+	// Built here, not on first use: queries run concurrently under the
+	// state machine's read lock and must not write.
+	s.ix()
 	return s, nil
 }

@@ -11,9 +11,23 @@
 //
 // This package knows nothing of Raft; package raftstore runs it inside a
 // Dragonboat shard.
+//
+// Beside the streams the state keeps an index (index.go) that Apply updates
+// for the one stream each command names, so that creates, deletes and
+// control rounds cost in proportion to the streams they concern; Partial
+// views and the queries built on them copy only those streams.
+//
+// # Locks and goroutines
+//
+// State has no lock and starts no goroutine. raftstore's state machine
+// runs Apply under Dragonboat's write lock and every Query's Run under its
+// read lock, several at once: a query must not write, which is why the
+// index is built by New, Load, Clone and Partial and never on a query's
+// first use, and why QueryControl's Losing callback must only read.
 package state
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/brook-streams/brook/pkg/wire"
@@ -31,6 +45,9 @@ type State struct {
 	NextTransition uint64             `json:"next_transition"`
 	Nodes          map[string]*Node   `json:"nodes"`
 	Streams        map[string]*Stream `json:"streams"`
+	// idx indexes the streams (see index); Apply keeps it, snapshots do
+	// not hold it.
+	idx *index
 }
 
 // Node is one stream host.
@@ -95,7 +112,7 @@ func (st *Stream) UnderReplicated() *wire.UnderReplication {
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}}
+	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex()}
 }
 
 // Clone returns a deep copy, so a reader can use it while the state machine
@@ -116,6 +133,7 @@ func (s *State) Clone() *State {
 	for k, st := range s.Streams {
 		c.Streams[k] = st.Clone()
 	}
+	c.idx = s.ix().clone()
 	return c
 }
 
@@ -179,16 +197,12 @@ func (s *State) Leaving() map[string]bool {
 	return m
 }
 
-// Load counts, per node, the streams it owns and the copies it holds.
+// Load counts, per node, the streams it owns and the copies it holds
+// (nodes with none are absent). It reads the index: its cost is the
+// number of nodes, not of streams.
 func (s *State) Load() (owned, copies map[string]int) {
-	owned, copies = map[string]int{}, map[string]int{}
-	for _, st := range s.Streams {
-		owned[st.Assignment.Owner]++
-		for _, n := range st.Assignment.Copies() {
-			copies[n]++
-		}
-	}
-	return owned, copies
+	x := s.ix()
+	return maps.Clone(x.owns), maps.Clone(x.holds)
 }
 
 // SortedStreams returns the stream names in order, for deterministic walks.

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"slices"
+
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -150,4 +152,70 @@ func (s *State) Status(st *Stream) string {
 		}
 		return wire.StatusWaiting
 	}
+}
+
+// QueryPlacement reads what stream.create needs to place a stream
+// (*State): a Partial view with every node and the load counts, and the
+// stream itself if it exists. Its cost is the number of nodes, not of
+// streams.
+type QueryPlacement struct{ Stream string }
+
+// Run implements Query.
+func (q QueryPlacement) Run(s *State) any { return s.Partial([]string{q.Stream}) }
+
+// QueryControl reads what one control round plans over (*State): a
+// Partial view holding the streams Concerned returns. Losing, if set, is
+// called under the read lock with the state to name the nodes the round
+// will expire or mark left (it must be quick and must not keep the state);
+// Extra names streams known to need a look from outside the state.
+type QueryControl struct {
+	Losing func(*State) []string
+	Extra  []string
+}
+
+// Run implements Query.
+func (q QueryControl) Run(s *State) any {
+	var losing []string
+	if q.Losing != nil {
+		losing = q.Losing(s)
+	}
+	return s.Partial(s.Concerned(losing, q.Extra))
+}
+
+// QueryStreamPage reads one page of the streams in name order
+// (StreamPage): up to Limit streams whose names sort after After.
+type QueryStreamPage struct {
+	After string
+	Limit int
+}
+
+// StreamPage is one page of streams, each with its status, from one
+// version of the state. Next is the name of the page's last stream when
+// more follow, "" otherwise.
+type StreamPage struct {
+	Streams []StreamView
+	Next    string
+	Version uint64
+}
+
+// Run implements Query. It copies only the page's streams; choosing them
+// reads every name once.
+func (q QueryStreamPage) Run(s *State) any {
+	var names []string
+	for name := range s.Streams {
+		if name > q.After {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	p := StreamPage{Streams: []StreamView{}, Version: s.Version}
+	if q.Limit > 0 && len(names) > q.Limit {
+		names = names[:q.Limit]
+		p.Next = names[len(names)-1]
+	}
+	for _, name := range names {
+		st := s.Streams[name]
+		p.Streams = append(p.Streams, StreamView{Stream: st.Clone(), Status: s.Status(st)})
+	}
+	return p
 }

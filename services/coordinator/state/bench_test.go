@@ -1,0 +1,58 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// benchState is n streams of three copies spread round-robin over four
+// live hosts, each created through Apply.
+func benchState(b *testing.B, n int) *State {
+	b.Helper()
+	s := New()
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	for _, h := range hosts {
+		s.Apply(NodeSeen(h, 1, 1000))
+	}
+	for i := range n {
+		a := wire.Assignment{Owner: hosts[i%4], Followers: []string{hosts[(i+1)%4], hosts[(i+2)%4]}, Policy: "majority_durable"}
+		if r := s.Apply(StreamCreate(fmt.Sprintf("s%05d", i), 3, "", wire.Retention{}, a, 1000)); r.Err() != nil {
+			b.Fatal(r.Err())
+		}
+	}
+	return s
+}
+
+// BenchmarkSnapshot measures saving and loading the state of n streams
+// (what a Raft snapshot and a coordinator restart cost), with its size.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, n := range []int{1000, 3000, 10000} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			s := benchState(b, n)
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := s.Save(&buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Load(bytes.NewReader(buf.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len()), "snapshot_bytes")
+		})
+	}
+}
+
+// BenchmarkIndexRebuild measures building the index from n streams, which
+// loading a snapshot adds to decoding it.
+func BenchmarkIndexRebuild(b *testing.B) {
+	s := benchState(b, 10000)
+	for b.Loop() {
+		s.idx = nil
+		s.ix()
+	}
+}
