@@ -39,13 +39,24 @@ func (h *Host) onNotice(m *nats.Msg) {
 	}
 }
 
+// minPullGap is the least time from the start of one pull to the start
+// of the next one asked for by a notice. Every pull reads every stream
+// (across its pages), and a burst of creates sends a notice per create:
+// pulled back to back, four hosts' pulls kept the coordinators busy enough
+// at 2,000 streams that heartbeats went unread past the TTL. Notices that
+// arrive meanwhile share the next pull.
+const minPullGap = 200 * time.Millisecond
+
 // pullLoop pulls the snapshot on start (retrying until it has one), on a
 // request (notice, follower trouble) and every PullInterval.
 func (h *Host) pullLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.PullInterval)
 	defer t.Stop()
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	retry := 50 * time.Millisecond
 	for {
+		gap.Reset(minPullGap)
 		err := h.pullAndApply(ctx)
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("pull assignment snapshot", "err", err)
@@ -63,6 +74,11 @@ func (h *Host) pullLoop(ctx context.Context) {
 		case <-wait:
 		case <-again:
 		case <-h.pullNow:
+			select {
+			case <-ctx.Done():
+				return
+			case <-gap.C:
+			}
 		}
 	}
 }

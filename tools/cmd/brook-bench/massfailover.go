@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,8 +88,15 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	for i := range streams {
 		streams[i] = fmt.Sprintf("mass-%05d", i)
 	}
+	var created atomic.Int64
+	start := time.Now()
 	res.Create, err = timeCreates(ctx, streams, max(o.createConcurrency, 1), func(ctx context.Context, s string) error {
 		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		if err == nil || wire.CodeOf(err) == wire.CodeExists {
+			if k := created.Add(1); k%createSlice == 0 {
+				log.Info("streams created so far", "streams", k, "seconds", time.Since(start).Seconds())
+			}
+		}
 		if wire.CodeOf(err) == wire.CodeExists {
 			// The client retried a create whose first attempt was
 			// committed but not answered in time: the names are this
