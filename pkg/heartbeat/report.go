@@ -44,8 +44,10 @@ type Reporter struct {
 	// (wire.DefaultFullReportInterval when zero or less).
 	FullEvery time.Duration
 
-	last     map[string]wire.CopyStatus // the copies as last reported
-	lastBeat uint64                     // the last report's beat; 0: none yet
+	spare []wire.CopyStatus // the array of the list before last, reused
+
+	last     []wire.CopyStatus // the copies as last reported, sorted by stream
+	lastBeat uint64            // the last report's beat; 0: none yet
 	lastFull time.Time
 }
 
@@ -53,36 +55,49 @@ type Reporter struct {
 // the host holds (hb.Beat set, Delta unset), at now: hb itself when a full
 // report is due, otherwise the delta since the previous report. It
 // remembers hb's copies as reported: a report the caller then fails to
-// send is a gap readers recover from at the next full report.
+// send is a gap readers recover from at the next full report. Its cost is
+// one walk of the two sorted lists (hb's are sorted if they are not
+// already), with no map.
 func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
 	every := r.FullEvery
 	if every <= 0 {
 		every = wire.DefaultFullReportInterval
 	}
-	cur := make(map[string]wire.CopyStatus, len(hb.Copies))
-	for _, c := range hb.Copies {
-		cur[c.Stream] = c
+	byStream := func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
+	cur := hb.Copies
+	if !slices.IsSortedFunc(cur, byStream) {
+		cur = slices.Clone(cur)
+		slices.SortFunc(cur, byStream)
 	}
 	prev, since := r.last, r.lastBeat
-	r.last, r.lastBeat = cur, hb.Beat
+	// The caller may reuse hb.Copies' array: keep a copy, in the array of
+	// the one before when it is large enough.
+	r.last, r.lastBeat = append(r.spare[:0], cur...), hb.Beat
+	r.spare = prev
 	if since == 0 || now.Sub(r.lastFull) >= every || now.Before(r.lastFull) {
 		r.lastFull = now
 		hb.Delta, hb.Since = false, 0
 		return hb
 	}
 	changed := []wire.CopyStatus{}
-	for _, c := range hb.Copies {
-		if old, ok := prev[c.Stream]; !ok || old != c {
-			changed = append(changed, c)
-		}
-	}
 	var gone []wire.CopyStatus
-	for name, c := range prev {
-		if _, ok := cur[name]; !ok {
-			gone = append(gone, wire.CopyStatus{Stream: name, StreamID: c.StreamID, Role: wire.RoleNone, Gone: true})
+	i, j := 0, 0
+	for i < len(cur) || j < len(prev) {
+		switch {
+		case j == len(prev) || (i < len(cur) && cur[i].Stream < prev[j].Stream):
+			changed = append(changed, cur[i]) // new
+			i++
+		case i == len(cur) || prev[j].Stream < cur[i].Stream:
+			gone = append(gone, wire.CopyStatus{Stream: prev[j].Stream, StreamID: prev[j].StreamID, Role: wire.RoleNone, Gone: true})
+			j++
+		default:
+			if cur[i] != prev[j] {
+				changed = append(changed, cur[i])
+			}
+			i++
+			j++
 		}
 	}
-	slices.SortFunc(gone, func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) })
 	hb.Copies = append(changed, gone...)
 	hb.Delta, hb.Since = true, since
 	return hb

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,6 +231,8 @@ func TestReporterReports(t *testing.T) {
 // times smaller than its full report.
 func BenchmarkReportDelta(b *testing.B) {
 	copies := testCopies(5000, 100)
+	// Sorted by stream, as a host lists them.
+	slices.SortFunc(copies, func(a, b wire.CopyStatus) int { return strings.Compare(a.Stream, b.Stream) })
 	rep := Reporter{FullEvery: time.Hour}
 	rep.Report(wire.Heartbeat{Beat: 1, Copies: copies}, time.Unix(1, 0))
 	next := append([]wire.CopyStatus(nil), copies...)
