@@ -16,9 +16,10 @@ const maxDecoderEntries = 4096
 
 // Decoder decodes heartbeat messages as json.Unmarshal into a
 // wire.Heartbeat does, faster when a sender repeats itself. A host lists
-// every copy it holds in every beat, and an idle host's copies are the same
-// from one beat to the next (sorted by stream, they encode to the same
-// bytes); only the fields after them (the time, the beat number) change.
+// every copy it holds in every full report, and an idle host's copies are
+// the same from one full report to the next (sorted by stream, they encode
+// to the same bytes); only the fields after them (the time, the beat
+// number) change.
 // So the Decoder remembers, per sender, the message up to the end of its
 // copies and what that part decoded to; a message that starts with the same
 // bytes is decoded by reading only what follows. With a thousand copies per
@@ -65,9 +66,10 @@ func (d *Decoder) Decode(sender string, data []byte) (wire.Heartbeat, error) {
 		raw := append(bytes.Clone(data[:end]), '}')
 		if json.Unmarshal(raw, &prefix) == nil {
 			if hb, ok := withTail(prefix, data[end:]); ok {
-				// A liveness beat's empty copies would replace the full
-				// beats' in memory (they alternate): it is not remembered.
-				if hb.Live {
+				// A liveness beat's empty copies, or a delta's few, would
+				// replace the full reports' in memory (they alternate): they
+				// are not remembered.
+				if hb.Live || hb.Delta {
 					return hb, nil
 				}
 				if _, known := d.last[sender]; !known && len(d.last) >= maxDecoderEntries {

@@ -2,8 +2,9 @@
 // fit in one NATS message, and puts the parts back together where
 // heartbeats are read (the coordinators and the attention service).
 //
-// A heartbeat lists every copy its host holds, so its size grows with the
-// host: one message for all of them would pass the server's payload limit
+// A full report lists every copy its host holds (report.go: the reports
+// between list only what changed), so its size grows with the host: one
+// message for all of them would pass the server's payload limit
 // (1 MiB by default) somewhere past a few thousand copies, and the host
 // would then look dead to the coordinators. Split bounds every part by an
 // upper bound of a copy's encoded size, computed from the longest name and

@@ -8,9 +8,15 @@ import "time"
 // attention's (attention --ttl). docs/failover.md ("The failure detector")
 // explains the choice of each.
 const (
-	// DefaultHeartbeatInterval is how often a host publishes its full
-	// heartbeat (every copy's tails).
+	// DefaultHeartbeatInterval is how often a host publishes its
+	// heartbeat: the copies whose fields changed since its previous
+	// report (a delta), or every copy (a full report).
 	DefaultHeartbeatInterval = 500 * time.Millisecond
+	// DefaultFullReportInterval is how often a host's heartbeat is a full
+	// report (every copy's tails) instead of a delta: the longest a
+	// reader that missed a delta, or started, waits to know the host's
+	// copies again.
+	DefaultFullReportInterval = 5 * time.Second
 	// DefaultLivenessInterval is how often a host publishes a liveness
 	// beat (no copies) between heartbeats.
 	DefaultLivenessInterval = 100 * time.Millisecond

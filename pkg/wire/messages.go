@@ -42,6 +42,16 @@ type Heartbeat struct {
 	// holds (readers keep the copies of the last full beat). It shares
 	// the full beats' numbering (Beat) and is never split.
 	Live bool `json:"live,omitempty"`
+	// Delta marks a report of what changed: Copies are only the copies
+	// whose fields changed (or that are new, or Gone) since the report
+	// numbered Since, the host's previous report (full or delta) of this
+	// incarnation. A report without Delta is full: every copy the host
+	// holds. A reader applies a delta only onto the report numbered Since;
+	// one that missed a report (a gap) or started after it waits for the
+	// next full report, which the host sends at least every
+	// DefaultFullReportInterval (see package heartbeat).
+	Delta bool   `json:"delta,omitempty"`
+	Since uint64 `json:"since,omitempty"`
 }
 
 // MaxStoreErrorLen bounds Heartbeat.StoreError, in bytes; CutStoreError
@@ -72,6 +82,9 @@ type CopyStatus struct {
 	// Confirmed is the owner's confirmed watermark (owners only).
 	Confirmed uint64 `json:"confirmed,omitempty"`
 	Sealed    bool   `json:"sealed"`
+	// Gone, in a delta report, says the host no longer holds the copy
+	// (Role is then none, the other fields but Stream and StreamID zero).
+	Gone bool `json:"gone,omitempty"`
 }
 
 // AssignNotice is published on AssignNoticeSubject after a committed change;
@@ -89,20 +102,40 @@ type OwnerNotice struct {
 	Node     string `json:"node"`
 }
 
-// AssignmentPull asks for the snapshot of assignments that concern Node.
+// AssignmentPull asks for one page of the snapshot of assignments that
+// concern Node: the streams whose names sort after After (all when empty),
+// at most Limit of them (MaxAssignmentPage when 0 or more). A host pulls
+// the pages in turn, each reply's Next as the next After, until Next is
+// empty; so no reply grows with the cluster.
 type AssignmentPull struct {
-	Node string `json:"node"`
+	Node  string `json:"node"`
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
 
-// AssignmentSnapshot is everything a host needs to bring its copies in line:
-// the assignments that include it, each with its stream's history starts,
-// and the ids of every stream that exists, so a copy of a deleted stream can
-// be dropped while a copy left out of a live stream stays sealed.
+// MaxAssignmentPage is the most streams one page of an assignment pull
+// covers (and the default): a page of assigned streams of 3 copies, long
+// names and a few history starts stays well under NATS' 1 MiB default
+// payload limit.
+const MaxAssignmentPage = 1000
+
+// AssignmentSnapshot is everything a host needs to bring its copies in line,
+// for the streams of one page (a range of names, from after the pull's
+// After up to and including Next, or to the last stream when Next is empty):
+// the assignments that include the node, each with its stream's history
+// starts, and the ids of every stream of the range that exists, so a copy of
+// a deleted stream can be dropped while a copy left out of a live stream
+// stays sealed. Each page is read from one version of the state; the pages
+// of one pull may come from different versions (each stream's assignment is
+// applied under its own epoch guards).
 type AssignmentSnapshot struct {
 	Version     uint64            `json:"version"`
 	Node        string            `json:"node"`
 	Assignments []AssignedStream  `json:"assignments"`
-	Streams     map[string]uint64 `json:"streams"` // name -> stream id of every existing stream
+	Streams     map[string]uint64 `json:"streams"` // name -> stream id of every existing stream of the page's range
+	// Next is the name of the last stream of the page when more follow
+	// (the next pull's After); empty on the last page.
+	Next string `json:"next,omitempty"`
 }
 
 // AssignedStream is one assignment with its stream's history starts and

@@ -80,8 +80,9 @@ type Watcher struct {
 	lowerCluster   int
 	noticed        uint64 // highest notice version that asked for a pull
 	hbs            map[string]judge.HeartbeatSeen
-	parts          *heartbeat.Assembler // guarded by mu
-	hbDec          *heartbeat.Decoder   // guarded by mu
+	parts          *heartbeat.Assembler         // guarded by mu
+	reports        map[string]*heartbeat.Copies // each node's copies from its reports; guarded by mu
+	hbDec          *heartbeat.Decoder           // guarded by mu
 	listeningSince time.Time
 	reconnects     uint64
 }
@@ -108,6 +109,7 @@ func New(nc *nats.Conn, opts Options) *Watcher {
 		pullNow: make(chan struct{}, 1),
 		hbs:     map[string]judge.HeartbeatSeen{},
 		parts:   heartbeat.NewAssembler(),
+		reports: map[string]*heartbeat.Copies{},
 		hbDec:   heartbeat.NewDecoder(),
 	}
 }
@@ -193,9 +195,16 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	whole, ok := w.parts.Add(hb)
-	if !ok {
-		// One part of a beat split into several: proof of life, but the
-		// copies stay those of the last whole beat until all parts are in.
+	rep := w.reports[hb.Node]
+	if rep == nil {
+		rep = &heartbeat.Copies{}
+		w.reports[hb.Node] = rep
+	}
+	if !ok || !rep.Apply(whole) {
+		// One part of a beat split into several, a liveness beat, or a
+		// delta after a missed report: proof of life, but the copies
+		// stay as they were until a report completes that can be applied
+		// (package heartbeat).
 		seen, had := w.hbs[hb.Node]
 		if !had || seen.Heartbeat.Incarnation != hb.Incarnation {
 			return
@@ -205,6 +214,8 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 		w.hbs[hb.Node] = seen
 		return
 	}
+	whole.Copies = rep.List()
+	whole.Delta, whole.Since = false, 0
 	w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: whole, At: at}
 }
 

@@ -155,6 +155,66 @@ func TestSplitHeartbeatsAssembled(t *testing.T) {
 	}
 }
 
+// TestDeltaHeartbeatsRebuildTheCopies publishes a full report and deltas
+// (as every host does): the watcher keeps the copies a full report would
+// list, and after a missed delta keeps the previous ones until the next
+// full report.
+func TestDeltaHeartbeatsRebuildTheCopies(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+
+	rep := heartbeat.Reporter{FullEvery: time.Hour}
+	beat := uint64(0)
+	publish := func(send bool, cs ...wire.CopyStatus) {
+		beat++
+		hb := rep.Report(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: beat, Copies: cs}, time.Now())
+		if !send {
+			return
+		}
+		data, _ := json.Marshal(hb)
+		if err := nc.Publish(wire.HeartbeatSubject("h1"), data); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copies := func() []wire.CopyStatus {
+		_, hbs, _ := w.Snapshot(time.Now())
+		return hbs["h1"].Heartbeat.Copies
+	}
+	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 1}
+	b := wire.CopyStatus{Stream: "b", StreamID: 2, Role: wire.RoleFollower, Epoch: 1}
+	eventually(t, "the first full report kept", func() bool {
+		rep = heartbeat.Reporter{FullEvery: time.Hour} // every try starts with a full report
+		publish(true, a, b)
+		time.Sleep(20 * time.Millisecond)
+		return len(copies()) == 2
+	})
+	a.RecordTail = 2
+	publish(true, a) // a delta: a moved, b gone
+	eventually(t, "a delta applied", func() bool {
+		cs := copies()
+		return len(cs) == 1 && cs[0] == a
+	})
+	a.RecordTail = 3
+	publish(false, a, b) // lost
+	a.RecordTail = 4
+	publish(true, a, b) // follows the lost delta: not applied
+	time.Sleep(50 * time.Millisecond)
+	if cs := copies(); len(cs) != 1 || cs[0].RecordTail != 2 {
+		t.Fatalf("after a missed delta the watcher keeps %v, want a at tail 2 only", cs)
+	}
+	rep.FullEvery = time.Nanosecond
+	publish(true, a, b)
+	eventually(t, "the next full report kept", func() bool {
+		cs := copies()
+		return len(cs) == 2 && cs[0] == a && cs[1] == b
+	})
+}
+
 // A stale replica's older state must not roll the view back, but a
 // coordinator cluster rebuilt from scratch must be followed.
 func TestOlderVersionsFollowedOnlyWhenTheyPersist(t *testing.T) {

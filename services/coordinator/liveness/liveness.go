@@ -34,7 +34,10 @@ type Seen struct {
 	// newer one does not take Conn back.
 	Conn     Conn
 	ConnBeat uint64
-	// Copies are the copies the latest heartbeat reported, by stream name.
+	// Copies are the host's copies as its reports say, by stream name:
+	// the last full report with the deltas since applied (see package
+	// heartbeat). After a missed delta they stay as they were until the
+	// next full report.
 	Copies map[string]wire.CopyStatus
 }
 
@@ -53,17 +56,21 @@ type Tracker struct {
 	mu    sync.Mutex
 	nodes map[string]*Seen
 	parts *heartbeat.Assembler
+	// reports rebuild each node's copies from its reports; Seen.Copies
+	// is the map of the node's entry.
+	reports map[string]*heartbeat.Copies
 }
 
 // New returns an empty tracker.
 func New() *Tracker {
-	return &Tracker{nodes: map[string]*Seen{}, parts: heartbeat.NewAssembler()}
+	return &Tracker{nodes: map[string]*Seen{}, parts: heartbeat.NewAssembler(), reports: map[string]*heartbeat.Copies{}}
 }
 
 // Heartbeat records hb, received at at; hb may be one part of a beat split
 // into several messages (see package heartbeat): every part is proof of
-// life, and the copies are replaced once all parts of a beat are in. It
-// reports whether the heartbeat
+// life, and the copies change once all parts of a report are in (a full
+// report replaces them, a delta that follows the last report applied
+// updates them). It reports whether the heartbeat
 // says something the controller should act on soon: a node or incarnation
 // not heard before, a change of the leaving flag, or the end of a pending
 // disconnect.
@@ -84,6 +91,7 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		// this one holds (it may have started on an empty disk).
 		s.Copies = nil
 		s.Conn, s.ConnBeat = Conn{}, 0
+		t.report(hb.Node).Reset(hb.Incarnation)
 	}
 	s.Incarnation = hb.Incarnation
 	s.Leaving = hb.Leaving
@@ -101,12 +109,21 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if !ok {
 		return notable
 	}
-	copies := make(map[string]wire.CopyStatus, len(whole.Copies))
-	for _, c := range whole.Copies {
-		copies[c.Stream] = c
+	if r := t.report(hb.Node); r.Apply(whole) {
+		s.Copies = r.Map()
 	}
-	s.Copies = copies
 	return notable
+}
+
+// report returns node's rebuilt copies, made on first use. Call with mu
+// held.
+func (t *Tracker) report(node string) *heartbeat.Copies {
+	r := t.reports[node]
+	if r == nil {
+		r = &heartbeat.Copies{}
+		t.reports[node] = r
+	}
+	return r
 }
 
 // Disconnected records an advisory, received at at, that node's

@@ -118,3 +118,49 @@ func TestLivenessBeatKeepsCopies(t *testing.T) {
 		t.Fatalf("a liveness beat is not proof of life: %+v", s)
 	}
 }
+
+// The tracker's view of a host that reports deltas is the view full
+// reports would give: a delta updates the copies of the report it follows,
+// a delta after a missed one changes nothing (the copies stay as they
+// were) until the next full report, and a View taken before a delta does
+// not change with it.
+func TestDeltaReportsRebuildTheCopies(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 5}
+	b := wire.CopyStatus{Stream: "b", StreamID: 2, Role: wire.RoleFollower, Epoch: 1}
+	rep := heartbeat.Reporter{FullEvery: time.Hour}
+	send := func(beat uint64, at time.Time, cs ...wire.CopyStatus) wire.Heartbeat {
+		hb := rep.Report(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: beat, Copies: cs}, at)
+		return hb
+	}
+	tr.Heartbeat(send(1, t0, a, b), t0)
+	before := tr.View()["h"]
+	a2 := a
+	a2.RecordTail = 9
+	if hb := send(2, t0.Add(time.Second), a2); !hb.Delta {
+		t.Fatal("not a delta")
+	} else {
+		tr.Heartbeat(hb, t0.Add(time.Second))
+	}
+	got := tr.View()["h"].Copies
+	if len(got) != 1 || got["a"] != a2 {
+		t.Fatalf("after the delta: %v, want a at tail 9 and b gone", got)
+	}
+	if len(before.Copies) != 2 || before.Copies["a"] != a {
+		t.Fatalf("an earlier View changed with the delta: %v", before.Copies)
+	}
+	// Beat 3's delta is lost: beat 4's follows it, so it is not applied.
+	send(3, t0.Add(2*time.Second), a2, b)
+	a3 := a2
+	a3.RecordTail = 12
+	tr.Heartbeat(send(4, t0.Add(3*time.Second), a3, b), t0.Add(3*time.Second))
+	if got := tr.View()["h"].Copies; len(got) != 1 || got["a"] != a2 {
+		t.Fatalf("after a gap: %v, want the copies as before the gap", got)
+	}
+	rep.FullEvery = time.Nanosecond // the next report is full
+	tr.Heartbeat(send(5, t0.Add(4*time.Second), a3, b), t0.Add(4*time.Second))
+	if got := tr.View()["h"].Copies; len(got) != 2 || got["a"] != a3 || got["b"] != b {
+		t.Fatalf("after the full report: %v", got)
+	}
+}

@@ -115,7 +115,8 @@ func (s *Server) onAdmin(m *nats.Msg) {
 	})
 }
 
-// onPull answers an assignment pull from a linearizable read.
+// onPull answers an assignment pull, one page of the node's snapshot, from
+// a linearizable read.
 func (s *Server) onPull(m *nats.Msg) {
 	s.serve(m, "assignment pull", false, func(ctx context.Context) (any, error) {
 		var req wire.AssignmentPull
@@ -125,7 +126,16 @@ func (s *Server) onPull(m *nats.Msg) {
 		if err := wire.ValidName("node", req.Node); err != nil {
 			return nil, err
 		}
-		return s.store.Assignments(ctx, req.Node)
+		if req.After != "" {
+			if err := wire.ValidName("after", req.After); err != nil {
+				return nil, err
+			}
+		}
+		v, err := s.store.Read(ctx, state.QueryAssignmentPage{Node: req.Node, After: req.After, Limit: req.Limit})
+		if err != nil {
+			return nil, err
+		}
+		return v.(wire.AssignmentSnapshot), nil
 	})
 }
 

@@ -82,15 +82,20 @@ func (s *State) AssignmentSnapshot(node string) wire.AssignmentSnapshot {
 		if !st.Assignment.Includes(node) {
 			continue
 		}
-		snap.Assignments = append(snap.Assignments, wire.AssignedStream{
-			Assignment:  CloneAssignment(st.Assignment),
-			Starts:      append([]wire.HistoryStart{}, st.Starts...),
-			Retention:   st.Retention,
-			MinCopies:   st.MinCopies,
-			TraceParent: st.TraceParent,
-		})
+		snap.Assignments = append(snap.Assignments, assigned(st))
 	}
 	return snap
+}
+
+// assigned is st's assignment as a host pulls it.
+func assigned(st *Stream) wire.AssignedStream {
+	return wire.AssignedStream{
+		Assignment:  CloneAssignment(st.Assignment),
+		Starts:      append([]wire.HistoryStart{}, st.Starts...),
+		Retention:   st.Retention,
+		MinCopies:   st.MinCopies,
+		TraceParent: st.TraceParent,
+	}
 }
 
 // RecoveryView is what the recovery worker reads: the stream's pending

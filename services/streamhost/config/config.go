@@ -26,10 +26,13 @@ type Config struct {
 	NATSURL           string        `koanf:"nats-url"`
 	HeartbeatInterval time.Duration `koanf:"heartbeat-interval"`
 	LivenessInterval  time.Duration `koanf:"liveness-interval"`
-	MaxPayload        int           `koanf:"max-payload"`
-	ConfirmTimeout    time.Duration `koanf:"confirm-timeout"`
-	HTTPAddr          string        `koanf:"http-addr"`
-	PProf             bool          `koanf:"pprof"`
+	// FullReportInterval is the longest time between two heartbeats that
+	// list every copy; those between list only what changed.
+	FullReportInterval time.Duration `koanf:"full-report-interval"`
+	MaxPayload         int           `koanf:"max-payload"`
+	ConfirmTimeout     time.Duration `koanf:"confirm-timeout"`
+	HTTPAddr           string        `koanf:"http-addr"`
+	PProf              bool          `koanf:"pprof"`
 	// DedupeRebuildRecords and DedupeRebuildBytes bound the tail of the
 	// log a new owner reads to rebuild its duplicate window.
 	DedupeRebuildRecords int   `koanf:"dedupe-rebuild-records"`
@@ -56,6 +59,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	svcconfig.AddNATSAuthFlags(fs)
 	fs.Duration("heartbeat-interval", wire.DefaultHeartbeatInterval, "how often to publish heartbeats")
 	fs.Duration("liveness-interval", wire.DefaultLivenessInterval, "how often to publish a liveness beat (no copies) between heartbeats; 0 turns them off")
+	fs.Duration("full-report-interval", wire.DefaultFullReportInterval, "the longest time between two heartbeats that list every copy; the heartbeats between list only the copies that changed")
 	fs.Int("max-payload", 1<<20, "largest record accepted, in bytes")
 	fs.Duration("confirm-timeout", 5*time.Second, "how long a publish waits for W copies before confirm_timeout")
 	fs.String("http-addr", "", "address of the /healthz and /metrics endpoints; empty means off")
@@ -92,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 {
 		errs = append(errs, errors.New("--heartbeat-interval must be positive"))
+	}
+	if c.FullReportInterval <= 0 {
+		errs = append(errs, errors.New("--full-report-interval must be positive"))
 	}
 	if c.LivenessInterval < 0 {
 		errs = append(errs, errors.New("--liveness-interval must not be negative"))

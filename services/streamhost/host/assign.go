@@ -39,13 +39,24 @@ func (h *Host) onNotice(m *nats.Msg) {
 	}
 }
 
+// minPullGap is the least time from the start of one pull to the start
+// of the next one asked for by a notice. Every pull reads every stream
+// (across its pages), and a burst of creates sends a notice per create:
+// pulled back to back, four hosts' pulls kept the coordinators busy enough
+// at 2,000 streams that heartbeats went unread past the TTL. Notices that
+// arrive meanwhile share the next pull.
+const minPullGap = 200 * time.Millisecond
+
 // pullLoop pulls the snapshot on start (retrying until it has one), on a
 // request (notice, follower trouble) and every PullInterval.
 func (h *Host) pullLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.PullInterval)
 	defer t.Stop()
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	retry := 50 * time.Millisecond
 	for {
+		gap.Reset(minPullGap)
 		err := h.pullAndApply(ctx)
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("pull assignment snapshot", "err", err)
@@ -63,35 +74,26 @@ func (h *Host) pullLoop(ctx context.Context) {
 		case <-wait:
 		case <-again:
 		case <-h.pullNow:
+			select {
+			case <-ctx.Done():
+				return
+			case <-gap.C:
+			}
 		}
 	}
 }
 
-// pullAndApply pulls this node's snapshot and applies it unless it is older
-// than the one applied.
+// maxPullPages bounds the pages of one pull (wire.MaxAssignmentPage
+// streams each): a coordinator that kept answering with a next page would
+// otherwise hold the pull loop for ever.
+const maxPullPages = 1 << 16
+
+// pullAndApply pulls this node's snapshot, page by page, and applies it
+// unless it is older than the one applied.
 func (h *Host) pullAndApply(ctx context.Context) error {
-	body, _ := json.Marshal(wire.AssignmentPull{Node: h.cfg.Node})
-	rctx, cancel := context.WithTimeout(ctx, pullTimeout)
-	defer cancel()
-	resp, err := h.nc.RequestWithContext(rctx, wire.AssignPull, body)
+	snap, err := h.pullSnapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("request %s: %w", wire.AssignPull, err)
-	}
-	var probe struct {
-		Error *wire.Error `json:"error"`
-	}
-	if code := resp.Header.Get(frame.HeaderError); code != "" || (json.Unmarshal(resp.Data, &probe) == nil && probe.Error != nil) {
-		if probe.Error == nil {
-			probe.Error = &wire.Error{Code: code, Message: string(resp.Data)}
-		}
-		return fmt.Errorf("coordinator refused the pull: %w", probe.Error)
-	}
-	var snap wire.AssignmentSnapshot
-	if err := json.Unmarshal(resp.Data, &snap); err != nil {
-		return fmt.Errorf("decode snapshot: %w", err)
-	}
-	if snap.Node != "" && snap.Node != h.cfg.Node {
-		return fmt.Errorf("snapshot is for node %q, not %q", snap.Node, h.cfg.Node)
+		return err
 	}
 	h.mu.Lock()
 	// The same version again is applied: applying is idempotent and a
@@ -114,6 +116,74 @@ func (h *Host) pullAndApply(ctx context.Context) error {
 	}
 	h.apply(ctx, &snap)
 	return nil
+}
+
+// pullSnapshot pulls every page of this node's snapshot (each reply holds
+// at most one page of streams, so no message grows with the cluster) and
+// returns them as one: the assignments of every page, the ids of the
+// streams this host holds a copy of, and the version of the first page.
+// Later pages may be read from later versions; every stream's assignment
+// is applied under its own epoch guards, and a change after the first
+// page's version is pulled again at the next notice of it, so the first
+// page's version is the one the host can say it has applied.
+func (h *Host) pullSnapshot(ctx context.Context) (wire.AssignmentSnapshot, error) {
+	var snap wire.AssignmentSnapshot
+	req := wire.AssignmentPull{Node: h.cfg.Node, Limit: h.cfg.PullPage}
+	for page := 0; ; page++ {
+		if page == maxPullPages {
+			return snap, fmt.Errorf("pull: more than %d pages", maxPullPages)
+		}
+		p, err := h.pullPage(ctx, req)
+		if err != nil {
+			return snap, err
+		}
+		if page == 0 {
+			snap = wire.AssignmentSnapshot{Version: p.Version, Node: p.Node, Assignments: p.Assignments, Streams: map[string]uint64{}}
+		} else {
+			snap.Assignments = append(snap.Assignments, p.Assignments...)
+		}
+		for name, id := range p.Streams {
+			// Only leaveOut reads the ids, for copies this host holds.
+			if h.store.Get(name) != nil {
+				snap.Streams[name] = id
+			}
+		}
+		if p.Next == "" {
+			return snap, nil
+		}
+		if p.Next <= req.After {
+			return snap, fmt.Errorf("pull: page after %q names %q as next", req.After, p.Next)
+		}
+		req.After = p.Next
+	}
+}
+
+// pullPage requests one page of the snapshot.
+func (h *Host) pullPage(ctx context.Context, req wire.AssignmentPull) (wire.AssignmentSnapshot, error) {
+	var snap wire.AssignmentSnapshot
+	body, _ := json.Marshal(req)
+	rctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	resp, err := h.nc.RequestWithContext(rctx, wire.AssignPull, body)
+	if err != nil {
+		return snap, fmt.Errorf("request %s: %w", wire.AssignPull, err)
+	}
+	var probe struct {
+		Error *wire.Error `json:"error"`
+	}
+	if code := resp.Header.Get(frame.HeaderError); code != "" || (json.Unmarshal(resp.Data, &probe) == nil && probe.Error != nil) {
+		if probe.Error == nil {
+			probe.Error = &wire.Error{Code: code, Message: string(resp.Data)}
+		}
+		return snap, fmt.Errorf("coordinator refused the pull: %w", probe.Error)
+	}
+	if err := json.Unmarshal(resp.Data, &snap); err != nil {
+		return snap, fmt.Errorf("decode snapshot: %w", err)
+	}
+	if snap.Node != "" && snap.Node != h.cfg.Node {
+		return snap, fmt.Errorf("snapshot is for node %q, not %q", snap.Node, h.cfg.Node)
+	}
+	return snap, nil
 }
 
 // maxConcurrentApplies bounds the streams one apply brings in line at

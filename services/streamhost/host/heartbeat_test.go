@@ -38,7 +38,8 @@ func TestHeartbeatSplitsUnderThePayloadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := newFixtureWith(t, fixtureOptions{maxPayload: limit, dataDir: dir, streams: streams})
+	// Every report full: this test is about full reports' size.
+	f := newFixtureWith(t, fixtureOptions{maxPayload: limit, dataDir: dir, streams: streams, fullReport: time.Nanosecond})
 	var mu sync.Mutex
 	asm := heartbeat.NewAssembler()
 	var whole []wire.Heartbeat

@@ -24,8 +24,6 @@ import (
 
 // Defaults of the Config fields left zero.
 const (
-	DefaultHeartbeatInterval = 500 * time.Millisecond
-	DefaultLivenessInterval  = 100 * time.Millisecond
 	DefaultMaxPayload        = 1 << 20
 	DefaultConfirmTimeout    = 5 * time.Second
 	DefaultPullInterval      = 5 * time.Second
@@ -44,8 +42,14 @@ const (
 type Config struct {
 	Node    string
 	DataDir string
-	// HeartbeatInterval is how often heartbeats are published.
+	// HeartbeatInterval is how often heartbeats are published
+	// (wire.DefaultHeartbeatInterval when zero).
 	HeartbeatInterval time.Duration
+	// FullReportInterval is the longest time between two heartbeats that
+	// list every copy (full reports); the heartbeats between list only
+	// the copies that changed (package heartbeat).
+	// wire.DefaultFullReportInterval when zero.
+	FullReportInterval time.Duration
 	// LivenessInterval is how often a liveness beat (wire.Heartbeat.Live:
 	// the heartbeat's header, no copies) is published between the full
 	// heartbeats; negative turns liveness beats off.
@@ -57,6 +61,9 @@ type Config struct {
 	// PullInterval is how often the assignment snapshot is pulled even
 	// without a notice.
 	PullInterval time.Duration
+	// PullPage is the most streams one page of a pull asks for
+	// (wire.MaxAssignmentPage when 0).
+	PullPage int
 	// ReplWait is how long a follower's request may wait at the owner
 	// for new data. After each request that brought nothing the follower
 	// doubles its wait, up to ReplIdleWait (at least ReplWait, at most the
@@ -108,10 +115,13 @@ type Config struct {
 
 func (c *Config) fill() {
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
+		c.HeartbeatInterval = wire.DefaultHeartbeatInterval
+	}
+	if c.FullReportInterval <= 0 {
+		c.FullReportInterval = wire.DefaultFullReportInterval
 	}
 	if c.LivenessInterval == 0 {
-		c.LivenessInterval = DefaultLivenessInterval
+		c.LivenessInterval = wire.DefaultLivenessInterval
 	}
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = DefaultMaxPayload
@@ -183,9 +193,10 @@ type Host struct {
 	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
 	// numbers follow the order the heartbeats were built in and the parts
 	// of two beats do not interleave.
-	beatMu sync.Mutex
-	beat   uint64 // the last heartbeat's number; guarded by beatMu
-	bgCtx  context.Context
+	beatMu   sync.Mutex
+	beat     uint64             // the last heartbeat's number; guarded by beatMu
+	reporter heartbeat.Reporter // full reports and deltas; guarded by beatMu
+	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
 	// the connection was last replaced (wire.HeaderServingFor).
@@ -279,6 +290,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		replicas:    make(map[string]*replica),
 		pullNow:     make(chan struct{}, 1),
 		beatNow:     make(chan struct{}, 1),
+		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
 		conn:        conngen.New(),
 		bgCancel:    bgCancel,
@@ -551,10 +563,11 @@ func (h *Host) requestBeat() {
 // minBeatGap is the least time between a heartbeat and one asked for by a
 // role change. Role changes come in bursts (a host taking over hundreds of
 // streams applies them over a few hundred milliseconds), and every beat
-// lists every copy: one beat per role change made the host and every
-// coordinator encode and decode the whole list hundreds of times in the
-// middle of a failover. The first change of a burst is still reported at
-// once; the rest share a beat at most minBeatGap later.
+// built every copy's status (and, before deltas, listed every copy): one
+// beat per role change made the host and every coordinator encode and
+// decode the whole list hundreds of times in the middle of a failover. The
+// first change of a burst is still reported at once; the rest share a beat
+// at most minBeatGap later.
 const minBeatGap = 50 * time.Millisecond
 
 func (h *Host) heartbeatLoop(ctx context.Context) {
@@ -678,14 +691,17 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 	return hb
 }
 
-// publishHeartbeat publishes the host's heartbeat, in as many parts as the
-// server's payload limit requires (see package heartbeat).
+// publishHeartbeat publishes the host's heartbeat: a full report of every
+// copy every FullReportInterval, otherwise the copies that changed since
+// the previous report; in as many parts as the server's payload limit
+// requires (see package heartbeat).
 func (h *Host) publishHeartbeat(leaving bool) {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
 	h.beat++
 	hb.Beat = h.beat
+	hb = h.reporter.Report(hb, time.Now())
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {
 		h.log.Error("heartbeat does not fit the server's payload limit even in parts",

@@ -3,8 +3,10 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -29,10 +32,11 @@ type fixture struct {
 	rec  *tracetest.SpanRecorder
 	done chan error
 
-	mu   sync.Mutex
-	snap wire.AssignmentSnapshot
-	hb   wire.Heartbeat
-	hbCh chan struct{}
+	mu    sync.Mutex
+	snap  wire.AssignmentSnapshot
+	hb    wire.Heartbeat
+	hbCh  chan struct{}
+	pages int // assignment pull pages answered
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, fixtureOptions{}) }
@@ -46,6 +50,10 @@ type fixtureOptions struct {
 	streams map[string]uint64
 	// replWait and replIdleWait are the host's (0: its defaults).
 	replWait, replIdleWait time.Duration
+	// fullReport is the host's FullReportInterval (0: its default).
+	fullReport time.Duration
+	// pullPage is the host's PullPage (0: its default).
+	pullPage int
 }
 
 func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
@@ -69,21 +77,34 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	}
 	t.Cleanup(f.nc.Close)
 	if _, err := f.nc.Subscribe(wire.AssignPull, func(m *nats.Msg) {
+		var req wire.AssignmentPull
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Error(err)
+		}
 		f.mu.Lock()
-		data, _ := json.Marshal(f.snap)
+		data, _ := json.Marshal(page(f.snap, req))
+		f.pages++
 		f.mu.Unlock()
 		_ = m.Respond(nullStarts(t, data))
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// f.hb is the latest heartbeat with the copies the reports so far
+	// add up to (a full report and the deltas since).
+	asm, reports := heartbeat.NewAssembler(), &heartbeat.Copies{}
 	if _, err := f.nc.Subscribe(wire.HeartbeatSubject("n1"), func(m *nats.Msg) {
 		var hb wire.Heartbeat
-		if json.Unmarshal(m.Data, &hb) == nil && !hb.Live { // liveness beats report no copies
-			f.mu.Lock()
+		if json.Unmarshal(m.Data, &hb) != nil {
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if whole, ok := asm.Add(hb); ok && reports.Apply(whole) { // liveness beats report no copies
+			hb = whole
+			hb.Copies, hb.Delta, hb.Since = reports.List(), false, 0
 			f.hb = hb
 			close(f.hbCh)
 			f.hbCh = make(chan struct{})
-			f.mu.Unlock()
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -103,15 +124,17 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		opts.dataDir = t.TempDir()
 	}
 	f.host, err = New(Config{
-		Node:              "n1",
-		DataDir:           opts.dataDir,
-		HeartbeatInterval: 50 * time.Millisecond,
-		AckWait:           50 * time.Millisecond,
-		SealLinger:        200 * time.Millisecond,
-		ReplWait:          opts.replWait,
-		ReplIdleWait:      opts.replIdleWait,
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TracerProvider:    tp,
+		Node:               "n1",
+		DataDir:            opts.dataDir,
+		HeartbeatInterval:  50 * time.Millisecond,
+		FullReportInterval: opts.fullReport,
+		PullPage:           opts.pullPage,
+		AckWait:            50 * time.Millisecond,
+		SealLinger:         200 * time.Millisecond,
+		ReplWait:           opts.replWait,
+		ReplIdleWait:       opts.replIdleWait,
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TracerProvider:     tp,
 	}, hostNC)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +148,44 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		}
 	})
 	return f
+}
+
+// page is the page of snap a coordinator answers req with: the streams
+// after req.After, at most req.Limit (wire.MaxAssignmentPage when 0).
+func page(snap wire.AssignmentSnapshot, req wire.AssignmentPull) wire.AssignmentSnapshot {
+	limit := req.Limit
+	if limit <= 0 || limit > wire.MaxAssignmentPage {
+		limit = wire.MaxAssignmentPage
+	}
+	names := map[string]bool{}
+	for name := range snap.Streams {
+		names[name] = true
+	}
+	for _, as := range snap.Assignments {
+		names[as.Assignment.Stream] = true
+	}
+	var in []string
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if name > req.After {
+			in = append(in, name)
+		}
+	}
+	out := wire.AssignmentSnapshot{Version: snap.Version, Node: snap.Node, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
+	if len(in) > limit {
+		in = in[:limit]
+		out.Next = in[len(in)-1]
+	}
+	for _, name := range in {
+		if id, ok := snap.Streams[name]; ok {
+			out.Streams[name] = id
+		}
+	}
+	for _, as := range snap.Assignments {
+		if slices.Contains(in, as.Assignment.Stream) {
+			out.Assignments = append(out.Assignments, as)
+		}
+	}
+	return out
 }
 
 // nullStarts rewrites a snapshot so that assignments whose stream name
@@ -444,5 +505,50 @@ func TestIdleFollowerWaitsLonger(t *testing.T) {
 	// 40, then 80 after the next empty one.
 	if want := []uint32{40, 80, 160, 200, 200, 40, 80}; !slices.Equal(got, want) {
 		t.Fatalf("follower waits %v ms, want %v", got, want)
+	}
+}
+
+// TestPullPages: with more streams than one page holds, the host pulls
+// page after page and applies every assignment, keeps a left-out copy of
+// a stream that exists on a later page, and drops a copy of a stream that
+// no page names.
+func TestPullPages(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{pullPage: 3})
+	streams := map[string]uint64{"left": 100, "gone": 101}
+	var as []wire.AssignedStream
+	for i := range 10 {
+		name := fmt.Sprintf("p%02d", i)
+		streams[name] = uint64(i + 1)
+		as = append(as, one(name, uint64(i+1), 1, []wire.HistoryStart{}, ""))
+	}
+	// First "left" and "gone" are assigned too, so the host holds them.
+	f.set(1, streams, append(slices.Clone(as), one("left", 100, 1, []wire.HistoryStart{}, ""), one("gone", 101, 1, []wire.HistoryStart{}, ""))...)
+	f.waitHB("12 streams owned", func(hb wire.Heartbeat) bool {
+		n := 0
+		for _, cs := range hb.Copies {
+			if cs.Role == wire.RoleOwner {
+				n++
+			}
+		}
+		return n == 12
+	})
+	f.mu.Lock()
+	before := f.pages
+	f.mu.Unlock()
+	// "left" is left out but still exists (on the last page, after the
+	// p.. streams); "gone" is deleted.
+	delete(streams, "gone")
+	f.set(2, streams, as...)
+	f.waitHB("left kept without a role, gone dropped", func(hb wire.Heartbeat) bool {
+		left, okL := find(hb, "left")
+		_, okG := find(hb, "gone")
+		return okL && left.Role == wire.RoleNone && !okG && len(hb.Copies) == 11
+	})
+	f.mu.Lock()
+	pages := f.pages - before
+	f.mu.Unlock()
+	// 11 streams at 3 a page: 4 pages a pull, maybe more than one pull.
+	if pages < 4 {
+		t.Fatalf("the pull took %d pages, want at least 4", pages)
 	}
 }

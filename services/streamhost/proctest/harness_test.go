@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/internal/assigntest"
 )
@@ -77,6 +78,8 @@ type cluster struct {
 
 	mu      sync.Mutex
 	hbs     map[string]wire.Heartbeat
+	parts   *heartbeat.Assembler
+	reports map[string]*heartbeat.Copies
 	leaves  []string
 	changed chan struct{} // closed and replaced on every heartbeat or leave
 	hosts   map[string]*proc
@@ -109,6 +112,8 @@ func newCluster(t testing.TB) *cluster {
 		dir:     t.TempDir(),
 		table:   assigntest.NewTable(),
 		hbs:     map[string]wire.Heartbeat{},
+		parts:   heartbeat.NewAssembler(),
+		reports: map[string]*heartbeat.Copies{},
 		changed: make(chan struct{}),
 		hosts:   map[string]*proc{},
 		started: map[string]uint64{},
@@ -148,6 +153,20 @@ func (c *cluster) onHeartbeat(m *nats.Msg) {
 		c.mu.Unlock()
 		return // a late heartbeat of a killed process
 	}
+	// c.hbs holds the latest heartbeat with the copies the host's
+	// reports add up to (its last full report and the deltas since).
+	r := c.reports[hb.Node]
+	if r == nil {
+		r = &heartbeat.Copies{}
+		c.reports[hb.Node] = r
+	}
+	if prev, ok := c.hbs[hb.Node]; ok && prev.Incarnation != hb.Incarnation {
+		r.Reset(hb.Incarnation) // a new process: nothing known of its copies
+	}
+	if whole, ok := c.parts.Add(hb); ok && r.Apply(whole) {
+		hb = whole
+	}
+	hb.Copies, hb.Delta, hb.Since = r.List(), false, 0
 	c.hbs[hb.Node] = hb
 	c.notifyLocked()
 	c.mu.Unlock()

@@ -10,11 +10,14 @@
 //	brook-bench --move-owner-at-secs 5 --duration 10s
 //	brook-bench --nats-url nats://127.0.0.1:4222 --nats-nkey deploy/secrets/admin.nk --compose --kill-owner-at-secs 5
 //	brook-bench --failover-streams 300
+//	brook-bench --failover-streams 10000 --target jetstream
 //	brook-bench --target both --catchup-records 1000000 --runs 3
 //
 // The --failover-streams form measures a mass failover instead: many
 // streams, the host that owns the most of them killed, and how soon each
-// serves again. The --catchup-records form fills a stream and times one
+// serves again; with the creation rate (per 1,000 streams), each process's
+// idle CPU and RSS and the heartbeats' bytes per second (issue 17); with
+// --target jetstream, the same with R3 file streams on three nats-servers. The --catchup-records form fills a stream and times one
 // reader reading it all from the start (issue 16).
 package main
 
@@ -57,7 +60,11 @@ type options struct {
 	both       bool
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
-	coordArgs       string
+	// createConcurrency is how many creates --failover-streams runs at
+	// once; idleWindow > 0 measures the idle cluster over that window.
+	createConcurrency int
+	idleWindow        time.Duration
+	coordArgs         string
 	// catchupRecords > 0 runs the catch-up read instead of the workload.
 	catchupRecords int
 	catchupWindow  int
@@ -93,6 +100,8 @@ func main() {
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
+	flag.IntVar(&o.createConcurrency, "create-concurrency", 16, "with --failover-streams: creates in flight at once")
+	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")
 	flag.IntVar(&o.catchupRecords, "catchup-records", 0, "instead of the workload: fill a stream with this many --record-size records, then time one reader reading them all from the start (with --target both: brook and JetStream alternating)")
 	flag.IntVar(&o.catchupWindow, "catchup-window", 256, "with --catchup-records: outstanding async publishes while filling")
 	flag.StringVar(&o.catchupReaders, "catchup-readers", "", "with --catchup-records: comma-separated reader settings to time (default: brook "+strings.Join(brookReaders, ",")+"; jetstream "+strings.Join(bench.JetStreamReaders, ",")+")")
@@ -131,7 +140,11 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	if o.failoverStreams > 0 {
-		res, err := runMassFailover(ctx, o, o.failoverStreams, log)
+		mass := runMassFailover
+		if o.target == "jetstream" {
+			mass = runJSMassFailover
+		}
+		res, err := mass(ctx, o, o.failoverStreams, log)
 		if res.Killed != "" {
 			res.write(os.Stdout)
 		}

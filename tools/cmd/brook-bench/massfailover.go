@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,11 @@ type massResult struct {
 	// Others is the same for the streams it did not own (a follower lost:
 	// they should keep confirming without a recovery).
 	Others []time.Duration
+	// Create times the creates; Idle is what the processes and the
+	// heartbeats cost once the streams are idle (zero without
+	// --idle-window).
+	Create createTiming
+	Idle   idleFigures
 }
 
 func (r massResult) write(w io.Writer) {
@@ -36,6 +42,8 @@ func (r massResult) write(w io.Writer) {
 			bench.Quantile(ds, 0.5).Milliseconds(), bench.Quantile(ds, 0.9).Milliseconds(),
 			bench.Quantile(ds, 0.99).Milliseconds(), bench.Quantile(ds, 1).Milliseconds()))
 	}
+	r.Create.write(w, r.Streams)
+	r.Idle.write(w)
 	ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
@@ -66,7 +74,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	c, err := client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
 		client.WithName("brook-bench-mass"), client.WithLogger(log),
 		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
-		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(5*time.Second))...)
+		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(30*time.Second))...)
 	if err != nil {
 		return res, err
 	}
@@ -78,11 +86,32 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 
 	streams := make([]string, n)
 	for i := range streams {
-		streams[i] = fmt.Sprintf("mass-%04d", i)
-		if _, err := c.CreateStream(ctx, wire.StreamCreate{Stream: streams[i], Copies: benchCopies, Policy: benchPolicy}); err != nil {
-			return res, fmt.Errorf("create %s: %w", streams[i], err)
-		}
+		streams[i] = fmt.Sprintf("mass-%05d", i)
 	}
+	var created atomic.Int64
+	start := time.Now()
+	res.Create, err = timeCreates(ctx, streams, max(o.createConcurrency, 1), func(ctx context.Context, s string) error {
+		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		if err == nil || wire.CodeOf(err) == wire.CodeExists {
+			if k := created.Add(1); k%createSlice == 0 {
+				log.Info("streams created so far", "streams", k, "seconds", time.Since(start).Seconds())
+			}
+		}
+		if wire.CodeOf(err) == wire.CodeExists {
+			// The client retried a create whose first attempt was
+			// committed but not answered in time: the names are this
+			// run's own, so the stream is the one created.
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	log.Info("streams created", "streams", n, "seconds", res.Create.Total.Seconds(), "per_second", res.Create.Rate)
 	var mu sync.Mutex
 	owners := map[string]string{}
 	err = forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
@@ -104,15 +133,12 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if err != nil {
 		return res, err
 	}
-	owned := map[string]int{}
-	for _, o := range owners {
-		owned[o]++
-	}
-	for node, k := range owned {
-		if k > res.Owned || (k == res.Owned && node < res.Killed) {
-			res.Killed, res.Owned = node, k
+	if o.idleWindow > 0 {
+		if res.Idle, err = measureClusterIdle(ctx, cl, o.idleWindow); err != nil {
+			return res, fmt.Errorf("idle measure: %w", err)
 		}
 	}
+	res.pickVictim(owners)
 	victim := cl.HostByNode(res.Killed)
 	if victim == nil {
 		return res, fmt.Errorf("no process for node %s", res.Killed)
@@ -122,26 +148,10 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
 		return res, err
 	}
-	// Every stream at once: a stream queued behind others would be timed
-	// from the kill while it waited for a turn.
-	err = forEach(ctx, streams, len(streams), func(ctx context.Context, s string) error {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		if _, err := c.Publish(pctx, s, record(s, 2), client.WithProducer(massProducer, 2)); err != nil {
-			return fmt.Errorf("publish after the kill: %w", err)
-		}
-		d := time.Since(killed)
-		mu.Lock()
-		if owners[s] == res.Killed {
-			res.Serve = append(res.Serve, d)
-		} else {
-			res.Others = append(res.Others, d)
-		}
-		mu.Unlock()
-		return nil
+	err = res.timeAfterKill(ctx, streams, owners, killed, func(ctx context.Context, s string) error {
+		_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
+		return err
 	})
-	slices.Sort(res.Serve)
-	slices.Sort(res.Others)
 	if err != nil {
 		return res, err
 	}

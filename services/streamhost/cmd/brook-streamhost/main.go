@@ -128,12 +128,13 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	defer nc.Close()
 
 	hst, err := host.New(host.Config{
-		Node:              cfg.Node,
-		DataDir:           cfg.DataDir,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		LivenessInterval:  livenessInterval(cfg.LivenessInterval),
-		MaxPayload:        cfg.MaxPayload,
-		ConfirmTimeout:    cfg.ConfirmTimeout,
+		Node:               cfg.Node,
+		DataDir:            cfg.DataDir,
+		HeartbeatInterval:  cfg.HeartbeatInterval,
+		FullReportInterval: cfg.FullReportInterval,
+		LivenessInterval:   livenessInterval(cfg.LivenessInterval),
+		MaxPayload:         cfg.MaxPayload,
+		ConfirmTimeout:     cfg.ConfirmTimeout,
 		// The rebuild bounds are validated positive by config.
 		DedupeRebuildRecords: cfg.DedupeRebuildRecords,
 		DedupeRebuildBytes:   cfg.DedupeRebuildBytes,

@@ -1,0 +1,180 @@
+package heartbeat
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// A host reports its copies in two kinds of heartbeat: a full report lists
+// every copy it holds; a delta (wire.Heartbeat.Delta) lists only the copies
+// whose fields changed since the host's previous report, the new ones, and
+// the ones it no longer holds (wire.CopyStatus.Gone). An idle host's delta
+// lists nothing, so what a beat costs its sender, the NATS servers and every
+// reader follows what changed, not what the host holds.
+//
+// The scheme, and why it is sound:
+//
+//   - Reports are numbered with the beats (wire.Heartbeat.Beat) and each
+//     delta names the report it follows (Since). A reader applies a delta
+//     only onto that report; any other delta means it missed one (a gap:
+//     lost on a reconnect, or the reader started in between) or is late (a
+//     reordered message, older than what the reader has: dropped).
+//   - After a gap the reader keeps the copies it had (stale, as they were
+//     when a whole beat was lost before deltas existed) and applies no delta
+//     until the next full report, which replaces everything. The host sends
+//     one at least every full-report interval (wire.DefaultFullReportInterval)
+//     and as the first report of every incarnation, so a reader is behind at
+//     most that long after it missed something. Readers never ask: nothing
+//     flows from readers to hosts, and the host's cost stays one full report
+//     per interval however many readers restart.
+//   - A new incarnation (a restarted host) drops what the reader knew and
+//     waits for that incarnation's first report, which is full.
+//
+// Reporter is the sender's side; Copies is the reader's.
+
+// Reporter turns a host's successive lists of copies into reports: full
+// every FullEvery (and the first), deltas between. It is not safe for
+// concurrent use; the host serializes its beats.
+type Reporter struct {
+	// FullEvery is the longest time between two full reports
+	// (wire.DefaultFullReportInterval when zero or less).
+	FullEvery time.Duration
+
+	spare []wire.CopyStatus // the array of the list before last, reused
+
+	last     []wire.CopyStatus // the copies as last reported, sorted by stream
+	lastBeat uint64            // the last report's beat; 0: none yet
+	lastFull time.Time
+}
+
+// Report returns the report to send for hb, a heartbeat listing every copy
+// the host holds (hb.Beat set, Delta unset), at now: hb itself when a full
+// report is due, otherwise the delta since the previous report. It
+// remembers hb's copies as reported: a report the caller then fails to
+// send is a gap readers recover from at the next full report. Its cost is
+// one walk of the two sorted lists (hb's are sorted if they are not
+// already), with no map.
+func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
+	every := r.FullEvery
+	if every <= 0 {
+		every = wire.DefaultFullReportInterval
+	}
+	byStream := func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
+	cur := hb.Copies
+	if !slices.IsSortedFunc(cur, byStream) {
+		cur = slices.Clone(cur)
+		slices.SortFunc(cur, byStream)
+	}
+	prev, since := r.last, r.lastBeat
+	// The caller may reuse hb.Copies' array: keep a copy, in the array of
+	// the one before when it is large enough.
+	r.last, r.lastBeat = append(r.spare[:0], cur...), hb.Beat
+	r.spare = prev
+	if since == 0 || now.Sub(r.lastFull) >= every || now.Before(r.lastFull) {
+		r.lastFull = now
+		hb.Delta, hb.Since = false, 0
+		return hb
+	}
+	changed := []wire.CopyStatus{}
+	var gone []wire.CopyStatus
+	i, j := 0, 0
+	for i < len(cur) || j < len(prev) {
+		switch {
+		case j == len(prev) || (i < len(cur) && cur[i].Stream < prev[j].Stream):
+			changed = append(changed, cur[i]) // new
+			i++
+		case i == len(cur) || prev[j].Stream < cur[i].Stream:
+			gone = append(gone, wire.CopyStatus{Stream: prev[j].Stream, StreamID: prev[j].StreamID, Role: wire.RoleNone, Gone: true})
+			j++
+		default:
+			if cur[i] != prev[j] {
+				changed = append(changed, cur[i])
+			}
+			i++
+			j++
+		}
+	}
+	hb.Copies = append(changed, gone...)
+	hb.Delta, hb.Since = true, since
+	return hb
+}
+
+// Copies is one host's copies as a reader rebuilds them from the host's
+// whole reports (full or delta, as the Assembler returns them). The zero
+// value knows nothing. It is not safe for concurrent use.
+type Copies struct {
+	incarnation uint64
+	beat        uint64 // the last report applied
+	synced      bool   // the copies are the host's as of report beat
+	copies      map[string]wire.CopyStatus
+}
+
+// Apply applies a whole report and reports whether the copies changed
+// (they are then the host's as of hb). A delta that does not follow the
+// last report applied is not applied: the copies stay as they are until
+// the next full report. A report of another incarnation first drops every
+// copy known. Liveness beats are not reports: they change nothing.
+func (c *Copies) Apply(hb wire.Heartbeat) bool {
+	if hb.Live {
+		return false
+	}
+	if hb.Incarnation != c.incarnation {
+		c.Reset(hb.Incarnation)
+	}
+	if !hb.Delta {
+		if c.beat != 0 && hb.Beat <= c.beat && hb.Beat != 0 {
+			return false // an older report, late
+		}
+		c.copies = make(map[string]wire.CopyStatus, len(hb.Copies))
+		for _, cs := range hb.Copies {
+			c.copies[cs.Stream] = cs
+		}
+		c.beat, c.synced = hb.Beat, true
+		return true
+	}
+	if hb.Beat <= c.beat {
+		return false // a late delta: what it says is in the copies already
+	}
+	if !c.synced || hb.Since != c.beat {
+		c.synced = false // a gap: wait for the next full report
+		return false
+	}
+	for _, cs := range hb.Copies {
+		if cs.Gone {
+			delete(c.copies, cs.Stream)
+		} else {
+			c.copies[cs.Stream] = cs
+		}
+	}
+	c.beat = hb.Beat
+	return true
+}
+
+// Reset drops every copy known, for a host now running as incarnation.
+func (c *Copies) Reset(incarnation uint64) {
+	*c = Copies{incarnation: incarnation}
+}
+
+// Synced reports whether the copies are the host's as of its last report
+// applied (false before the first full report and after a gap).
+func (c *Copies) Synced() bool { return c.synced }
+
+// Map returns the copies by stream name. The map is the Copies' own:
+// callers must not modify it, nor keep it past the next Apply or Reset.
+func (c *Copies) Map() map[string]wire.CopyStatus { return c.copies }
+
+// Clone returns a copy of the copies by stream name (nil if none known).
+func (c *Copies) Clone() map[string]wire.CopyStatus { return maps.Clone(c.copies) }
+
+// List returns the copies sorted by stream name (empty, never nil).
+func (c *Copies) List() []wire.CopyStatus {
+	out := make([]wire.CopyStatus, 0, len(c.copies))
+	for _, name := range slices.Sorted(maps.Keys(c.copies)) {
+		out = append(out, c.copies[name])
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/brook-streams/brook/tools/bench"
+)
+
+// TestScaleRatio is the scale mode, shortened: the mass failover at n and
+// at 2n streams, each on a fresh local cluster, and the larger run must
+// not be much worse than the smaller one: creation at least half as fast,
+// and the killed host's streams (twice as many) serving again within three
+// times as long at p99. Ratios within one test run, not absolute times:
+// the machine is shared. docs/benchmarks.md ("Ten thousand streams")
+// records the full runs.
+func TestScaleRatio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the process cluster in -short mode")
+	}
+	const n = 300
+	run := func(streams int) massResult {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		res, err := runMassFailover(ctx, options{workDir: t.TempDir(), createConcurrency: 16}, streams, log)
+		var text bytes.Buffer
+		res.write(&text)
+		t.Logf("%d streams:\n%s", streams, text.String())
+		if err != nil {
+			t.Fatalf("%d streams: %v\n%s", streams, err, logs.String())
+		}
+		if len(res.Serve) != res.Owned || len(res.Serve)+len(res.Others) != streams {
+			t.Fatalf("%d streams: %d owned, %d and %d served again", streams, res.Owned, len(res.Serve), len(res.Others))
+		}
+		return res
+	}
+	small, large := run(n), run(2*n)
+	if r := large.Create.Rate / small.Create.Rate; r < 0.5 {
+		t.Errorf("creation at %d streams is %.2f times as fast as at %d (%.0f vs %.0f streams/s), want at least 0.5",
+			2*n, r, n, large.Create.Rate, small.Create.Rate)
+	}
+	ps, pl := bench.Quantile(small.Serve, 0.99), bench.Quantile(large.Serve, 0.99)
+	if r := float64(pl) / float64(ps); r > 3 {
+		t.Errorf("failover p99 at %d streams is %.2f times that at %d (%v vs %v), want at most 3", 2*n, r, n, pl, ps)
+	}
+}
+
+// The creation rates of each slice of the completions.
+func TestSliceRates(t *testing.T) {
+	start := time.Unix(100, 0)
+	var done []time.Time
+	for i := range 2500 {
+		// The first 1,000 at 1 ms each, the rest at 2 ms.
+		d := time.Duration(i+1) * time.Millisecond
+		if i >= 1000 {
+			d = time.Second + time.Duration(i+1-1000)*2*time.Millisecond
+		}
+		done = append(done, start.Add(d))
+	}
+	got := sliceRates(start, done)
+	if len(got.Slices) != 3 || got.Slices[0] != 1000 || got.Slices[1] != 500 || got.Slices[2] != 500 {
+		t.Fatalf("slices %v, want [1000 500 500]", got.Slices)
+	}
+	if got.Total != 4*time.Second || got.Rate != 625 {
+		t.Fatalf("total %v rate %v", got.Total, got.Rate)
+	}
+}
+
+// The bench reads its own process's CPU time and RSS as it reads the
+// cluster's.
+func TestSampleIdleReadsProc(t *testing.T) {
+	got, err := sampleIdle(context.Background(), []namedPid{{Name: "self", Pid: os.Getpid()}}, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].RSSMiB <= 0 || got[0].CPU < 0 {
+		t.Fatalf("sample %+v", got)
+	}
+}
