@@ -40,6 +40,10 @@ type fakeOwner struct {
 	url         string
 }
 
+// noBatching makes the test's client publish each record on its own: the
+// fake owner answers single publishes (wire.PublishSubject) only.
+var noBatching = client.WithBatching(0, 0, 0)
+
 func newFakeOwner(t *testing.T, url, stream string) *fakeOwner {
 	t.Helper()
 	nc, err := nats.Connect(url)
@@ -155,7 +159,7 @@ func setup(t *testing.T, attempt time.Duration) (*fakeOwner, *Publisher, context
 	t.Cleanup(cancel)
 	f := newFakeOwner(t, ns.URL(), "s")
 	f.serve(1)
-	c, err := client.Connect(ctx, ns.URL(), append(ClientOptions(attempt), client.WithName("brookload-test"))...)
+	c, err := client.Connect(ctx, ns.URL(), append(ClientOptions(attempt), client.WithName("brookload-test"), noBatching)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +297,7 @@ func TestEarlierRunsRecordsAreNotOurs(t *testing.T) {
 	f.log = append(f.log, Encode(old, 32))
 	f.mu.Unlock()
 	// A new publisher on the same stream starts past that record.
-	c, err := client.Connect(ctx, f.url, ClientOptions(10*time.Second)...)
+	c, err := client.Connect(ctx, f.url, append(ClientOptions(10*time.Second), noBatching)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +347,7 @@ func TestFloorIsTheWatermarkNotTheTail(t *testing.T) {
 	}
 	f.unconfirmed = 3 // tail 8, watermark 5
 	f.serve(1)
-	c, err := client.Connect(ctx, ns.URL(), ClientOptions(10*time.Second)...)
+	c, err := client.Connect(ctx, ns.URL(), append(ClientOptions(10*time.Second), noBatching)...)
 	if err != nil {
 		t.Fatal(err)
 	}
