@@ -91,6 +91,10 @@ type CopyStatus struct {
 // a host that sees a version newer than the one it applied pulls.
 type AssignNotice struct {
 	Version uint64 `json:"version"`
+	// Recovery marks the notice of a recovery's commit (a failover, a
+	// planned move): the host pulls at once, not after the gap it keeps
+	// between the pulls that bursts of other notices ask for.
+	Recovery bool `json:"recovery,omitempty"`
 }
 
 // OwnerNotice is published on OwnerNoticeSubject by a host that has just

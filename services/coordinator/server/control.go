@@ -399,16 +399,26 @@ func (s *Server) announce(st *state.State) {
 // lock, delayed the other commits and their notices when hundreds of
 // streams failed over at once.
 func (s *Server) notifyAll(version uint64, fallback []string) {
+	s.notifyAllOf(wire.AssignNotice{Version: version}, fallback)
+}
+
+// notifyAllOf is notifyAll of notice n.
+func (s *Server) notifyAllOf(n wire.AssignNotice, fallback []string) {
 	nodes, err := s.store.LocalNodes()
 	if err != nil {
 		nodes = fallback
 	}
-	s.notify(nodes, version)
+	s.notifyOf(nodes, n)
 }
 
 // notify publishes AssignNotice{version} to each node.
 func (s *Server) notify(nodes []string, version uint64) {
-	data, err := json.Marshal(wire.AssignNotice{Version: version})
+	s.notifyOf(nodes, wire.AssignNotice{Version: version})
+}
+
+// notifyOf publishes notice n to each node.
+func (s *Server) notifyOf(nodes []string, n wire.AssignNotice) {
+	data, err := json.Marshal(n)
 	if err != nil {
 		return
 	}

@@ -61,8 +61,9 @@ func (r recoveryState) Commit(ctx context.Context, stream string, transition, ve
 	s.log.Warn("recovery committed", "stream", stream, "transition", transition, "owner", a.Owner,
 		"followers", a.Followers, "epoch", a.Epoch, "start_record_tail", start.RecordTail,
 		"start_cursor_tail", start.CursorTail, "trace_id", traceID, "version", res.Version)
-	// The old copies (sealed or not) and any new member must look again.
-	s.notifyAll(res.Version, a.Copies())
+	// The old copies (sealed or not) and any new member must look again,
+	// at once: the stream is not served until the new owner applies this.
+	s.notifyAllOf(wire.AssignNotice{Version: res.Version, Recovery: true}, a.Copies())
 	s.poke()
 	return nil
 }

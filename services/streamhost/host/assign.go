@@ -34,21 +34,18 @@ func (h *Host) onNotice(m *nats.Msg) {
 	h.mu.Lock()
 	newer := n.Version > h.applied || !h.ready.Load()
 	h.mu.Unlock()
-	if newer {
+	switch {
+	case newer && n.Recovery:
+		h.requestPullNow()
+	case newer:
 		h.requestPull()
 	}
 }
 
-// minPullGap is the least time from the start of one pull to the start
-// of the next one asked for by a notice. Every pull reads every stream
-// (across its pages), and a burst of creates sends a notice per create:
-// pulled back to back, four hosts' pulls kept the coordinators busy enough
-// at 2,000 streams that heartbeats went unread past the TTL. Notices that
-// arrive meanwhile share the next pull.
-const minPullGap = 200 * time.Millisecond
-
 // pullLoop pulls the snapshot on start (retrying until it has one), on a
-// request (notice, follower trouble) and every PullInterval.
+// request (notice, follower trouble) and every PullInterval. A recovery's
+// notice (requestPullNow) is not held by the gap: the stream it moved
+// waits for this pull to be served again.
 func (h *Host) pullLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.PullInterval)
 	defer t.Stop()
@@ -56,7 +53,12 @@ func (h *Host) pullLoop(ctx context.Context) {
 	defer gap.Stop()
 	retry := 50 * time.Millisecond
 	for {
-		gap.Reset(minPullGap)
+		// Config.PullGap: every pull reads every stream (across its
+		// pages), and a burst of creates sends a notice per create: pulled
+		// back to back, four hosts' pulls kept the coordinators busy
+		// enough at 2,000 streams that heartbeats went unread past the
+		// TTL. Notices that arrive meanwhile share the next pull.
+		gap.Reset(h.cfg.PullGap)
 		err := h.pullAndApply(ctx)
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("pull assignment snapshot", "err", err)
@@ -73,11 +75,13 @@ func (h *Host) pullLoop(ctx context.Context) {
 			return
 		case <-wait:
 		case <-again:
+		case <-h.pullUrgent:
 		case <-h.pullNow:
 			select {
 			case <-ctx.Done():
 				return
 			case <-gap.C:
+			case <-h.pullUrgent:
 			}
 		}
 	}

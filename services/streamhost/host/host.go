@@ -27,6 +27,7 @@ const (
 	DefaultMaxPayload        = 1 << 20
 	DefaultConfirmTimeout    = 5 * time.Second
 	DefaultPullInterval      = 5 * time.Second
+	DefaultPullGap           = 200 * time.Millisecond
 	DefaultReplWait          = time.Second
 	DefaultReplIdleWait      = 4 * time.Second
 	DefaultRetentionInterval = 2 * time.Second
@@ -61,6 +62,10 @@ type Config struct {
 	// PullInterval is how often the assignment snapshot is pulled even
 	// without a notice.
 	PullInterval time.Duration
+	// PullGap is the least time from the start of one pull to the start
+	// of the next one a notice asks for (DefaultPullGap), except a
+	// recovery's notice, which is pulled at once.
+	PullGap time.Duration
 	// PullPage is the most streams one page of a pull asks for
 	// (wire.MaxAssignmentPage when 0).
 	PullPage int
@@ -132,6 +137,9 @@ func (c *Config) fill() {
 	if c.PullInterval <= 0 {
 		c.PullInterval = DefaultPullInterval
 	}
+	if c.PullGap <= 0 {
+		c.PullGap = DefaultPullGap
+	}
 	if c.ReplWait <= 0 {
 		c.ReplWait = DefaultReplWait
 	}
@@ -189,7 +197,9 @@ type Host struct {
 	ready   atomic.Bool // the first snapshot is applied
 	leaving atomic.Bool // graceful shutdown has begun
 	pullNow chan struct{}
-	beatNow chan struct{}
+	// pullUrgent asks for a pull without the gap (requestPullNow).
+	pullUrgent chan struct{}
+	beatNow    chan struct{}
 	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
 	// numbers follow the order the heartbeats were built in and the parts
 	// of two beats do not interleave.
@@ -289,6 +299,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		incarnation: uint64(time.Now().UnixNano()),
 		replicas:    make(map[string]*replica),
 		pullNow:     make(chan struct{}, 1),
+		pullUrgent:  make(chan struct{}, 1),
 		beatNow:     make(chan struct{}, 1),
 		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
@@ -548,6 +559,15 @@ func (h *Host) owners() []*owner {
 func (h *Host) requestPull() {
 	select {
 	case h.pullNow <- struct{}{}:
+	default:
+	}
+}
+
+// requestPullNow asks the pull loop for a pull now, without the gap
+// between notice-asked pulls (a recovery's commit), without blocking.
+func (h *Host) requestPullNow() {
+	select {
+	case h.pullUrgent <- struct{}{}:
 	default:
 	}
 }

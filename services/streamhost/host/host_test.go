@@ -54,6 +54,8 @@ type fixtureOptions struct {
 	fullReport time.Duration
 	// pullPage is the host's PullPage (0: its default).
 	pullPage int
+	// pullGap and pullInterval are the host's (0: its defaults).
+	pullGap, pullInterval time.Duration
 }
 
 func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
@@ -129,6 +131,8 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		HeartbeatInterval:  50 * time.Millisecond,
 		FullReportInterval: opts.fullReport,
 		PullPage:           opts.pullPage,
+		PullGap:            opts.pullGap,
+		PullInterval:       opts.pullInterval,
 		AckWait:            50 * time.Millisecond,
 		SealLinger:         200 * time.Millisecond,
 		ReplWait:           opts.replWait,
@@ -551,4 +555,46 @@ func TestPullPages(t *testing.T) {
 	if pages < 4 {
 		t.Fatalf("the pull took %d pages, want at least 4", pages)
 	}
+}
+
+// TestRecoveryNoticePulledAtOnce: the gap between notice-asked pulls
+// (Config.PullGap) never delays a recovery's notice, which the stream it
+// moved waits for; another notice waits for the gap.
+func TestRecoveryNoticePulledAtOnce(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{pullGap: time.Hour, pullInterval: time.Hour})
+	// The first pull (at start, no gap) has been answered.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		pages := f.pages
+		f.mu.Unlock()
+		if pages > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the host did not pull its first snapshot")
+		}
+	}
+	streams := map[string]uint64{"moved": 7, "later": 8}
+	owned := func(name string) func(wire.Heartbeat) bool {
+		return func(hb wire.Heartbeat) bool { cs, ok := find(hb, name); return ok && cs.Role == wire.RoleOwner }
+	}
+	// A plain notice now waits for the hour's gap.
+	f.set(2, streams, one("later", 8, 1, []wire.HistoryStart{}, ""))
+	time.Sleep(300 * time.Millisecond)
+	f.mu.Lock()
+	hb := f.hb
+	f.mu.Unlock()
+	if owned("later")(hb) {
+		t.Fatal("a plain notice was pulled within the gap")
+	}
+	// A recovery's notice is pulled at once, and the pull applies both.
+	f.mu.Lock()
+	f.snap = wire.AssignmentSnapshot{Version: 3, Node: "n1", Streams: streams,
+		Assignments: []wire.AssignedStream{one("later", 8, 1, []wire.HistoryStart{}, ""), one("moved", 7, 1, []wire.HistoryStart{}, "")}}
+	f.mu.Unlock()
+	data, _ := json.Marshal(wire.AssignNotice{Version: 3, Recovery: true})
+	if err := f.nc.Publish(wire.AssignNoticeSubject("n1"), data); err != nil {
+		t.Fatal(err)
+	}
+	f.waitHB("the recovery's stream owned", owned("moved"))
 }
