@@ -238,7 +238,12 @@ func TestSealReleasePromote(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		c.mustPublish(stream, rec(i))
 	}
-	c.hosts["h1"].kill()
+	// A graceful restart closes the store, so the owner serves its epoch
+	// again. (After a crash it would seal its copy at the next epoch
+	// instead: host.TestRestartedOwnerSealsItsEpoch.)
+	if err := c.hosts["h1"].term(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	c.start("h1")
 	c.waitCopy("h1", stream, "owner again", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
 	for i := 8; i < 10; i++ {
@@ -441,4 +446,25 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// TestCrashedOwnerSealsOnRestart: an owner SIGKILLed and started again on
+// its data does not serve the epoch its crashed process began (followers
+// may hold records it wrote but never synced); it seals its copy at the
+// next epoch for a recovery to take over, and takes no publishes.
+func TestCrashedOwnerSealsOnRestart(t *testing.T) {
+	const stream, id = "crashed", 14
+	c := startThree(t, stream, id)
+	for i := 0; i < 8; i++ {
+		c.mustPublish(stream, rec(i))
+	}
+	c.hosts["h1"].kill()
+	c.start("h1")
+	c.waitCopy("h1", stream, "sealed, no role", func(cs wire.CopyStatus) bool { return cs.Sealed && cs.Role == wire.RoleNone })
+	if r := c.publish(stream, rec(8), nil); !errors.Is(r.nats, nats.ErrNoResponders) {
+		t.Fatalf("publish to the restarted owner: %v; want no responders", r)
+	}
+	if !strings.Contains(c.hosts["h1"].log(), "copy sealed at the next epoch") {
+		t.Fatal("h1's log does not say why it sealed its copy")
+	}
 }
