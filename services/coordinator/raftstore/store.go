@@ -332,15 +332,6 @@ func (s *Store) State(ctx context.Context) (*state.State, error) {
 	return v.(*state.State), nil
 }
 
-// Assignments reads the assignment snapshot of node.
-func (s *Store) Assignments(ctx context.Context, node string) (wire.AssignmentSnapshot, error) {
-	v, err := s.Read(ctx, state.QueryAssignments{Node: node})
-	if err != nil {
-		return wire.AssignmentSnapshot{}, err
-	}
-	return v.(wire.AssignmentSnapshot), nil
-}
-
 // RecoveryView reads the recovery worker's view of stream.
 func (s *Store) RecoveryView(ctx context.Context, stream string) (state.RecoveryView, error) {
 	v, err := s.Read(ctx, state.QueryRecovery{Stream: stream})

@@ -19,12 +19,6 @@ type QueryAll struct{}
 // Run implements Query.
 func (QueryAll) Run(s *State) any { return s.Clone() }
 
-// QueryAssignments reads the wire.AssignmentSnapshot of one node.
-type QueryAssignments struct{ Node string }
-
-// Run implements Query.
-func (q QueryAssignments) Run(s *State) any { return s.AssignmentSnapshot(q.Node) }
-
 // QueryNodeState reads the state of one node (wire.NodeLive etc., or "" if
 // the node is unknown) as a string, without copying the rest of the state.
 type QueryNodeState struct{ Node string }
