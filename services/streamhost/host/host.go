@@ -697,7 +697,10 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 			CursorTail: t.CursorDurable,
 			Sealed:     sealed,
 		}
-		if r := h.lookupReplica(c.Stream()); r != nil {
+		// A failed store holds no role, even in the moment between the
+		// failure and storeFailed's stop of the roles: a beat that says
+		// leaving with the error never also says owner.
+		if r := h.lookupReplica(c.Stream()); r != nil && hb.StoreError == "" {
 			st := r.status.Load()
 			if st.role != wire.RoleNone && st.streamID == c.StreamID() {
 				cs.Role = st.role
