@@ -91,7 +91,7 @@ func validStreamAndNode(stream, node string) error {
 // liveness view. A node being drained is up only as the stream's owner,
 // so no move targets it.
 func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
-	live, now := s.live.View(), s.opt.Now()
+	live, now := s.live.ViewStream(stream), s.opt.Now()
 	owned, _ := st.Load()
 	owner := ""
 	if ss := st.Streams[stream]; ss != nil {
@@ -99,7 +99,7 @@ func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 	}
 	draining := s.drainingNodes()
 	tails := map[string]uint64{}
-	for id, seen := range live {
+	for id, seen := range live { // the stream's copies only
 		if c, ok := seen.Copies[stream]; ok {
 			tails[id] = c.RecordTail
 		}
@@ -373,11 +373,13 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 }
 
 // balance runs the owner balancer at most once per Balance.Interval, on
-// the leader, on a full round's state (Balance counts every stream): controller.Balance's moves, within Balance.MaxMoves moves in
-// flight (operators' included), each in its own goroutine under the
-// leader's context, so losing leadership aborts them (a move already
-// sealed is finished by the next leader's recovery worker).
-func (s *Server) balance(leaderCtx context.Context, st *state.State) {
+// the leader: a state.QueryBalance read (its cost is in proportion to the
+// nodes and the streams it may move, not to all streams) and
+// controller.Balance's moves, within Balance.MaxMoves moves in flight
+// (operators' included), each in its own goroutine under the leader's
+// context, so losing leadership aborts them (a move already sealed is
+// finished by the next leader's recovery worker).
+func (s *Server) balance(leaderCtx context.Context) {
 	p := s.opt.Balance
 	now := s.opt.Now()
 	s.mu.Lock()
@@ -387,31 +389,55 @@ func (s *Server) balance(leaderCtx context.Context, st *state.State) {
 	}
 	moving := maps.Clone(s.moves.running)
 	maps.DeleteFunc(s.moves.backoff, func(_ string, until time.Time) bool { return !now.Before(until) })
-	backoff := maps.Clone(s.moves.backoff)
+	skip := make(map[string]bool, len(s.moves.backoff))
+	for name := range s.moves.backoff {
+		skip[name] = true
+	}
 	s.mu.Unlock()
-	if !due {
+	budget := p.MaxMoves - len(moving)
+	if !due || budget <= 0 {
 		return
 	}
-	live := s.live.View()
+	live := s.live.ViewStream("") // every host's liveness, no copies
 	draining := s.drainingNodes()
-	v := controller.BalanceView{
-		Up:     func(n string) bool { return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL) },
-		Moving: moving,
-		Skip:   func(stream string) bool { _, ok := backoff[stream]; return ok },
-		Lags: func(stream, n string) bool {
-			ss := st.Streams[stream]
-			own, ok1 := live[ss.Assignment.Owner].Copies[stream]
-			cp, ok2 := live[n].Copies[stream]
-			return ok1 && ok2 && cp.RecordTail+maxBalanceLag < own.RecordTail
-		},
+	up := func(st *state.State, n string) bool {
+		return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL)
 	}
-	for _, m := range controller.Balance(st, v, p.MaxMoves-len(moving), p.Margin) {
+	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
+	r, err := s.store.Read(rctx, controller.BalanceQuery(up, moving, skip, budget, p.Margin))
+	cancel()
+	if err != nil {
+		return // the control loop logs failing reads
+	}
+	v := r.(state.BalanceView)
+	// A follower's record tail against its owner's, as their heartbeats
+	// last told, for the candidates Balance looks at only.
+	lags := func(stream, n string) bool {
+		seen := s.live.ViewStream(stream)
+		var own, cp *wire.CopyStatus
+		for id, sn := range seen {
+			if c, ok := sn.Copies[stream]; ok {
+				switch {
+				case c.Role == wire.RoleOwner:
+					own = &c
+				case id == n:
+					cp = &c
+				}
+			}
+		}
+		return own != nil && cp != nil && cp.RecordTail+maxBalanceLag < own.RecordTail
+	}
+	for _, m := range controller.Balance(v, lags, budget, p.Margin) {
 		s.workerWG.Add(1)
 		go func() {
 			defer s.workerWG.Done()
 			ctx, cancel := context.WithTimeout(leaderCtx, requestTimeout)
 			defer cancel()
-			if _, err := s.move(ctx, st, m.Stream, m.To, 0, "balance"); err == nil {
+			pv, err := s.store.Read(ctx, state.QueryPlacement{Stream: m.Stream})
+			if err != nil {
+				return
+			}
+			if _, err := s.move(ctx, pv.(*state.State), m.Stream, m.To, 0, "balance"); err == nil {
 				s.log.Info("balancer moved a stream", "stream", m.Stream, "from", m.From, "to", m.To)
 			}
 		}()

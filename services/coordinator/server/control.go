@@ -137,10 +137,10 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
 	}
 	s.announce(st)
-	// The balancer counts every stream, so it runs on full rounds only,
-	// and not after actions that changed the state it read.
-	if !deaf && full && !changed {
-		s.balance(ctx, st) // admin_move.go
+	// The balancer reads its own view (from the state's indexes), once
+	// per --balance-interval, not after actions that changed the state.
+	if !deaf && !changed {
+		s.balance(ctx) // admin_move.go
 	}
 	return changed
 }
