@@ -22,9 +22,23 @@ import (
 // balancer's moves (recovery/move.go describes the steps). A move runs on
 // the replica that decided it; while it runs, that replica's control loop
 // starts no recovery worker of its own for the stream (s.moving), since
-// the move runs the worker itself. Another replica's worker for the same
-// recovery is harmless: both seal at the same fence and transition and
-// only one guarded commit succeeds.
+// the move runs the worker itself; nor does the leader for a move another
+// replica recorded, until moverGrace passed (then the mover is taken to
+// have died or given up). Were two workers to run anyway, both seal at the
+// same fence and transition and only one guarded commit succeeds.
+
+// moverGrace is how long after a planned move recorded its pending
+// recovery the leader leaves it to the replica that recorded it, which
+// runs the recovery worker itself (a second worker sealed every copy
+// twice, and its seals could reach the new owner after the commit); past
+// it (that replica died or gave up), the leader's worker finishes it.
+func (s *Server) moverGrace() time.Duration { return 2*s.opt.SealTimeout + time.Second }
+
+// moverRuns reports whether pr is a planned move's recovery that its
+// mover (another replica, or this one: see isMoving) is still running.
+func (s *Server) moverRuns(pr *wire.PendingRecovery, now time.Time) bool {
+	return pr.Reason == state.ReasonMove && now.Sub(time.UnixMilli(pr.Since)) < s.moverGrace()
+}
 
 // maxDrainMoves bounds the moves of one node.drain in flight at once.
 const maxDrainMoves = 4
@@ -68,11 +82,13 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS {
 		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is not within 0 and %d", req.TimeoutMS, wire.MaxMoveTimeoutMS)
 	}
-	st, err := s.store.State(ctx)
+	// The stream, every node and the load counts: not a copy of every
+	// stream.
+	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
-	return s.move(ctx, st, req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+	return s.move(ctx, v.(*state.State), req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
 }
 
 // validStreamAndNode checks a request's stream name and its node name,
@@ -317,21 +333,48 @@ func (m moveState) Begin(ctx context.Context, stream string, version uint64, pro
 }
 
 // Recover runs the recovery worker to the commit and reads the stream's
-// assignment after it.
-func (m moveState) Recover(ctx context.Context, stream string) (wire.Assignment, uint64, error) {
+// assignment after it. The worker's first read is this replica's own
+// (movedRecoveryState): Begin's proposal returned once this replica
+// applied it, so no quorum round is needed to see it.
+func (m moveState) Recover(ctx context.Context, stream string, transition uint64) (wire.Assignment, uint64, error) {
 	s := m.s
-	if err := s.newWorker().Run(ctx, stream); err != nil {
+	w := s.newWorker()
+	w.State = &movedRecoveryState{recoveryState: recoveryState{s: s}, transition: transition}
+	if err := w.Run(ctx, stream); err != nil {
 		return wire.Assignment{}, 0, err
 	}
-	st, err := s.store.State(ctx)
+	v, err := s.store.Read(ctx, state.QueryStream{Stream: stream})
 	if err != nil {
 		return wire.Assignment{}, 0, err
 	}
-	ss := st.Streams[stream]
-	if ss == nil {
+	sv := v.(state.StreamView)
+	if sv.Stream == nil {
 		return wire.Assignment{}, 0, wire.Errorf(wire.CodeNotFound, "stream %s was deleted", stream)
 	}
-	return ss.Assignment, st.Version, nil
+	return sv.Stream.Assignment, sv.Stream.Version, nil
+}
+
+// movedRecoveryState is the recovery worker's state for a planned move
+// this replica just recorded (transition): the first read is local, and
+// taken only when it shows that transition (otherwise, and for every later
+// read, a linearizable read as for any recovery). It saves a quorum round
+// between the hand-off and the seals, the move's write gap; the worker's
+// commit is guarded on the version and transition whatever it read.
+type movedRecoveryState struct {
+	recoveryState
+	transition uint64
+	read       bool
+}
+
+// Read implements recovery.State.
+func (m *movedRecoveryState) Read(ctx context.Context, stream string) (*wire.PendingRecovery, []wire.HistoryStart, map[string]bool, uint64, error) {
+	if !m.read {
+		m.read = true
+		if v, err := m.s.store.LocalRecoveryView(stream); err == nil && v.Recovery != nil && v.Recovery.Transition == m.transition {
+			return v.Recovery, v.Starts, v.Leaving, v.Version, nil
+		}
+	}
+	return m.recoveryState.Read(ctx, stream)
 }
 
 // newWorker is a recovery worker over this server's NATS and Raft store.

@@ -134,7 +134,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		return false
 	}
 	for _, name := range st.Pending() {
-		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
+		if pr := st.Streams[name].Recovery; !s.moverRuns(pr, now) {
+			s.startWorker(ctx, name, pr.Transition)
+		}
 	}
 	s.announce(st)
 	// The balancer reads its own view (from the state's indexes), once

@@ -25,7 +25,8 @@ import (
 // how long after the restart every host owned within balanceMargin of the
 // even share, the owner counts over time, and the write gap of the moved
 // streams: the longest a publish of theirs took from its first attempt to
-// its confirm (it is retried across the move) after the restart. Then it
+// its confirm (it is retried across the move) after the restart, and the
+// one publish of each that was first confirmed at the new epoch. Then it
 // reads every stream back: every confirmed record, in order.
 
 // balancePeriod is how often each stream's publisher publishes.
@@ -54,8 +55,12 @@ type balanceResult struct {
 	Timeline []ownerSample
 	// Moved holds, per stream whose owner changed after the restart, the
 	// longest publish (first attempt to confirm) after the restart,
-	// ascending; Stayed the same for the others.
+	// ascending; Stayed the same for the others (the noise floor).
 	Moved, Stayed []time.Duration
+	// Across holds, per moved stream, the publish first confirmed at the
+	// new epoch (the one that spanned the move): its write gap as its
+	// writer saw it, ascending.
+	Across []time.Duration
 	// Confirmed counts the confirmed records read back.
 	Confirmed int
 }
@@ -87,6 +92,7 @@ func (r balanceResult) write(w io.Writer) {
 			bench.Quantile(ds, 0.5).Milliseconds(), bench.Quantile(ds, 0.9).Milliseconds(),
 			bench.Quantile(ds, 0.99).Milliseconds(), bench.Quantile(ds, 1).Milliseconds()))
 	}
+	line("publish across the move, moved", r.Across)
 	line("longest publish, moved streams", r.Moved)
 	line("longest publish, other streams", r.Stayed)
 	ignoreWrite(fmt.Fprintf(w, "confirmed records read back: %d\n", r.Confirmed))
@@ -98,7 +104,12 @@ type balanceLoad struct {
 	mu        sync.Mutex
 	confirmed map[string]uint64
 	longest   map[string]time.Duration
-	mark      time.Time
+	// epoch is the epoch of each stream's last confirm; across holds,
+	// per stream, the longest publish after mark that was the first
+	// confirmed at a new epoch (it spanned the move or failover).
+	epoch  map[string]uint64
+	across map[string]time.Duration
+	mark   time.Time
 }
 
 // publish publishes to stream every balancePeriod until ctx ends, each
@@ -108,8 +119,10 @@ func (l *balanceLoad) publish(ctx context.Context, c *client.Client, stream stri
 	defer tick.Stop()
 	for seq := uint64(1); ctx.Err() == nil; seq++ {
 		began := time.Now()
+		var pc wire.PublishConfirm
 		for {
-			_, err := c.Publish(ctx, stream, balanceRecord(stream, seq), client.WithProducer(balanceProducer, seq))
+			var err error
+			pc, err = c.Publish(ctx, stream, balanceRecord(stream, seq), client.WithProducer(balanceProducer, seq))
 			if err == nil {
 				break
 			}
@@ -123,7 +136,11 @@ func (l *balanceLoad) publish(ctx context.Context, c *client.Client, stream stri
 		l.confirmed[stream] = seq
 		if !l.mark.IsZero() && began.After(l.mark) {
 			l.longest[stream] = max(l.longest[stream], took)
+			if pc.Epoch > l.epoch[stream] {
+				l.across[stream] = max(l.across[stream], took)
+			}
 		}
+		l.epoch[stream] = max(l.epoch[stream], pc.Epoch)
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -165,7 +182,8 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 	}); err != nil {
 		return res, err
 	}
-	load := &balanceLoad{confirmed: map[string]uint64{}, longest: map[string]time.Duration{}}
+	load := &balanceLoad{confirmed: map[string]uint64{}, longest: map[string]time.Duration{},
+		epoch: map[string]uint64{}, across: map[string]time.Duration{}}
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var wg sync.WaitGroup
@@ -244,12 +262,14 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 		d := load.longest[s]
 		if before[s] != last[s] {
 			res.Moved = append(res.Moved, d)
+			res.Across = append(res.Across, load.across[s])
 		} else {
 			res.Stayed = append(res.Stayed, d)
 		}
 	}
 	slices.Sort(res.Moved)
 	slices.Sort(res.Stayed)
+	slices.Sort(res.Across)
 	var mu sync.Mutex
 	err = forEach(ctx, streams, 32, func(ctx context.Context, s string) error {
 		k, err := checkConfirmed(ctx, c, s, load.confirmed[s])
