@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,94 +51,84 @@ type Move struct {
 	Stream, From, To string
 }
 
-// BalanceView is what Balance needs to know beyond the state.
-type BalanceView struct {
-	// Up says whether a node may own streams (live, heard, not draining,
-	// leaving or being drained).
-	Up func(node string) bool
-	// Moving holds the streams planned moves are running on, each with its
-	// target ("" when not known yet).
-	Moving map[string]string
-	// Skip, if set, says a stream must not move now (it backs off after an
-	// aborted move).
-	Skip func(stream string) bool
-	// Lags, if set, says node's copy of stream lags its owner's (as their
-	// heartbeats last told), so a hand-off to it would likely time out.
-	Lags func(stream, node string) bool
+// BalanceQuery is the state query of one balancing round: up says
+// whether a node may own streams (called under the state's read lock),
+// moving holds this replica's planned moves in flight (with their targets)
+// and skip the streams backing off after a failed move. It returns, per
+// source node, a few more candidates than budget, since Balance may turn
+// some down (a lagging target).
+func BalanceQuery(up func(*state.State, string) bool, moving map[string]string, skip map[string]bool, budget int, margin float64) state.QueryBalance {
+	return state.QueryBalance{Up: up, Moving: moving, Skip: skip, Want: balanceWant(margin), Limit: 4*budget + 8}
+}
+
+// balanceWant returns, for owned counts, the nodes above the even share
+// (sources) and those below it (targets), or nothing when every node is
+// within margin of the even share.
+func balanceWant(margin float64) func(owned map[string]int) (from, to map[string]bool) {
+	return func(owned map[string]int) (from, to map[string]bool) {
+		even, hi, lo := shares(owned, margin)
+		if len(owned) < 2 || within(owned, hi, lo) {
+			return nil, nil
+		}
+		from, to = map[string]bool{}, map[string]bool{}
+		for n, c := range owned {
+			switch {
+			case float64(c) > even:
+				from[n] = true
+			case float64(c) < even:
+				to[n] = true
+			}
+		}
+		return from, to
+	}
+}
+
+// shares returns the even share of owned and the margin's bounds around it.
+func shares(owned map[string]int, margin float64) (even, hi, lo float64) {
+	total := 0
+	for _, c := range owned {
+		total += c
+	}
+	if len(owned) == 0 {
+		return 0, 0, 0
+	}
+	even = float64(total) / float64(len(owned))
+	return even, even * (1 + margin), even * (1 - margin)
+}
+
+// within reports whether every count is within [lo, hi].
+func within(owned map[string]int, hi, lo float64) bool {
+	for _, c := range owned {
+		if f := float64(c); f > hi || f < lo {
+			return false
+		}
+	}
+	return true
 }
 
 // Balance is pure: it returns at most budget planned moves that bring the
-// owners of replicated streams toward an even share across the hosts
-// v.Up says may own streams. It reads every stream: on a Partial view
-// (whose streams are not all the state's) it returns nothing, since its
-// counts would be wrong. Nothing moves while a recovery other than a
-// planned move is pending anywhere. A move in flight (a pending recovery
-// of reason move, or a stream in v.Moving) counts at its target, and its
-// stream stays; so do the streams v.Skip names and those short of copies.
-// It moves only when some host is off the even share by more than margin,
-// and then, one at a time, a stream of the host owning the most to the
-// follower owning the fewest (that v.Lags does not say lags), as long as
-// that lowers the spread (the source owns at least two more than the
-// target), until every host is within the margin.
-func Balance(s *state.State, v BalanceView, budget int, margin float64) []Move {
-	if budget <= 0 || s.StreamCount() != len(s.Streams) {
+// owners of replicated streams toward an even share across the nodes of
+// v.Owned (those that may own streams), from a BalanceQuery's view: its
+// cost is in proportion to the nodes and the candidates, not to the
+// streams. Nothing moves while a failover is pending (v.Failover). It
+// moves only when some node is off the even share by more than margin,
+// and then, one at a time, a candidate of the node owning the most to its
+// follower owning the fewest (that lags, if set, does not say lags), as
+// long as that lowers the spread (the source owns at least two more than
+// the target), until every node is within the margin.
+func Balance(v state.BalanceView, lags func(stream, node string) bool, budget int, margin float64) []Move {
+	if budget <= 0 || v.Failover || len(v.Owned) < 2 {
 		return nil
 	}
-	owned := map[string]int{}
-	var nodes []string
-	for _, id := range s.SortedNodes() {
-		if v.Up(id) {
-			owned[id] = 0
-			nodes = append(nodes, id)
-		}
-	}
-	if len(nodes) < 2 {
-		return nil
-	}
-	// Streams that may move, by owner.
-	movable := map[string][]*state.Stream{}
-	total := 0
-	for _, name := range s.SortedStreams() {
-		st := s.Streams[name]
-		if st.Recovery != nil && st.Recovery.Reason != state.ReasonMove {
-			return nil // a failover is under way: leave the cluster alone
-		}
-		a := st.Assignment
-		if len(a.Copies()) < 2 {
-			continue
-		}
-		owner := a.Owner
-		to, moving := v.Moving[name]
-		switch {
-		case st.Recovery != nil:
-			owner = st.Recovery.Proposal.Owner
-		case to != "":
-			owner = to
-		}
-		if _, ok := owned[owner]; !ok {
-			continue
-		}
-		owned[owner]++
-		total++
-		if st.Recovery == nil && !moving && len(a.Copies()) >= st.Copies && (v.Skip == nil || !v.Skip(name)) {
-			movable[owner] = append(movable[owner], st)
-		}
-	}
-	even := float64(total) / float64(len(nodes))
-	hi, lo := even*(1+margin), even*(1-margin)
-	within := func() bool {
-		for _, n := range nodes {
-			if c := float64(owned[n]); c > hi || c < lo {
-				return false
-			}
-		}
-		return true
-	}
-	if within() {
-		return nil
+	owned := maps.Clone(v.Owned)
+	nodes := slices.Sorted(maps.Keys(owned))
+	_, hi, lo := shares(owned, margin)
+	movable := map[string][]state.BalanceCandidate{}
+	for n, cs := range v.Candidates {
+		movable[n] = slices.Clone(cs)
 	}
 	var moves []Move
-	for len(moves) < budget && !within() {
+	for len(moves) < budget && !within(owned, hi, lo) {
 		// Sources from the most loaded down; the first that can give a
 		// stream to a follower owning at least two fewer gives it.
 		srcs := slices.Clone(nodes)
@@ -146,8 +137,8 @@ func Balance(s *state.State, v BalanceView, budget int, margin float64) []Move {
 		for _, src := range srcs {
 			for i, st := range movable[src] {
 				to := ""
-				for _, f := range st.Assignment.Followers {
-					if _, ok := owned[f]; !ok || owned[f] > owned[src]-2 || v.Lags != nil && v.Lags(st.Name, f) {
+				for _, f := range st.Followers {
+					if _, ok := owned[f]; !ok || owned[f] > owned[src]-2 || lags != nil && lags(st.Stream, f) {
 						continue
 					}
 					if to == "" || owned[f] < owned[to] || owned[f] == owned[to] && f < to {
@@ -157,7 +148,7 @@ func Balance(s *state.State, v BalanceView, budget int, margin float64) []Move {
 				if to == "" {
 					continue
 				}
-				mv = &Move{Stream: st.Name, From: src, To: to}
+				mv = &Move{Stream: st.Stream, From: src, To: to}
 				movable[src] = slices.Delete(movable[src], i, i+1)
 				break
 			}

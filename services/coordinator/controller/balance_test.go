@@ -92,7 +92,10 @@ func TestBalance(t *testing.T) {
 				}
 			}
 			if c.pending >= 0 {
-				s.Streams[fmt.Sprintf("s%d", c.pending)].Recovery = &wire.PendingRecovery{Transition: 1, Reason: "expired"}
+				st := s.Streams[fmt.Sprintf("s%d", c.pending)]
+				if r := s.Apply(state.RecoveryBegin(st.Name, st.Version, st.Assignment, state.ReasonGrow, "", "", 1)); r.Err() != nil {
+					t.Fatal(r.Err())
+				}
 			}
 			moving := map[string]string{}
 			for _, i := range c.moving {
@@ -112,8 +115,7 @@ func TestBalance(t *testing.T) {
 				s.Streams[fmt.Sprintf("s%d", i)].Copies++
 			}
 			up := func(n string) bool { return !down[n] && s.NodeState(n) == wire.NodeLive }
-			got := Balance(s, BalanceView{Up: up, Moving: moving, Skip: func(n string) bool { return skip[n] }, Lags: func(_, n string) bool { return lags[n] }},
-				c.budget, c.margin)
+			got := balance(s, up, moving, skip, func(_, n string) bool { return lags[n] }, c.budget, c.margin)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("moves %v, want %v", got, c.want)
 			}
@@ -131,18 +133,23 @@ func TestBalanceDefaults(t *testing.T) {
 	}
 }
 
-// TestBalancePartialView: the control loop's incremental rounds read a
-// Partial view (only the streams concerned); Balance must not count owners
-// on it (it would move from wrong counts), only on the full state.
-func TestBalancePartialView(t *testing.T) {
+// balance runs one balancing round over s as the server does: the query,
+// then Balance.
+func balance(s *state.State, up func(string) bool, moving map[string]string, skip map[string]bool, lags func(string, string) bool, budget int, margin float64) []Move {
+	q := BalanceQuery(func(_ *state.State, n string) bool { return up(n) }, moving, skip, budget, margin)
+	return Balance(q.Run(s).(state.BalanceView), lags, budget, margin)
+}
+
+// TestBalanceShortStreams: streams a recovery left short of a copy count
+// at their owner but stay (they get their copy back first).
+func TestBalanceShortStreams(t *testing.T) {
 	f := newFixture(t, "h1", "h2", "h3")
 	for _, n := range []string{"a1", "a2", "a3", "a4"} {
 		f.create(n, 3, "h1", "h2", "h3")
 	}
 	f.create("b1", 3, "h2", "h1", "h3")
 	f.create("c1", 3, "h3", "h1", "h2")
-	// a1 and a2 lose a follower by a recovery: short of a copy
-	// (attention), the only streams an incremental round reads.
+	// a1 and a2 lose a follower by a recovery: short of a copy.
 	for _, n := range []string{"a1", "a2"} {
 		st := f.s.Streams[n]
 		f.apply(state.RecoveryBegin(n, st.Version, st.Assignment, state.ReasonGrow, "", "", t0.UnixMilli()))
@@ -151,18 +158,34 @@ func TestBalancePartialView(t *testing.T) {
 		f.apply(state.RecoveryCommit(n, f.s.Streams[n].Recovery.Transition, f.s.Streams[n].Version, a, wire.HistoryStart{Epoch: 2, Node: "h1"}, "", "", t0.UnixMilli()))
 	}
 	up := func(string) bool { return true }
-	part := f.s.Partial(f.s.Concerned(nil, nil))
-	if len(part.Streams) != 2 {
-		t.Fatalf("partial view holds %v", part.SortedStreams())
-	}
-	if got := Balance(part, BalanceView{Up: up}, 4, 0.1); got != nil {
-		t.Fatalf("moves on a partial view: %v", got)
-	}
-	// On the full state h1 owns 4 of 6: a3 and a4 move (a1 and a2 are
-	// short of a copy and stay).
+	// h1 owns 4 of 6: a3 and a4 move (a1 and a2 are short of a copy and
+	// stay).
 	want := []Move{{"a3", "h1", "h2"}, {"a4", "h1", "h3"}}
-	if got := Balance(f.s, BalanceView{Up: up}, 4, 0.1); !reflect.DeepEqual(got, want) {
-		t.Fatalf("moves on the full state %v, want %v", got, want)
+	if got := balance(f.s, up, nil, nil, nil, 4, 0.1); !reflect.DeepEqual(got, want) {
+		t.Fatalf("moves %v, want %v", got, want)
+	}
+}
+
+// TestBalanceQueryBounded: the query returns at most its limit of
+// candidates per source, whatever the streams, and nothing when balanced.
+func TestBalanceQueryBounded(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	for i := range 200 {
+		f.create(fmt.Sprintf("s%03d", i), 3, "h1", "h2", "h3")
+	}
+	up := func(*state.State, string) bool { return true }
+	v := BalanceQuery(up, nil, nil, 2, 0.1).Run(f.s).(state.BalanceView)
+	if want := map[string]int{"h1": 200, "h2": 0, "h3": 0}; !reflect.DeepEqual(v.Owned, want) {
+		t.Fatalf("owned %v, want %v", v.Owned, want)
+	}
+	if n := len(v.Candidates["h1"]); n != 4*2+8 || len(v.Candidates) != 1 {
+		t.Fatalf("candidates %d of h1, %d sources", n, len(v.Candidates))
+	}
+	g := newFixture(t, "h1", "h2")
+	g.create("a", 2, "h1", "h2")
+	g.create("b", 2, "h2", "h1")
+	if v := BalanceQuery(func(*state.State, string) bool { return true }, nil, nil, 2, 0.1).Run(g.s).(state.BalanceView); len(v.Candidates) != 0 {
+		t.Fatalf("candidates when balanced: %v", v.Candidates)
 	}
 }
 
@@ -175,7 +198,7 @@ func TestBalanceMovesInFlight(t *testing.T) {
 		f.create(n, 3, "h1", "h2", "h3")
 	}
 	up := func(string) bool { return true }
-	first := Balance(f.s, BalanceView{Up: up}, 4, 0.1)
+	first := balance(f.s, up, nil, nil, nil, 4, 0.1)
 	if len(first) != 4 {
 		t.Fatalf("first round %v", first)
 	}
@@ -204,7 +227,7 @@ func TestBalanceMovesInFlight(t *testing.T) {
 			moving[m.Stream] = ""
 		}
 	}
-	if second := Balance(f.s, BalanceView{Up: up, Moving: moving}, 4-len(moving), 0.1); len(second) > 0 {
+	if second := balance(f.s, up, moving, nil, nil, 4-len(moving), 0.1); len(second) > 0 {
 		t.Fatalf("moves beyond even with %d in flight: %v", len(moving), second)
 	}
 }

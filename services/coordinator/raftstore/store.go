@@ -352,6 +352,19 @@ func (s *Store) LocalState() (*state.State, error) {
 	return v.(*state.State), nil
 }
 
+// LocalRecoveryView reads the recovery worker's view of stream from this
+// replica without a quorum round. It may lag, except behind a Propose of
+// this replica, which returns once this replica applied it: a planned move
+// reads the recovery it just recorded this way (the worker's commit is
+// guarded on the version and transition whatever it read).
+func (s *Store) LocalRecoveryView(stream string) (state.RecoveryView, error) {
+	v, err := s.nh.StaleRead(ShardID, state.QueryRecovery{Stream: stream})
+	if err != nil {
+		return state.RecoveryView{}, fmt.Errorf("stale read of the recovery of %s: %w", stream, err)
+	}
+	return v.(state.RecoveryView), nil
+}
+
 // LocalNodeState reads node's state from this replica without a quorum
 // round ("" if unknown). It may lag; the recovery worker uses it only to
 // stop waiting for copies on gone nodes once R copies answered, which is

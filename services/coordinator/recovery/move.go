@@ -117,10 +117,10 @@ type MoveState interface {
 	// Begin records the pending recovery of reason state.ReasonMove,
 	// guarded on version.
 	Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (transition uint64, err error)
-	// Recover drives the stream's pending recovery to its commit (or until
-	// it is gone) and returns the stream's assignment then, and the state
-	// version it was read at.
-	Recover(ctx context.Context, stream string) (wire.Assignment, uint64, error)
+	// Recover drives the stream's pending recovery (transition, as Begin
+	// recorded it) to its commit (or until it is gone) and returns the
+	// stream's assignment then, and the state version it was read at.
+	Recover(ctx context.Context, stream string, transition uint64) (wire.Assignment, uint64, error)
 }
 
 // Mover runs planned moves.
@@ -180,12 +180,13 @@ func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, pr
 		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: hand-off by %s: %v", old.Stream, proposal.Owner, old.Owner, err))
 	}
 	held := time.Since(began)
-	if _, err := m.State.Begin(ctx, old.Stream, version, proposal); err != nil {
+	transition, err := m.State.Begin(ctx, old.Stream, version, proposal)
+	if err != nil {
 		resume(err)
 		code := codeOr(err, wire.CodeConflict)
 		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: not recorded: %v", old.Stream, proposal.Owner, err))
 	}
-	a, version, err := m.State.Recover(ctx, old.Stream)
+	a, version, err := m.State.Recover(ctx, old.Stream, transition)
 	if err != nil {
 		return MoveResult{}, wire.Errorf(wire.CodeTimeout, "move of %s to %s: sealed at epoch %d, not committed yet (%v); the recovery goes on", old.Stream, proposal.Owner, old.Epoch+1, err)
 	}

@@ -139,7 +139,7 @@ func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assi
 	return 1, nil
 }
 
-func (f *fakeMoveState) Recover(_ context.Context, stream string) (wire.Assignment, uint64, error) {
+func (f *fakeMoveState) Recover(_ context.Context, stream string, _ uint64) (wire.Assignment, uint64, error) {
 	return wire.Assignment{Stream: stream, Epoch: 5, Owner: f.promoted}, 9, nil
 }
 

@@ -22,9 +22,23 @@ import (
 // balancer's moves (recovery/move.go describes the steps). A move runs on
 // the replica that decided it; while it runs, that replica's control loop
 // starts no recovery worker of its own for the stream (s.moving), since
-// the move runs the worker itself. Another replica's worker for the same
-// recovery is harmless: both seal at the same fence and transition and
-// only one guarded commit succeeds.
+// the move runs the worker itself; nor does the leader for a move another
+// replica recorded, until moverGrace passed (then the mover is taken to
+// have died or given up). Were two workers to run anyway, both seal at the
+// same fence and transition and only one guarded commit succeeds.
+
+// moverGrace is how long after a planned move recorded its pending
+// recovery the leader leaves it to the replica that recorded it, which
+// runs the recovery worker itself (a second worker sealed every copy
+// twice, and its seals could reach the new owner after the commit); past
+// it (that replica died or gave up), the leader's worker finishes it.
+func (s *Server) moverGrace() time.Duration { return 2*s.opt.SealTimeout + time.Second }
+
+// moverRuns reports whether pr is a planned move's recovery that its
+// mover (another replica, or this one: see isMoving) is still running.
+func (s *Server) moverRuns(pr *wire.PendingRecovery, now time.Time) bool {
+	return pr.Reason == state.ReasonMove && now.Sub(time.UnixMilli(pr.Since)) < s.moverGrace()
+}
 
 // maxDrainMoves bounds the moves of one node.drain in flight at once.
 const maxDrainMoves = 4
@@ -68,11 +82,13 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS {
 		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is not within 0 and %d", req.TimeoutMS, wire.MaxMoveTimeoutMS)
 	}
-	st, err := s.store.State(ctx)
+	// The stream, every node and the load counts: not a copy of every
+	// stream.
+	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
-	return s.move(ctx, st, req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+	return s.move(ctx, v.(*state.State), req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
 }
 
 // validStreamAndNode checks a request's stream name and its node name,
@@ -91,7 +107,7 @@ func validStreamAndNode(stream, node string) error {
 // liveness view. A node being drained is up only as the stream's owner,
 // so no move targets it.
 func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
-	live, now := s.live.View(), s.opt.Now()
+	live, now := s.live.ViewStream(stream), s.opt.Now()
 	owned, _ := st.Load()
 	owner := ""
 	if ss := st.Streams[stream]; ss != nil {
@@ -99,7 +115,7 @@ func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 	}
 	draining := s.drainingNodes()
 	tails := map[string]uint64{}
-	for id, seen := range live {
+	for id, seen := range live { // the stream's copies only
 		if c, ok := seen.Copies[stream]; ok {
 			tails[id] = c.RecordTail
 		}
@@ -317,21 +333,48 @@ func (m moveState) Begin(ctx context.Context, stream string, version uint64, pro
 }
 
 // Recover runs the recovery worker to the commit and reads the stream's
-// assignment after it.
-func (m moveState) Recover(ctx context.Context, stream string) (wire.Assignment, uint64, error) {
+// assignment after it. The worker's first read is this replica's own
+// (movedRecoveryState): Begin's proposal returned once this replica
+// applied it, so no quorum round is needed to see it.
+func (m moveState) Recover(ctx context.Context, stream string, transition uint64) (wire.Assignment, uint64, error) {
 	s := m.s
-	if err := s.newWorker().Run(ctx, stream); err != nil {
+	w := s.newWorker()
+	w.State = &movedRecoveryState{recoveryState: recoveryState{s: s}, transition: transition}
+	if err := w.Run(ctx, stream); err != nil {
 		return wire.Assignment{}, 0, err
 	}
-	st, err := s.store.State(ctx)
+	v, err := s.store.Read(ctx, state.QueryStream{Stream: stream})
 	if err != nil {
 		return wire.Assignment{}, 0, err
 	}
-	ss := st.Streams[stream]
-	if ss == nil {
+	sv := v.(state.StreamView)
+	if sv.Stream == nil {
 		return wire.Assignment{}, 0, wire.Errorf(wire.CodeNotFound, "stream %s was deleted", stream)
 	}
-	return ss.Assignment, st.Version, nil
+	return sv.Stream.Assignment, sv.Stream.Version, nil
+}
+
+// movedRecoveryState is the recovery worker's state for a planned move
+// this replica just recorded (transition): the first read is local, and
+// taken only when it shows that transition (otherwise, and for every later
+// read, a linearizable read as for any recovery). It saves a quorum round
+// between the hand-off and the seals, the move's write gap; the worker's
+// commit is guarded on the version and transition whatever it read.
+type movedRecoveryState struct {
+	recoveryState
+	transition uint64
+	read       bool
+}
+
+// Read implements recovery.State.
+func (m *movedRecoveryState) Read(ctx context.Context, stream string) (*wire.PendingRecovery, []wire.HistoryStart, map[string]bool, uint64, error) {
+	if !m.read {
+		m.read = true
+		if v, err := m.s.store.LocalRecoveryView(stream); err == nil && v.Recovery != nil && v.Recovery.Transition == m.transition {
+			return v.Recovery, v.Starts, v.Leaving, v.Version, nil
+		}
+	}
+	return m.recoveryState.Read(ctx, stream)
 }
 
 // newWorker is a recovery worker over this server's NATS and Raft store.
@@ -373,11 +416,13 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 }
 
 // balance runs the owner balancer at most once per Balance.Interval, on
-// the leader, on a full round's state (Balance counts every stream): controller.Balance's moves, within Balance.MaxMoves moves in
-// flight (operators' included), each in its own goroutine under the
-// leader's context, so losing leadership aborts them (a move already
-// sealed is finished by the next leader's recovery worker).
-func (s *Server) balance(leaderCtx context.Context, st *state.State) {
+// the leader: a state.QueryBalance read (its cost is in proportion to the
+// nodes and the streams it may move, not to all streams) and
+// controller.Balance's moves, within Balance.MaxMoves moves in flight
+// (operators' included), each in its own goroutine under the leader's
+// context, so losing leadership aborts them (a move already sealed is
+// finished by the next leader's recovery worker).
+func (s *Server) balance(leaderCtx context.Context) {
 	p := s.opt.Balance
 	now := s.opt.Now()
 	s.mu.Lock()
@@ -387,31 +432,55 @@ func (s *Server) balance(leaderCtx context.Context, st *state.State) {
 	}
 	moving := maps.Clone(s.moves.running)
 	maps.DeleteFunc(s.moves.backoff, func(_ string, until time.Time) bool { return !now.Before(until) })
-	backoff := maps.Clone(s.moves.backoff)
+	skip := make(map[string]bool, len(s.moves.backoff))
+	for name := range s.moves.backoff {
+		skip[name] = true
+	}
 	s.mu.Unlock()
-	if !due {
+	budget := p.MaxMoves - len(moving)
+	if !due || budget <= 0 {
 		return
 	}
-	live := s.live.View()
+	live := s.live.ViewStream("") // every host's liveness, no copies
 	draining := s.drainingNodes()
-	v := controller.BalanceView{
-		Up:     func(n string) bool { return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL) },
-		Moving: moving,
-		Skip:   func(stream string) bool { _, ok := backoff[stream]; return ok },
-		Lags: func(stream, n string) bool {
-			ss := st.Streams[stream]
-			own, ok1 := live[ss.Assignment.Owner].Copies[stream]
-			cp, ok2 := live[n].Copies[stream]
-			return ok1 && ok2 && cp.RecordTail+maxBalanceLag < own.RecordTail
-		},
+	up := func(st *state.State, n string) bool {
+		return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL)
 	}
-	for _, m := range controller.Balance(st, v, p.MaxMoves-len(moving), p.Margin) {
+	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
+	r, err := s.store.Read(rctx, controller.BalanceQuery(up, moving, skip, budget, p.Margin))
+	cancel()
+	if err != nil {
+		return // the control loop logs failing reads
+	}
+	v := r.(state.BalanceView)
+	// A follower's record tail against its owner's, as their heartbeats
+	// last told, for the candidates Balance looks at only.
+	lags := func(stream, n string) bool {
+		seen := s.live.ViewStream(stream)
+		var own, cp *wire.CopyStatus
+		for id, sn := range seen {
+			if c, ok := sn.Copies[stream]; ok {
+				switch {
+				case c.Role == wire.RoleOwner:
+					own = &c
+				case id == n:
+					cp = &c
+				}
+			}
+		}
+		return own != nil && cp != nil && cp.RecordTail+maxBalanceLag < own.RecordTail
+	}
+	for _, m := range controller.Balance(v, lags, budget, p.Margin) {
 		s.workerWG.Add(1)
 		go func() {
 			defer s.workerWG.Done()
 			ctx, cancel := context.WithTimeout(leaderCtx, requestTimeout)
 			defer cancel()
-			if _, err := s.move(ctx, st, m.Stream, m.To, 0, "balance"); err == nil {
+			pv, err := s.store.Read(ctx, state.QueryPlacement{Stream: m.Stream})
+			if err != nil {
+				return
+			}
+			if _, err := s.move(ctx, pv.(*state.State), m.Stream, m.To, 0, "balance"); err == nil {
 				s.log.Info("balancer moved a stream", "stream", m.Stream, "from", m.From, "to", m.To)
 			}
 		}()

@@ -134,13 +134,15 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		return false
 	}
 	for _, name := range st.Pending() {
-		s.startWorker(ctx, name, st.Streams[name].Recovery.Transition)
+		if pr := st.Streams[name].Recovery; !s.moverRuns(pr, now) {
+			s.startWorker(ctx, name, pr.Transition)
+		}
 	}
 	s.announce(st)
-	// The balancer counts every stream, so it runs on full rounds only,
-	// and not after actions that changed the state it read.
-	if !deaf && full && !changed {
-		s.balance(ctx, st) // admin_move.go
+	// The balancer reads its own view (from the state's indexes), once
+	// per --balance-interval, not after actions that changed the state.
+	if !deaf && !changed {
+		s.balance(ctx) // admin_move.go
 	}
 	return changed
 }

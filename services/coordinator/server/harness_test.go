@@ -231,6 +231,7 @@ type host struct {
 	nc          *nats.Conn
 	leaving     bool
 	silentSeals bool
+	sealDelay   time.Duration // how long the host takes to answer a seal
 	tails       map[string][2]uint64
 	pinned      map[string]uint64 // stream -> the epoch it keeps publishing
 	copies      map[string]wire.CopyStatus
@@ -459,7 +460,7 @@ func (h *host) onSeal(m *nats.Msg) {
 		return
 	}
 	h.mu.Lock()
-	silent := h.silentSeals
+	silent, delay := h.silentSeals, h.sealDelay
 	t := h.tails[req.Stream]
 	h.seals = append(h.seals, req)
 	if c, ok := h.copies[req.Stream]; ok {
@@ -470,6 +471,7 @@ func (h *host) onSeal(m *nats.Msg) {
 	if silent {
 		return
 	}
+	time.Sleep(delay)
 	data, _ := json.Marshal(wire.SealReply{Node: h.node, Stream: req.Stream, FenceEpoch: req.FenceEpoch,
 		Transition: req.Transition, RecordTail: t[0], CursorTail: t[1], LogEpochs: []wire.LogEpoch{}})
 	_ = m.Respond(data)

@@ -1,10 +1,15 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -61,5 +66,78 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	s.endMoving("s", true)
 	if until, ok := s.moves.backoff["s"]; !ok || !until.After(now) {
 		t.Fatalf("no backoff after a failed move: %v", s.moves.backoff)
+	}
+}
+
+// answerHandoffs makes h answer every hand-off at once with its tails of
+// the stream (a scripted owner whose target is always caught up).
+func (h *host) answerHandoffs() {
+	h.t.Helper()
+	h.mu.Lock()
+	nc := h.nc
+	h.mu.Unlock()
+	if _, err := nc.Subscribe(wire.HandoffSubject(h.node), func(m *nats.Msg) {
+		var req wire.HandoffRequest
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			return
+		}
+		h.mu.Lock()
+		t := h.tails[req.Stream]
+		h.mu.Unlock()
+		data, _ := json.Marshal(wire.HandoffReply{Node: h.node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: t[0], CursorTail: t[1]})
+		_ = m.Respond(data)
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// TestMoveOnFollowerReplicaSealsOnce: a planned move run by a replica that
+// is not the Raft leader runs its own recovery worker; the leader's
+// control loop must not start a second one for the move's pending
+// recovery (it did: every copy was sealed twice, the second seal possibly
+// after the commit). Each copy's seals come slowly, so the leader's loop
+// (every 50 ms) sees the pending recovery while the mover's worker runs.
+func TestMoveOnFollowerReplicaSealsOnce(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	hosts := map[string]*host{}
+	for _, n := range []string{"h1", "h2", "h3"} {
+		hosts[n] = c.host(n)
+	}
+	testutil.Eventually(t, 5*time.Second, "three live hosts", func() bool {
+		var ci wire.ClusterInfo
+		return c.admin(wire.VerbClusterInfo, "", &ci) == nil && len(ci.Nodes) == 3
+	})
+	info := c.create("s1", 3)
+	for _, h := range hosts {
+		h.setTails("s1", 10, 0)
+		h.mu.Lock()
+		h.sealDelay = 200 * time.Millisecond
+		h.mu.Unlock()
+	}
+	hosts[info.Assignment.Owner].answerHandoffs()
+	leader := c.leader()
+	var mover *Server
+	for id, s := range c.servers {
+		if id != leader {
+			mover = s
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.StreamMove{Stream: "s1"})
+	r, err := mover.streamMove(ctx, body)
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	reply := r.(*wire.StreamMoveReply)
+	if reply.From != info.Assignment.Owner || reply.To == reply.From || reply.Epoch != info.Assignment.Epoch+1 {
+		t.Fatalf("move reply %+v from %+v", reply, info.Assignment)
+	}
+	time.Sleep(300 * time.Millisecond) // a second worker's seals would arrive by now
+	for n, h := range hosts {
+		if seals := h.sealsSeen(); len(seals) != 1 {
+			t.Fatalf("%s was sealed %d times: %+v", n, len(seals), seals)
+		}
 	}
 }

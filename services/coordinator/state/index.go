@@ -20,6 +20,10 @@ type index struct {
 	owns    map[string]int
 	holds   map[string]int
 	streams int
+	// replOwns counts, per node, the streams it owns whose assignment
+	// holds two copies or more (those a planned move can move: the owner
+	// balancer's counts).
+	replOwns map[string]int
 	// ownedBy holds, per node, the names of the streams it owns.
 	ownedBy map[string]map[string]struct{}
 	// pending are the streams with a pending recovery (their workers run).
@@ -32,7 +36,7 @@ type index struct {
 }
 
 func newIndex() *index {
-	return &index{owns: map[string]int{}, holds: map[string]int{}, ownedBy: map[string]map[string]struct{}{},
+	return &index{owns: map[string]int{}, holds: map[string]int{}, replOwns: map[string]int{}, ownedBy: map[string]map[string]struct{}{},
 		pending: map[string]struct{}{}, attention: map[string]struct{}{}}
 }
 
@@ -62,6 +66,9 @@ func (x *index) update(st *Stream, d int) {
 	owner := st.Assignment.Owner
 	count(x.owns, owner, d)
 	count(x.holds, owner, d)
+	if len(st.Assignment.Followers) > 0 {
+		count(x.replOwns, owner, d)
+	}
 	for _, n := range st.Assignment.Followers {
 		count(x.holds, n, d)
 	}
@@ -88,7 +95,7 @@ func (x *index) update(st *Stream, d int) {
 
 // clone deep-copies the index.
 func (x *index) clone() *index {
-	c := &index{owns: maps.Clone(x.owns), holds: maps.Clone(x.holds), streams: x.streams,
+	c := &index{owns: maps.Clone(x.owns), holds: maps.Clone(x.holds), streams: x.streams, replOwns: maps.Clone(x.replOwns),
 		ownedBy: make(map[string]map[string]struct{}, len(x.ownedBy)),
 		pending: maps.Clone(x.pending), attention: maps.Clone(x.attention)}
 	for n, set := range x.ownedBy {
@@ -163,7 +170,7 @@ func (s *State) Partial(names []string) *State {
 		c.Nodes[k] = &nn
 	}
 	x := s.ix()
-	cx := &index{owns: maps.Clone(x.owns), holds: maps.Clone(x.holds), streams: x.streams,
+	cx := &index{owns: maps.Clone(x.owns), holds: maps.Clone(x.holds), streams: x.streams, replOwns: maps.Clone(x.replOwns),
 		ownedBy: map[string]map[string]struct{}{}, pending: map[string]struct{}{}, attention: map[string]struct{}{}}
 	for _, name := range names {
 		st := s.Streams[name]

@@ -11,6 +11,7 @@
 //	brook-bench --nats-url nats://127.0.0.1:4222 --nats-nkey deploy/secrets/admin.nk --compose --kill-owner-at-secs 5
 //	brook-bench --failover-streams 300
 //	brook-bench --failover-streams 10000 --target jetstream
+//	brook-bench --balance-streams 300 --runs 3
 //	brook-bench --target both --catchup-records 1000000 --runs 3
 //
 // The --failover-streams form measures a mass failover instead: many
@@ -18,7 +19,11 @@
 // serves again; with the creation rate (per 1,000 streams), each process's
 // idle CPU and RSS and the heartbeats' bytes per second (issue 17); with
 // --target jetstream, the same with R3 file streams on three nats-servers. The --catchup-records form fills a stream and times one
-// reader reading it all from the start (issue 16).
+// reader reading it all from the start (issue 16). The --balance-streams
+// form measures the owner balancer (issue 15): many streams under light
+// load on four hosts, the host owning the most killed and restarted, and
+// how soon every host owns within 10% of the even share again, with the
+// moved streams' write gaps (balance.go).
 package main
 
 import (
@@ -60,6 +65,8 @@ type options struct {
 	both       bool
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
+	// balanceStreams > 0 runs the owner-balance measure instead.
+	balanceStreams int
 	// createConcurrency is how many creates --failover-streams runs at
 	// once; idleWindow > 0 measures the idle cluster over that window.
 	createConcurrency int
@@ -100,7 +107,8 @@ func main() {
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
-	flag.IntVar(&o.createConcurrency, "create-concurrency", 16, "with --failover-streams: creates in flight at once")
+	flag.IntVar(&o.balanceStreams, "balance-streams", 0, "instead of the workload: create this many streams on a local cluster of 4 hosts under light load, SIGKILL the host owning the most, restart it once its streams failed over, and time the owner balancer back to every host within 10% of the even share")
+	flag.IntVar(&o.createConcurrency, "create-concurrency", 16, "with --failover-streams or --balance-streams: creates in flight at once")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")
 	flag.IntVar(&o.catchupRecords, "catchup-records", 0, "instead of the workload: fill a stream with this many --record-size records, then time one reader reading them all from the start (with --target both: brook and JetStream alternating)")
 	flag.IntVar(&o.catchupWindow, "catchup-window", 256, "with --catchup-records: outstanding async publishes while filling")
@@ -138,6 +146,15 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
 		return err
+	}
+	if o.balanceStreams > 0 {
+		return alternate(ctx, o, []string{"brook"}, "-balance", func(ro options) error {
+			res, err := runBalance(ctx, ro, ro.balanceStreams, log)
+			if res.Killed != "" {
+				res.write(os.Stdout)
+			}
+			return err
+		})
 	}
 	if o.failoverStreams > 0 {
 		mass := runMassFailover

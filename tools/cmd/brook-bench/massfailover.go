@@ -16,6 +16,7 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/tools/auth"
 	"github.com/brook-streams/brook/tools/bench"
+	"github.com/brook-streams/brook/tools/cluster"
 )
 
 // massResult is what one mass failover measured.
@@ -69,49 +70,19 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		return res, err
 	}
 	defer func() { _ = cl.Stop() }()
-	// Short backoffs: the measure is when the stream serves again, not
-	// when a client that backed off for long happens to ask.
-	c, err := client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
-		client.WithName("brook-bench-mass"), client.WithLogger(log),
-		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
-		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(30*time.Second))...)
+	c, err := connectRetrying(ctx, cl, "brook-bench-mass", log)
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			log.Warn("close client", "err", err)
-		}
-	}()
+	defer closeClient(c, log)
 
 	streams := make([]string, n)
 	for i := range streams {
 		streams[i] = fmt.Sprintf("mass-%05d", i)
 	}
-	var created atomic.Int64
-	start := time.Now()
-	res.Create, err = timeCreates(ctx, streams, max(o.createConcurrency, 1), func(ctx context.Context, s string) error {
-		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
-		if err == nil || wire.CodeOf(err) == wire.CodeExists {
-			if k := created.Add(1); k%createSlice == 0 {
-				log.Info("streams created so far", "streams", k, "seconds", time.Since(start).Seconds())
-			}
-		}
-		if wire.CodeOf(err) == wire.CodeExists {
-			// The client retried a create whose first attempt was
-			// committed but not answered in time: the names are this
-			// run's own, so the stream is the one created.
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("create: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
+	if res.Create, err = createStreams(ctx, c, streams, o.createConcurrency, log); err != nil {
 		return res, err
 	}
-	log.Info("streams created", "streams", n, "seconds", res.Create.Total.Seconds(), "per_second", res.Create.Rate)
 	var mu sync.Mutex
 	owners := map[string]string{}
 	err = forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
@@ -158,6 +129,52 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	return res, forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
 		return checkTwoRecords(ctx, c, s)
 	})
+}
+
+// connectRetrying connects an admin client to cl that retries without
+// bound, with short backoffs: the measure is when a stream serves again,
+// not when a client that backed off for long happens to ask.
+func connectRetrying(ctx context.Context, cl *cluster.Cluster, name string, log *slog.Logger) (*client.Client, error) {
+	return client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
+		client.WithName(name), client.WithLogger(log),
+		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
+		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(30*time.Second))...)
+}
+
+// closeClient closes c, logging a failure.
+func closeClient(c *client.Client, log *slog.Logger) {
+	if err := c.Close(); err != nil {
+		log.Warn("close client", "err", err)
+	}
+}
+
+// createStreams creates streams (three copies, the bench's policy),
+// limit at a time, and times the creates.
+func createStreams(ctx context.Context, c *client.Client, streams []string, limit int, log *slog.Logger) (createTiming, error) {
+	var created atomic.Int64
+	start := time.Now()
+	t, err := timeCreates(ctx, streams, max(limit, 1), func(ctx context.Context, s string) error {
+		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		if err == nil || wire.CodeOf(err) == wire.CodeExists {
+			if k := created.Add(1); k%createSlice == 0 {
+				log.Info("streams created so far", "streams", k, "seconds", time.Since(start).Seconds())
+			}
+		}
+		if wire.CodeOf(err) == wire.CodeExists {
+			// The client retried a create whose first attempt was
+			// committed but not answered in time: the names are this
+			// run's own, so the stream is the one created.
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		return nil
+	})
+	if err == nil {
+		log.Info("streams created", "streams", len(streams), "seconds", t.Total.Seconds(), "per_second", t.Rate)
+	}
+	return t, err
 }
 
 // record is the payload of the mass failover's seq-th publish to stream.
