@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/brook-streams/brook/tools/bench"
 )
@@ -15,6 +16,18 @@ func TestParseWorkloads(t *testing.T) {
 	for _, bad := range []string{"", "4", "4x", "x16", "0x1", "1x0", "ax2"} {
 		if _, err := parseWorkloads(bad); err == nil {
 			t.Fatalf("parse %q: no error", bad)
+		}
+	}
+}
+
+// The profiles cover the middle half of the publishing, at least a second.
+func TestProfileWindow(t *testing.T) {
+	for _, c := range []struct{ d, start, length time.Duration }{
+		{8 * time.Second, 2 * time.Second, 4 * time.Second},
+		{time.Second, 250 * time.Millisecond, time.Second},
+	} {
+		if start, length := profileWindow(c.d); start != c.start || length != c.length {
+			t.Errorf("profileWindow(%v) = %v, %v; want %v, %v", c.d, start, length, c.start, c.length)
 		}
 	}
 }
