@@ -225,7 +225,7 @@ type peerTarget interface {
 // returns it with its closer.
 func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, func(), error) {
 	switch o.target {
-	case "jetstream":
+	case "jetstream", bench.JetStreamAsync:
 		bin := o.natsBin
 		if bin == "" {
 			var err error
@@ -237,6 +237,7 @@ func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, 
 		if err != nil {
 			return nil, nil, err
 		}
+		js.Async = o.target == bench.JetStreamAsync
 		return js, js.Close, nil
 	case "brook":
 		t, c, err := startBrook(ctx, o, log)
@@ -245,7 +246,7 @@ func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, 
 		}
 		return t, c, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown --target %q (want brook, jetstream or both)", o.target)
+		return nil, nil, fmt.Errorf("unknown --target %q (want brook, jetstream, %s or both)", o.target, bench.JetStreamAsync)
 	}
 }
 

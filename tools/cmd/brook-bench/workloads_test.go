@@ -31,3 +31,21 @@ func TestProfileWindow(t *testing.T) {
 		}
 	}
 }
+
+// JetStream's PublishAsync path joins the workloads with a window, not the
+// synchronous one, and the summary has a column for it.
+func TestWorkloadTargets(t *testing.T) {
+	both := []string{"brook", "jetstream"}
+	if got := workloadTargets(both, bench.Workload{Publishers: 1, Window: 256}); !slices.Equal(got, []string{"brook", "jetstream", bench.JetStreamAsync}) {
+		t.Fatalf("window 256: %v", got)
+	}
+	if got := workloadTargets(both, bench.Workload{Publishers: 1, Window: 1}); !slices.Equal(got, both) {
+		t.Fatalf("synchronous: %v", got)
+	}
+	if got := workloadTargets([]string{"brook"}, bench.Workload{Publishers: 4, Window: 16}); !slices.Equal(got, []string{"brook"}) {
+		t.Fatalf("brook only: %v", got)
+	}
+	if got := summaryTargets(both, []bench.Workload{{Publishers: 1, Window: 1}, {Publishers: 4, Window: 16}}); !slices.Equal(got, []string{"brook", "jetstream", bench.JetStreamAsync}) {
+		t.Fatalf("summary: %v", got)
+	}
+}
