@@ -189,10 +189,17 @@ type Host struct {
 
 	mu       sync.Mutex
 	replicas map[string]*replica
-	// applied is the version of the last applied snapshot; latest is the
-	// last snapshot pulled (applied, or only recorded while leaving).
+	// applied is the version of the last applied snapshot; known is
+	// every assignment that includes this node as the pulls so far give
+	// it (applied, or only recorded while leaving), by stream: a full
+	// pull replaces it, a pull of changes updates it.
 	applied uint64
-	latest  *wire.AssignmentSnapshot
+	known   map[string]*wire.AssignedStream
+	// pull is the pull loop's own state (only that goroutine uses it).
+	pull pullState
+	// recheck asks the next pull to re-apply every known assignment, not
+	// only the changed ones (requestPull: a role in trouble).
+	recheck atomic.Bool
 
 	ready   atomic.Bool // the first snapshot is applied
 	leaving atomic.Bool // graceful shutdown has begun
@@ -298,6 +305,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		metrics:     met,
 		incarnation: uint64(time.Now().UnixNano()),
 		replicas:    make(map[string]*replica),
+		known:       map[string]*wire.AssignedStream{},
 		pullNow:     make(chan struct{}, 1),
 		pullUrgent:  make(chan struct{}, 1),
 		beatNow:     make(chan struct{}, 1),
@@ -498,15 +506,12 @@ func (h *Host) shutdown() {
 	}
 }
 
-// ownsAnyInLatest reports whether the latest pulled snapshot names this
+// ownsAnyInLatest reports whether the assignments pulled so far name this
 // node as the owner of any stream.
 func (h *Host) ownsAnyInLatest() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.latest == nil {
-		return false
-	}
-	for _, as := range h.latest.Assignments {
+	for _, as := range h.known {
 		if as.Assignment.Owner == h.cfg.Node {
 			return true
 		}
@@ -555,8 +560,16 @@ func (h *Host) owners() []*owner {
 	return out
 }
 
-// requestPull asks the pull loop for a pull soon, without blocking.
+// requestPull asks the pull loop for a pull soon that re-applies every
+// known assignment (a role in trouble, a reconnection), without blocking.
 func (h *Host) requestPull() {
+	h.recheck.Store(true)
+	h.requestNoticePull()
+}
+
+// requestNoticePull asks the pull loop for a pull soon, of what changed
+// (a notice of a newer version), without blocking.
+func (h *Host) requestNoticePull() {
 	select {
 	case h.pullNow <- struct{}{}:
 	default:
