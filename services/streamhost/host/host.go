@@ -207,12 +207,18 @@ type Host struct {
 	// pullUrgent asks for a pull without the gap (requestPullNow).
 	pullUrgent chan struct{}
 	beatNow    chan struct{}
-	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
-	// numbers follow the order the heartbeats were built in and the parts
-	// of two beats do not interleave.
+	// beatMu serializes the heartbeats that report copies (the loop's and
+	// shutdown's), so their numbers follow the order they were built in
+	// and the parts of two of them do not interleave. Liveness beats do
+	// not take it: building and encoding a report of thousands of copies
+	// under load took long enough that liveness beats waiting behind it
+	// went out late, and a coordinator expired the host (issue 17).
 	beatMu   sync.Mutex
-	beat     uint64             // the last heartbeat's number; guarded by beatMu
 	reporter heartbeat.Reporter // full reports and deltas; guarded by beatMu
+	// beat is the last number given to a heartbeat of either kind;
+	// reported is set once the first report of this incarnation is out.
+	beat     atomic.Uint64
+	reported atomic.Bool
 	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
@@ -673,17 +679,15 @@ func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 }
 
 // publishLiveness publishes a liveness beat, numbered with the full
-// heartbeats. It waits for the first full heartbeat of this incarnation,
-// so that no reader hears of the incarnation before its copies.
+// heartbeats but not behind them (it does not take beatMu). It waits for
+// the first full heartbeat of this incarnation, so that no reader hears of
+// the incarnation before its copies.
 func (h *Host) publishLiveness(leaving bool) {
-	h.beatMu.Lock()
-	defer h.beatMu.Unlock()
-	if h.beat == 0 {
+	if !h.reported.Load() {
 		return
 	}
 	hb := h.LivenessBeat(leaving)
-	h.beat++
-	hb.Beat = h.beat
+	hb.Beat = h.beat.Add(1)
 	data, err := json.Marshal(hb)
 	if err != nil {
 		h.log.Error("encode liveness beat", "err", err)
@@ -732,9 +736,9 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
-	h.beat++
-	hb.Beat = h.beat
+	hb.Beat = h.beat.Add(1)
 	hb = h.reporter.Report(hb, time.Now())
+	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {
 		h.log.Error("heartbeat does not fit the server's payload limit even in parts",
