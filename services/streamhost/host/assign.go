@@ -242,20 +242,10 @@ func (h *Host) pullSnapshot(ctx context.Context, since uint64) (wire.AssignmentS
 			req.Since, page = 0, 0
 		}
 		if page == 0 {
-			snap = wire.AssignmentSnapshot{Version: p.Version, Node: p.Node, Since: p.Since, Assignments: p.Assignments, Streams: map[string]uint64{}}
-		} else {
-			snap.Assignments = append(snap.Assignments, p.Assignments...)
-		}
-		for name, id := range p.Streams {
-			// Only leaveOut reads the ids, for copies this host holds; a
-			// pull of changes also drops what it knew of the stream.
-			if req.Since != 0 || h.store.Get(name) != nil {
-				snap.Streams[name] = id
-			}
+			snap = wire.AssignmentSnapshot{Version: p.Version, Node: p.Node, Since: p.Since, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
 		}
 		if req.Since != 0 {
-			snap.Version = p.Version
-			snap.Deleted = append(snap.Deleted, p.Deleted...)
+			addChangesPage(&snap, p)
 			if p.NextSince == 0 {
 				return snap, nil
 			}
@@ -265,6 +255,13 @@ func (h *Host) pullSnapshot(ctx context.Context, since uint64) (wire.AssignmentS
 			req.Since = p.NextSince
 			continue
 		}
+		snap.Assignments = append(snap.Assignments, p.Assignments...)
+		for name, id := range p.Streams {
+			// Only leaveOut reads the ids, for copies this host holds.
+			if h.store.Get(name) != nil {
+				snap.Streams[name] = id
+			}
+		}
 		if p.Next == "" {
 			return snap, nil
 		}
@@ -273,6 +270,36 @@ func (h *Host) pullSnapshot(ctx context.Context, since uint64) (wire.AssignmentS
 		}
 		req.After = p.Next
 	}
+}
+
+// addChangesPage adds page p of one pull of changes to snap. A stream
+// that changed again between two pages is named by both; the later page's
+// word on it (its assignment here, none, or deleted) replaces the
+// earlier's, so each stream is applied once, as it is now, and one moved
+// off this host or deleted meanwhile is not kept (found by review: an
+// earlier page's owner role survived a move or a delete until the next
+// full pull).
+func addChangesPage(snap *wire.AssignmentSnapshot, p wire.AssignmentSnapshot) {
+	deleted := make(map[string]struct{}, len(p.Deleted))
+	for _, name := range p.Deleted {
+		deleted[name] = struct{}{}
+	}
+	named := func(name string) bool {
+		_, there := p.Streams[name]
+		_, gone := deleted[name]
+		return there || gone
+	}
+	snap.Assignments = slices.DeleteFunc(snap.Assignments, func(as wire.AssignedStream) bool { return named(as.Assignment.Stream) })
+	snap.Deleted = slices.DeleteFunc(snap.Deleted, named)
+	for name := range deleted {
+		delete(snap.Streams, name)
+	}
+	snap.Assignments = append(snap.Assignments, p.Assignments...)
+	snap.Deleted = append(snap.Deleted, p.Deleted...)
+	for name, id := range p.Streams {
+		snap.Streams[name] = id
+	}
+	snap.Version = p.Version
 }
 
 // pullPage requests one page of the snapshot.
