@@ -246,7 +246,16 @@ func (b *batcher) sendLocked() sendResult {
 	if err := b.c.nc.PublishMsg(msg); err != nil {
 		return sendResult{id: id, err: fmt.Errorf("%s: %w", b.subject, err)}
 	}
+	b.c.batchStats.batches.Add(1)
+	b.c.batchStats.records.Add(uint64(len(items)))
 	return sendResult{}
+}
+
+// BatchStats returns how many publish batches this client has sent and
+// how many records they carried (retries included): records/batches is
+// the mean batch its workload produces.
+func (c *Client) BatchStats() (batches, records uint64) {
+	return c.batchStats.batches.Load(), c.batchStats.records.Load()
 }
 
 // failUnsent fails the flights that could not be sent.

@@ -156,6 +156,9 @@ func TestBatchGathersConcurrentPublishes(t *testing.T) {
 		t.Fatalf("second batch of %d records, want %d", got, n-1)
 	}
 	wg.Wait()
+	if batches, records := c.BatchStats(); batches != 2 || records != n {
+		t.Fatalf("BatchStats %d batches of %d records, want 2 of %d", batches, records, n)
+	}
 	close(offsets)
 	seen := map[uint64]bool{}
 	for off := range offsets {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,6 +192,8 @@ type Client struct {
 	batchMu     sync.Mutex
 	batchers    map[string]*batcher
 	batchClosed bool
+	// batchStats counts the publish batches sent and their records.
+	batchStats struct{ batches, records atomic.Uint64 }
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as

@@ -44,7 +44,10 @@
 // failover is retried record by record under the rules below, each retry
 // joining a later batch, so the owner's duplicate suppression stays exact
 // per record. Each batcher holds one reply subscription; Close sends the
-// open batches. WithBatching(0, 0, 0) publishes every record on its own.
+// open batches, and each batcher's subscription ends with its last batch
+// in flight (on a connection New was given too, which Close leaves open).
+// BatchStats counts the batches sent and their records.
+// WithBatching(0, 0, 0) publishes every record on its own.
 //
 // # Delivery guarantees
 //

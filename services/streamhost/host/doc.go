@@ -78,9 +78,12 @@
 //   - per owner, the appender (started by startOwner; ends when stop
 //     closes the intake channel and cancels the role's context, which
 //     also ends an Append waiting for its group commit); each replication,
-//     fetch or long-poll commit request in a goroutine of its own within
-//     the host's budget for its kind (goRequest), tracked by the owner's
-//     WaitGroup, which stop waits for, and ended by the role's context; the
+//     fetch or long-poll commit request in a request goroutine of the
+//     owner within the host's budget for its kind (goRequest): an idle one
+//     if one waits, else a new one, which after its request waits
+//     workerIdle for another (so stacks grown by one request serve the
+//     next); tracked by the owner's WaitGroup, which stop waits for, and
+//     ended by the role's context; the
 //     expiry timer's callback takes owner.mu and sends after it.
 //   - per seal request, a goroutine of the host's request group within
 //     the seals' budget.

@@ -66,6 +66,10 @@ type owner struct {
 	// then dd describes nothing and is never left to the copy.
 	ddFilled bool
 
+	// work hands a request to an idle request goroutine (goRequest);
+	// unbuffered, so a send succeeds only when one waits.
+	work chan func()
+
 	subs    []*nats.Subscription // publish, fetch, commit
 	replSub *nats.Subscription
 
@@ -125,6 +129,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		ctx:      ctx,
 		cancel:   cancel,
 		in:       make(chan *nats.Msg, intakeQueue),
+		work:     make(chan func()),
 		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
 	}
 	tail := c.Tails().Record

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,10 +70,82 @@ func profileRun(ctx context.Context, t *brookTarget, prefix string, d time.Durat
 			log.Info("profile written", "role", role, "node", node, "path", path)
 		}()
 	}
+	ownerMetrics := ""
+	if p := local.C.HostByNode(info.Assignment.Owner); p != nil && p.HTTPAddr != "" {
+		ownerMetrics = "http://" + p.HTTPAddr + "/metrics"
+	}
+	b0, r0 := t.c.BatchStats()
+	m0 := scrapeSums(ctx, ownerMetrics)
 	if err := profileSelf(ctx, prefix+".client.pprof", length); err != nil {
 		log.Warn("--cpuprofile: client profile", "err", err)
 	}
+	b1, r1 := t.c.BatchStats()
+	m1 := scrapeSums(ctx, ownerMetrics)
 	wg.Wait()
+	// What the batches looked like over the window: records per publish
+	// batch frame (the client's), per synced group commit of the owner's
+	// store, and the owner's mean fsync.
+	batches, records := b1-b0, r1-r0
+	appended := m1[metricAppended] - m0[metricAppended]
+	fsyncs := m1[metricFsyncs] - m0[metricFsyncs]
+	fsyncSecs := m1[metricFsyncSecs] - m0[metricFsyncSecs]
+	line := fmt.Sprintf("window %v: %d publish batches of %d records (%.1f per batch); owner appended %.0f records in %.0f group commits (%.1f per commit), mean fsync %.2f ms\n",
+		length, batches, records, ratio(float64(records), float64(batches)), appended, fsyncs,
+		ratio(appended, fsyncs), 1000*ratio(fsyncSecs, fsyncs))
+	log.Info("--cpuprofile: batches", "stats", line)
+	if err := os.WriteFile(prefix+".batches.txt", []byte(line), 0o644); err != nil {
+		log.Warn("--cpuprofile: batch stats", "err", err)
+	}
+}
+
+// The owner's metrics the profile window reads (Prometheus names of the
+// host's instruments, metrics.go in the stream host).
+const (
+	metricAppended  = "brook_host_append_records_total"
+	metricFsyncs    = "brook_host_store_fsync_duration_seconds_count"
+	metricFsyncSecs = "brook_host_store_fsync_duration_seconds_sum"
+)
+
+// scrapeSums reads url (a Prometheus text page) and returns, for each of
+// the metrics above, the sum of its series; nil if it cannot be read.
+func scrapeSums(ctx context.Context, url string) map[string]float64 {
+	if url == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		for _, name := range []string{metricAppended, metricFsyncs, metricFsyncSecs} {
+			if rest, ok := strings.CutPrefix(l, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+				f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+				if len(f) > 0 {
+					if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+						out[name] += v
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // fetchProfile GETs url and writes the body to path.
