@@ -90,3 +90,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestStallIsOwnSilence: a gap in this process's own running (its watch's
+// ticks received far apart) counts as not hearing: the controller expires
+// no host for a silence that began before the stall until a TTL after
+// it; ticks at their pace change nothing.
+func TestStallIsOwnSilence(t *testing.T) {
+	fake := time.UnixMilli(5_000_000)
+	s := &Server{opt: Options{TTL: 800 * time.Millisecond, Now: func() time.Time { return fake }},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var mono atomic.Int64 // the watch's clock, in ms
+	clock := func() time.Time { return time.UnixMilli(mono.Load()) }
+	ticks := make(chan time.Time)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.stallWatch(ctx, ticks, clock) }()
+	defer func() { cancel(); <-done }()
+	tick := func(ms int64) {
+		mono.Add(ms)
+		ticks <- time.Time{}
+		ticks <- time.Time{} // the first is handled once the second is taken
+	}
+	heardSince := func() time.Time {
+		s.hearing.mu.Lock()
+		defer s.hearing.mu.Unlock()
+		return s.hearing.since
+	}
+	for range 10 {
+		tick(50)
+	}
+	if since := heardSince(); !since.IsZero() || s.stalls.Load() != 0 {
+		t.Fatalf("ticks at their pace noted a stall: since %v, %d stalls", since, s.stalls.Load())
+	}
+	tick(stallGap(s.opt.TTL).Milliseconds() + 1)
+	if since := heardSince(); !since.Equal(fake) || s.stalls.Load() != 1 {
+		t.Fatalf("after a stall: since %v, %d stalls; want %v, 1", since, s.stalls.Load(), fake)
+	}
+}
