@@ -24,6 +24,9 @@ type Seen struct {
 	Incarnation uint64
 	// LastSeen is when the latest heartbeat arrived (this coordinator's clock).
 	LastSeen time.Time
+	// LastAtMS is when the latest decoded heartbeat says it was built
+	// (the host's clock, wire.Heartbeat.AtMS), for logs.
+	LastAtMS int64
 	Leaving  bool
 	// DisconnectedAt is when an advisory said the host's NATS connection
 	// closed, if no heartbeat has arrived since; zero otherwise.
@@ -101,6 +104,7 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
+	s.LastAtMS = max(s.LastAtMS, hb.AtMS)
 	// A heartbeat after the advisory means the host reconnected.
 	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
 		s.DisconnectedAt = time.Time{}

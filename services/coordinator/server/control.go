@@ -247,7 +247,13 @@ func (s *Server) execute(ctx context.Context, st *state.State, a controller.Acti
 		case controller.ActLeave:
 			log.Info("node left: failing its streams over", "node", a.Node, "version", r.Version)
 		default:
-			log.Warn("node expired", "node", a.Node, "how", a.Reason, "version", r.Version)
+			// How long it had been silent here, and what its last beat
+			// heard said of when it was sent: a late send and a late
+			// read look alike from the TTL alone.
+			seen := s.live.ViewStream("")[a.Node]
+			log.Warn("node expired", "node", a.Node, "how", a.Reason, "version", r.Version,
+				"silent", now.Sub(seen.LastSeen).Round(time.Millisecond).String(),
+				"last_beat_sent_ms_before_heard", seen.LastSeen.UnixMilli()-seen.LastAtMS)
 		}
 		return true
 	case controller.ActUpdate:
