@@ -131,6 +131,15 @@ func (t *Tracker) Touch(node string, at time.Time) {
 	}
 }
 
+// Synced reports whether node's copies are as of its latest report applied
+// (false after a delta without a base, until the next full report).
+func (t *Tracker) Synced(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.reports[node]
+	return r != nil && r.Synced()
+}
+
 // report returns node's rebuilt copies, made on first use. Call with mu
 // held.
 func (t *Tracker) report(node string) *heartbeat.Copies {

@@ -162,8 +162,10 @@ type Server struct {
 	hbDec *heartbeat.Decoder
 	// reports queues the heartbeats to decode (reportLoop); reportsDone
 	// closes when that loop has ended.
-	stallDone      chan struct{}
-	reports        chan heard
+	stallDone chan struct{}
+	reports   chan heard
+	// asked is when reportLoop last asked each host for a full report.
+	asked          map[string]time.Time
 	reportsDone    chan struct{}
 	reportsDropped atomic.Uint64
 	// stalls counts the stalls stallWatch saw.
@@ -271,6 +273,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		hbDec:       heartbeat.NewDecoder(),
 		reports:     make(chan heard, maxQueuedReports),
 		reportsDone: make(chan struct{}),
+		asked:       map[string]time.Time{},
 		stallDone:   make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		workers:     map[string]*workerRun{},
@@ -588,7 +591,36 @@ func (s *Server) record(h heard) {
 	if s.live.Heartbeat(hb, h.at) {
 		s.poke()
 	}
+	if hb.Delta && (hb.Parts <= 1 || hb.Part == hb.Parts-1) && !s.live.Synced(hb.Node) {
+		s.askFullReport(hb.Node, h.at)
+	}
 }
+
+// askFullEvery is the least time between two asks of one host for a full
+// report.
+const askFullEvery = time.Second
+
+// askFullReport asks node for a full report in its next heartbeat (on its
+// notice subject), at most once per askFullEvery: this coordinator has its
+// deltas but no base to apply them to. Only reportLoop calls it.
+func (s *Server) askFullReport(node string, at time.Time) {
+	if last, ok := s.asked[node]; ok && at.Sub(last) < askFullEvery {
+		return
+	}
+	if len(s.asked) >= maxAskedNodes {
+		clear(s.asked) // forged subjects must not grow it without end
+	}
+	s.asked[node] = at
+	data, _ := json.Marshal(wire.AssignNotice{FullReport: true})
+	if err := s.nc.Publish(wire.AssignNoticeSubject(node), data); err != nil {
+		s.log.Debug("ask for a full report", "node", node, "err", err)
+		return
+	}
+	s.log.Debug("asked a host for a full report: a delta came without a base", "node", node)
+}
+
+// maxAskedNodes bounds askFullReport's memory of the hosts it asked.
+const maxAskedNodes = 4096
 
 // disconnectAdvisory is the part of the server's disconnect event read here.
 type disconnectAdvisory struct {

@@ -222,7 +222,11 @@ type Host struct {
 	// reported is set once the first report of this incarnation is out.
 	beat     atomic.Uint64
 	reported atomic.Bool
-	bgCtx    context.Context
+	// fullAsked says a reader asked for a full report (onNotice);
+	// lastAsked is when the last one asked for went out (beatMu).
+	fullAsked atomic.Bool
+	lastAsked time.Time
+	bgCtx     context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
 	// the connection was last replaced (wire.HeaderServingFor).
@@ -740,7 +744,13 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
 	hb.Beat = h.beat.Add(1)
-	hb = h.reporter.Report(hb, time.Now())
+	now := time.Now()
+	if h.fullAsked.Load() && now.Sub(h.lastAsked) >= wire.MinAskedFullReportGap {
+		h.fullAsked.Store(false)
+		h.lastAsked = now
+		h.reporter.AskFull()
+	}
+	hb = h.reporter.Report(hb, now)
 	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {
