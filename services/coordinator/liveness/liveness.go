@@ -25,9 +25,12 @@ type Seen struct {
 	// LastSeen is when the latest heartbeat arrived (this coordinator's clock).
 	LastSeen time.Time
 	// LastAtMS is when the latest decoded heartbeat says it was built
-	// (the host's clock, wire.Heartbeat.AtMS), for logs.
-	LastAtMS int64
-	Leaving  bool
+	// (the host's clock, wire.Heartbeat.AtMS) and LastDecoded when that
+	// heartbeat arrived, for logs: the gap between them is its transit,
+	// the one from LastDecoded to LastSeen the decoding's backlog.
+	LastAtMS    int64
+	LastDecoded time.Time
+	Leaving     bool
 	// DisconnectedAt is when an advisory said the host's NATS connection
 	// closed, if no heartbeat has arrived since; zero otherwise.
 	DisconnectedAt time.Time
@@ -104,7 +107,9 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
-	s.LastAtMS = max(s.LastAtMS, hb.AtMS)
+	if hb.AtMS >= s.LastAtMS {
+		s.LastAtMS, s.LastDecoded = hb.AtMS, at
+	}
 	// A heartbeat after the advisory means the host reconnected.
 	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
 		s.DisconnectedAt = time.Time{}
