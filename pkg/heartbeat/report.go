@@ -28,9 +28,10 @@ import (
 //     until the next full report, which replaces everything. The host sends
 //     one at least every full-report interval (wire.DefaultFullReportInterval)
 //     and as the first report of every incarnation, so a reader is behind at
-//     most that long after it missed something. Readers never ask: nothing
-//     flows from readers to hosts, and the host's cost stays one full report
-//     per interval however many readers restart.
+//     most that long after it missed something. A coordinator that gets a
+//     delta without a base asks for a full report (wire.AssignNotice's
+//     FullReport; Reporter.AskFull), which the host sends in its next beat,
+//     at most one per wire.MinAskedFullReportGap however many ask.
 //   - A new incarnation (a restarted host) drops what the reader knew and
 //     waits for that incarnation's first report, which is full.
 //
@@ -49,7 +50,12 @@ type Reporter struct {
 	last     []wire.CopyStatus // the copies as last reported, sorted by stream
 	lastBeat uint64            // the last report's beat; 0: none yet
 	lastFull time.Time
+	// asked is set by AskFull: the next report is full.
+	asked bool
 }
+
+// AskFull makes the next report full (a reader lacks a base for deltas).
+func (r *Reporter) AskFull() { r.asked = true }
 
 // Report returns the report to send for hb, a heartbeat listing every copy
 // the host holds (hb.Beat set, Delta unset), at now: hb itself when a full
@@ -74,8 +80,8 @@ func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
 	// the one before when it is large enough.
 	r.last, r.lastBeat = append(r.spare[:0], cur...), hb.Beat
 	r.spare = prev
-	if since == 0 || now.Sub(r.lastFull) >= every || now.Before(r.lastFull) {
-		r.lastFull = now
+	if since == 0 || r.asked || now.Sub(r.lastFull) >= every || now.Before(r.lastFull) {
+		r.lastFull, r.asked = now, false
 		hb.Delta, hb.Since = false, 0
 		return hb
 	}

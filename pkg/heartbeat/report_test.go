@@ -225,6 +225,14 @@ func TestReporterReports(t *testing.T) {
 	if r4.Delta || r4.Since != 0 || len(r4.Copies) != 1 {
 		t.Fatalf("report after FullEvery %+v", r4)
 	}
+	// Asked for, the next report is full, and only that one.
+	rep.AskFull()
+	if r5 := rep.Report(wire.Heartbeat{Beat: 7, Copies: []wire.CopyStatus{a2}}, at.Add(1100*time.Millisecond)); r5.Delta || len(r5.Copies) != 1 {
+		t.Fatalf("asked-for report %+v", r5)
+	}
+	if r6 := rep.Report(wire.Heartbeat{Beat: 8, Copies: []wire.CopyStatus{a2}}, at.Add(1200*time.Millisecond)); !r6.Delta || r6.Since != 7 {
+		t.Fatalf("report after the asked-for one %+v", r6)
+	}
 }
 
 // A host of 5,000 copies of which 10 changed sends a delta a few hundred

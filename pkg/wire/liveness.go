@@ -18,9 +18,17 @@ const (
 	// copies again. At 5 s an e2e accept-loss 1.8 s after the cluster
 	// started found the live copy's tails unpublished on the coordinator
 	// (it had started after the host's first full report) and committed
-	// without a history start; until a receiver can ask for a full report,
-	// staleness is bounded at 1 s (two heartbeats).
-	DefaultFullReportInterval = time.Second
+	// without a history start. So a coordinator that gets a delta it has
+	// no base for asks the host for a full report (AssignNotice.FullReport,
+	// honoured at most every MinAskedFullReportGap), and the periodic one
+	// is a safety net: every 1 s, the full reports of 10,000 streams'
+	// copies were most of the bytes NATS carried, and heartbeats queued
+	// behind them past the TTL (issue 17).
+	DefaultFullReportInterval = 5 * time.Second
+	// MinAskedFullReportGap is the least time between two full reports a
+	// host sends because a reader asked: however many readers ask, it
+	// costs the host at most one full report per gap.
+	MinAskedFullReportGap = 500 * time.Millisecond
 	// DefaultLivenessInterval is how often a host publishes a liveness
 	// beat (no copies) between heartbeats.
 	DefaultLivenessInterval = 100 * time.Millisecond

@@ -95,6 +95,10 @@ type AssignNotice struct {
 	// planned move): the host pulls at once, not after the gap it keeps
 	// between the pulls that bursts of other notices ask for.
 	Recovery bool `json:"recovery,omitempty"`
+	// FullReport asks the host for a full report in its next heartbeat: a
+	// coordinator got a delta it has no base for (it started after the
+	// host's last full report, or missed a report). Version is then 0.
+	FullReport bool `json:"full_report,omitempty"`
 }
 
 // OwnerNotice is published on OwnerNoticeSubject by a host that has just

@@ -83,9 +83,10 @@ type Params struct {
 type Liveness struct {
 	LeaderSince time.Time
 	// HeardSince is when this coordinator's own NATS connections last
-	// came back after a disconnect (zero if they never dropped): it heard
-	// nothing while they were down, so silence counts from then at the
-	// earliest, and disconnect advisories received before it do not count.
+	// came back after a disconnect, or its process after a stall (zero if
+	// neither happened): it heard nothing meanwhile, so silence counts
+	// from then at the earliest, and disconnect advisories received before
+	// it do not count.
 	HeardSince time.Time
 	// Deaf says this coordinator cannot hear the hosts now (its NATS
 	// connection is down or its reconnect not yet noted): it expires

@@ -24,7 +24,13 @@ type Seen struct {
 	Incarnation uint64
 	// LastSeen is when the latest heartbeat arrived (this coordinator's clock).
 	LastSeen time.Time
-	Leaving  bool
+	// LastAtMS is when the latest decoded heartbeat says it was built
+	// (the host's clock, wire.Heartbeat.AtMS) and LastDecoded when that
+	// heartbeat arrived, for logs: the gap between them is its transit,
+	// the one from LastDecoded to LastSeen the decoding's backlog.
+	LastAtMS    int64
+	LastDecoded time.Time
+	Leaving     bool
 	// DisconnectedAt is when an advisory said the host's NATS connection
 	// closed, if no heartbeat has arrived since; zero otherwise.
 	DisconnectedAt time.Time
@@ -101,6 +107,9 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
+	if hb.AtMS >= s.LastAtMS {
+		s.LastAtMS, s.LastDecoded = hb.AtMS, at
+	}
 	// A heartbeat after the advisory means the host reconnected.
 	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
 		s.DisconnectedAt = time.Time{}
@@ -125,6 +134,15 @@ func (t *Tracker) Touch(node string, at time.Time) {
 	if s := t.nodes[node]; s != nil && at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
+}
+
+// Synced reports whether node's copies are as of its latest report applied
+// (false after a delta without a base, until the next full report).
+func (t *Tracker) Synced(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.reports[node]
+	return r != nil && r.Synced()
 }
 
 // report returns node's rebuilt copies, made on first use. Call with mu

@@ -249,7 +249,17 @@ func (s *Server) execute(ctx context.Context, st *state.State, a controller.Acti
 		case controller.ActLeave:
 			log.Info("node left: failing its streams over", "node", a.Node, "version", r.Version)
 		default:
-			log.Warn("node expired", "node", a.Node, "how", a.Reason, "version", r.Version)
+			// How long it had been silent here (by the time of the
+			// proposal's commit: negative when a beat came meanwhile),
+			// how long the last decoded beat took from its building on
+			// the host to its arrival here, and how far decoding lags
+			// behind arrivals: a late send, a late delivery and a late
+			// read look alike from the TTL alone.
+			seen := s.live.ViewStream("")[a.Node]
+			log.Warn("node expired", "node", a.Node, "how", a.Reason, "version", r.Version,
+				"silent", now.Sub(seen.LastSeen).Round(time.Millisecond).String(),
+				"last_decoded_transit_ms", seen.LastDecoded.UnixMilli()-seen.LastAtMS,
+				"decode_lag", seen.LastSeen.Sub(seen.LastDecoded).Round(time.Millisecond).String())
 		}
 		return true
 	case controller.ActUpdate:

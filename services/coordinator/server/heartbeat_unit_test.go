@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 )
 
@@ -88,5 +89,95 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// TestStallIsOwnSilence: a gap in this process's own running (its watch's
+// ticks received far apart) counts as not hearing: the controller expires
+// no host for a silence that began before the stall until a TTL after
+// it; ticks at their pace change nothing.
+func TestStallIsOwnSilence(t *testing.T) {
+	fake := time.UnixMilli(5_000_000)
+	s := &Server{opt: Options{TTL: 800 * time.Millisecond, Now: func() time.Time { return fake }},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var mono atomic.Int64 // the watch's clock, in ms
+	clock := func() time.Time { return time.UnixMilli(mono.Load()) }
+	ticks := make(chan time.Time)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.stallWatch(ctx, ticks, clock) }()
+	defer func() { cancel(); <-done }()
+	tick := func(ms int64) {
+		mono.Add(ms)
+		ticks <- time.Time{}
+		ticks <- time.Time{} // the first is handled once the second is taken
+	}
+	heardSince := func() time.Time {
+		s.hearing.mu.Lock()
+		defer s.hearing.mu.Unlock()
+		return s.hearing.since
+	}
+	for range 10 {
+		tick(50)
+	}
+	if since := heardSince(); !since.IsZero() || s.stalls.Load() != 0 {
+		t.Fatalf("ticks at their pace noted a stall: since %v, %d stalls", since, s.stalls.Load())
+	}
+	tick(stallGap(s.opt.TTL).Milliseconds() + 1)
+	if since := heardSince(); !since.Equal(fake) || s.stalls.Load() != 1 {
+		t.Fatalf("after a stall: since %v, %d stalls; want %v, 1", since, s.stalls.Load(), fake)
+	}
+}
+
+// TestDeltaWithoutBaseAsksForFullReport: a delta this coordinator has no
+// base for (it started after the host's last full report) makes it ask
+// the host for a full report on the host's notice subject, at most once
+// per askFullEvery; once a full report is in, the deltas that follow it
+// ask for nothing.
+func TestDeltaWithoutBaseAsksForFullReport(t *testing.T) {
+	ns := testutil.StartNATS(t)
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	asks := make(chan wire.AssignNotice, 10)
+	if _, err := nc.Subscribe(wire.AssignNoticeSubject("h1"), func(m *nats.Msg) {
+		var n wire.AssignNotice
+		_ = json.Unmarshal(m.Data, &n)
+		asks <- n
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), live: liveness.New(), hbDec: heartbeat.NewDecoder(),
+		kick: make(chan struct{}, 1), nc: nc, asked: map[string]time.Time{}}
+	rec := func(hb wire.Heartbeat, at time.Time) {
+		hb.Node, hb.Incarnation = "h1", 7
+		data, _ := json.Marshal(hb)
+		s.record(heard{subject: wire.HeartbeatSubject("h1"), data: data, at: at})
+		_ = nc.Flush()
+	}
+	expect := func(n int) {
+		t.Helper()
+		time.Sleep(100 * time.Millisecond)
+		if len(asks) != n {
+			t.Fatalf("%d asks for a full report, want %d", len(asks), n)
+		}
+	}
+	at := time.UnixMilli(1_000_000)
+	cs := []wire.CopyStatus{{Stream: "s", StreamID: 1, Role: wire.RoleOwner, Epoch: 1}}
+	rec(wire.Heartbeat{Beat: 5, Delta: true, Since: 4, Copies: cs}, at)
+	expect(1)
+	if n := <-asks; !n.FullReport || n.Version != 0 {
+		t.Fatalf("ask %+v", n)
+	}
+	rec(wire.Heartbeat{Beat: 6, Delta: true, Since: 5, Copies: cs}, at.Add(500*time.Millisecond))
+	expect(0) // within askFullEvery
+	rec(wire.Heartbeat{Beat: 7, Copies: cs}, at.Add(600*time.Millisecond))
+	rec(wire.Heartbeat{Beat: 8, Delta: true, Since: 7, Copies: []wire.CopyStatus{}}, at.Add(2*time.Second))
+	expect(0) // the delta follows the full report
+	if got := s.live.View()["h1"].Copies; len(got) != 1 {
+		t.Fatalf("copies %v after the full report", got)
 	}
 }

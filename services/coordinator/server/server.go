@@ -162,13 +162,18 @@ type Server struct {
 	hbDec *heartbeat.Decoder
 	// reports queues the heartbeats to decode (reportLoop); reportsDone
 	// closes when that loop has ended.
-	reports        chan heard
+	stallDone chan struct{}
+	reports   chan heard
+	// asked is when reportLoop last asked each host for a full report.
+	asked          map[string]time.Time
 	reportsDone    chan struct{}
 	reportsDropped atomic.Uint64
-	nc             *nats.Conn
-	sysnc          *nats.Conn
-	subs           []*nats.Subscription
-	params         controller.Params
+	// stalls counts the stalls stallWatch saw.
+	stalls atomic.Uint64
+	nc     *nats.Conn
+	sysnc  *nats.Conn
+	subs   []*nats.Subscription
+	params controller.Params
 	// hearing tracks this coordinator's own NATS connections, so that it
 	// never expires hosts for a silence that was its own.
 	hearing hearing
@@ -268,6 +273,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		hbDec:       heartbeat.NewDecoder(),
 		reports:     make(chan heard, maxQueuedReports),
 		reportsDone: make(chan struct{}),
+		asked:       map[string]time.Time{},
+		stallDone:   make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		workers:     map[string]*workerRun{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
@@ -308,6 +315,12 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	s.cancel = cancel
 	s.loopDone = make(chan struct{})
 	go s.controlLoop(loopCtx)
+	go func() {
+		defer close(s.stallDone)
+		t := time.NewTicker(stallCheck)
+		defer t.Stop()
+		s.stallWatch(loopCtx, t.C, time.Now)
+	}()
 	go s.serveWhenReady(loopCtx)
 	s.log.Info("coordinator started", "raft_addr", opt.RaftAddr, "nats_url", redact(opt.NATSURL),
 		"advisories", opt.NATSSystemURL != "", "nkey", opt.NATSAuth.Nkey != "", "tls", opt.NATSAuth.CA != "" || opt.NATSAuth.Cert != "",
@@ -344,10 +357,12 @@ func natsOptions(name string, log *slog.Logger, up func(*nats.Conn)) []nats.Opti
 
 // hearing is what the controller needs to know about this coordinator's
 // own NATS connections: when they last came back, and whether the
-// connection heartbeats arrive on has come back since it last dropped.
+// connection heartbeats arrive on has come back since it last dropped;
+// and when this process last came back from a stall (stallWatch).
 type hearing struct {
 	mu sync.Mutex
-	// since is the latest (re)connect of either connection.
+	// since is the latest (re)connect of either connection, or end of a
+	// stall of this process.
 	since time.Time
 	// noted is the reconnect count of the heartbeat connection when its
 	// latest (re)connect was noted.
@@ -363,6 +378,55 @@ func (h *hearing) up(c *nats.Conn, main bool, at time.Time) {
 	}
 	if main {
 		h.noted = max(h.noted, c.Stats().Reconnects)
+	}
+}
+
+// stalled notes that this process ran nothing for a while, up to at:
+// heartbeats that arrived meanwhile were not read, so the silence was its
+// own, as for a reconnect.
+func (h *hearing) stalled(at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if at.After(h.since) {
+		h.since = at
+	}
+}
+
+// stallCheck is how often stallWatch looks at the clock.
+const stallCheck = 50 * time.Millisecond
+
+// stallGap is the gap between two of stallWatch's looks past which this
+// process is taken to have stalled: a quarter of the TTL, at least 200 ms.
+func stallGap(ttl time.Duration) time.Duration { return max(ttl/4, 200*time.Millisecond) }
+
+// stallWatch looks at the clock every stallCheck until ctx ends; a look
+// later than stallGap after the previous one means this process (or the
+// whole machine) ran nothing in between: a loaded two-core machine left
+// every process unscheduled for seconds, and the leader then expired every
+// host whose beats were waiting, unread, in its socket (issue 17). The
+// stall counts as not hearing (hearing.stalled), so no host is expired for
+// it until a TTL after it ended.
+// The gap is measured by clock (time.Now, monotonic) when each tick is
+// received, not by the tick's own time: a ticker's buffered tick carries
+// the time it fired, before the stall.
+func (s *Server) stallWatch(ctx context.Context, ticks <-chan time.Time, clock func() time.Time) {
+	gap := stallGap(s.opt.TTL)
+	last := clock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		now := clock()
+		if d := now.Sub(last); d > gap {
+			s.hearing.stalled(s.opt.Now())
+			if n := s.stalls.Add(1); n == 1 || n%20 == 0 {
+				s.log.Warn("this coordinator was stalled (not scheduled); no host is expired for the silence until a ttl after it",
+					"stalled", d.Round(time.Millisecond).String(), "stalls_so_far", n)
+			}
+		}
+		last = now
 	}
 }
 
@@ -527,7 +591,36 @@ func (s *Server) record(h heard) {
 	if s.live.Heartbeat(hb, h.at) {
 		s.poke()
 	}
+	if hb.Delta && (hb.Parts <= 1 || hb.Part == hb.Parts-1) && !s.live.Synced(hb.Node) {
+		s.askFullReport(hb.Node, h.at)
+	}
 }
+
+// askFullEvery is the least time between two asks of one host for a full
+// report.
+const askFullEvery = time.Second
+
+// askFullReport asks node for a full report in its next heartbeat (on its
+// notice subject), at most once per askFullEvery: this coordinator has its
+// deltas but no base to apply them to. Only reportLoop calls it.
+func (s *Server) askFullReport(node string, at time.Time) {
+	if last, ok := s.asked[node]; ok && at.Sub(last) < askFullEvery {
+		return
+	}
+	if len(s.asked) >= maxAskedNodes {
+		clear(s.asked) // forged subjects must not grow it without end
+	}
+	s.asked[node] = at
+	data, _ := json.Marshal(wire.AssignNotice{FullReport: true})
+	if err := s.nc.Publish(wire.AssignNoticeSubject(node), data); err != nil {
+		s.log.Debug("ask for a full report", "node", node, "err", err)
+		return
+	}
+	s.log.Debug("asked a host for a full report: a delta came without a base", "node", node)
+}
+
+// maxAskedNodes bounds askFullReport's memory of the hosts it asked.
+const maxAskedNodes = 4096
 
 // disconnectAdvisory is the part of the server's disconnect event read here.
 type disconnectAdvisory struct {
@@ -722,6 +815,7 @@ func (s *Server) shutdown(ctx context.Context, graceful bool) {
 		if s.cancel != nil {
 			s.cancel()
 			step(ctx, "control loop", lim.step, func() { <-s.loopDone })
+			step(ctx, "stall watch", lim.step, func() { <-s.stallDone })
 		}
 		s.stopWorkers()
 		step(ctx, "recovery workers", lim.step, s.workerWG.Wait)

@@ -42,13 +42,20 @@ type pullState struct {
 }
 
 // onNotice asks for a pull when a notice names a version newer than the
-// one applied.
+// one applied, and for a full report in the next heartbeat when it asks
+// for one.
 func (h *Host) onNotice(m *nats.Msg) {
 	var n wire.AssignNotice
 	if err := json.Unmarshal(m.Data, &n); err != nil {
 		h.log.Warn("bad assignment notice", "err", err)
 		h.requestNoticePull()
 		return
+	}
+	if n.FullReport {
+		// A reader lacks a base for the deltas: the next heartbeat is a
+		// full report (at most one per wire.MinAskedFullReportGap).
+		h.fullAsked.Store(true)
+		h.requestBeat()
 	}
 	h.mu.Lock()
 	newer := n.Version > h.applied || !h.ready.Load()

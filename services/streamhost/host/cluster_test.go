@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/envelope"
@@ -36,6 +37,8 @@ type miniCluster struct {
 
 	mu      sync.Mutex
 	hbs     map[string]wire.Heartbeat
+	parts   *heartbeat.Assembler
+	reports map[string]*heartbeat.Copies
 	changed chan struct{} // closed and replaced on every heartbeat
 	hosts   map[string]*testHost
 }
@@ -110,6 +113,8 @@ func newMiniCluster(t *testing.T) *miniCluster {
 		dir:     t.TempDir(),
 		table:   assigntest.NewTable(),
 		hbs:     map[string]wire.Heartbeat{},
+		parts:   heartbeat.NewAssembler(),
+		reports: map[string]*heartbeat.Copies{},
 		changed: make(chan struct{}),
 		hosts:   map[string]*testHost{},
 	}
@@ -138,6 +143,20 @@ func (c *miniCluster) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	c.mu.Lock()
+	// hbs holds the copies the reports so far add up to (a full report
+	// and the deltas since), as a coordinator rebuilds them; a liveness
+	// beat changes nothing.
+	r := c.reports[hb.Node]
+	if r == nil {
+		r = &heartbeat.Copies{}
+		c.reports[hb.Node] = r
+	}
+	if whole, ok := c.parts.Add(hb); ok {
+		r.Apply(whole)
+	}
+	// The header is the latest beat's, of either kind (liveness beats
+	// carry leaving and the store error too).
+	hb.Copies, hb.Delta, hb.Since, hb.Part, hb.Parts = r.List(), false, 0, 0, 1
 	c.hbs[hb.Node] = hb
 	close(c.changed)
 	c.changed = make(chan struct{})

@@ -27,7 +27,7 @@ const (
 	DefaultMaxPayload        = 1 << 20
 	DefaultConfirmTimeout    = 5 * time.Second
 	DefaultPullInterval      = 5 * time.Second
-	DefaultPullGap           = 200 * time.Millisecond
+	DefaultPullGap           = 25 * time.Millisecond
 	DefaultReplWait          = time.Second
 	DefaultReplIdleWait      = 4 * time.Second
 	DefaultRetentionInterval = 2 * time.Second
@@ -64,7 +64,10 @@ type Config struct {
 	PullInterval time.Duration
 	// PullGap is the least time from the start of one pull to the start
 	// of the next one a notice asks for (DefaultPullGap), except a
-	// recovery's notice, which is pulled at once.
+	// recovery's notice, which is pulled at once. Notices that arrive
+	// meanwhile share one pull. It was 200 ms while every pull read every
+	// stream; a pull of changes costs what changed, and a create waits
+	// for this gap before its owner serves, so it is 25 ms.
 	PullGap time.Duration
 	// PullPage is the most streams one page of a pull asks for
 	// (wire.MaxAssignmentPage when 0).
@@ -219,7 +222,11 @@ type Host struct {
 	// reported is set once the first report of this incarnation is out.
 	beat     atomic.Uint64
 	reported atomic.Bool
-	bgCtx    context.Context
+	// fullAsked says a reader asked for a full report (onNotice);
+	// lastAsked is when the last one asked for went out (beatMu).
+	fullAsked atomic.Bool
+	lastAsked time.Time
+	bgCtx     context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
 	// the connection was last replaced (wire.HeaderServingFor).
@@ -740,7 +747,13 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
 	hb.Beat = h.beat.Add(1)
-	hb = h.reporter.Report(hb, time.Now())
+	now := time.Now()
+	if h.fullAsked.Load() && now.Sub(h.lastAsked) >= wire.MinAskedFullReportGap {
+		h.fullAsked.Store(false)
+		h.lastAsked = now
+		h.reporter.AskFull()
+	}
+	hb = h.reporter.Report(hb, now)
 	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {

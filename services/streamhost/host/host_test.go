@@ -730,3 +730,48 @@ func TestRecoveryNoticePulledAtOnce(t *testing.T) {
 	}
 	f.waitHB("the recovery's stream owned", owned("moved"))
 }
+
+// TestFullReportOnAsk: a notice asking for a full report (a coordinator
+// with deltas and no base) makes the host's next heartbeat a full report,
+// long before its full-report interval; asked again at once, it waits
+// wire.MinAskedFullReportGap.
+func TestFullReportOnAsk(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{fullReport: time.Hour})
+	f.set(1, map[string]uint64{"a": 1}, one("a", 1, 1, []wire.HistoryStart{}, ""))
+	f.waitHB("a owned", owned("a"))
+	fulls := make(chan time.Time, 100)
+	sub, err := f.nc.Subscribe(wire.HeartbeatSubject("n1"), func(m *nats.Msg) {
+		var hb wire.Heartbeat
+		if json.Unmarshal(m.Data, &hb) == nil && !hb.Live && !hb.Delta {
+			fulls <- time.Now()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = f.nc.Flush()
+	time.Sleep(200 * time.Millisecond)
+	if len(fulls) != 0 {
+		t.Fatalf("%d full reports unasked, with an interval of an hour", len(fulls))
+	}
+	ask, _ := json.Marshal(wire.AssignNotice{FullReport: true})
+	asked := time.Now()
+	_ = f.nc.Publish(wire.AssignNoticeSubject("n1"), ask)
+	_ = f.nc.Flush()
+	select {
+	case <-fulls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no full report after the ask")
+	}
+	_ = f.nc.Publish(wire.AssignNoticeSubject("n1"), ask)
+	_ = f.nc.Flush()
+	select {
+	case at := <-fulls:
+		if at.Sub(asked) < wire.MinAskedFullReportGap {
+			t.Fatalf("second asked-for full report %v after the first ask, want at least %v", at.Sub(asked), wire.MinAskedFullReportGap)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no full report after the second ask")
+	}
+}

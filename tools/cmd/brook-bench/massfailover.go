@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +38,12 @@ type massResult struct {
 	// --idle-window).
 	Create createTiming
 	Idle   idleFigures
+	// CoordRestart is how long a coordinator follower, SIGKILLed once
+	// every stream was read back, took from its restart until its
+	// /healthz answered ok (it knows the Raft leader, having loaded its
+	// snapshot and log); CoordRestarted names it.
+	CoordRestart   time.Duration
+	CoordRestarted string
 }
 
 func (r massResult) write(w io.Writer) {
@@ -48,6 +57,10 @@ func (r massResult) write(w io.Writer) {
 	ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
+	if r.CoordRestarted != "" {
+		ignoreWrite(fmt.Fprintf(w, "coordinator restart (%s, a follower, SIGKILL): serving again %d ms after its start\n",
+			r.CoordRestarted, r.CoordRestart.Milliseconds()))
+	}
 }
 
 // massProducer is the producer id of the mass failover's publishes: each
@@ -126,9 +139,55 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if err != nil {
 		return res, err
 	}
-	return res, forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
+	if err := forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
 		return checkTwoRecords(ctx, c, s)
-	})
+	}); err != nil {
+		return res, err
+	}
+	res.CoordRestarted, res.CoordRestart, err = timeCoordinatorRestart(ctx, cl, log)
+	return res, err
+}
+
+// timeCoordinatorRestart SIGKILLs a coordinator that does not lead, starts
+// it again and times, from that start, until its /healthz answers ok.
+func timeCoordinatorRestart(ctx context.Context, cl *cluster.Cluster, log *slog.Logger) (string, time.Duration, error) {
+	leader, err := cl.WaitLeader(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	var p *cluster.Proc
+	for i := range cl.Coordinators() {
+		if c := cl.Coordinator(i); c.Node != strconv.FormatUint(leader, 10) {
+			p = c
+			break
+		}
+	}
+	if p == nil {
+		return "", 0, errors.New("coordinator restart: no follower")
+	}
+	log.Info("restarting a coordinator follower", "proc", p.Name, "leader", leader)
+	if err := cl.Kill(p, syscall.SIGKILL); err != nil {
+		return p.Name, 0, err
+	}
+	start := time.Now()
+	if err := cl.Restart(ctx, p); err != nil {
+		return p.Name, 0, err
+	}
+	url := "http://" + p.HTTPAddr + "/healthz"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p.Name, time.Since(start), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return p.Name, 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // connectRetrying connects an admin client to cl that retries without
