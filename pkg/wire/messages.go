@@ -95,6 +95,10 @@ type AssignNotice struct {
 	// planned move): the host pulls at once, not after the gap it keeps
 	// between the pulls that bursts of other notices ask for.
 	Recovery bool `json:"recovery,omitempty"`
+	// Assigned, on a recovery's notice, is the committed assignment of its
+	// stream: a host holding a copy of it at an older epoch applies it at
+	// once, before its pull, so the new owner serves one pull sooner.
+	Assigned *AssignedStream `json:"assigned,omitempty"`
 }
 
 // OwnerNotice is published on OwnerNoticeSubject by a host that has just

@@ -193,6 +193,10 @@ type Host struct {
 	// last snapshot pulled (applied, or only recorded while leaving).
 	applied uint64
 	latest  *wire.AssignmentSnapshot
+	// noticed is the version of the latest recovery notice whose
+	// assignment was applied before its pull (applyNoticed): a snapshot
+	// older than it, pulled before the notice came, is not applied.
+	noticed uint64
 
 	ready   atomic.Bool // the first snapshot is applied
 	leaving atomic.Bool // graceful shutdown has begun
