@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ type batcher struct {
 	maxRecords int
 	maxBytes   int
 	linger     *time.Timer // flushes the open batch; stopped while none
+	unsubOnce  sync.Once   // removes sub once closed and no flight is left
 
 	// mu guards the open batch and the flights, and orders the sends.
 	mu       sync.Mutex
@@ -271,7 +273,11 @@ func (b *batcher) take(id uint64) *flight {
 			sent = b.sendLocked()
 		}
 	}
+	done := b.closed && len(b.flights) == 0
 	b.mu.Unlock()
+	if done {
+		b.unsubscribe()
+	}
 	if fl != nil {
 		fl.watched(wire.PublishConfirm{})
 	}
@@ -340,7 +346,8 @@ func (b *batcher) onReply(m *nats.Msg) {
 }
 
 // close sends the open batch and takes no more records; the flights end
-// with their replies or their timers.
+// with their replies or their timers, and the last one to end removes the
+// reply subscription (on a connection New was given, which stays open).
 func (b *batcher) close() {
 	b.mu.Lock()
 	var sent sendResult
@@ -348,8 +355,22 @@ func (b *batcher) close() {
 		sent = b.sendLocked()
 	}
 	b.closed = true
+	done := len(b.flights) == 0
 	b.mu.Unlock()
 	b.failUnsent([]sendResult{sent})
+	if done {
+		b.unsubscribe()
+	}
+}
+
+// unsubscribe removes the reply subscription of a closed batcher once no
+// flight waits for a reply; once only.
+func (b *batcher) unsubscribe() {
+	b.unsubOnce.Do(func() {
+		if err := b.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			b.c.log.Warn("unsubscribe batch replies", "stream", b.stream, "err", err)
+		}
+	})
 }
 
 // closeBatchers closes every batcher of the client (Close).

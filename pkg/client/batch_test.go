@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -405,5 +406,49 @@ func TestBatchOrderAcrossPinning(t *testing.T) {
 	}
 	if fmt.Sprint(order) != "[r0 r1 r2 r3 r4]" {
 		t.Fatalf("records reached the owner in the order %v", order)
+	}
+}
+
+// Close on a Client made by New (the connection is the caller's and stays
+// open) leaves none of its subscriptions behind: a batch still in flight
+// gets its reply first, and the batcher's reply subscription ends with it.
+func TestBatchCloseOnSharedConnUnsubscribes(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	release := make(chan struct{})
+	o.hold = func(n int) {
+		if n == 1 {
+			<-release
+		}
+	}
+	nc := responderConn(t, url)
+	before := nc.NumSubscriptions()
+	c := New(nc, WithBatching(time.Millisecond, 0, 0), WithRequestTimeout(5*time.Second),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := c.Publish(ctx, "x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("b"))
+		held <- err
+	}()
+	<-o.got
+	<-o.got // the held batch arrived: its flight is in the air
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if nc.IsClosed() {
+		t.Fatal("Close closed a connection it did not make")
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the batch in flight at Close: %v, want its confirm", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); nc.NumSubscriptions() != before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions after Close, want %d as before New", nc.NumSubscriptions(), before)
+		}
 	}
 }

@@ -115,10 +115,17 @@ type OwnerNotice struct {
 // at most Limit of them (MaxAssignmentPage when 0 or more). A host pulls
 // the pages in turn, each reply's Next as the next After, until Next is
 // empty; so no reply grows with the cluster.
+//
+// Since, when set, asks instead for the streams changed since that version
+// (the version the host applied last): the reply (Since set) holds those
+// streams only, and NextSince, when more follow, is the next pull's Since.
+// A coordinator that cannot answer from that version (too old, or unknown
+// to it) answers with the first page of a full pull (Since 0 in the reply).
 type AssignmentPull struct {
 	Node  string `json:"node"`
 	After string `json:"after,omitempty"`
 	Limit int    `json:"limit,omitempty"`
+	Since uint64 `json:"since,omitempty"`
 }
 
 // MaxAssignmentPage is the most streams one page of an assignment pull
@@ -144,6 +151,15 @@ type AssignmentSnapshot struct {
 	// Next is the name of the last stream of the page when more follow
 	// (the next pull's After); empty on the last page.
 	Next string `json:"next,omitempty"`
+	// Since is set in the reply to a pull of changes (AssignmentPull.Since):
+	// the page then covers the streams changed after Since instead of a
+	// range of names (Assignments and Streams hold those of them that
+	// include the node and that exist), Deleted names those that no longer
+	// exist, and NextSince, when more follow, is the version through which
+	// the page covers the changes (the next pull's Since).
+	Since     uint64   `json:"since,omitempty"`
+	Deleted   []string `json:"deleted,omitempty"`
+	NextSince uint64   `json:"next_since,omitempty"`
 }
 
 // AssignedStream is one assignment with its stream's history starts and

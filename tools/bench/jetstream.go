@@ -28,7 +28,14 @@ type JetStream struct {
 	stream  jetstream.Stream
 	subject string
 	victim  string
+	// Async publishes with PublishAsync and waits for the ack future
+	// instead of a synchronous Publish (the window's publishes then share
+	// one reply subscription): nats.go's other fast path, set before Run.
+	Async bool
 }
+
+// JetStreamAsync is the target name of a JetStream with Async set.
+const JetStreamAsync = "jetstream-async"
 
 type jsServer struct {
 	name       string
@@ -112,20 +119,52 @@ cluster { name: bench, listen: 127.0.0.1:%d, routes: [%s] }
 }
 
 // Name implements Target.
-func (j *JetStream) Name() string { return "jetstream" }
+func (j *JetStream) Name() string {
+	if j.Async {
+		return JetStreamAsync
+	}
+	return "jetstream"
+}
 
-// Publish implements Target: a synchronous JetStream publish with a message
-// id, retried across the leader election (the id makes the retry safe).
+// jsAttempt bounds one publish attempt before it is retried.
+const jsAttempt = 2 * time.Second
+
+// publishOnce makes one publish attempt of data with message id msgID.
+func (j *JetStream) publishOnce(ctx context.Context, data []byte, msgID string) (uint64, error) {
+	actx, cancel := context.WithTimeout(ctx, jsAttempt)
+	defer cancel()
+	if !j.Async {
+		ack, err := j.js.Publish(actx, j.subject, data, jetstream.WithMsgID(msgID))
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
+	}
+	fut, err := j.js.PublishAsync(j.subject, data, jetstream.WithMsgID(msgID))
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case ack := <-fut.Ok():
+		return ack.Sequence, nil
+	case err := <-fut.Err():
+		return 0, err
+	case <-actx.Done():
+		return 0, actx.Err()
+	}
+}
+
+// Publish implements Target: a JetStream publish with a message id
+// (synchronous, or PublishAsync and its ack with Async), retried across the
+// leader election (the id makes the retry safe).
 func (j *JetStream) Publish(ctx context.Context, data []byte) (uint64, error) {
 	id, _ := decodeRecord(data)
 	msgID := fmt.Sprintf("%d-%d", id.pub, id.seq)
 	backoff := 5 * time.Millisecond
 	for {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ack, err := j.js.Publish(actx, j.subject, data, jetstream.WithMsgID(msgID))
-		cancel()
+		seq, err := j.publishOnce(ctx, data, msgID)
 		if err == nil {
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("jetstream publish %s: %w", msgID, err)

@@ -27,3 +27,23 @@ func TestWriteWorkloadSummary(t *testing.T) {
 		}
 	}
 }
+
+// With JetStream's two publish paths, the ratio is over the faster one,
+// named; a workload only one of them ran compares with that one.
+func TestWriteWorkloadSummaryFastestPeer(t *testing.T) {
+	wls := []Workload{{1, 256}, {1, 1}}
+	res := func(rate float64) *Result { return &Result{Before: Phase{PerSecond: rate, P50MS: 1, P99MS: 2}} }
+	results := []map[string][]*Result{
+		{"brook": {res(300)}, "jetstream": {res(100)}, JetStreamAsync: {res(150)}},
+		{"brook": {res(50)}, "jetstream": {res(100)}},
+	}
+	var b strings.Builder
+	if err := WriteWorkloadSummary(&b, []string{"brook", "jetstream", JetStreamAsync}, wls, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 2.00 (vs jetstream-async) |", "| – | 0.50 (vs jetstream) |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}

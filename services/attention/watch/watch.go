@@ -40,6 +40,22 @@ const assignWildcard = "brook.assign.*"
 // scratch must not freeze it either.
 const lowerVersionsToFollow = 3
 
+// listPage is how many streams one stream.list request asks for.
+const listPage = 500
+
+// listMaxAge is how long a stream list whose version the cluster info
+// still reports is kept without listing again. The judge reads its
+// copies' tails from its own heartbeats; from the list it needs the
+// coordinators' state, which moves only with the version, so this only
+// refreshes the list's few heartbeat-derived figures.
+const listMaxAge = 10 * time.Second
+
+// minPullGap is the least time between two pulls; a pull that took
+// longer (a large cluster, loaded coordinators) spaces the next one by
+// its own duration, so notices arriving at the rate of creates cost the
+// coordinators at most about half of one listing's time.
+const minPullGap = 200 * time.Millisecond
+
 // Options configure a Watcher.
 type Options struct {
 	// Refresh is the period of the pull; a notice pulls at once.
@@ -73,7 +89,8 @@ type Watcher struct {
 
 	mu             sync.Mutex
 	streams        *wire.StreamList
-	streamsAt      time.Time
+	streamsAt      time.Time // when the list was last known current
+	listedAt       time.Time // when the list was last pulled
 	lowerStreams   int
 	cluster        *wire.ClusterInfo
 	clusterAt      time.Time
@@ -143,12 +160,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 	tick := time.NewTicker(w.opts.Refresh)
 	defer tick.Stop()
 	for {
+		began := time.Now()
 		w.pull(ctx)
+		gap := max(minPullGap, time.Since(began))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		case <-w.pullNow:
+		}
+		// Notices merge while the next pull waits for its gap.
+		if wait := gap - time.Since(began); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
 		}
 	}
 }
@@ -244,36 +271,90 @@ func (w *Watcher) onNotice(msg *nats.Msg) {
 	}
 }
 
-// pull fetches the stream list and the cluster info. A failure keeps the
-// previous view of that part; the next pull tries again.
+// pull fetches the cluster info and, when it says the coordinators' state
+// moved past the stream list held (or the list is older than
+// listMaxAge), the stream list in pages. The list is the costly part: at
+// ten thousand streams a coordinator renders every stream's copies for
+// it, so an unchanged state is not listed again on every Refresh. A
+// failure keeps the previous view of that part; the next pull tries
+// again.
 func (w *Watcher) pull(ctx context.Context) {
 	ctx, span := w.tracer.Start(ctx, "attention.pull")
 	defer span.End()
-	var sl wire.StreamList
-	if err := w.request(ctx, wire.VerbStreamList, &sl); err != nil {
-		w.log.Warn("pull stream list", "err", err)
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "stream list")
-	} else {
-		w.applyStreams(sl, time.Now())
-		span.SetAttributes(attribute.Int64("brook.version", int64(sl.Version)), attribute.Int("brook.streams", len(sl.Streams)))
-	}
 	var ci wire.ClusterInfo
-	if err := w.request(ctx, wire.VerbClusterInfo, &ci); err != nil {
+	clusterOK := false
+	if err := w.request(ctx, wire.VerbClusterInfo, wire.Empty{}, &ci); err != nil {
 		w.log.Warn("pull cluster info", "err", err)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "cluster info")
 	} else {
+		clusterOK = true
 		w.applyCluster(ci, time.Now())
+	}
+	if clusterOK && w.listCurrent(ci.Version, time.Now()) {
+		span.SetAttributes(attribute.Int64("brook.version", int64(ci.Version)), attribute.Bool("brook.list_skipped", true))
+		return
+	}
+	sl, pages, err := w.pullStreams(ctx)
+	if err != nil {
+		w.log.Warn("pull stream list", "err", err)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "stream list")
+		return
+	}
+	w.applyStreams(sl, time.Now())
+	span.SetAttributes(attribute.Int64("brook.version", int64(sl.Version)), attribute.Int("brook.streams", len(sl.Streams)), attribute.Int("brook.pages", pages))
+}
+
+// listCurrent reports whether the stream list held is the state at
+// version (nothing changed since it was pulled) and younger than
+// listMaxAge; if so it counts as pulled now.
+func (w *Watcher) listCurrent(version uint64, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streams == nil || w.streams.Version != version || now.Sub(w.listedAt) >= listMaxAge {
+		return false
+	}
+	w.streamsAt = now
+	return true
+}
+
+// pullStreams reads the whole stream list in pages of listPage streams,
+// so no reply grows with the cluster. Its version is the lowest of its
+// pages' (a change between two pages is then still newer than the list,
+// and its notice pulls again).
+func (w *Watcher) pullStreams(ctx context.Context) (wire.StreamList, int, error) {
+	var out wire.StreamList
+	req := wire.StreamListRequest{Limit: listPage}
+	for pages := 1; ; pages++ {
+		var page wire.StreamList
+		if err := w.request(ctx, wire.VerbStreamList, req, &page); err != nil {
+			return wire.StreamList{}, pages, err
+		}
+		if pages == 1 || page.Version < out.Version {
+			out.Version = page.Version
+		}
+		out.Streams = append(out.Streams, page.Streams...)
+		if page.Next == "" {
+			return out, pages, nil
+		}
+		if page.Next <= req.Cursor {
+			return wire.StreamList{}, pages, fmt.Errorf("stream list: page cursor %q does not move past %q", page.Next, req.Cursor)
+		}
+		req.Cursor = page.Next
 	}
 }
 
-// request sends an admin verb with an empty body and decodes the reply into
-// out, turning an error reply into a *wire.Error.
-func (w *Watcher) request(ctx context.Context, verb string, out any) error {
+// request sends an admin verb with body and decodes the reply into out,
+// turning an error reply into a *wire.Error.
+func (w *Watcher) request(ctx context.Context, verb string, body, out any) error {
 	subject := wire.AdminSubject(verb)
 	msg := nats.NewMsg(subject)
-	msg.Data = []byte("{}")
+	data, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	msg.Data = data
 	telemetry.Inject(ctx, msg)
 	rctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
 	defer cancel()
@@ -307,7 +388,7 @@ func (w *Watcher) applyStreams(sl wire.StreamList, at time.Time) {
 		w.noticed = 0
 	}
 	w.lowerStreams = 0
-	w.streams, w.streamsAt = &sl, at
+	w.streams, w.streamsAt, w.listedAt = &sl, at, at
 }
 
 func (w *Watcher) applyCluster(ci wire.ClusterInfo, at time.Time) {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,11 +272,11 @@ func TestRequestErrors(t *testing.T) {
 	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
 	ctx := context.Background()
 	var sl wire.StreamList
-	if err := w.request(ctx, wire.VerbStreamList, &sl); wire.CodeOf(err) != wire.CodeUnavailable {
+	if err := w.request(ctx, wire.VerbStreamList, wire.StreamListRequest{}, &sl); wire.CodeOf(err) != wire.CodeUnavailable {
 		t.Errorf("error reply read as %v", err)
 	}
 	var ci wire.ClusterInfo
-	if err := w.request(ctx, wire.VerbClusterInfo, &ci); err == nil {
+	if err := w.request(ctx, wire.VerbClusterInfo, wire.Empty{}, &ci); err == nil {
 		t.Error("undecodable reply accepted")
 	}
 	w.pull(ctx)
@@ -311,5 +314,124 @@ func TestListeningRestartsAfterReconnect(t *testing.T) {
 	v, _, _ = w.Snapshot(time.Now())
 	if !v.ListeningSince.After(down) || !v.ListeningSince.After(first) {
 		t.Errorf("listening since %v, not after the outage at %v", v.ListeningSince, down)
+	}
+}
+
+// fakeLister answers cluster.info and stream.list as the coordinators do,
+// stream.list in pages, and counts the list requests.
+type fakeLister struct {
+	mu       sync.Mutex
+	version  uint64
+	names    []string // sorted
+	lists    int      // stream.list requests answered
+	stuckAt  string   // if set, a page after this cursor names it again as next
+	maxLimit int      // the largest limit asked for
+}
+
+func (f *fakeLister) serve(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	answer := func(m *nats.Msg, v any) {
+		data, _ := json.Marshal(v)
+		if err := m.Respond(data); err != nil {
+			t.Errorf("answer %s: %v", m.Subject, err)
+		}
+	}
+	if _, err := nc.Subscribe(wire.AdminSubject(wire.VerbClusterInfo), func(m *nats.Msg) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		answer(m, wire.ClusterInfo{Version: f.version})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(wire.AdminSubject(wire.VerbStreamList), func(m *nats.Msg) {
+		var req wire.StreamListRequest
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("stream.list body %q: %v", m.Data, err)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.lists++
+		f.maxLimit = max(f.maxLimit, req.Limit)
+		out := wire.StreamList{Version: f.version, Streams: []wire.StreamInfo{}}
+		i := sort.SearchStrings(f.names, req.Cursor)
+		if i < len(f.names) && f.names[i] == req.Cursor {
+			i++
+		}
+		for ; i < len(f.names) && (req.Limit == 0 || len(out.Streams) < req.Limit); i++ {
+			out.Streams = append(out.Streams, wire.StreamInfo{Stream: f.names[i]})
+		}
+		if req.Limit > 0 && i < len(f.names) {
+			out.Next = f.names[i-1]
+			if f.stuckAt != "" && req.Cursor == f.stuckAt {
+				out.Next = req.Cursor
+			}
+		}
+		answer(m, out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The stream list is read in pages, so no reply grows with the cluster,
+// and not read again while the cluster info says the state has not moved.
+func TestStreamListPagedAndSkippedWhileUnchanged(t *testing.T) {
+	ns := startNATS(t, -1)
+	f := &fakeLister{version: 7}
+	for i := range 1234 {
+		f.names = append(f.names, fmt.Sprintf("s%05d", i))
+	}
+	f.serve(t, connect(t, ns.ClientURL()))
+	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
+	ctx := context.Background()
+
+	w.pull(ctx)
+	v, _, st := w.Snapshot(time.Now())
+	if !st.Ready || len(v.Streams) != len(f.names) || v.Version != 7 {
+		t.Fatalf("after the first pull: ready %v, %d streams at version %d; want %d at 7", st.Ready, len(v.Streams), v.Version, len(f.names))
+	}
+	for i, s := range v.Streams {
+		if s.Stream != f.names[i] {
+			t.Fatalf("stream %d is %q, want %q (pages lost or repeated)", i, s.Stream, f.names[i])
+		}
+	}
+	f.mu.Lock()
+	lists, maxLimit := f.lists, f.maxLimit
+	f.mu.Unlock()
+	if want := (len(f.names) + listPage - 1) / listPage; lists != want || maxLimit != listPage {
+		t.Errorf("%d list requests with limit up to %d; want %d pages of %d", lists, maxLimit, want, listPage)
+	}
+
+	w.pull(ctx)
+	f.mu.Lock()
+	again := f.lists - lists
+	f.version = 8
+	f.names = f.names[1:]
+	f.mu.Unlock()
+	if again != 0 {
+		t.Errorf("an unchanged state was listed again (%d requests)", again)
+	}
+	w.pull(ctx)
+	if v, _, _ := w.Snapshot(time.Now()); v.Version != 8 || len(v.Streams) != len(f.names) {
+		t.Errorf("after the state moved: %d streams at version %d, want %d at 8", len(v.Streams), v.Version, len(f.names))
+	}
+}
+
+// A coordinator whose pages do not move the cursor cannot keep the
+// watcher asking forever: the pull fails and keeps the previous view.
+func TestStreamListCursorMustMove(t *testing.T) {
+	ns := startNATS(t, -1)
+	f := &fakeLister{version: 3}
+	for i := range 3 * listPage {
+		f.names = append(f.names, fmt.Sprintf("s%05d", i))
+	}
+	f.stuckAt = f.names[listPage-1]
+	f.serve(t, connect(t, ns.ClientURL()))
+	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
+	_, _, err := w.pullStreams(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "does not move") {
+		t.Fatalf("a stuck cursor gave %v", err)
 	}
 }

@@ -115,6 +115,18 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	return notable
 }
 
+// Touch records that a message of a known node's heartbeats arrived at at,
+// before it is decoded (which may take a while for a full report): proof
+// of life, as every part is. A node not heard before waits for its
+// decoded heartbeat, which names its incarnation.
+func (t *Tracker) Touch(node string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.nodes[node]; s != nil && at.After(s.LastSeen) {
+		s.LastSeen = at
+	}
+}
+
 // report returns node's rebuilt copies, made on first use. Call with mu
 // held.
 func (t *Tracker) report(node string) *heartbeat.Copies {

@@ -115,8 +115,9 @@ func (s *Server) onAdmin(m *nats.Msg) {
 	})
 }
 
-// onPull answers an assignment pull, one page of the node's snapshot, from
-// a linearizable read.
+// onPull answers an assignment pull, one page of the node's snapshot or of
+// its changes since a version (wire.AssignmentPull), from a linearizable
+// read.
 func (s *Server) onPull(m *nats.Msg) {
 	s.serve(m, "assignment pull", false, func(ctx context.Context) (any, error) {
 		var req wire.AssignmentPull
@@ -131,7 +132,14 @@ func (s *Server) onPull(m *nats.Msg) {
 				return nil, err
 			}
 		}
-		v, err := s.store.Read(ctx, state.QueryAssignmentPage{Node: req.Node, After: req.After, Limit: req.Limit})
+		var q state.Query = state.QueryAssignmentPage{Node: req.Node, After: req.After, Limit: req.Limit}
+		if req.Since > 0 {
+			if req.After != "" {
+				return nil, wire.Errorf(wire.CodeBadRequest, "a pull names since or after, not both")
+			}
+			q = state.QueryAssignmentDelta{Node: req.Node, Since: req.Since, Limit: req.Limit}
+		}
+		v, err := s.store.Read(ctx, q)
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,10 @@
 // request's goroutine or, for the balancer, in its own goroutine of the
 // worker group under the leader's context; s.mu guards the set of streams
 // being moved, and no lock is held across a hand-off, a seal or a
-// proposal.
+// proposal. Heartbeats are noted as proof of life on their subscription's
+// goroutine as they arrive and decoded in one goroutine of their own
+// (reportLoop, ended by shutdown), so a long decode never delays the next
+// beat's proof of life.
 package server
 
 import (
@@ -155,12 +158,17 @@ type Server struct {
 	store  *raftstore.Store
 	live   *liveness.Tracker
 	// hbMu guards hbDec, which decodes heartbeats.
-	hbMu   sync.Mutex
-	hbDec  *heartbeat.Decoder
-	nc     *nats.Conn
-	sysnc  *nats.Conn
-	subs   []*nats.Subscription
-	params controller.Params
+	hbMu  sync.Mutex
+	hbDec *heartbeat.Decoder
+	// reports queues the heartbeats to decode (reportLoop); reportsDone
+	// closes when that loop has ended.
+	reports        chan heard
+	reportsDone    chan struct{}
+	reportsDropped atomic.Uint64
+	nc             *nats.Conn
+	sysnc          *nats.Conn
+	subs           []*nats.Subscription
+	params         controller.Params
 	// hearing tracks this coordinator's own NATS connections, so that it
 	// never expires hosts for a silence that was its own.
 	hearing hearing
@@ -253,18 +261,21 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opt:     opt,
-		log:     opt.Logger.With("replica_id", opt.ReplicaID),
-		tracer:  opt.TracerProvider.Tracer("github.com/brook-streams/brook/services/coordinator"),
-		live:    liveness.New(),
-		hbDec:   heartbeat.NewDecoder(),
-		kick:    make(chan struct{}, 1),
-		workers: map[string]*workerRun{},
+		opt:         opt,
+		log:         opt.Logger.With("replica_id", opt.ReplicaID),
+		tracer:      opt.TracerProvider.Tracer("github.com/brook-streams/brook/services/coordinator"),
+		live:        liveness.New(),
+		hbDec:       heartbeat.NewDecoder(),
+		reports:     make(chan heard, maxQueuedReports),
+		reportsDone: make(chan struct{}),
+		kick:        make(chan struct{}, 1),
+		workers:     map[string]*workerRun{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
 			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
 		limits: defaultShutdownLimits,
 	}
 	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
+	go s.reportLoop(s.reqCtx)
 	met, err := newMetrics(opt.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator metrics: %w", err)
@@ -448,21 +459,72 @@ func (s *Server) serveWhenReady(ctx context.Context) {
 // Serving reports whether this replica answers admin requests and pulls.
 func (s *Server) Serving() bool { return s.serving.Load() }
 
-// onHeartbeat records a host's heartbeat; a notable one wakes the leader's
-// loop so a leaving host fails over without waiting for the next tick.
+// maxQueuedReports bounds the heartbeats received and not yet decoded
+// (reportLoop); past it a heartbeat is dropped after its proof of life is
+// noted. A dropped full report leaves the host's copies as they were until
+// the next one, a dropped delta until the next full report.
+const maxQueuedReports = 64
+
+// heard is one heartbeat message as received, with its arrival time.
+type heard struct {
+	subject string
+	data    []byte
+	at      time.Time
+}
+
+// onHeartbeat notes a host's heartbeat as proof of life at once and queues
+// it for reportLoop to decode and record. The subscription delivers
+// messages one after another: decoding a full report of thousands of copies
+// on a loaded machine took long enough that the liveness beats behind it
+// were read past the TTL, and the leader expired live hosts (issue 17). The
+// time noted is the arrival's, not the decode's.
 func (s *Server) onHeartbeat(m *nats.Msg) {
+	at := s.opt.Now()
+	node, ok := strings.CutPrefix(m.Subject, wire.HeartbeatSubject(""))
+	if !ok || wire.ValidName("node", node) != nil {
+		s.log.Debug("heartbeat on the wrong subject", "subject", m.Subject)
+		return
+	}
+	s.live.Touch(node, at)
+	select {
+	case s.reports <- heard{subject: m.Subject, data: m.Data, at: at}:
+	default:
+		if n := s.reportsDropped.Add(1); n%100 == 1 {
+			s.log.Warn("heartbeat dropped after its proof of life: too many waiting to be decoded", "node", node,
+				"queued", maxQueuedReports, "dropped_so_far", n)
+		}
+	}
+}
+
+// reportLoop decodes and records the queued heartbeats until ctx ends; a
+// notable one wakes the leader's loop so a leaving host fails over
+// without waiting for the next tick.
+func (s *Server) reportLoop(ctx context.Context) {
+	defer close(s.reportsDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case h := <-s.reports:
+			s.record(h)
+		}
+	}
+}
+
+// record decodes and records one heartbeat.
+func (s *Server) record(h heard) {
 	s.hbMu.Lock()
-	hb, err := s.hbDec.Decode(m.Subject, m.Data)
+	hb, err := s.hbDec.Decode(h.subject, h.data)
 	s.hbMu.Unlock()
 	if err != nil {
-		s.log.Debug("bad heartbeat", "subject", m.Subject, "err", err)
+		s.log.Debug("bad heartbeat", "subject", h.subject, "err", err)
 		return
 	}
-	if hb.Node == "" || m.Subject != wire.HeartbeatSubject(hb.Node) || wire.ValidName("node", hb.Node) != nil {
-		s.log.Debug("heartbeat on the wrong subject", "subject", m.Subject, "node", hb.Node)
+	if hb.Node == "" || h.subject != wire.HeartbeatSubject(hb.Node) || wire.ValidName("node", hb.Node) != nil {
+		s.log.Debug("heartbeat on the wrong subject", "subject", h.subject, "node", hb.Node)
 		return
 	}
-	if s.live.Heartbeat(hb, s.opt.Now()) {
+	if s.live.Heartbeat(hb, h.at) {
 		s.poke()
 	}
 }
@@ -677,6 +739,7 @@ func (s *Server) shutdown(ctx context.Context, graceful bool) {
 		// not bounded by ctx, so that they go out even if ctx has ended.
 		s.reqCancel()
 		step(context.Background(), "replies of cancelled requests", lim.cancelled, s.handlers.Wait)
+		step(ctx, "heartbeat decoding", lim.step, func() { <-s.reportsDone })
 		if graceful && s.store != nil {
 			tctx, cancel := context.WithTimeout(ctx, lim.transfer)
 			step(tctx, "leadership transfer", lim.transfer, func() {

@@ -34,6 +34,7 @@ func (s *State) Apply(c Command) Result {
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.remove(st)
 	}
+	assignVersion := s.AssignVersion
 	var r Result
 	switch c.Op {
 	case OpNodeSeen:
@@ -70,6 +71,11 @@ func (s *State) Apply(c Command) Result {
 		r = refuse(wire.CodeBadRequest, "unknown op %q", c.Op)
 	}
 	r.Version = s.Version
+	if s.AssignVersion != assignVersion && c.Stream != "" && s.changes != nil {
+		// Every change of a field hosts pull moves AssignVersion, and
+		// only for the stream the command names.
+		s.changes.record(s.AssignVersion, c.Stream, x.streams)
+	}
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.add(st)
 		if r.StreamVersion == 0 {

@@ -53,5 +53,8 @@ func Load(r io.Reader) (*State, error) {
 	// Built here, not on first use: queries run concurrently under the
 	// state machine's read lock and must not write.
 	s.ix()
+	// The changes before the snapshot are not known: hosts that applied
+	// an earlier version pull in full once.
+	s.changes = newChangeLog(s.Version)
 	return s, nil
 }

@@ -48,6 +48,10 @@ type State struct {
 	// idx indexes the streams (see index); Apply keeps it, snapshots do
 	// not hold it.
 	idx *index
+	// changes records which streams each change concerned, for pulls of
+	// changes (changeLog); Apply keeps it, snapshots do not hold it, Clone
+	// copies it and Partial views have none.
+	changes *changeLog
 }
 
 // Node is one stream host.
@@ -112,12 +116,19 @@ func (st *Stream) UnderReplicated() *wire.UnderReplication {
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex()}
+	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex(), changes: newChangeLog(0)}
 }
 
 // Clone returns a deep copy, so a reader can use it while the state machine
 // moves on.
 func (s *State) Clone() *State {
+	c := s.cloneStreams()
+	c.changes = s.changes.clone()
+	return c
+}
+
+// cloneStreams is Clone without the change log.
+func (s *State) cloneStreams() *State {
 	c := &State{
 		Version:        s.Version,
 		AssignVersion:  s.AssignVersion,

@@ -13,11 +13,13 @@ type Query interface {
 	Run(s *State) any
 }
 
-// QueryAll reads a deep copy of the whole state (*State).
+// QueryAll reads a deep copy of the whole state (*State), without the
+// change log (which differs between replicas and no reader of a copy
+// needs).
 type QueryAll struct{}
 
 // Run implements Query.
-func (QueryAll) Run(s *State) any { return s.Clone() }
+func (QueryAll) Run(s *State) any { return s.cloneStreams() }
 
 // QueryNodeState reads the state of one node (wire.NodeLive etc., or "" if
 // the node is unknown) as a string, without copying the rest of the state.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,13 +24,30 @@ import (
 
 const pullTimeout = 2 * time.Second
 
+// fullPullInterval is the longest a host goes without a full pull: pulls
+// of changes are exact, and this is only a safety net, cheap at one full
+// pull a minute.
+const fullPullInterval = time.Minute
+
+// pullState is the pull loop's own state; only its goroutine uses it.
+type pullState struct {
+	// lastFull is when the last full pull was applied.
+	lastFull time.Time
+	// noDelta is set once the coordinators refused a pull of changes
+	// (an older coordinator): every pull is full from then on.
+	noDelta bool
+	// retry are the streams whose last apply failed: the next pull
+	// applies them again, changed or not.
+	retry map[string]struct{}
+}
+
 // onNotice asks for a pull when a notice names a version newer than the
 // one applied.
 func (h *Host) onNotice(m *nats.Msg) {
 	var n wire.AssignNotice
 	if err := json.Unmarshal(m.Data, &n); err != nil {
 		h.log.Warn("bad assignment notice", "err", err)
-		h.requestPull()
+		h.requestNoticePull()
 		return
 	}
 	h.mu.Lock()
@@ -42,7 +61,7 @@ func (h *Host) onNotice(m *nats.Msg) {
 		}
 		h.requestPullNow()
 	case newer:
-		h.requestPull()
+		h.requestNoticePull()
 	}
 }
 
@@ -56,14 +75,13 @@ func (h *Host) pullLoop(ctx context.Context) {
 	gap := time.NewTimer(0)
 	defer gap.Stop()
 	retry := 50 * time.Millisecond
+	recheck := true
 	for {
-		// Config.PullGap: every pull reads every stream (across its
-		// pages), and a burst of creates sends a notice per create: pulled
-		// back to back, four hosts' pulls kept the coordinators busy
-		// enough at 2,000 streams that heartbeats went unread past the
-		// TTL. Notices that arrive meanwhile share the next pull.
+		// Config.PullGap: a burst of creates sends a notice per create;
+		// notices that arrive meanwhile share the next pull (of the
+		// changes since the last one).
 		gap.Reset(h.cfg.PullGap)
-		err := h.pullAndApply(ctx)
+		err := h.pullAndApply(ctx, recheck || h.recheck.Swap(false))
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("pull assignment snapshot", "err", err)
 		}
@@ -74,10 +92,14 @@ func (h *Host) pullLoop(ctx context.Context) {
 			again = time.After(retry)
 			retry = min(retry*2, time.Second)
 		}
+		recheck = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-wait:
+			// The periodic pull re-applies every known assignment, as
+			// every pull did before pulls of changes.
+			recheck = true
 		case <-again:
 		case <-h.pullUrgent:
 		case <-h.pullNow:
@@ -96,23 +118,44 @@ func (h *Host) pullLoop(ctx context.Context) {
 // otherwise hold the pull loop for ever.
 const maxPullPages = 1 << 16
 
-// pullAndApply pulls this node's snapshot, page by page, and applies it
-// unless it is older than the one applied.
-func (h *Host) pullAndApply(ctx context.Context) error {
-	snap, err := h.pullSnapshot(ctx)
+// deltaSince is the version to pull the changes since, or 0 for a full
+// pull: before the first snapshot, while leaving (which tracks what the
+// host still owns from full pulls, as before), once the coordinators
+// refused a pull of changes, and at least every fullPullInterval.
+func (h *Host) deltaSince() uint64 {
+	h.mu.Lock()
+	applied := h.applied
+	h.mu.Unlock()
+	if !h.ready.Load() || h.leaving.Load() || h.pull.noDelta || time.Since(h.pull.lastFull) >= fullPullInterval {
+		return 0
+	}
+	return applied
+}
+
+// pullAndApply pulls this node's snapshot (in full, or what changed since
+// the version applied), page by page, and applies it unless it is older
+// than the one applied: in full, or with recheck, every assignment known;
+// otherwise the changed ones and those whose last apply failed.
+func (h *Host) pullAndApply(ctx context.Context, recheck bool) error {
+	snap, err := h.pullSnapshot(ctx, h.deltaSince())
 	if err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeBadRequest && !h.pull.noDelta {
+			h.pull.noDelta = true
+			h.log.Warn("the coordinators refused a pull of changes; pulling in full from now on", "err", err)
+		}
 		return err
 	}
+	full := snap.Since == 0
 	h.mu.Lock()
 	// The same version again is applied: applying is idempotent and a
 	// copy already in line is skipped cheaply, and it retries whatever
 	// failed last time.
 	applied := h.applied
 	stale := h.ready.Load() && (snap.Version < applied || snap.Version < h.noticed)
-	if !stale && h.leaving.Load() {
-		// A leaving host takes no new roles; it only tracks which
-		// streams it still owns.
-		h.latest = &snap
+	var todo []*wire.AssignedStream
+	if !stale {
+		todo = h.mergeKnown(&snap, full || recheck)
 	}
 	h.mu.Unlock()
 	if stale {
@@ -120,10 +163,57 @@ func (h *Host) pullAndApply(ctx context.Context) error {
 		return nil
 	}
 	if h.leaving.Load() {
+		// A leaving host takes no new roles; it only tracks which
+		// streams it still owns (known).
 		return nil
 	}
-	h.apply(ctx, &snap)
+	if full {
+		h.pull.lastFull = time.Now()
+	} else {
+		for name := range h.pull.retry {
+			if as := h.knownAssignment(name); as != nil && !slices.Contains(todo, as) {
+				todo = append(todo, as)
+			}
+		}
+	}
+	h.apply(ctx, &snap, todo)
 	return nil
+}
+
+// mergeKnown records snap's assignments in h.known (a full snapshot
+// replaces it; one of changes updates the streams it names) and returns
+// those to apply: every known one when all, else those snap holds. Call
+// with h.mu held.
+func (h *Host) mergeKnown(snap *wire.AssignmentSnapshot, all bool) []*wire.AssignedStream {
+	if snap.Since == 0 {
+		clear(h.known)
+	} else {
+		for name := range snap.Streams {
+			delete(h.known, name)
+		}
+		for _, name := range snap.Deleted {
+			delete(h.known, name)
+		}
+	}
+	todo := make([]*wire.AssignedStream, 0, len(snap.Assignments))
+	for i := range snap.Assignments {
+		as := &snap.Assignments[i]
+		if as.Assignment.Includes(h.cfg.Node) {
+			h.known[as.Assignment.Stream] = as
+			todo = append(todo, as)
+		}
+	}
+	if all {
+		todo = slices.AppendSeq(todo[:0], maps.Values(h.known))
+	}
+	return todo
+}
+
+// knownAssignment returns the known assignment of stream, or nil.
+func (h *Host) knownAssignment(stream string) *wire.AssignedStream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.known[stream]
 }
 
 // pullSnapshot pulls every page of this node's snapshot (each reply holds
@@ -134,9 +224,15 @@ func (h *Host) pullAndApply(ctx context.Context) error {
 // is applied under its own epoch guards, and a change after the first
 // page's version is pulled again at the next notice of it, so the first
 // page's version is the one the host can say it has applied.
-func (h *Host) pullSnapshot(ctx context.Context) (wire.AssignmentSnapshot, error) {
+//
+// With since set it pulls the changes since that version instead, page
+// after page until none follow, and returns them as one (Since set): the
+// version is the last page's, since the pages together cover every change
+// up to it. A coordinator that cannot answer from since answers with the
+// first page of a full pull, which then goes on in full.
+func (h *Host) pullSnapshot(ctx context.Context, since uint64) (wire.AssignmentSnapshot, error) {
 	var snap wire.AssignmentSnapshot
-	req := wire.AssignmentPull{Node: h.cfg.Node, Limit: h.cfg.PullPage}
+	req := wire.AssignmentPull{Node: h.cfg.Node, Limit: h.cfg.PullPage, Since: since}
 	for page := 0; ; page++ {
 		if page == maxPullPages {
 			return snap, fmt.Errorf("pull: more than %d pages", maxPullPages)
@@ -145,11 +241,25 @@ func (h *Host) pullSnapshot(ctx context.Context) (wire.AssignmentSnapshot, error
 		if err != nil {
 			return snap, err
 		}
-		if page == 0 {
-			snap = wire.AssignmentSnapshot{Version: p.Version, Node: p.Node, Assignments: p.Assignments, Streams: map[string]uint64{}}
-		} else {
-			snap.Assignments = append(snap.Assignments, p.Assignments...)
+		if req.Since != 0 && p.Since == 0 {
+			// Answered in full: start over as a full pull.
+			req.Since, page = 0, 0
 		}
+		if page == 0 {
+			snap = wire.AssignmentSnapshot{Version: p.Version, Node: p.Node, Since: p.Since, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
+		}
+		if req.Since != 0 {
+			addChangesPage(&snap, p)
+			if p.NextSince == 0 {
+				return snap, nil
+			}
+			if p.NextSince <= req.Since {
+				return snap, fmt.Errorf("pull: page of changes since %d names %d as next", req.Since, p.NextSince)
+			}
+			req.Since = p.NextSince
+			continue
+		}
+		snap.Assignments = append(snap.Assignments, p.Assignments...)
 		for name, id := range p.Streams {
 			// Only leaveOut reads the ids, for copies this host holds.
 			if h.store.Get(name) != nil {
@@ -164,6 +274,36 @@ func (h *Host) pullSnapshot(ctx context.Context) (wire.AssignmentSnapshot, error
 		}
 		req.After = p.Next
 	}
+}
+
+// addChangesPage adds page p of one pull of changes to snap. A stream
+// that changed again between two pages is named by both; the later page's
+// word on it (its assignment here, none, or deleted) replaces the
+// earlier's, so each stream is applied once, as it is now, and one moved
+// off this host or deleted meanwhile is not kept (found by review: an
+// earlier page's owner role survived a move or a delete until the next
+// full pull).
+func addChangesPage(snap *wire.AssignmentSnapshot, p wire.AssignmentSnapshot) {
+	deleted := make(map[string]struct{}, len(p.Deleted))
+	for _, name := range p.Deleted {
+		deleted[name] = struct{}{}
+	}
+	named := func(name string) bool {
+		_, there := p.Streams[name]
+		_, gone := deleted[name]
+		return there || gone
+	}
+	snap.Assignments = slices.DeleteFunc(snap.Assignments, func(as wire.AssignedStream) bool { return named(as.Assignment.Stream) })
+	snap.Deleted = slices.DeleteFunc(snap.Deleted, named)
+	for name := range deleted {
+		delete(snap.Streams, name)
+	}
+	snap.Assignments = append(snap.Assignments, p.Assignments...)
+	snap.Deleted = append(snap.Deleted, p.Deleted...)
+	for name, id := range p.Streams {
+		snap.Streams[name] = id
+	}
+	snap.Version = p.Version
 }
 
 // pullPage requests one page of the snapshot.
@@ -198,27 +338,27 @@ func (h *Host) pullPage(ctx context.Context, req wire.AssignmentPull) (wire.Assi
 // once.
 const maxConcurrentApplies = 16
 
-// apply brings the copies in line with snap. It runs only in the pull loop,
-// so applies never overlap; seals may run beside it, serialized per stream.
-// Streams are independent (each applyOne holds its replica's lock), so
-// they are applied concurrently: a host taking over many streams of a dead
-// one promotes them side by side, its synced metadata writes sharing
-// Pebble's WAL syncs, instead of one fsync after another.
-func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot) {
-	mine := make(map[string]bool, len(snap.Assignments))
+// apply brings the copies in line with snap: it applies todo (the
+// assignments to bring in line, see pullAndApply) and leaves out the copies
+// no assignment includes: of a full snap every copy held that it does not
+// assign here, of a snap of changes those of the streams it names. It runs
+// only in the pull loop, so applies never overlap; seals may run beside
+// it, serialized per stream. Streams are independent (each applyOne holds
+// its replica's lock), so they are applied concurrently: a host taking
+// over many streams of a dead one promotes them side by side, its synced
+// metadata writes sharing Pebble's WAL syncs, instead of one fsync after
+// another.
+func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []*wire.AssignedStream) {
 	sem := make(chan struct{}, maxConcurrentApplies)
 	var wg sync.WaitGroup
-	for i := range snap.Assignments {
-		as := &snap.Assignments[i]
+	var failedMu sync.Mutex
+	failed := map[string]struct{}{}
+	for _, as := range todo {
 		a := as.Assignment
-		if !a.Includes(h.cfg.Node) {
-			continue
-		}
 		if err := wire.ValidName("stream", a.Stream); err != nil {
 			h.log.Error("assignment with an invalid stream name", "stream", a.Stream, "err", err)
 			continue
 		}
-		mine[a.Stream] = true
 		if as.Starts == nil {
 			// Without its history starts the copy cannot be cut onto
 			// the owner's history: the assignment is withheld.
@@ -232,22 +372,32 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot) {
 			defer func() { <-sem }()
 			if err := h.applyOne(ctx, as); err != nil {
 				h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+				failedMu.Lock()
+				failed[a.Stream] = struct{}{}
+				failedMu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	for _, c := range h.store.Copies() {
-		name := c.Stream()
-		if mine[name] {
-			continue
+	h.pull.retry = failed
+	if snap.Since == 0 {
+		for _, c := range h.store.Copies() {
+			if name := c.Stream(); h.knownAssignment(name) == nil {
+				h.leaveOut(name, snap.Streams)
+			}
 		}
-		h.leaveOut(name, snap.Streams)
+	} else {
+		left := slices.AppendSeq(slices.Clone(snap.Deleted), maps.Keys(snap.Streams))
+		for _, name := range left {
+			if h.store.Get(name) != nil && h.knownAssignment(name) == nil {
+				h.leaveOut(name, snap.Streams)
+			}
+		}
 	}
 	h.mu.Lock()
 	if snap.Version >= h.applied {
 		h.applied = snap.Version
 	}
-	h.latest = snap
 	h.mu.Unlock()
 	if !h.ready.Swap(true) {
 		h.log.Info("first assignment snapshot applied", "version", snap.Version, "assignments", len(snap.Assignments))

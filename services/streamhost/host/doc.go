@@ -93,9 +93,9 @@
 //   - the store's committer and cursor-sync goroutines belong to
 //     streamlog and end when the store closes.
 //   - a planned move's hand-off (move.go) runs in the request group and
-//     polls the target's ack; moveHolds.mu, held only around map updates
-//     (taken alone), holds an owner's intake and counts its writes in
-//     flight, and a hold's expiry is a timer.
+//     polls the target's ack; the owner's own mu (owner.mu.move) holds its
+//     intake and counts its writes in flight, so publishes take no
+//     host-wide lock, and a hold's expiry is a timer.
 //
 // Shutdown closes the request group, cancels and waits for the background
 // group, then stops every role (each stop waits for its goroutines), then

@@ -189,14 +189,21 @@ type Host struct {
 
 	mu       sync.Mutex
 	replicas map[string]*replica
-	// applied is the version of the last applied snapshot; latest is the
-	// last snapshot pulled (applied, or only recorded while leaving).
+	// applied is the version of the last applied snapshot; known is
+	// every assignment that includes this node as the pulls so far give
+	// it (applied, or only recorded while leaving), by stream: a full
+	// pull replaces it, a pull of changes updates it.
 	applied uint64
-	latest  *wire.AssignmentSnapshot
+	known   map[string]*wire.AssignedStream
 	// noticed is the version of the latest recovery notice whose
 	// assignment was applied before its pull (applyNoticed): a snapshot
 	// older than it, pulled before the notice came, is not applied.
 	noticed uint64
+	// pull is the pull loop's own state (only that goroutine uses it).
+	pull pullState
+	// recheck asks the next pull to re-apply every known assignment, not
+	// only the changed ones (requestPull: a role in trouble).
+	recheck atomic.Bool
 
 	ready   atomic.Bool // the first snapshot is applied
 	leaving atomic.Bool // graceful shutdown has begun
@@ -204,12 +211,18 @@ type Host struct {
 	// pullUrgent asks for a pull without the gap (requestPullNow).
 	pullUrgent chan struct{}
 	beatNow    chan struct{}
-	// beatMu serializes heartbeats (the loop's and shutdown's), so beat
-	// numbers follow the order the heartbeats were built in and the parts
-	// of two beats do not interleave.
+	// beatMu serializes the heartbeats that report copies (the loop's and
+	// shutdown's), so their numbers follow the order they were built in
+	// and the parts of two of them do not interleave. Liveness beats do
+	// not take it: building and encoding a report of thousands of copies
+	// under load took long enough that liveness beats waiting behind it
+	// went out late, and a coordinator expired the host (issue 17).
 	beatMu   sync.Mutex
-	beat     uint64             // the last heartbeat's number; guarded by beatMu
 	reporter heartbeat.Reporter // full reports and deltas; guarded by beatMu
+	// beat is the last number given to a heartbeat of either kind;
+	// reported is set once the first report of this incarnation is out.
+	beat     atomic.Uint64
+	reported atomic.Bool
 	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
@@ -302,6 +315,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		metrics:     met,
 		incarnation: uint64(time.Now().UnixNano()),
 		replicas:    make(map[string]*replica),
+		known:       map[string]*wire.AssignedStream{},
 		pullNow:     make(chan struct{}, 1),
 		pullUrgent:  make(chan struct{}, 1),
 		beatNow:     make(chan struct{}, 1),
@@ -502,15 +516,12 @@ func (h *Host) shutdown() {
 	}
 }
 
-// ownsAnyInLatest reports whether the latest pulled snapshot names this
+// ownsAnyInLatest reports whether the assignments pulled so far name this
 // node as the owner of any stream.
 func (h *Host) ownsAnyInLatest() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.latest == nil {
-		return false
-	}
-	for _, as := range h.latest.Assignments {
+	for _, as := range h.known {
 		if as.Assignment.Owner == h.cfg.Node {
 			return true
 		}
@@ -559,8 +570,16 @@ func (h *Host) owners() []*owner {
 	return out
 }
 
-// requestPull asks the pull loop for a pull soon, without blocking.
+// requestPull asks the pull loop for a pull soon that re-applies every
+// known assignment (a role in trouble, a reconnection), without blocking.
 func (h *Host) requestPull() {
+	h.recheck.Store(true)
+	h.requestNoticePull()
+}
+
+// requestNoticePull asks the pull loop for a pull soon, of what changed
+// (a notice of a newer version), without blocking.
+func (h *Host) requestNoticePull() {
 	select {
 	case h.pullNow <- struct{}{}:
 	default:
@@ -664,17 +683,15 @@ func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 }
 
 // publishLiveness publishes a liveness beat, numbered with the full
-// heartbeats. It waits for the first full heartbeat of this incarnation,
-// so that no reader hears of the incarnation before its copies.
+// heartbeats but not behind them (it does not take beatMu). It waits for
+// the first full heartbeat of this incarnation, so that no reader hears of
+// the incarnation before its copies.
 func (h *Host) publishLiveness(leaving bool) {
-	h.beatMu.Lock()
-	defer h.beatMu.Unlock()
-	if h.beat == 0 {
+	if !h.reported.Load() {
 		return
 	}
 	hb := h.LivenessBeat(leaving)
-	h.beat++
-	hb.Beat = h.beat
+	hb.Beat = h.beat.Add(1)
 	data, err := json.Marshal(hb)
 	if err != nil {
 		h.log.Error("encode liveness beat", "err", err)
@@ -701,7 +718,10 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 			CursorTail: t.CursorDurable,
 			Sealed:     sealed,
 		}
-		if r := h.lookupReplica(c.Stream()); r != nil {
+		// A failed store holds no role, even in the moment between the
+		// failure and storeFailed's stop of the roles: a beat that says
+		// leaving with the error never also says owner.
+		if r := h.lookupReplica(c.Stream()); r != nil && hb.StoreError == "" {
 			st := r.status.Load()
 			if st.role != wire.RoleNone && st.streamID == c.StreamID() {
 				cs.Role = st.role
@@ -723,9 +743,9 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
 	hb := h.Heartbeat(leaving)
-	h.beat++
-	hb.Beat = h.beat
+	hb.Beat = h.beat.Add(1)
 	hb = h.reporter.Report(hb, time.Now())
+	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
 	if parts == nil {
 		h.log.Error("heartbeat does not fit the server's payload limit even in parts",

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,12 @@ type fixture struct {
 	hb    wire.Heartbeat
 	hbCh  chan struct{}
 	pages int // assignment pull pages answered
+	// deltas counts the pulls of changes answered as such; served holds
+	// the snapshot served at each version, which a pull of changes since
+	// that version is answered against (fullPulls forces full answers).
+	deltas    int
+	served    map[uint64]wire.AssignmentSnapshot
+	fullPulls bool
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, fixtureOptions{}) }
@@ -69,7 +76,8 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(ns.Shutdown)
-	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{})}
+	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{}),
+		served: map[uint64]wire.AssignmentSnapshot{}}
 	f.snap = wire.AssignmentSnapshot{Node: "n1", Streams: map[string]uint64{}}
 	for name, id := range opts.streams {
 		f.snap.Streams[name] = id
@@ -84,7 +92,14 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 			t.Error(err)
 		}
 		f.mu.Lock()
-		data, _ := json.Marshal(page(f.snap, req))
+		reply := f.delta(req)
+		if reply.Since == 0 {
+			reply = page(f.snap, wire.AssignmentPull{Node: req.Node, After: req.After, Limit: req.Limit})
+		} else {
+			f.deltas++
+		}
+		f.served[f.snap.Version] = f.snap
+		data, _ := json.Marshal(reply)
 		f.pages++
 		f.mu.Unlock()
 		_ = m.Respond(nullStarts(t, data))
@@ -192,6 +207,53 @@ func page(snap wire.AssignmentSnapshot, req wire.AssignmentPull) wire.Assignment
 	return out
 }
 
+// delta answers a pull of changes as a coordinator does, from the
+// difference between the snapshot served at req.Since and the current
+// one: the streams whose id or assignment differ (existing ones in
+// Streams, their assignments, the others in Deleted), all in one page. It
+// returns a reply with Since 0 when the pull is not one of changes or
+// cannot be answered as one (no snapshot served at that version, or the
+// version is ahead of the current one). Call with f.mu held.
+func (f *fixture) delta(req wire.AssignmentPull) wire.AssignmentSnapshot {
+	old, ok := f.served[req.Since]
+	if req.Since == 0 || !ok || req.Since > f.snap.Version || f.fullPulls {
+		return wire.AssignmentSnapshot{}
+	}
+	cur := f.snap
+	out := wire.AssignmentSnapshot{Version: cur.Version, Node: cur.Node, Since: req.Since, Assignments: []wire.AssignedStream{}, Streams: map[string]uint64{}}
+	type entry struct {
+		id uint64
+		as *wire.AssignedStream
+	}
+	view := func(snap wire.AssignmentSnapshot) map[string]entry {
+		m := map[string]entry{}
+		for name, id := range snap.Streams {
+			m[name] = entry{id: id}
+		}
+		for i := range snap.Assignments {
+			as := &snap.Assignments[i]
+			m[as.Assignment.Stream] = entry{id: as.Assignment.StreamID, as: as}
+		}
+		return m
+	}
+	was, now := view(old), view(cur)
+	for name, e := range now {
+		if w, ok := was[name]; ok && w.id == e.id && (w.as == nil) == (e.as == nil) && (w.as == nil || reflect.DeepEqual(*w.as, *e.as)) {
+			continue
+		}
+		out.Streams[name] = e.id
+		if e.as != nil {
+			out.Assignments = append(out.Assignments, *e.as)
+		}
+	}
+	for name := range was {
+		if _, ok := now[name]; !ok {
+			out.Deleted = append(out.Deleted, name)
+		}
+	}
+	return out
+}
+
 // nullStarts rewrites a snapshot so that assignments whose stream name
 // begins with "nostarts" carry "starts": null, as an unreadable list would
 // arrive (wire's encoder always sends a list).
@@ -220,6 +282,9 @@ func nullStarts(t *testing.T, data []byte) []byte {
 func (f *fixture) set(version uint64, streams map[string]uint64, as ...wire.AssignedStream) {
 	f.mu.Lock()
 	f.snap = wire.AssignmentSnapshot{Version: version, Node: "n1", Assignments: as, Streams: streams}
+	// Another content at a version already served: no pull of changes
+	// can start from that version any more.
+	delete(f.served, version)
 	f.mu.Unlock()
 	data, _ := json.Marshal(wire.AssignNotice{Version: version})
 	_ = f.nc.Publish(wire.AssignNoticeSubject("n1"), data)
@@ -328,7 +393,7 @@ func TestApplyCopyLifecycle(t *testing.T) {
 
 	// An older snapshot is ignored, even when pulled.
 	f.set(1, map[string]uint64{"a": 1}, one("a", 1, 1, []wire.HistoryStart{}, ""))
-	if err := f.host.pullAndApply(context.Background()); err != nil {
+	if err := f.host.pullAndApply(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	f.host.mu.Lock()
@@ -518,6 +583,9 @@ func TestIdleFollowerWaitsLonger(t *testing.T) {
 // no page names.
 func TestPullPages(t *testing.T) {
 	f := newFixtureWith(t, fixtureOptions{pullPage: 3})
+	f.mu.Lock()
+	f.fullPulls = true // pulls of changes: TestPullOfChanges
+	f.mu.Unlock()
 	streams := map[string]uint64{"left": 100, "gone": 101}
 	var as []wire.AssignedStream
 	for i := range 10 {
@@ -557,6 +625,73 @@ func TestPullPages(t *testing.T) {
 	}
 }
 
+// owned is a heartbeat condition: the host owns stream name.
+func owned(name string) func(wire.Heartbeat) bool {
+	return func(hb wire.Heartbeat) bool { cs, ok := find(hb, name); return ok && cs.Role == wire.RoleOwner }
+}
+
+// TestPullOfChanges: once it has a snapshot, the host pulls only what
+// changed since the version it applied: a new stream comes as a page of
+// that stream alone, a stream left out keeps its copy without a role, a
+// deleted one's copy goes; a coordinator that cannot answer from that
+// version answers in full, and the host applies that.
+func TestPullOfChanges(t *testing.T) {
+	f := newFixture(t)
+	hs := []wire.HistoryStart{}
+	f.set(1, map[string]uint64{"a": 1, "b": 2}, one("a", 1, 1, hs, ""), one("b", 2, 1, hs, ""))
+	f.waitHB("a and b owned", func(hb wire.Heartbeat) bool { return owned("a")(hb) && owned("b")(hb) })
+	deltas := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.deltas
+	}
+	before := deltas()
+
+	f.set(2, map[string]uint64{"a": 1, "b": 2, "c": 3}, one("a", 1, 1, hs, ""), one("b", 2, 1, hs, ""), one("c", 3, 1, hs, ""))
+	f.waitHB("c owned", owned("c"))
+	if deltas() == before {
+		t.Fatal("the new stream was not pulled as a change")
+	}
+	f.mu.Lock()
+	d := f.delta(wire.AssignmentPull{Node: "n1", Since: 1})
+	f.mu.Unlock()
+	if len(d.Streams) != 1 || len(d.Assignments) != 1 || d.Assignments[0].Assignment.Stream != "c" {
+		t.Fatalf("the change since 1 is %+v, want c alone", d)
+	}
+
+	// a left out (it exists), b deleted.
+	f.set(3, map[string]uint64{"a": 1, "c": 3}, one("c", 3, 1, hs, ""))
+	f.waitHB("a without a role, b dropped, c owned", func(hb wire.Heartbeat) bool {
+		a, okA := find(hb, "a")
+		_, okB := find(hb, "b")
+		return okA && a.Role == wire.RoleNone && !okB && owned("c")(hb)
+	})
+	if !f.host.ownsAnyInLatest() {
+		t.Fatal("the known assignments lost c")
+	}
+
+	// Too old: answered in full, and a full answer drops what it does not
+	// name (c, deleted meanwhile).
+	f.mu.Lock()
+	clear(f.served)
+	f.mu.Unlock()
+	before = deltas()
+	f.set(4, map[string]uint64{"a": 1, "d": 4}, one("a", 1, 1, hs, ""), one("d", 4, 1, hs, ""))
+	f.waitHB("a and d owned, c dropped", func(hb wire.Heartbeat) bool {
+		_, okC := find(hb, "c")
+		return owned("a")(hb) && owned("d")(hb) && !okC
+	})
+	if deltas() != before {
+		t.Fatal("a pull from a version the coordinator cannot answer from was answered as changes")
+	}
+	// And the next pull is of changes again.
+	f.set(5, map[string]uint64{"a": 1, "d": 4, "e": 5}, one("a", 1, 1, hs, ""), one("d", 4, 1, hs, ""), one("e", 5, 1, hs, ""))
+	f.waitHB("e owned", owned("e"))
+	if deltas() == before {
+		t.Fatal("no pull of changes after a full one")
+	}
+}
+
 // TestRecoveryNoticePulledAtOnce: the gap between notice-asked pulls
 // (Config.PullGap) never delays a recovery's notice, which the stream it
 // moved waits for; another notice waits for the gap.
@@ -575,9 +710,6 @@ func TestRecoveryNoticePulledAtOnce(t *testing.T) {
 		}
 	}
 	streams := map[string]uint64{"moved": 7, "later": 8}
-	owned := func(name string) func(wire.Heartbeat) bool {
-		return func(hb wire.Heartbeat) bool { cs, ok := find(hb, name); return ok && cs.Role == wire.RoleOwner }
-	}
 	// A plain notice now waits for the hour's gap.
 	f.set(2, streams, one("later", 8, 1, []wire.HistoryStart{}, ""))
 	time.Sleep(300 * time.Millisecond)

@@ -27,18 +27,23 @@ import (
 // carries the move's id: a resume, or the hand-off's own timeout, ends the
 // hold only while it is still that move's (a later move may hold by then).
 //
-// Locks and goroutines: moveHolds.mu guards the holds and the writes
-// (appends, cursor commits) in flight; it is never held across a write or
-// a network call. Each
+// Locks and goroutines: an owner's hold and its writes (appends, cursor
+// commits) in flight are in the owner's own mu (owner.mu.move), so the
+// publish path of one stream takes no host-wide lock; mu is never held
+// across a write or a network call. Each
 // hand-off runs in a request goroutine of h.reqs; a hold's expiry is a
 // time.AfterFunc.
 
-// moveHolds are the owners of this host whose intake a hand-off holds.
-type moveHolds struct {
-	mu       sync.Mutex
-	held     map[*owner]*moveHold
-	inflight map[*owner]int // writes (appendBatch, cursor commits) running, per owner
-	idle     *sync.Cond     // signalled when an owner's inflight drops to 0
+// moveHolds are the holds of this host's owners; each owner keeps its own
+// in its mu (moveState).
+type moveHolds struct{}
+
+// moveState is an owner's hand-off hold and its writes in flight, under
+// the owner's mu.
+type moveState struct {
+	held     *moveHold
+	inflight int        // writes (appendBatch, cursor commits) running
+	idle     *sync.Cond // on the owner's mu: signalled when inflight drops to 0
 }
 
 // moveHold is one owner's hold.
@@ -68,27 +73,24 @@ func (o *owner) appendOrHold(batch []*nats.Msg) {
 // enter counts a write of o (a batch append, a cursor commit) in flight,
 // or returns the refusal (sealed, retryable) while a hand-off holds o's
 // intake. Each nil return must be followed by one leave once written.
-func (m *moveHolds) enter(o *owner) *wire.Error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if hd := m.held[o]; hd != nil {
+func (moveHolds) enter(o *owner) *wire.Error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if hd := o.mu.move.held; hd != nil {
 		return wire.Errorf(wire.CodeSealed, "stream %s: ownership is moving to node %s; not written, retry", o.stream, hd.target)
 	}
-	if m.inflight == nil {
-		m.inflight = map[*owner]int{}
-	}
-	m.inflight[o]++
+	o.mu.move.inflight++
 	return nil
 }
 
 // leave ends a write enter counted.
-func (m *moveHolds) leave(o *owner) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.inflight[o]--; m.inflight[o] <= 0 {
-		delete(m.inflight, o)
-		if m.idle != nil {
-			m.idle.Broadcast()
+func (moveHolds) leave(o *owner) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.move.inflight--; o.mu.move.inflight <= 0 {
+		o.mu.move.inflight = 0
+		if o.mu.move.idle != nil {
+			o.mu.move.idle.Broadcast()
 		}
 	}
 }
@@ -96,16 +98,13 @@ func (m *moveHolds) leave(o *owner) {
 // hold stops o's intake for move id to target until released or hold
 // passes, and returns it once no write of o is in flight, so o's tails are
 // final while the hold lasts.
-func (m *moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveHold {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held == nil {
-		m.held = map[*owner]*moveHold{}
+func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveHold {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.move.idle == nil {
+		o.mu.move.idle = sync.NewCond(&o.mu.Mutex)
 	}
-	if m.idle == nil {
-		m.idle = sync.NewCond(&m.mu)
-	}
-	if old := m.held[o]; old != nil {
+	if old := o.mu.move.held; old != nil {
 		old.expiry.Stop()
 	}
 	hd := &moveHold{target: target, id: id}
@@ -114,30 +113,30 @@ func (m *moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveH
 			o.log.Warn("planned move: no seal came within the hold; taking publishes again", "target", target, "hold", hold)
 		}
 	})
-	m.held[o] = hd
-	for m.inflight[o] > 0 {
-		m.idle.Wait()
+	o.mu.move.held = hd
+	for o.mu.move.inflight > 0 {
+		o.mu.move.idle.Wait()
 	}
 	return hd
 }
 
 // releaseID ends o's hold if it is move id's, and reports whether it did.
-func (m *moveHolds) releaseID(o *owner, id string) bool {
-	m.mu.Lock()
-	hd := m.held[o]
-	m.mu.Unlock()
+func (m moveHolds) releaseID(o *owner, id string) bool {
+	o.mu.Lock()
+	hd := o.mu.move.held
+	o.mu.Unlock()
 	return hd != nil && hd.id == id && m.releaseIf(o, hd)
 }
 
 // releaseIf ends o's hold if it is still hd.
-func (m *moveHolds) releaseIf(o *owner, hd *moveHold) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held[o] != hd {
+func (moveHolds) releaseIf(o *owner, hd *moveHold) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mu.move.held != hd {
 		return false
 	}
 	hd.expiry.Stop()
-	delete(m.held, o)
+	o.mu.move.held = nil
 	return true
 }
 

@@ -102,6 +102,9 @@ type owner struct {
 		// under another's name is logged once per claim, not on every
 		// retry.
 		misnamed map[string]string
+		// move is the planned move's hold of intake and the writes in
+		// flight (move.go).
+		move moveState
 	}
 }
 

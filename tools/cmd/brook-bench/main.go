@@ -37,6 +37,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,6 +79,11 @@ type options struct {
 	catchupReaders string
 	catchupProfile string
 	hostArgs       string
+	// cpuProfile, if set, profiles the owner, a follower and the client
+	// of every brook workload run (profile.go).
+	cpuProfile string
+	// hostProxies runs the local cluster's hosts behind its TCP proxies.
+	hostProxies bool
 	// workloads, if set, runs each publishers x window workload in turn
 	// (workloads.go); linger and batch* are the brook client's batching.
 	workloads    string
@@ -119,7 +125,12 @@ func main() {
 	flag.DurationVar(&o.linger, "linger", client.DefaultLinger, "brook client: how long a publish may wait for others to share its batch (0: no batching, one request per record)")
 	flag.IntVar(&o.batchRecords, "batch-records", client.DefaultBatchRecords, "brook client: most records per publish batch")
 	flag.IntVar(&o.batchBytes, "batch-bytes", client.DefaultBatchBytes, "brook client: most bytes per publish batch")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof)")
+	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
 	flag.Parse()
+	if o.cpuProfile != "" && !strings.Contains(" "+o.hostArgs+" ", " --pprof ") {
+		o.hostArgs = strings.TrimSpace(o.hostArgs + " --pprof")
+	}
 	o.both = o.target == "both"
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -231,7 +242,7 @@ type peerTarget interface {
 // returns it with its closer.
 func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, func(), error) {
 	switch o.target {
-	case "jetstream":
+	case "jetstream", bench.JetStreamAsync:
 		bin := o.natsBin
 		if bin == "" {
 			var err error
@@ -243,6 +254,7 @@ func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, 
 		if err != nil {
 			return nil, nil, err
 		}
+		js.Async = o.target == bench.JetStreamAsync
 		return js, js.Close, nil
 	case "brook":
 		t, c, err := startBrook(ctx, o, log)
@@ -251,7 +263,7 @@ func startTarget(ctx context.Context, o options, log *slog.Logger) (peerTarget, 
 		}
 		return t, c, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown --target %q (want brook, jetstream or both)", o.target)
+		return nil, nil, fmt.Errorf("unknown --target %q (want brook, jetstream, %s or both)", o.target, bench.JetStreamAsync)
 	}
 }
 
@@ -276,7 +288,19 @@ func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, er
 		}
 		cfg.Kill, cfg.KillAt = true, time.Duration(o.moveAt*float64(time.Second))
 	}
+	var profiled sync.WaitGroup
+	pctx, stopProfiles := context.WithCancel(ctx)
+	if bt, ok := target.(*brookTarget); ok && o.cpuProfile != "" {
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			profileRun(pctx, bt, o.cpuProfile+"."+filepath.Base(o.workDir), o.duration, log)
+		}()
+	}
 	res, err := bench.Run(ctx, run, cfg)
+	// A run that ended early ends its profiles with it.
+	stopProfiles()
+	profiled.Wait()
 	if isTerminal(os.Stderr) {
 		fmt.Fprintln(os.Stderr) // below the redrawn progress line
 	}

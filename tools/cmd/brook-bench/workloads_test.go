@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/brook-streams/brook/tools/bench"
 )
@@ -16,5 +17,35 @@ func TestParseWorkloads(t *testing.T) {
 		if _, err := parseWorkloads(bad); err == nil {
 			t.Fatalf("parse %q: no error", bad)
 		}
+	}
+}
+
+// The profiles cover the middle half of the publishing, at least a second.
+func TestProfileWindow(t *testing.T) {
+	for _, c := range []struct{ d, start, length time.Duration }{
+		{8 * time.Second, 2 * time.Second, 4 * time.Second},
+		{time.Second, 250 * time.Millisecond, time.Second},
+	} {
+		if start, length := profileWindow(c.d); start != c.start || length != c.length {
+			t.Errorf("profileWindow(%v) = %v, %v; want %v, %v", c.d, start, length, c.start, c.length)
+		}
+	}
+}
+
+// JetStream's PublishAsync path joins the workloads with a window, not the
+// synchronous one, and the summary has a column for it.
+func TestWorkloadTargets(t *testing.T) {
+	both := []string{"brook", "jetstream"}
+	if got := workloadTargets(both, bench.Workload{Publishers: 1, Window: 256}); !slices.Equal(got, []string{"brook", "jetstream", bench.JetStreamAsync}) {
+		t.Fatalf("window 256: %v", got)
+	}
+	if got := workloadTargets(both, bench.Workload{Publishers: 1, Window: 1}); !slices.Equal(got, both) {
+		t.Fatalf("synchronous: %v", got)
+	}
+	if got := workloadTargets([]string{"brook"}, bench.Workload{Publishers: 4, Window: 16}); !slices.Equal(got, []string{"brook"}) {
+		t.Fatalf("brook only: %v", got)
+	}
+	if got := summaryTargets(both, []bench.Workload{{Publishers: 1, Window: 1}, {Publishers: 4, Window: 16}}); !slices.Equal(got, []string{"brook", "jetstream", bench.JetStreamAsync}) {
+		t.Fatalf("summary: %v", got)
 	}
 }
