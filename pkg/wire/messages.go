@@ -99,6 +99,10 @@ type AssignNotice struct {
 	// coordinator got a delta it has no base for (it started after the
 	// host's last full report, or missed a report). Version is then 0.
 	FullReport bool `json:"full_report,omitempty"`
+	// Assigned, on a recovery's notice, is the committed assignment of its
+	// stream: a host holding a copy of it at an older epoch applies it at
+	// once, before its pull, so the new owner serves one pull sooner.
+	Assigned *AssignedStream `json:"assigned,omitempty"`
 }
 
 // OwnerNotice is published on OwnerNoticeSubject by a host that has just

@@ -182,6 +182,7 @@ func validExamples() []exampleCase {
 		{"heartbeat.schema.json", wire.Heartbeat{Node: "node-b", Incarnation: 7, AtMS: now, Beat: 14, Delta: true, Since: 12,
 			Copies: []wire.CopyStatus{exCopyStatus, {Stream: "audit", StreamID: 3, Role: wire.RoleNone, Gone: true}}}},
 		{"assign-notice.schema.json", wire.AssignNotice{Version: 91}},
+		{"assign-notice.schema.json", wire.AssignNotice{Version: 92, Recovery: true, Assigned: &exAssigned}},
 		{"owner-notice.schema.json", wire.OwnerNotice{Stream: "orders", StreamID: 17, Epoch: 5, Node: "node-c"}},
 		{"assignment-pull.request.schema.json", wire.AssignmentPull{Node: "node-c"}},
 		{"assignment-pull.request.schema.json", wire.AssignmentPull{Node: "node-c", After: "orders", Limit: 500}},

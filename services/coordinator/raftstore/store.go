@@ -365,6 +365,17 @@ func (s *Store) LocalRecoveryView(stream string) (state.RecoveryView, error) {
 	return v.(state.RecoveryView), nil
 }
 
+// LocalStream reads one stream from this replica without a quorum round.
+// It may lag, except behind a Propose of this replica (applied here when
+// it returns).
+func (s *Store) LocalStream(stream string) (state.StreamView, error) {
+	v, err := s.nh.StaleRead(ShardID, state.QueryStream{Stream: stream})
+	if err != nil {
+		return state.StreamView{}, fmt.Errorf("stale read of stream %s: %w", stream, err)
+	}
+	return v.(state.StreamView), nil
+}
+
 // LocalNodeState reads node's state from this replica without a quorum
 // round ("" if unknown). It may lag; the recovery worker uses it only to
 // stop waiting for copies on gone nodes once R copies answered, which is

@@ -63,7 +63,15 @@ func (r recoveryState) Commit(ctx context.Context, stream string, transition, ve
 		"start_cursor_tail", start.CursorTail, "trace_id", traceID, "version", res.Version)
 	// The old copies (sealed or not) and any new member must look again,
 	// at once: the stream is not served until the new owner applies this.
-	s.notifyAllOf(wire.AssignNotice{Version: res.Version, Recovery: true}, a.Copies())
+	// The notice carries the committed assignment, read from this replica
+	// (the commit returned once applied here), so the new owner takes its
+	// role without waiting for its pull.
+	n := wire.AssignNotice{Version: res.Version, Recovery: true}
+	if v, err := s.store.LocalStream(stream); err == nil && v.Stream != nil && v.Stream.Assignment.Epoch == a.Epoch {
+		as := state.AssignedOf(v.Stream)
+		n.Assigned = &as
+	}
+	s.notifyAllOf(n, a.Copies())
 	s.poke()
 	return nil
 }

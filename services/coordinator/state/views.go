@@ -83,6 +83,10 @@ func (s *State) AssignmentSnapshot(node string) wire.AssignmentSnapshot {
 	return snap
 }
 
+// AssignedOf is st's assignment as a host pulls it (a recovery's notice
+// carries it too).
+func AssignedOf(st *Stream) wire.AssignedStream { return assigned(st) }
+
 // assigned is st's assignment as a host pulls it.
 func assigned(st *Stream) wire.AssignedStream {
 	return wire.AssignedStream{

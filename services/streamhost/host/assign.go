@@ -62,6 +62,10 @@ func (h *Host) onNotice(m *nats.Msg) {
 	h.mu.Unlock()
 	switch {
 	case newer && n.Recovery:
+		if n.Assigned != nil {
+			as := n.Assigned
+			h.reqs.Go(func() { h.applyNoticed(h.bgCtx, n.Version, as) })
+		}
 		h.requestPullNow()
 	case newer:
 		h.requestNoticePull()
@@ -155,7 +159,7 @@ func (h *Host) pullAndApply(ctx context.Context, recheck bool) error {
 	// copy already in line is skipped cheaply, and it retries whatever
 	// failed last time.
 	applied := h.applied
-	stale := h.ready.Load() && snap.Version < applied
+	stale := h.ready.Load() && (snap.Version < applied || snap.Version < h.noticed)
 	var todo []*wire.AssignedStream
 	if !stale {
 		todo = h.mergeKnown(&snap, full || recheck)
@@ -434,11 +438,47 @@ func (h *Host) leaveOut(stream string, streams map[string]uint64) {
 }
 
 // applyOne applies one assignment that includes this node.
-func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) (err error) {
+func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) error {
+	r := h.replica(as.Assignment.Stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return h.applyLocked(ctx, r, as)
+}
+
+// applyNoticed applies the assignment a recovery's notice carried
+// (AssignNotice.Assigned) when it includes this node and its epoch is
+// past the copy's: the new owner of a failover or a planned move takes its
+// role without waiting for its pull (which still follows, and applies
+// everything else). Anything else (no copy, another stream id, an epoch
+// this copy has reached, a notice overtaken by a later change) is left to
+// the pull: a notice may arrive late, and only a newer epoch is safe to
+// apply out of the pull's order. Once applied, a snapshot older than the
+// notice (a pull answered before the commit) is not applied: it would end
+// the role just taken.
+func (h *Host) applyNoticed(ctx context.Context, version uint64, as *wire.AssignedStream) {
 	a := as.Assignment
+	if !a.Includes(h.cfg.Node) || as.Starts == nil || wire.ValidName("stream", a.Stream) != nil || h.leaving.Load() || !h.ready.Load() {
+		return
+	}
+	// The floor goes up first (h.mu is never taken under r.mu here): the
+	// pull this notice asks for reads at least its version anyway.
+	h.mu.Lock()
+	h.noticed = max(h.noticed, version)
+	h.mu.Unlock()
 	r := h.replica(a.Stream)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if c := h.store.Get(a.Stream); c == nil || c.StreamID() != a.StreamID || a.Epoch <= c.Epoch() {
+		return
+	}
+	if err := h.applyLocked(ctx, r, as); err != nil {
+		h.log.Warn("apply the assignment a recovery's notice carried; the pull applies it", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+	}
+}
+
+// applyLocked is applyOne with r.mu held.
+func (h *Host) applyLocked(ctx context.Context, r *replica, as *wire.AssignedStream) (err error) {
+	a := as.Assignment
 	if h.unchanged(r, as) {
 		return nil
 	}

@@ -775,3 +775,37 @@ func TestFullReportOnAsk(t *testing.T) {
 		t.Fatal("no full report after the second ask")
 	}
 }
+
+// TestRecoveryNoticeAssignmentApplied: a recovery's notice that carries
+// its committed assignment (AssignNotice.Assigned) is applied at once,
+// without waiting for the pull, when its epoch is past the copy's; a
+// snapshot older than the notice, pulled meanwhile, is not applied over
+// it. Here every pull answers the older snapshot, so only the notice can
+// move the copy to epoch 2.
+func TestRecoveryNoticeAssignmentApplied(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{pullGap: time.Hour, pullInterval: time.Hour})
+	streams := map[string]uint64{"s": 7}
+	f.mu.Lock()
+	f.snap = wire.AssignmentSnapshot{Version: 2, Node: "n1", Streams: streams, Assignments: []wire.AssignedStream{one("s", 7, 1, []wire.HistoryStart{}, "")}}
+	f.mu.Unlock()
+	notice := func(n wire.AssignNotice) {
+		data, _ := json.Marshal(n)
+		if err := f.nc.Publish(wire.AssignNoticeSubject("n1"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ownedAt := func(epoch uint64) func(wire.Heartbeat) bool {
+		return func(hb wire.Heartbeat) bool {
+			cs, ok := find(hb, "s")
+			return ok && cs.Role == wire.RoleOwner && cs.Epoch == epoch
+		}
+	}
+	notice(wire.AssignNotice{Version: 2, Recovery: true})
+	f.waitHB("s owned at epoch 1", ownedAt(1))
+	moved := one("s", 7, 2, []wire.HistoryStart{}, "")
+	notice(wire.AssignNotice{Version: 3, Recovery: true, Assigned: &moved})
+	f.waitHB("s owned at epoch 2 from the notice alone", ownedAt(2))
+	// The pull the notice asked for answered version 2: not applied.
+	time.Sleep(200 * time.Millisecond)
+	f.waitHB("s still owned at epoch 2", ownedAt(2))
+}
