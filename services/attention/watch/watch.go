@@ -234,6 +234,14 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 		// (package heartbeat).
 		seen, had := w.hbs[hb.Node]
 		if !had || seen.Heartbeat.Incarnation != hb.Incarnation {
+			// Heard, but its copies not known yet (a watcher started
+			// between two of the node's full reports, which are seconds
+			// apart): the node is live and the judge stays quiet about
+			// its copies until a report says what they are. Without
+			// this it took a running node for "never heard" until then.
+			head := hb
+			head.Copies, head.Delta, head.Since, head.Live = []wire.CopyStatus{}, false, 0, false
+			w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: head, At: at}
 			return
 		}
 		seen.At = at

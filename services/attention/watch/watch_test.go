@@ -16,6 +16,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
 )
 
 func startNATS(t *testing.T, port int) *natsserver.Server {
@@ -434,4 +435,45 @@ func TestStreamListCursorMustMove(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not move") {
 		t.Fatalf("a stuck cursor gave %v", err)
 	}
+}
+
+// A watcher that starts between a node's full reports hears its liveness
+// beats and deltas first: the node counts as heard (live, no copies known,
+// so the judge stays quiet about them) instead of "never heard" until the
+// next full report, seconds later; that report then gives its copies.
+func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+	send := func(hb wire.Heartbeat) {
+		data, _ := json.Marshal(hb)
+		if err := nc.Publish(wire.HeartbeatSubject("h1"), data); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func() (judge.HeartbeatSeen, bool) {
+		_, hbs, _ := w.Snapshot(time.Now())
+		s, ok := hbs["h1"]
+		return s, ok
+	}
+	// A delta whose base this watcher never saw, then liveness beats.
+	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 5}
+	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 7, Delta: true, Since: 6, Copies: []wire.CopyStatus{a}})
+	eventually(t, "h1 heard from a delta without base", func() bool { _, ok := seen(); return ok })
+	if s, _ := seen(); len(s.Heartbeat.Copies) != 0 || s.Heartbeat.Delta {
+		t.Fatalf("copies taken from a delta without base: %+v", s.Heartbeat)
+	}
+	first, _ := seen()
+	time.Sleep(5 * time.Millisecond)
+	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 8, Live: true, Copies: []wire.CopyStatus{}})
+	eventually(t, "a liveness beat keeps h1 heard", func() bool { s, _ := seen(); return s.At.After(first.At) })
+	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 9, Copies: []wire.CopyStatus{a}})
+	eventually(t, "the full report gives the copies", func() bool {
+		s, _ := seen()
+		return len(s.Heartbeat.Copies) == 1 && s.Heartbeat.Copies[0] == a
+	})
 }
