@@ -199,11 +199,15 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 	for id := range live.Nodes {
 		ids[id] = true
 	}
-	var acts []Action
+	var acts, ttl []Action
+	anyFresh := false // a live or draining node of the state heard within the TTL
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		n := s.Nodes[id]
 		seen, heard := live.Nodes[id]
 		fresh := heard && now.Sub(seen.LastSeen) < p.TTL && seen.DisconnectedAt.IsZero()
+		if fresh && n != nil && n.Incarnation == seen.Incarnation && (n.State == wire.NodeLive || n.State == wire.NodeDraining) {
+			anyFresh = true
+		}
 		switch {
 		case heard && seen.Leaving:
 			// Eager failover: a host that says it is leaving is gone now,
@@ -255,10 +259,19 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 			last = seen.LastSeen
 		}
 		if now.Sub(last) >= p.TTL {
-			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectTTL})
+			ttl = append(ttl, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectTTL})
 		}
 	}
-	return acts
+	if len(ttl) > 1 && !anyFresh {
+		// Every host silent at once is the observer's silence (its
+		// process or its NATS servers starved, as on an overloaded
+		// machine), not every host's death; and were they all dead,
+		// expiring them would move nothing, since a failover needs a
+		// survivor. Withheld until at least one host is heard again:
+		// then the silent ones expire as usual.
+		return acts
+	}
+	return append(acts, ttl...)
 }
 
 // lostReason maps the owner's node state to the pending recovery's reason.

@@ -106,7 +106,7 @@ func TestExpiryAfterTTL(t *testing.T) {
 }
 
 func TestNewLeaderWaitsOneTTL(t *testing.T) {
-	f := newFixture(t, "h1")
+	f := newFixture(t, "h1", "h3")
 	// A node this coordinator never heard (it just became leader).
 	f.apply(state.NodeSeen("h2", 1, t0.UnixMilli()))
 	f.live.LeaderSince = t0.Add(10 * time.Second)
@@ -114,9 +114,41 @@ func TestNewLeaderWaitsOneTTL(t *testing.T) {
 	if acts := f.plan(t0.Add(11 * time.Second)); len(acts) != 0 {
 		t.Fatalf("within the new leader's grace: %s", kinds(acts))
 	}
+	f.beat("h3", t0.Add(11500*time.Millisecond)) // heard: the silence of h1 and h2 is theirs
 	acts := f.plan(t0.Add(12 * time.Second))
-	if find(acts, ActExpire, "h1") == nil || find(acts, ActExpire, "h2") == nil {
+	if find(acts, ActExpire, "h1") == nil || find(acts, ActExpire, "h2") == nil || find(acts, ActExpire, "h3") != nil {
 		t.Fatalf("after the grace: %s", kinds(acts))
+	}
+}
+
+// TestEveryHostSilentAtOnceExpiresNobody: when no host at all has been
+// heard for a TTL, the silence is the coordinator's (starved, or its
+// servers), so the TTL expires nobody; once one host is heard again, the
+// others expire as usual. A lone host still expires by its TTL, and a
+// disconnect advisory (the server saw the connection close) still counts.
+func TestEveryHostSilentAtOnceExpiresNobody(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	if acts := f.plan(t0.Add(5 * time.Second)); len(acts) != 0 {
+		t.Fatalf("every host silent: %s", kinds(acts))
+	}
+	f.beat("h2", t0.Add(5*time.Second))
+	acts := f.plan(t0.Add(5100 * time.Millisecond))
+	if len(acts) != 2 || find(acts, ActExpire, "h1") == nil || find(acts, ActExpire, "h3") == nil {
+		t.Fatalf("h2 heard again: %s", kinds(acts))
+	}
+
+	solo := newFixture(t, "h1")
+	if acts := solo.plan(t0.Add(5 * time.Second)); find(acts, ActExpire, "h1") == nil {
+		t.Fatalf("a lone host's silence: %s", kinds(acts))
+	}
+
+	adv := newFixture(t, "h1", "h2", "h3")
+	seen := adv.live.Nodes["h1"]
+	seen.DisconnectedAt = t0.Add(100 * time.Millisecond)
+	adv.live.Nodes["h1"] = seen
+	acts = adv.plan(t0.Add(5 * time.Second))
+	if a := find(acts, ActExpire, "h1"); a == nil || a.Reason != DetectAdvisory || len(acts) != 1 {
+		t.Fatalf("an advisory while every host is silent: %s", kinds(acts))
 	}
 }
 
