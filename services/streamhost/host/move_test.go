@@ -211,19 +211,8 @@ func TestHandoffHoldsCommitsAndOwnsItsHold(t *testing.T) {
 		t.Fatalf("cursor tail %d moved past the hand-off's %d", cur, r.CursorTail)
 	}
 	other := req
-	other.Resume, other.MoveID = true, "m0"
-	if _, e := c.handoff("n1", other); e != nil {
-		t.Fatal(e)
-	}
-	if _, e := c.publish(stream, payload(9), "", 0); e == nil || e.Code != wire.CodeSealed {
-		t.Fatalf("publish after another move's resume: %v, want sealed (the hold is m1's)", e)
-	}
-	mine := req
-	mine.Resume = true
-	if _, e := c.handoff("n1", mine); e != nil {
-		t.Fatal(e)
-	}
-	c.mustPublish(stream, payload(10))
+	other.MoveID = "m0"
+	c.resumeOtherThenHolder(t, other, req)
 	if _, e := c.commitCursor(stream, "c1", 2, 2*time.Second); e != nil {
 		t.Fatalf("commit after the resume: %v", e)
 	}
@@ -250,21 +239,27 @@ func TestHandoffConflictsWithAnotherMovesHold(t *testing.T) {
 	if r, e := c.handoff("n1", other); e == nil || e.Code != wire.CodeConflict {
 		t.Fatalf("another move's hand-off while m1 holds: reply %+v, error %v; want conflict", r, e)
 	}
-	other.Resume = true // the losing move resumes, as its mover does
-	if _, e := c.handoff("n1", other); e != nil {
-		t.Fatal(e)
-	}
-	if _, e := c.publish(stream, payload(1), "", 0); e == nil || e.Code != wire.CodeSealed {
-		t.Fatalf("publish after the losing move's resume: %v, want sealed (the hold is m1's)", e)
-	}
-	mine := req
-	mine.Resume = true
-	if _, e := c.handoff("n1", mine); e != nil {
-		t.Fatal(e)
-	}
-	c.mustPublish(stream, payload(2))
+	c.resumeOtherThenHolder(t, other, req) // the losing move resumes, as its mover does
 	// Once m1's hold ended, another move may hold.
 	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 60_000, MoveID: "m3"}); e != nil {
 		t.Fatalf("a hand-off after the hold ended: %v", e)
 	}
+}
+
+// resumeOtherThenHolder resumes, on n1, move other (which holds nothing):
+// publishes are still refused; then move holder, which holds: they are
+// taken again.
+func (c *miniCluster) resumeOtherThenHolder(t *testing.T, other, holder wire.HandoffRequest) {
+	t.Helper()
+	other.Resume, holder.Resume = true, true
+	if _, e := c.handoff("n1", other); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := c.publish(other.Stream, payload(9), "", 0); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("publish after move %q's resume: %v, want sealed (the hold is %q's)", other.MoveID, e, holder.MoveID)
+	}
+	if _, e := c.handoff("n1", holder); e != nil {
+		t.Fatal(e)
+	}
+	c.mustPublish(holder.Stream, payload(10))
 }
