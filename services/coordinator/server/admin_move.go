@@ -27,17 +27,49 @@ import (
 // have died or given up). Were two workers to run anyway, both seal at the
 // same fence and transition and only one guarded commit succeeds.
 
-// moverGrace is how long after a planned move recorded its pending
-// recovery the leader leaves it to the replica that recorded it, which
+// moverGrace is how long after this leader first saw a planned move's
+// pending recovery it leaves it to the replica that recorded it, which
 // runs the recovery worker itself (a second worker sealed every copy
 // twice, and its seals could reach the new owner after the commit); past
 // it (that replica died or gave up), the leader's worker finishes it.
 func (s *Server) moverGrace() time.Duration { return 2*s.opt.SealTimeout + time.Second }
 
+// seenMove is when this leader first saw a planned move's pending
+// recovery (its transition), on its own clock.
+type seenMove struct {
+	transition uint64
+	at         time.Time
+}
+
 // moverRuns reports whether pr is a planned move's recovery that its
 // mover (another replica, or this one: see isMoving) is still running.
+// The grace is timed from when this leader first saw the transition, on
+// its own (monotonic) clock: pr.Since is the mover's wall clock, and a
+// mover's clock ahead of the leader's would lengthen the wait by the skew.
 func (s *Server) moverRuns(pr *wire.PendingRecovery, now time.Time) bool {
-	return pr.Reason == state.ReasonMove && now.Sub(time.UnixMilli(pr.Since)) < s.moverGrace()
+	if pr.Reason != state.ReasonMove {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen, ok := s.movesSeen[pr.Stream]
+	if !ok || seen.transition != pr.Transition {
+		seen = seenMove{transition: pr.Transition, at: now}
+		s.movesSeen[pr.Stream] = seen
+	}
+	return now.Sub(seen.at) < s.moverGrace()
+}
+
+// forgetMovesSeen drops what moverRuns keeps of the streams no longer in
+// pending (every pending recovery, sorted), or of all when pending is nil.
+func (s *Server) forgetMovesSeen(pending []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.movesSeen {
+		if _, found := slices.BinarySearch(pending, name); !found {
+			delete(s.movesSeen, name)
+		}
+	}
 }
 
 // maxDrainMoves bounds the moves of one node.drain in flight at once.

@@ -58,6 +58,7 @@ func (s *Server) controlLoop(ctx context.Context) {
 		case !leading && was:
 			lead.stop()
 			s.stopWorkers()
+			s.forgetMovesSeen(nil) // a next term times its graces afresh
 			s.log.Info("lost raft leadership: controller and recovery workers stopped")
 		}
 		if leading {
@@ -133,7 +134,9 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, name := range st.Pending() {
+	pending := st.Pending()
+	s.forgetMovesSeen(pending)
+	for _, name := range pending {
 		if pr := st.Streams[name].Recovery; !s.moverRuns(pr, now) {
 			s.startWorker(ctx, name, pr.Transition)
 		}

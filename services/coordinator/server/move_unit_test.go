@@ -141,3 +141,55 @@ func TestMoveOnFollowerReplicaSealsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestMoverDeathWaitsGraceOnLeaderClock: a non-leader replica records a
+// planned move's pending recovery with its wall clock (skewed ahead of the
+// leader's) and dies before its worker commits. The leader leaves the
+// recovery to the mover for moverGrace from when it first saw it, on its
+// own clock: the mover's skew does not lengthen the wait.
+func TestMoverDeathWaitsGraceOnLeaderClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skew time.Duration
+	}{{"no skew", 0}, {"mover 10 min ahead", 10 * time.Minute}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, nil)
+			for _, n := range []string{"h1", "h2", "h3"} {
+				c.host(n).setTails("s1", 10, 0)
+			}
+			c.liveHosts(3)
+			info := c.create("s1", 3)
+			leader := c.leader()
+			var moverID uint64
+			for id := range c.servers {
+				if id != leader {
+					moverID = id
+					break
+				}
+			}
+			mover := c.servers[moverID]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			v, err := mover.store.Read(ctx, state.QueryPlacement{Stream: "s1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss := v.(*state.State).Streams["s1"]
+			prop, err := recovery.PlanMove(ss, "", recovery.MoveView{Up: func(string) bool { return true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Now().Add(tc.skew).UnixMilli()
+			if _, err := check(mover.store.Propose(ctx, state.RecoveryBegin("s1", ss.Version, prop, state.ReasonMove, "", "", at))); err != nil {
+				t.Fatal(err)
+			}
+			c.kill(moverID) // the mover dies before it seals anything
+			began := time.Now()
+			grace := mover.moverGrace()
+			testutil.Eventually(t, grace+4*time.Second, "the leader's worker commits the dead mover's move", func() bool {
+				return c.info("s1").Assignment.Epoch == info.Assignment.Epoch+1
+			})
+			t.Logf("committed %v after the mover died (grace %v)", time.Since(began).Round(time.Millisecond), grace)
+		})
+	}
+}

@@ -203,7 +203,10 @@ type Server struct {
 	// balancedAt is when the balancer last ran.
 	moves      moves
 	balancedAt time.Time
-	leading    bool
+	// movesSeen is, per stream, when this leader first saw its planned
+	// move's pending recovery (moverRuns).
+	movesSeen map[string]seenMove
+	leading   bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
 	// noticed is the AssignVersion last announced by this leader.
@@ -277,6 +280,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		stallDone:   make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		workers:     map[string]*workerRun{},
+		movesSeen:   map[string]seenMove{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
 			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
 		limits: defaultShutdownLimits,

@@ -159,7 +159,7 @@ func (h *Host) pullAndApply(ctx context.Context, recheck bool) error {
 	// copy already in line is skipped cheaply, and it retries whatever
 	// failed last time.
 	applied := h.applied
-	stale := h.ready.Load() && (snap.Version < applied || snap.Version < h.noticed)
+	stale := h.ready.Load() && snap.Version < applied
 	var todo []*wire.AssignedStream
 	if !stale {
 		todo = h.mergeKnown(&snap, full || recheck)
@@ -377,7 +377,7 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := h.applyOne(ctx, as); err != nil {
+			if err := h.applyOne(ctx, as, snap.Version); err != nil {
 				h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
 				failedMu.Lock()
 				failed[a.Stream] = struct{}{}
@@ -390,14 +390,14 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []
 	if snap.Since == 0 {
 		for _, c := range h.store.Copies() {
 			if name := c.Stream(); h.knownAssignment(name) == nil {
-				h.leaveOut(name, snap.Streams)
+				h.leaveOut(name, snap)
 			}
 		}
 	} else {
 		left := slices.AppendSeq(slices.Clone(snap.Deleted), maps.Keys(snap.Streams))
 		for _, name := range left {
 			if h.store.Get(name) != nil && h.knownAssignment(name) == nil {
-				h.leaveOut(name, snap.Streams)
+				h.leaveOut(name, snap)
 			}
 		}
 	}
@@ -412,15 +412,17 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []
 	h.requestBeat()
 }
 
-// leaveOut handles a copy that no assignment includes: it stops any role;
-// if its stream still exists it stays as it is (a sealed copy stays
-// sealed), otherwise the copy is deleted.
-func (h *Host) leaveOut(stream string, streams map[string]uint64) {
+// leaveOut handles a copy that no assignment of snap includes: it stops
+// any role; if its stream still exists it stays as it is (a sealed copy
+// stays sealed), otherwise the copy is deleted. A snap older than a notice
+// applied to the copy is not applied to it.
+func (h *Host) leaveOut(stream string, snap *wire.AssignmentSnapshot) {
+	streams := snap.Streams
 	r := h.replica(stream)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := h.store.Get(stream)
-	if c == nil {
+	if c == nil || snap.Version < r.noticed {
 		return
 	}
 	if r.own != nil || r.fol != nil {
@@ -437,11 +439,21 @@ func (h *Host) leaveOut(stream string, streams map[string]uint64) {
 	h.log.Info("deleted copy of a removed stream", "stream", stream, "stream_id", c.StreamID())
 }
 
-// applyOne applies one assignment that includes this node.
-func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) error {
+// applyOne applies one assignment that includes this node, from the
+// snapshot of version; it skips one older than a notice applied to the copy
+// (a pull that read before the notice's commit and passed its staleness
+// check before the notice came). A known assignment that a pull applies
+// again is as of the pull's version (the pulls of changes since cover
+// every change up to it), so it is skipped or applied alike.
+func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream, version uint64) error {
 	r := h.replica(as.Assignment.Stream)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if version < r.noticed {
+		h.log.Debug("not applying an assignment older than the notice applied", "stream", as.Assignment.Stream,
+			"epoch", as.Assignment.Epoch, "version", version, "noticed", r.noticed)
+		return nil
+	}
 	return h.applyLocked(ctx, r, as)
 }
 
@@ -452,19 +464,15 @@ func (h *Host) applyOne(ctx context.Context, as *wire.AssignedStream) error {
 // everything else). Anything else (no copy, another stream id, an epoch
 // this copy has reached, a notice overtaken by a later change) is left to
 // the pull: a notice may arrive late, and only a newer epoch is safe to
-// apply out of the pull's order. Once applied, a snapshot older than the
-// notice (a pull answered before the commit) is not applied: it would end
-// the role just taken.
+// apply out of the pull's order. Once applied, an assignment of this
+// stream from a snapshot older than the notice (a pull answered before the
+// commit, even one already applying) is not applied (replica.noticed): it
+// would end the role just taken. Other streams are not held back.
 func (h *Host) applyNoticed(ctx context.Context, version uint64, as *wire.AssignedStream) {
 	a := as.Assignment
 	if !a.Includes(h.cfg.Node) || as.Starts == nil || wire.ValidName("stream", a.Stream) != nil || h.leaving.Load() || !h.ready.Load() {
 		return
 	}
-	// The floor goes up first (h.mu is never taken under r.mu here): the
-	// pull this notice asks for reads at least its version anyway.
-	h.mu.Lock()
-	h.noticed = max(h.noticed, version)
-	h.mu.Unlock()
 	r := h.replica(a.Stream)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -473,7 +481,9 @@ func (h *Host) applyNoticed(ctx context.Context, version uint64, as *wire.Assign
 	}
 	if err := h.applyLocked(ctx, r, as); err != nil {
 		h.log.Warn("apply the assignment a recovery's notice carried; the pull applies it", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+		return
 	}
+	r.noticed = max(r.noticed, version)
 }
 
 // applyLocked is applyOne with r.mu held.

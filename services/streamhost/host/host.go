@@ -198,10 +198,6 @@ type Host struct {
 	// pull replaces it, a pull of changes updates it.
 	applied uint64
 	known   map[string]*wire.AssignedStream
-	// noticed is the version of the latest recovery notice whose
-	// assignment was applied before its pull (applyNoticed): a snapshot
-	// older than it, pulled before the notice came, is not applied.
-	noticed uint64
 	// pull is the pull loop's own state (only that goroutine uses it).
 	pull pullState
 	// recheck asks the next pull to re-apply every known assignment, not

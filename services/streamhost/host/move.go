@@ -25,7 +25,8 @@ import (
 // coordinator resumes it (an aborted move): the role is still the owner
 // at its epoch, so taking publishes again is plain serving. Each hold
 // carries the move's id: a resume, or the hand-off's own timeout, ends the
-// hold only while it is still that move's (a later move may hold by then).
+// hold only while it is still that move's; a hand-off of another move
+// while it lasts answers conflict.
 //
 // Locks and goroutines: an owner's hold and its writes (appends, cursor
 // commits) in flight are in the owner's own mu (owner.mu.move), so the
@@ -97,14 +98,20 @@ func (moveHolds) leave(o *owner) {
 
 // hold stops o's intake for move id to target until released or hold
 // passes, and returns it once no write of o is in flight, so o's tails are
-// final while the hold lasts.
-func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveHold {
+// final while the hold lasts. While another move's hold lasts it answers
+// conflict and leaves that hold alone: were it replaced, the other move's
+// resume (it failed, the owner said) would find the hold not its own, and
+// this move's would end it; the same move asking again holds afresh.
+func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) (*moveHold, *wire.Error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mu.move.idle == nil {
 		o.mu.move.idle = sync.NewCond(&o.mu.Mutex)
 	}
 	if old := o.mu.move.held; old != nil {
+		if old.id != id {
+			return nil, wire.Errorf(wire.CodeConflict, "stream %s: another move (%q, to node %s) holds the owner's intake", o.stream, old.id, old.target)
+		}
 		old.expiry.Stop()
 	}
 	hd := &moveHold{target: target, id: id}
@@ -117,7 +124,7 @@ func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) *moveHo
 	for o.mu.move.inflight > 0 {
 		o.mu.move.idle.Wait()
 	}
-	return hd
+	return hd, nil
 }
 
 // releaseID ends o's hold if it is move id's, and reports whether it did.
@@ -198,7 +205,11 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 			break
 		}
 	}
-	hd := h.moves.hold(o, req.Target, req.MoveID, hold)
+	hd, e := h.moves.hold(o, req.Target, req.MoveID, hold)
+	if e != nil {
+		o.log.Warn("planned move refused: another move holds the intake", "target", req.Target, "move_id", req.MoveID, "err", e.Message)
+		return nil, e
+	}
 	heldAt := time.Now()
 	// Cursor events are synced on an interval; the tail the target must
 	// reach is the durable one, final from here on.

@@ -211,20 +211,55 @@ func TestHandoffHoldsCommitsAndOwnsItsHold(t *testing.T) {
 		t.Fatalf("cursor tail %d moved past the hand-off's %d", cur, r.CursorTail)
 	}
 	other := req
-	other.Resume, other.MoveID = true, "m0"
-	if _, e := c.handoff("n1", other); e != nil {
-		t.Fatal(e)
-	}
-	if _, e := c.publish(stream, payload(9), "", 0); e == nil || e.Code != wire.CodeSealed {
-		t.Fatalf("publish after another move's resume: %v, want sealed (the hold is m1's)", e)
-	}
-	mine := req
-	mine.Resume = true
-	if _, e := c.handoff("n1", mine); e != nil {
-		t.Fatal(e)
-	}
-	c.mustPublish(stream, payload(10))
+	other.MoveID = "m0"
+	c.resumeOtherThenHolder(t, other, req)
 	if _, e := c.commitCursor(stream, "c1", 2, 2*time.Second); e != nil {
 		t.Fatalf("commit after the resume: %v", e)
 	}
+}
+
+// TestHandoffConflictsWithAnotherMovesHold: a hand-off arriving while
+// another move holds the owner answers conflict and leaves that hold alone
+// (found by review: it replaced the hold, and the losing move's resume then
+// released the winning move's hold before its seal).
+func TestHandoffConflictsWithAnotherMovesHold(t *testing.T) {
+	const stream, id = "movec", 9
+	c := startPair(t, stream, id, nil)
+	c.mustPublish(stream, payload(0))
+	req := wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 60_000, MoveID: "m1"}
+	if _, e := c.handoff("n1", req); e != nil {
+		t.Fatal(e)
+	}
+	again := req // the same move asking again holds as before
+	if _, e := c.handoff("n1", again); e != nil {
+		t.Fatalf("the same move's hand-off again: %v", e)
+	}
+	other := req
+	other.MoveID = "m2"
+	if r, e := c.handoff("n1", other); e == nil || e.Code != wire.CodeConflict {
+		t.Fatalf("another move's hand-off while m1 holds: reply %+v, error %v; want conflict", r, e)
+	}
+	c.resumeOtherThenHolder(t, other, req) // the losing move resumes, as its mover does
+	// Once m1's hold ended, another move may hold.
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 60_000, MoveID: "m3"}); e != nil {
+		t.Fatalf("a hand-off after the hold ended: %v", e)
+	}
+}
+
+// resumeOtherThenHolder resumes, on n1, move other (which holds nothing):
+// publishes are still refused; then move holder, which holds: they are
+// taken again.
+func (c *miniCluster) resumeOtherThenHolder(t *testing.T, other, holder wire.HandoffRequest) {
+	t.Helper()
+	other.Resume, holder.Resume = true, true
+	if _, e := c.handoff("n1", other); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := c.publish(other.Stream, payload(9), "", 0); e == nil || e.Code != wire.CodeSealed {
+		t.Fatalf("publish after move %q's resume: %v, want sealed (the hold is %q's)", other.MoveID, e, holder.MoveID)
+	}
+	if _, e := c.handoff("n1", holder); e != nil {
+		t.Fatal(e)
+	}
+	c.mustPublish(holder.Stream, payload(10))
 }

@@ -33,6 +33,12 @@ type replica struct {
 	// the crashed process's, and is sealed rather than served
 	// (fenceEarlierOwner); guarded by mu.
 	begun begunEpoch
+	// noticed is the version of the latest recovery notice whose
+	// assignment was applied to this copy before its pull (applyNoticed):
+	// an assignment from a snapshot older than it, pulled before the
+	// notice came, is not applied (it would end the role just taken);
+	// guarded by mu.
+	noticed uint64
 
 	status atomic.Pointer[roleStatus]
 }
