@@ -27,9 +27,9 @@ type Heartbeat struct {
 	Beat  uint64 `json:"beat,omitempty"`
 	Part  int    `json:"part,omitempty"`
 	Parts int    `json:"parts,omitempty"`
-	// ConnServer and ConnID name the NATS connection the beat was sent
-	// on: the id of the server it is connected to and the client id that
-	// server gave it. A disconnect advisory names the connection it is
+	// ConnServer and ConnID name the host's main NATS connection (the
+	// beats may travel on one of their own): the id of the server it is
+	// connected to and the client id that server gave it. A disconnect advisory names the connection it is
 	// about the same way, so a coordinator can tell an advisory about an
 	// older connection (processed after the host reconnected) from one
 	// about the connection the host beats on. Empty and 0 when unknown.

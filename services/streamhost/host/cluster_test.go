@@ -98,15 +98,7 @@ func (b *logBuffer) waitFor(t *testing.T, s string) {
 
 func newMiniCluster(t *testing.T) *miniCluster {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, server.Options{})
 	c := &miniCluster{
 		t:       t,
 		url:     ns.ClientURL(),
@@ -118,6 +110,7 @@ func newMiniCluster(t *testing.T) *miniCluster {
 		changed: make(chan struct{}),
 		hosts:   map[string]*testHost{},
 	}
+	var err error
 	if c.nc, err = nats.Connect(c.url); err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,11 @@
 //   - per seal, a prebuild of the duplicate window in the host's
 //     background group (ends when done or at shutdown, which cancels it).
 //   - the host's pull, heartbeat, liveness and retention loops in the same
-//     background group.
+//     background group, and with a beat connection of their own
+//     (Config.BeatConn) the connection watch that keeps mainSeen, the
+//     main connection's state the beats name, current: the beats read
+//     that atomic, never the main connection's lock, which a write to a
+//     full socket holds.
 //   - the store's committer and cursor-sync goroutines belong to
 //     streamlog and end when the store closes.
 //   - a planned move's hand-off (move.go) runs in the request group and

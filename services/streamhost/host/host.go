@@ -55,6 +55,18 @@ type Config struct {
 	// the heartbeat's header, no copies) is published between the full
 	// heartbeats; negative turns liveness beats off.
 	LivenessInterval time.Duration
+	// BeatConn is the NATS connection the heartbeats and liveness beats
+	// are published on; nil: the main one (New's nc). A connection of
+	// their own keeps the proof of life out of the main connection's
+	// lock, write buffer and socket, which replication, pulls and
+	// requests share: under load a beat queued behind them went out late
+	// enough that coordinators expired a running host (issue 17). The
+	// beats still name the main connection (wire.Heartbeat.ConnID), the
+	// one whose loss matters, and none is sent while the main connection
+	// is down. The host owns BeatConn once New returns: Run flushes and
+	// closes it after the last (leaving) beat of a graceful stop (the
+	// caller's own Close after Run covers the rest).
+	BeatConn *nats.Conn
 	// MaxPayload is the largest record accepted (payload_too_large above).
 	MaxPayload int
 	// ConfirmTimeout is how long a publish waits for W copies.
@@ -226,7 +238,13 @@ type Host struct {
 	// lastAsked is when the last one asked for went out (beatMu).
 	fullAsked atomic.Bool
 	lastAsked time.Time
-	bgCtx     context.Context
+	// beatNC publishes the beats (Config.BeatConn, or nc). With a beat
+	// connection of their own, mainSeen is the main connection as last
+	// seen (connWatch, Reconnected, Disconnected): the beats read it
+	// instead of asking nc, whose lock a stalled write holds.
+	beatNC   *nats.Conn
+	mainSeen atomic.Pointer[mainConn]
+	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
 	// the connection was last replaced (wire.HeaderServingFor).
@@ -314,6 +332,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		log:         log,
 		tracer:      cfg.TracerProvider.Tracer("github.com/brook-streams/brook/services/streamhost/host"),
 		nc:          nc,
+		beatNC:      nc,
 		store:       st,
 		metrics:     met,
 		incarnation: uint64(time.Now().UnixNano()),
@@ -330,6 +349,10 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
 		sealReqs:    newBudget("seals", "in flight", cfg.MaxInflight),
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
+	}
+	if cfg.BeatConn != nil {
+		h.beatNC = cfg.BeatConn
+		h.seeMainConn()
 	}
 	self.Store(h)
 	if err := met.observe(h); err != nil {
@@ -379,9 +402,75 @@ func (h *Host) storeFailed(err error) {
 // while it was cut off, and it must not keep serving them for a whole
 // PullInterval.
 func (h *Host) Reconnected() {
+	h.seeMainConn()
 	h.conn.Replaced()
 	h.requestPull()
 	h.requestBeat()
+}
+
+// Disconnected tells the host that its main NATS connection is down, so
+// that a beat connection of its own stops beating at once (beatsOff);
+// Reconnected starts it again.
+func (h *Host) Disconnected() {
+	h.mainSeen.Store(&mainConn{})
+}
+
+// mainConn is the main NATS connection as the beats name it: whether it
+// is up, its server's id and its client id (both empty when unknown).
+type mainConn struct {
+	up     bool
+	server string
+	id     uint64
+}
+
+// readMainConn reads the main connection's state from nc (its lock).
+func (h *Host) readMainConn() mainConn {
+	c := mainConn{up: h.nc.IsConnected()}
+	// The server id and the client id are read separately: a reconnect in
+	// between would name a connection that never existed, so the beat
+	// names one only if the server did not change meanwhile.
+	srv := h.nc.ConnectedServerId()
+	if cid, err := h.nc.GetClientID(); err == nil && srv != "" && h.nc.ConnectedServerId() == srv {
+		c.server, c.id = srv, cid
+	}
+	return c
+}
+
+// seeMainConn records the main connection's state for the beats.
+func (h *Host) seeMainConn() { h.mainSeen.Store(new(h.readMainConn())) }
+
+// currentMainConn is the main connection's state for a beat: read from nc
+// when the beats share it, as last seen otherwise.
+func (h *Host) currentMainConn() mainConn {
+	if h.beatNC == h.nc {
+		return h.readMainConn()
+	}
+	return *h.mainSeen.Load()
+}
+
+// connWatchInterval is how often connWatch looks at the main connection.
+const connWatchInterval = 50 * time.Millisecond
+
+// connWatch keeps mainSeen current with a beat connection of their own
+// (between the Reconnected and Disconnected calls, which may not come,
+// as in tests). A read that waits for the main connection's lock holds
+// up this loop alone.
+func (h *Host) connWatch(ctx context.Context) {
+	every(ctx, connWatchInterval, h.seeMainConn)
+}
+
+// every calls f every d until ctx is done.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 // Incarnation is the id of this run of the host, sent in heartbeats.
@@ -411,6 +500,9 @@ func (h *Host) Run(ctx context.Context) error {
 		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HandoffSubject(h.cfg.Node), err))
 	}
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
+	if h.beatNC != h.nc {
+		h.goBG(func() { h.connWatch(h.bgCtx) })
+	}
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
 	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
 		h.goBG(func() { h.livenessLoop(h.bgCtx) })
@@ -435,8 +527,31 @@ func (h *Host) Run(ctx context.Context) error {
 	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.log.Warn("flush nats on shutdown", "err", err)
 	}
+	h.closeBeatConn()
 	h.log.Info("stream host stopped")
 	return h.closeStore(nil)
+}
+
+// closeBeatConn flushes and closes the beat connection if it is not the
+// main one (the background loops that beat have stopped).
+func (h *Host) closeBeatConn() {
+	if h.beatNC == h.nc {
+		return
+	}
+	if err := h.beatNC.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("flush the beat connection on shutdown", "err", err)
+	}
+	h.beatNC.Close()
+}
+
+// beatsOff reports whether beats are to be skipped now: with a beat
+// connection of their own, while either connection is down. A beat while
+// the main one is down would prove the life of a host that can serve
+// nothing; one while the beat connection is down would only wait in its
+// reconnect buffer and arrive late (with one connection for all, beats
+// wait in its buffer as before).
+func (h *Host) beatsOff() bool {
+	return h.beatNC != h.nc && (!h.mainSeen.Load().up || !h.beatNC.IsConnected())
 }
 
 func (h *Host) closeStore(prior error) error {
@@ -648,16 +763,7 @@ func (h *Host) heartbeatLoop(ctx context.Context) {
 // TTL can be short without the full heartbeat (every copy) being sent more
 // often.
 func (h *Host) livenessLoop(ctx context.Context) {
-	t := time.NewTicker(h.cfg.LivenessInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.publishLiveness(h.leaving.Load())
-		}
-	}
+	every(ctx, h.cfg.LivenessInterval, func() { h.publishLiveness(h.leaving.Load()) })
 }
 
 // LivenessBeat builds a liveness beat: the heartbeat's header (node,
@@ -671,13 +777,8 @@ func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 		AtMS:        time.Now().UnixMilli(),
 		Live:        true,
 	}
-	// The server id and the client id are read separately: a reconnect in
-	// between would name a connection that never existed, so the beat
-	// names one only if the server did not change meanwhile.
-	srv := h.nc.ConnectedServerId()
-	if cid, err := h.nc.GetClientID(); err == nil && srv != "" && h.nc.ConnectedServerId() == srv {
-		hb.ConnServer, hb.ConnID = srv, cid
-	}
+	c := h.currentMainConn()
+	hb.ConnServer, hb.ConnID = c.server, c.id
 	if err := h.store.Failure(); err != nil {
 		hb.Leaving = true
 		hb.StoreError = wire.CutStoreError(err.Error())
@@ -690,7 +791,7 @@ func (h *Host) LivenessBeat(leaving bool) wire.Heartbeat {
 // the first full heartbeat of this incarnation, so that no reader hears of
 // the incarnation before its copies.
 func (h *Host) publishLiveness(leaving bool) {
-	if !h.reported.Load() {
+	if !h.reported.Load() || h.beatsOff() {
 		return
 	}
 	hb := h.LivenessBeat(leaving)
@@ -700,7 +801,7 @@ func (h *Host) publishLiveness(leaving bool) {
 		h.log.Error("encode liveness beat", "err", err)
 		return
 	}
-	if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := h.beatNC.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.log.Debug("publish liveness beat", "err", err)
 	}
 }
@@ -745,6 +846,11 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 func (h *Host) publishHeartbeat(leaving bool) {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
+	// Skipped before it is numbered and reported, so the deltas that
+	// follow still follow the last report sent.
+	if h.beatsOff() {
+		return
+	}
 	hb := h.Heartbeat(leaving)
 	hb.Beat = h.beat.Add(1)
 	now := time.Now()
@@ -755,10 +861,10 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	}
 	hb = h.reporter.Report(hb, now)
 	defer h.reported.Store(true)
-	parts := heartbeat.Split(hb, int(h.nc.MaxPayload()))
+	parts := heartbeat.Split(hb, int(h.beatNC.MaxPayload()))
 	if parts == nil {
 		h.log.Error("heartbeat does not fit the server's payload limit even in parts",
-			"copies", len(hb.Copies), "max_payload", h.nc.MaxPayload())
+			"copies", len(hb.Copies), "max_payload", h.beatNC.MaxPayload())
 		return
 	}
 	for _, p := range parts {
@@ -767,7 +873,7 @@ func (h *Host) publishHeartbeat(leaving bool) {
 			h.log.Error("encode heartbeat", "err", err)
 			return
 		}
-		if err := h.nc.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil {
+		if err := h.beatNC.Publish(wire.HeartbeatSubject(h.cfg.Node), data); err != nil {
 			if !errors.Is(err, nats.ErrConnectionClosed) {
 				h.log.Warn("publish heartbeat", "part", p.Part, "parts", p.Parts, "err", err)
 			}

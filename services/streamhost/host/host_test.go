@@ -65,9 +65,13 @@ type fixtureOptions struct {
 	pullGap, pullInterval time.Duration
 }
 
-func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
+// startNATS starts an embedded nats-server on a free local port with opts
+// (their host, port, logging and signals set here), stopped at the end of
+// the test.
+func startNATS(t *testing.T, opts server.Options) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: opts.maxPayload})
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+	ns, err := server.NewServer(&opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +80,19 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
+	t.Helper()
+	ns := startNATS(t, server.Options{MaxPayload: opts.maxPayload})
 	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{}),
 		served: map[uint64]wire.AssignmentSnapshot{}}
 	f.snap = wire.AssignmentSnapshot{Node: "n1", Streams: map[string]uint64{}}
 	for name, id := range opts.streams {
 		f.snap.Streams[name] = id
 	}
+	var err error
 	if f.nc, err = nats.Connect(ns.ClientURL()); err != nil {
 		t.Fatal(err)
 	}

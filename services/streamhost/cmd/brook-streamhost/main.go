@@ -107,6 +107,9 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
+			if hp := h.Load(); hp != nil {
+				hp.Disconnected()
+			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
@@ -126,6 +129,31 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("connect to nats: %w", err)
 	}
 	defer nc.Close()
+	// The beats' own connection (host.Config.BeatConn), with the same
+	// credentials: liveness must not wait behind the main connection's
+	// replication traffic and reports. Its reconnects need nothing but
+	// the beats going on; the host closes it after its last beat (the
+	// deferred Close covers a failed start).
+	beatNC, err := nats.Connect(cfg.NATSURL, append(authOpts,
+		nats.Name(beatConnPrefix+cfg.Node),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats beat connection disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats beat connection reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("nats beat connection error", "err", err)
+		}),
+	)...)
+	if err != nil {
+		return fmt.Errorf("connect to nats (beats): %w", err)
+	}
+	defer beatNC.Close()
 
 	hst, err := host.New(host.Config{
 		Node:               cfg.Node,
@@ -133,6 +161,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		HeartbeatInterval:  cfg.HeartbeatInterval,
 		FullReportInterval: cfg.FullReportInterval,
 		LivenessInterval:   livenessInterval(cfg.LivenessInterval),
+		BeatConn:           beatNC,
 		MaxPayload:         cfg.MaxPayload,
 		ConfirmTimeout:     cfg.ConfirmTimeout,
 		// The rebuild bounds are validated positive by config.
@@ -223,6 +252,13 @@ func healthcheck(args []string) int {
 	}
 	return 0
 }
+
+// beatConnPrefix names the beat connection, brook-streamhost-beat:<node>:
+// not the coordinators' brook-streamhost:<node>, so that the disconnect
+// advisory of a beat connection is no host's (a lost beat connection is
+// noticed by the beats' TTL; the advisory that counts is the main
+// connection's, the one the beats name).
+const beatConnPrefix = "brook-streamhost-beat:"
 
 // livenessInterval maps the flag (0: off) to host.Config's (negative: off).
 func livenessInterval(d time.Duration) time.Duration {
