@@ -142,15 +142,23 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o options, log *slog.Logger) error {
+// run runs what o asks for. Without --dir it works in a temporary
+// directory, removed after a run that succeeded and kept, with its
+// processes' logs, after one that failed (a 10,000-stream run that stopped
+// at a host's expiry left nothing to say why).
+func run(ctx context.Context, o options, log *slog.Logger) (err error) {
 	if o.workDir == "" {
-		d, err := os.MkdirTemp("", "brook-bench-")
-		if err != nil {
-			return err
+		d, derr := os.MkdirTemp("", "brook-bench-")
+		if derr != nil {
+			return derr
 		}
 		defer func() {
-			if err := os.RemoveAll(d); err != nil {
-				log.Warn("remove work directory", "dir", d, "err", err)
+			if err != nil { // run's result, not derr
+				log.Warn("the run failed: its work directory (data and logs) is kept", "dir", d)
+				return
+			}
+			if rerr := os.RemoveAll(d); rerr != nil {
+				log.Warn("remove work directory", "dir", d, "err", rerr)
 			}
 		}()
 		o.workDir = d

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -79,5 +80,21 @@ func TestJetStreamAsyncTarget(t *testing.T) {
 	}
 	if !res.Verify.OK || res.Whole.Records == 0 {
 		t.Fatalf("verify %+v, %d records confirmed", res.Verify, res.Whole.Records)
+	}
+}
+
+// A run that fails keeps its temporary work directory (data and logs) for
+// the post-mortem; here it fails before starting anything, on a bad
+// --workloads, so the directory is empty but must still be there.
+func TestFailedRunKeepsItsWorkDir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	o := options{target: "brook", workloads: "not-a-workload"}
+	if err := run(context.Background(), o, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("a bad --workloads ran")
+	}
+	kept, err := filepath.Glob(filepath.Join(tmp, "brook-bench-*"))
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("work directories after a failed run: %v (%v); want the one it made", kept, err)
 	}
 }
