@@ -252,8 +252,6 @@ type Host struct {
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	reqs     tracker // request goroutines (seals, hand-offs)
-	// moves holds owners' intake during planned moves (move.go).
-	moves moveHolds
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among

@@ -35,10 +35,6 @@ import (
 // hand-off runs in a request goroutine of h.reqs; a hold's expiry is a
 // time.AfterFunc.
 
-// moveHolds are the holds of this host's owners; each owner keeps its own
-// in its mu (moveState).
-type moveHolds struct{}
-
 // moveState is an owner's hand-off hold and its writes in flight, under
 // the owner's mu.
 type moveState struct {
@@ -61,20 +57,20 @@ const handoffPoll = time.Millisecond
 // written), otherwise it is appended, counted in flight so that a hand-off
 // starting meanwhile waits for it before it reads the tail.
 func (o *owner) appendOrHold(batch []*nats.Msg) {
-	if e := o.h.moves.enter(o); e != nil {
+	if e := o.enterWrite(); e != nil {
 		for _, msg := range batch {
 			o.refusePublish(msg.Reply, e)
 		}
 		return
 	}
-	defer o.h.moves.leave(o)
+	defer o.leaveWrite()
 	o.appendBatch(batch)
 }
 
 // enter counts a write of o (a batch append, a cursor commit) in flight,
 // or returns the refusal (sealed, retryable) while a hand-off holds o's
 // intake. Each nil return must be followed by one leave once written.
-func (moveHolds) enter(o *owner) *wire.Error {
+func (o *owner) enterWrite() *wire.Error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if hd := o.mu.move.held; hd != nil {
@@ -85,7 +81,7 @@ func (moveHolds) enter(o *owner) *wire.Error {
 }
 
 // leave ends a write enter counted.
-func (moveHolds) leave(o *owner) {
+func (o *owner) leaveWrite() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mu.move.inflight--; o.mu.move.inflight <= 0 {
@@ -102,7 +98,7 @@ func (moveHolds) leave(o *owner) {
 // conflict and leaves that hold alone: were it replaced, the other move's
 // resume (it failed, the owner said) would find the hold not its own, and
 // this move's would end it; the same move asking again holds afresh.
-func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) (*moveHold, *wire.Error) {
+func (o *owner) holdIntake(target, id string, hold time.Duration) (*moveHold, *wire.Error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mu.move.idle == nil {
@@ -116,7 +112,7 @@ func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) (*moveH
 	}
 	hd := &moveHold{target: target, id: id}
 	hd.expiry = time.AfterFunc(hold, func() {
-		if m.releaseIf(o, hd) && o.ctx.Err() == nil {
+		if o.releaseHold(hd) && o.ctx.Err() == nil {
 			o.log.Warn("planned move: no seal came within the hold; taking publishes again", "target", target, "hold", hold)
 		}
 	})
@@ -128,15 +124,15 @@ func (m moveHolds) hold(o *owner, target, id string, hold time.Duration) (*moveH
 }
 
 // releaseID ends o's hold if it is move id's, and reports whether it did.
-func (m moveHolds) releaseID(o *owner, id string) bool {
+func (o *owner) releaseHoldOf(id string) bool {
 	o.mu.Lock()
 	hd := o.mu.move.held
 	o.mu.Unlock()
-	return hd != nil && hd.id == id && m.releaseIf(o, hd)
+	return hd != nil && hd.id == id && o.releaseHold(hd)
 }
 
 // releaseIf ends o's hold if it is still hd.
-func (moveHolds) releaseIf(o *owner, hd *moveHold) bool {
+func (o *owner) releaseHold(hd *moveHold) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mu.move.held != hd {
@@ -180,7 +176,7 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeNotOwner, "node %s is not the owner of stream %s id %d at epoch %d", h.cfg.Node, req.Stream, req.StreamID, req.Epoch)
 	}
 	if req.Resume {
-		if h.moves.releaseID(o, req.MoveID) {
+		if o.releaseHoldOf(req.MoveID) {
 			o.log.Info("planned move aborted: taking publishes again", "target", req.Target)
 		}
 		return &wire.HandoffReply{Node: h.cfg.Node, Stream: req.Stream, Epoch: req.Epoch}, nil
@@ -205,7 +201,7 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 			break
 		}
 	}
-	hd, e := h.moves.hold(o, req.Target, req.MoveID, hold)
+	hd, e := o.holdIntake(req.Target, req.MoveID, hold)
 	if e != nil {
 		o.log.Warn("planned move refused: another move holds the intake", "target", req.Target, "move_id", req.MoveID, "err", e.Message)
 		return nil, e
@@ -214,7 +210,7 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 	// Cursor events are synced on an interval; the tail the target must
 	// reach is the durable one, final from here on.
 	if err := o.c.SyncCursors(); err != nil {
-		h.moves.releaseIf(o, hd)
+		o.releaseHold(hd)
 		return nil, o.appendError(err)
 	}
 	deadline := began.Add(timeout)
@@ -227,7 +223,7 @@ func (h *Host) handoff(body []byte) (*wire.HandoffReply, *wire.Error) {
 				Digest: o.c.Digest(), TookMS: time.Since(heldAt).Milliseconds()}, nil
 		}
 		if time.Now().After(deadline) || o.ctx.Err() != nil {
-			h.moves.releaseIf(o, hd)
+			o.releaseHold(hd)
 			o.log.Warn("planned move: target did not reach the tail in time; taking publishes again", "target", req.Target,
 				"record_tail", rec, "target_record", ackRec, "cursor_tail", cur, "target_cursor", ackCur, "timeout", timeout)
 			return nil, wire.Errorf(wire.CodeTimeout, "stream %s: follower %s acknowledged record %d cursor %d of the owner's %d and %d within %v; the owner takes publishes again",

@@ -492,11 +492,11 @@ func (o *owner) commitWhenConfirmed(reply string, req wire.CursorCommit) {
 // commit writes a cursor commit at or below the watermark and answers it;
 // while a planned move holds the owner's intake it refuses it (move.go).
 func (o *owner) commit(reply string, req wire.CursorCommit) {
-	if e := o.h.moves.enter(o); e != nil { // move.go: held by a planned move's hand-off
+	if e := o.enterWrite(); e != nil { // move.go: held by a planned move's hand-off
 		o.h.replyErr(reply, e)
 		return
 	}
-	defer o.h.moves.leave(o)
+	defer o.leaveWrite()
 	ev, err := o.c.AppendCursor(req.Cursor, req.Offset)
 	if err != nil {
 		e := o.appendError(err)
