@@ -462,8 +462,14 @@ func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
 	}
 	// A delta whose base this watcher never saw, then liveness beats.
 	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 5}
-	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 7, Delta: true, Since: 6, Copies: []wire.CopyStatus{a}})
-	eventually(t, "h1 heard from a delta without base", func() bool { _, ok := seen(); return ok })
+	// Sent again on every try: Run subscribes in its own goroutine, so
+	// the first may come before the subscription.
+	eventually(t, "h1 heard from a delta without base", func() bool {
+		send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 7, Delta: true, Since: 6, Copies: []wire.CopyStatus{a}})
+		time.Sleep(10 * time.Millisecond)
+		_, ok := seen()
+		return ok
+	})
 	if s, _ := seen(); len(s.Heartbeat.Copies) != 0 || s.Heartbeat.Delta {
 		t.Fatalf("copies taken from a delta without base: %+v", s.Heartbeat)
 	}
