@@ -241,7 +241,7 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 		// coordinator's own reconnect may be about the bus going down
 		// under everyone; the TTL, counted from the reconnect, judges
 		// those hosts instead.
-		if heard && !seen.DisconnectedAt.IsZero() && !seen.LastSeen.After(seen.DisconnectedAt) &&
+		if heard && !seen.DisconnectedAt.IsZero() && !seen.HeardSinceDisconnect() &&
 			!seen.DisconnectedAt.Before(live.HeardSince) &&
 			now.Sub(seen.DisconnectedAt) >= p.DisconnectGrace {
 			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectAdvisory})

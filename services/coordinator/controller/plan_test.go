@@ -212,6 +212,28 @@ func TestAdvisoryAboutAnOlderConnectionIsIgnored(t *testing.T) {
 	}
 }
 
+// TestStaleBeatAfterTheAdvisoryDoesNotHoldIt: the host is SIGKILLed; a beat
+// it built before (on its beat connection, naming main connection A) is
+// delivered after the advisory about A. It must not turn the advisory's
+// 100 ms detection into the TTL's.
+func TestStaleBeatAfterTheAdvisoryDoesNotHoldIt(t *testing.T) {
+	f := newFixture(t, "h1", "h2")
+	a := liveness.Conn{Server: "NSERVER1", ID: 7}
+	tr := liveness.New()
+	beat := func(n uint64, at time.Time) {
+		tr.Heartbeat(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: n, Live: true, ConnServer: a.Server, ConnID: a.ID}, at)
+	}
+	beat(1, t0)
+	if !tr.Disconnected("h1", a, t0.Add(100*time.Millisecond)) {
+		t.Fatal("the advisory did not count")
+	}
+	beat(2, t0.Add(110*time.Millisecond))
+	f.live.Nodes["h1"] = tr.View()["h1"]
+	if a := find(f.plan(t0.Add(400*time.Millisecond)), ActExpire, "h1"); a == nil || a.Reason != DetectAdvisory {
+		t.Fatal("a beat built before the close and delivered after the advisory held the expiry past the grace")
+	}
+}
+
 func TestReplicatedOwnerLossRecordsRecoveryOwnerOnlyWaits(t *testing.T) {
 	f := newFixture(t, "h1", "h2", "h3")
 	f.create("rep", 3, "h1", "h2", "h3")

@@ -32,8 +32,15 @@ type Seen struct {
 	LastDecoded time.Time
 	Leaving     bool
 	// DisconnectedAt is when an advisory said the host's NATS connection
-	// closed, if no heartbeat has arrived since; zero otherwise.
-	DisconnectedAt time.Time
+	// closed, if no heartbeat has arrived since that names another
+	// connection (or none); zero otherwise. DisconnectedConn is the
+	// connection the advisory named (zero when it named none).
+	DisconnectedAt   time.Time
+	DisconnectedConn Conn
+	// StaleUntil is the arrival of the latest heartbeat decoded after the
+	// advisory that named the connection the advisory closed: arrivals up
+	// to then are explained, and prove nothing of the host now.
+	StaleUntil time.Time
 	// Conn is the NATS connection the newest heartbeat that named one
 	// was sent on (zero when none did), and ConnBeat that heartbeat's beat
 	// number: a beat delayed on an old connection and processed after a
@@ -45,6 +52,14 @@ type Seen struct {
 	// heartbeat). After a missed delta they stay as they were until the
 	// next full report.
 	Copies map[string]wire.CopyStatus
+}
+
+// HeardSinceDisconnect reports whether a heartbeat message arrived after
+// the disconnect advisory that is not known to be stale: one that reconnects
+// the host once decoded, or one not decoded yet (Touch notes arrivals
+// before their decoding, which may lag).
+func (s Seen) HeardSinceDisconnect() bool {
+	return s.LastSeen.After(s.DisconnectedAt) && s.LastSeen.After(s.StaleUntil)
 }
 
 // Conn names a NATS connection: the server's id and the client id that
@@ -89,7 +104,14 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		t.nodes[hb.Node] = s
 		notable = true
 	}
-	if s.Incarnation != hb.Incarnation || s.Leaving != hb.Leaving || !s.DisconnectedAt.IsZero() {
+	hbConn := Conn{Server: hb.ConnServer, ID: hb.ConnID}
+	// A heartbeat after the advisory means the host reconnected, unless
+	// it names the very connection the advisory closed: with beats on a
+	// connection of their own, that is a beat built before the close and
+	// delivered after the advisory, which says nothing of the host now.
+	reconnected := !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) &&
+		!(hbConn.Known() && hbConn == s.DisconnectedConn)
+	if s.Incarnation != hb.Incarnation || s.Leaving != hb.Leaving || reconnected {
 		notable = true
 	}
 	if s.Incarnation != hb.Incarnation {
@@ -101,8 +123,8 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	}
 	s.Incarnation = hb.Incarnation
 	s.Leaving = hb.Leaving
-	if c := (Conn{Server: hb.ConnServer, ID: hb.ConnID}); c.Known() && hb.Beat >= s.ConnBeat {
-		s.Conn, s.ConnBeat = c, hb.Beat
+	if hbConn.Known() && hb.Beat >= s.ConnBeat {
+		s.Conn, s.ConnBeat = hbConn, hb.Beat
 	}
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
@@ -110,9 +132,11 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if hb.AtMS >= s.LastAtMS {
 		s.LastAtMS, s.LastDecoded = hb.AtMS, at
 	}
-	// A heartbeat after the advisory means the host reconnected.
-	if !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) {
-		s.DisconnectedAt = time.Time{}
+	switch {
+	case reconnected:
+		s.DisconnectedAt, s.DisconnectedConn, s.StaleUntil = time.Time{}, Conn{}, time.Time{}
+	case !s.DisconnectedAt.IsZero() && at.After(s.StaleUntil):
+		s.StaleUntil = at
 	}
 	whole, ok := t.parts.Add(hb)
 	if !ok {
@@ -175,7 +199,7 @@ func (t *Tracker) Disconnected(node string, conn Conn, at time.Time) bool {
 	if conn.Known() && s.Conn.Known() && conn != s.Conn {
 		return false
 	}
-	s.DisconnectedAt = at
+	s.DisconnectedAt, s.DisconnectedConn, s.StaleUntil = at, conn, time.Time{}
 	return true
 }
 

@@ -164,3 +164,41 @@ func TestDeltaReportsRebuildTheCopies(t *testing.T) {
 		t.Fatalf("after the full report: %v", got)
 	}
 }
+
+// TestBeatOnTheClosedConnectionDoesNotClearTheAdvisory: a host beats on a
+// connection of its own, naming its main connection A. A beat built before
+// A was closed, still in flight when the advisory about A is processed,
+// arrives after it; it says nothing about the host now and must not clear
+// the disconnect (which would leave detection to the TTL). A beat naming
+// the new connection B does.
+func TestBeatOnTheClosedConnectionDoesNotClearTheAdvisory(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	a := Conn{Server: "NSERVER1", ID: 7}
+	b := Conn{Server: "NSERVER1", ID: 9}
+	beat := func(n uint64, c Conn, at time.Time) bool {
+		return tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: n, Live: true, ConnServer: c.Server, ConnID: c.ID}, at)
+	}
+	beat(1, a, t0)
+	if !tr.Disconnected("h", a, t0.Add(100*time.Millisecond)) {
+		t.Fatal("the advisory about the host's connection did not count")
+	}
+	if beat(2, a, t0.Add(120*time.Millisecond)) {
+		t.Fatal("a beat naming the closed connection is notable")
+	}
+	if s := tr.View()["h"]; !s.DisconnectedAt.Equal(t0.Add(100*time.Millisecond)) || s.HeardSinceDisconnect() {
+		t.Fatalf("a beat naming the closed connection cleared the advisory (disconnected at %v, heard since %v)",
+			s.DisconnectedAt, s.HeardSinceDisconnect())
+	}
+	// A message that arrived and is not decoded yet may be the reconnect.
+	tr.Touch("h", t0.Add(125*time.Millisecond))
+	if s := tr.View()["h"]; !s.HeardSinceDisconnect() {
+		t.Fatal("a message not decoded yet, after the stale beat, does not hold the advisory")
+	}
+	if !beat(3, b, t0.Add(130*time.Millisecond)) {
+		t.Fatal("the beat that ends the disconnect is not notable")
+	}
+	if s := tr.View()["h"]; !s.DisconnectedAt.IsZero() {
+		t.Fatalf("a beat naming the new connection left the advisory standing (%v)", s.DisconnectedAt)
+	}
+}
