@@ -109,8 +109,8 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	// it names the very connection the advisory closed: with beats on a
 	// connection of their own, that is a beat built before the close and
 	// delivered after the advisory, which says nothing of the host now.
-	reconnected := !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) &&
-		!(hbConn.Known() && hbConn == s.DisconnectedConn)
+	stale := hbConn.Known() && hbConn == s.DisconnectedConn
+	reconnected := !s.DisconnectedAt.IsZero() && !at.Before(s.DisconnectedAt) && !stale
 	if s.Incarnation != hb.Incarnation || s.Leaving != hb.Leaving || reconnected {
 		notable = true
 	}
