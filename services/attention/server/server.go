@@ -1,10 +1,3 @@
-// Package server is the brook-attention service: it judges the attention
-// list from what its watcher follows and answers it on NATS
-// (brook.attention.list) and HTTP (/attention as JSON, / as a page, /healthz).
-//
-// The service keeps nothing durable. The judge's memory (since when each
-// entry is listed, how long each follower has stood still) lives in the
-// process and starts afresh on restart.
 package server
 
 import (

@@ -1,18 +1,3 @@
-// Package server is one brook-coordinator process: a replica of the Raft
-// state (package raftstore), the NATS endpoints every replica answers
-// (admin verbs and assignment pulls, in queue group brook-coordinators), the
-// liveness view built from heartbeats and disconnect advisories, and, on the
-// Raft leader only, the control loop: controller.Plan's actions, one
-// recovery.Worker per pending recovery, assignment notices and the owner
-// balancer. Planned moves (stream.move, node.drain, the balancer;
-// admin_move.go) run on the replica that decided them, each in the
-// request's goroutine or, for the balancer, in its own goroutine of the
-// worker group under the leader's context; s.mu guards the set of streams
-// being moved, and no lock is held across a hand-off, a seal or a
-// proposal. Heartbeats are noted as proof of life on their subscription's
-// goroutine as they arrive and decoded in one goroutine of their own
-// (reportLoop, ended by shutdown), so a long decode never delays the next
-// beat's proof of life.
 package server
 
 import (
