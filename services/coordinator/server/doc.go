@@ -18,14 +18,14 @@
 //
 // The package's locks are taken one at a time: none of Server.mu,
 // Server.hbMu, hearing.mu and the liveness tracker's own lock (package
-// liveness) is taken while another of them is held. Two are held across a
+// liveness) is taken while another of them is held. One is held across a
 // call that takes the NATS connection's own lock (under which nothing of
 // this package is taken): Server.mu across QueueSubscribe and
 // Unsubscribe (subscribe, at start; shutdown), which append a SUB or UNSUB
 // to the connection's write buffer and, were that buffer full, write it to
-// the socket; and hearing.mu across IsConnected and Stats (hearing.view,
-// each control round; hearing.up), which wait for that lock while a write
-// to a full socket holds it. A query's callbacks run under the state
+// the socket. hearing.view and hearing.up read the connection (IsConnected,
+// Stats, which wait for that lock while a write to a full socket holds it)
+// before taking hearing.mu. A query's callbacks run under the state
 // machine's read lock (controller.Losing in state.QueryControl, the
 // balancer's up in controller.BalanceQuery) and take no lock of this
 // package: they read the liveness view and the set of draining nodes as
@@ -56,7 +56,8 @@
 //
 // Goroutines, who starts them and how they stop:
 //
-//   - reportLoop, started by Start on reqCtx: it decodes the heartbeats
+//   - reportLoop, started by Start on reqCtx once the Raft store is open
+//     (every later failure of Start goes through shutdown): it decodes the heartbeats
 //     onHeartbeat queued (at most maxQueuedReports; past that a beat is
 //     dropped after its proof of life is noted) and publishes a host's ask
 //     for a full report with no lock held. It ends when shutdown cancels

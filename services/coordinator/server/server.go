@@ -270,8 +270,6 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
 		limits: defaultShutdownLimits,
 	}
-	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
-	go s.reportLoop(s.reqCtx)
 	met, err := newMetrics(opt.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator metrics: %w", err)
@@ -290,6 +288,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("coordinator metrics: %w", err)
 	}
 	s.closeStore = store.Close
+	// From here every failure goes through shutdown, which stops the
+	// heartbeat decoding loop: started earlier, a failed Start left it
+	// running.
+	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
+	go s.reportLoop(s.reqCtx)
 	if err := s.connect(); err != nil {
 		s.shutdown(context.Background(), false)
 		return nil, err
@@ -360,13 +363,14 @@ type hearing struct {
 
 // up notes that c (re)connected at at; main says c carries heartbeats.
 func (h *hearing) up(c *nats.Conn, main bool, at time.Time) {
+	reconnects := c.Stats().Reconnects // before h.mu: see view
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if at.After(h.since) {
 		h.since = at
 	}
 	if main {
-		h.noted = max(h.noted, c.Stats().Reconnects)
+		h.noted = max(h.noted, reconnects)
 	}
 }
 
@@ -423,9 +427,14 @@ func (s *Server) stallWatch(ctx context.Context, ticks <-chan time.Time, clock f
 // connected, or it reconnected and the handler that notes it has not run
 // yet (it runs on NATS's callback goroutine, after the connection is up).
 func (h *hearing) view(nc *nats.Conn) (since time.Time, deaf bool) {
+	// The connection is read before h.mu is taken: both calls wait for
+	// the connection's lock, which a write to a full socket holds, and
+	// stalled and up must not wait behind that. Reconnects only grows and
+	// up raises noted to it, so a read before the lock can only be older.
+	connected, reconnects := nc.IsConnected(), nc.Stats().Reconnects
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.since, !nc.IsConnected() || nc.Stats().Reconnects > h.noted
+	return h.since, !connected || reconnects > h.noted
 }
 
 func (s *Server) connect() error {
