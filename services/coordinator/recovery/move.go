@@ -32,9 +32,12 @@ import (
 //     the hand-off costs a recovery, never a confirmed record.
 
 // plannedTarget returns, for a planned move, the target's sealed copy when
-// its tails equal the furthest.
-func plannedTarget(pr wire.PendingRecovery, got []sealed, best sealed) (sealed, bool) {
-	if pr.Reason != state.ReasonMove {
+// its tails equal the furthest and the target is not leaving (draining,
+// left or its drain requested, as the worker read the state: a target that
+// began a graceful leave or a drain after the move began gets no
+// ownership; the usual choice, which prefers copies not leaving, stands).
+func plannedTarget(pr wire.PendingRecovery, got []sealed, best sealed, leaving map[string]bool) (sealed, bool) {
+	if pr.Reason != state.ReasonMove || leaving[pr.Proposal.Owner] {
 		return sealed{}, false
 	}
 	for _, s := range got {

@@ -27,21 +27,27 @@ func movePending(target string) wire.PendingRecovery {
 // TestDecidePlannedMove: a planned move promotes its target when the
 // target's sealed tails are among the furthest, whatever the tie-breaks
 // would say; a target behind the furthest copy on either tail is not
-// promoted (the furthest is, as in any recovery), and without the move
-// reason the target gets nothing special.
+// promoted (the furthest is, as in any recovery), nor one that began a
+// graceful leave or a drain after the move began (leaving: the first copy
+// not leaving is), and without the move reason the target gets nothing
+// special.
 func TestDecidePlannedMove(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		target string
-		reason string
-		tails  map[string][2]uint64
-		want   string
+		name    string
+		target  string
+		reason  string
+		tails   map[string][2]uint64
+		want    string
+		leaving []string
 	}{
-		{"target at the tail, beats lower ids", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3"},
-		{"target at the tail, owner not lowest", "n2", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {7, 2}}, "n2"},
-		{"target behind on records", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {9, 2}}, "n1"},
-		{"target behind on cursor events", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 3}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
-		{"not a move", "n3", "expired", map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
+		{"target at the tail, beats lower ids", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3", nil},
+		{"target at the tail, owner not lowest", "n2", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {7, 2}}, "n2", nil},
+		{"target behind on records", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {9, 2}}, "n1", nil},
+		{"target behind on cursor events", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 3}, "n2": {10, 2}, "n3": {10, 2}}, "n1", nil},
+		{"not a move", "n3", "expired", map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1", nil},
+		{"target leaving", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1", []string{"n3"}},
+		{"target and owner leaving", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n2", []string{"n1", "n3"}},
+		{"owner leaving (a drain)", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3", []string{"n1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pr := movePending(c.target)
@@ -50,7 +56,11 @@ func TestDecidePlannedMove(t *testing.T) {
 			for _, n := range []string{"n1", "n2", "n3"} {
 				answers = append(answers, ans(pr, n, c.tails[n][0], c.tails[n][1]))
 			}
-			d := Decide(pr, nil, answers, nil, now)
+			leaving := map[string]bool{}
+			for _, n := range c.leaving {
+				leaving[n] = true
+			}
+			d := Decide(pr, nil, answers, leaving, now)
 			if d.Kind != Promote || d.Assignment.Owner != c.want {
 				t.Fatalf("decision %s owner %s (%s), want %s", d.Kind, d.Assignment.Owner, d.Reason, c.want)
 			}
