@@ -28,8 +28,9 @@ import (
 // same fence and transition and only one guarded commit succeeds.
 
 // moverGrace is how long after this leader first saw a planned move's
-// pending recovery it leaves it to the replica that recorded it, which
-// runs the recovery worker itself (a second worker sealed every copy
+// pending recovery (past the move's hand-off bound, HandoffMS) it leaves
+// it to the replica that recorded it, which runs the recovery worker
+// itself (a second worker sealed every copy
 // twice, and its seals could reach the new owner after the commit); past
 // it (that replica died or gave up), the leader's worker finishes it.
 func (s *Server) moverGrace() time.Duration { return 2*s.opt.SealTimeout + time.Second }
@@ -57,7 +58,9 @@ func (s *Server) moverRuns(pr *wire.PendingRecovery, now time.Time) bool {
 		seen = seenMove{transition: pr.Transition, at: now}
 		s.movesSeen[pr.Stream] = seen
 	}
-	return now.Sub(seen.at) < s.moverGrace()
+	// A move is recorded before its hand-off: the mover's worker starts
+	// only once the hand-off ended, within HandoffMS.
+	return now.Sub(seen.at) < s.moverGrace()+time.Duration(pr.HandoffMS)*time.Millisecond
 }
 
 // forgetMovesSeen drops what moverRuns keeps of the streams no longer in
@@ -405,10 +408,11 @@ func (s *Server) nodeUndrain(ctx context.Context, body []byte) (any, error) {
 // moveState is recovery.MoveState over the Raft store.
 type moveState struct{ s *Server }
 
-// Begin records the move's pending recovery.
-func (m moveState) Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (uint64, error) {
+// Begin records the move's pending recovery, with its hand-off's bound.
+func (m moveState) Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment, handoff time.Duration) (uint64, error) {
 	s := m.s
-	r, err := check(s.store.Propose(ctx, state.RecoveryBegin(stream, version, proposal, state.ReasonMove, "", "", s.opt.Now().UnixMilli())))
+	c := state.RecoveryBegin(stream, version, proposal, state.ReasonMove, "", "", s.opt.Now().UnixMilli()).WithHandoff(handoff)
+	r, err := check(s.store.Propose(ctx, c))
 	if err != nil {
 		return 0, err
 	}

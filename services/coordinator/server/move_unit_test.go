@@ -295,3 +295,45 @@ func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 		}
 	}
 }
+
+// TestMoveOwnerGoneAfterBegin: a move is recorded before its hand-off, so
+// an owner that is gone by the hand-off (it answers no hand-off and no
+// seal, as a host that died right after the begin) leaves a recorded
+// move: the mover goes on as a recovery, the followers' seals make R, and
+// the furthest copy is promoted at the next epoch, each copy sealed once
+// (the leader leaves the move's recovery to the mover).
+func TestMoveOwnerGoneAfterBegin(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	hosts := map[string]*host{}
+	for _, n := range []string{"h1", "h2", "h3"} {
+		hosts[n] = c.host(n)
+		hosts[n].setTails("s1", 10, 0)
+	}
+	c.liveHosts(3)
+	info := c.create("s1", 3)
+	owner := hosts[info.Assignment.Owner]
+	owner.setSilent(true) // no hand-off subscription either: no responders
+	mover := c.servers[c.notLeader()]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.StreamMove{Stream: "s1"})
+	r, err := mover.streamMove(ctx, body)
+	t.Logf("move: %+v, %v", r, err)
+	after := c.waitInfo("s1", "the move committed", 10*time.Second, func(i wire.StreamInfo) bool {
+		return i.Recovery == nil && i.Assignment.Epoch == info.Assignment.Epoch+1
+	})
+	if after.Assignment.Owner == info.Assignment.Owner {
+		t.Fatalf("the silent owner %s was promoted: %+v", info.Assignment.Owner, after.Assignment)
+	}
+	if err == nil && r.(*wire.StreamMoveReply).To != after.Assignment.Owner {
+		t.Fatalf("move reply %+v, stream %+v", r, after.Assignment)
+	}
+	for n, h := range hosts {
+		if h == owner {
+			continue
+		}
+		if seals := h.sealsSeen(); len(seals) != 1 {
+			t.Fatalf("%s was sealed %d times: %+v", n, len(seals), seals)
+		}
+	}
+}

@@ -495,6 +495,9 @@ func (s *State) recoveryBegin(c Command) Result {
 		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
 	}
 	tr := s.recordRecovery(st, *c.Proposal, c.Reason, c.TraceID, c.TraceParent, c.AtMS)
+	if c.Reason == ReasonMove && c.HandoffMS > 0 {
+		st.Recovery.HandoffMS = c.HandoffMS
+	}
 	s.touch(st, false)
 	return Result{Changed: true, Transition: tr}
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -60,6 +61,9 @@ type Command struct {
 	AcceptedLoss     *wire.AcceptedLoss `json:"accepted_loss,omitempty"`
 	TraceID          string             `json:"trace_id,omitempty"`
 	TraceParent      string             `json:"traceparent,omitempty"`
+	// HandoffMS is a planned move's hand-off bound (recovery.begin of
+	// reason move; wire.PendingRecovery.HandoffMS).
+	HandoffMS int64 `json:"handoff_ms,omitempty"`
 }
 
 // Encode renders the command as the bytes of a Raft entry.
@@ -188,6 +192,12 @@ func AssignUpdate(stream string, version uint64, a wire.Assignment, atMS int64) 
 func RecoveryBegin(stream string, version uint64, proposal wire.Assignment, reason, traceID, traceParent string, atMS int64) Command {
 	return Command{Op: OpRecoveryBegin, Stream: stream, Version: version, Proposal: &proposal, Reason: reason,
 		TraceID: traceID, TraceParent: traceParent, AtMS: atMS}
+}
+
+// WithHandoff sets the hand-off bound of a planned move's RecoveryBegin.
+func (c Command) WithHandoff(d time.Duration) Command {
+	c.HandoffMS = d.Milliseconds()
+	return c
 }
 
 // RecoveryCommit is the worker's guarded write.
