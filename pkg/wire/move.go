@@ -25,8 +25,9 @@ type StreamMoveReply struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Epoch  uint64 `json:"epoch"`
-	// HeldMS is how long the old owner refused publishes before the
-	// coordinator began the commit (the hand-off); TookMS the whole move.
+	// HeldMS is how long the hand-off took, from its request to the old
+	// owner's answer (it refuses publishes from then until the seal);
+	// TookMS the whole move.
 	HeldMS  int64  `json:"held_ms"`
 	TookMS  int64  `json:"took_ms"`
 	Version uint64 `json:"version"`
