@@ -163,10 +163,13 @@ func (c *Client) ClusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 	return info, err
 }
 
-// DrainNode drains node: every replicated stream it owns moves to another
-// host by a planned move (the reply lists those that moved and those that
-// fail over by recovery instead), then the node takes no copies and no
-// ownership until UndrainNode or its restart.
+// DrainNode drains node. The reply comes once the drain is recorded (no
+// copy and no ownership moves to the node from then on) and lists the
+// replicated streams it owns, which the coordinator then moves to other
+// hosts by planned moves; then the node is draining (ClusterInfo shows
+// drain_requested meanwhile): it takes no copies and no ownership until
+// UndrainNode or its restart, and what it still owns fails over by
+// recovery.
 func (c *Client) DrainNode(ctx context.Context, node string) (wire.NodeDrainReply, error) {
 	var out wire.NodeDrainReply
 	err := c.Admin(ctx, wire.VerbNodeDrain, wire.NodeRef{Node: node}, &out)

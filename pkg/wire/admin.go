@@ -153,6 +153,9 @@ type NodeInfo struct {
 	State       string `json:"state"`
 	LastSeenMS  int64  `json:"last_seen_ms"` // -1 if never seen by this coordinator
 	Copies      int    `json:"copies"`
+	// DrainRequested is true while a node.drain moves the streams of this
+	// live node away (it takes no copy and no ownership meanwhile).
+	DrainRequested bool `json:"drain_requested,omitempty"`
 }
 
 // OK is the reply of a write that returns nothing else.

@@ -25,22 +25,25 @@ type StreamMoveReply struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Epoch  uint64 `json:"epoch"`
-	// HeldMS is how long the old owner refused publishes before the
-	// coordinator began the commit (the hand-off); TookMS the whole move.
+	// HeldMS is how long the hand-off took, from its request to the old
+	// owner's answer (it refuses publishes from then until the seal);
+	// TookMS the whole move.
 	HeldMS  int64  `json:"held_ms"`
 	TookMS  int64  `json:"took_ms"`
 	Version uint64 `json:"version"`
 }
 
-// NodeDrainReply is the answer of node.drain: the node is draining (it
-// takes no copies and no ownership until node.undrain or its restart), the
-// streams it owned that moved by planned moves, and those that did not
-// (they fail over by recovery, as before planned moves existed).
+// NodeDrainReply is the answer of node.drain once the drain is recorded:
+// from then on no copy and no ownership moves to the node. Moving lists
+// the replicated streams it owns, which the coordinator moves to other
+// hosts by planned moves after replying; then the node is draining (it
+// takes no copies and no ownership until node.undrain or its restart) and
+// whatever it still owns fails over by recovery. cluster.info shows
+// drain_requested on the node while the moves run, then state draining.
 type NodeDrainReply struct {
 	OK      bool     `json:"ok"`
 	Version uint64   `json:"version"`
-	Moved   []string `json:"moved"`
-	Failed  []string `json:"failed"`
+	Moving  []string `json:"moving"`
 }
 
 // HandoffRequest asks the owner of Stream at Epoch to hand its ownership

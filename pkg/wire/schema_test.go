@@ -162,11 +162,11 @@ func validExamples() []exampleCase {
 		{"stream-list.reply.schema.json", wire.StreamList{Streams: []wire.StreamInfo{exStreamInfo}, Next: "orders", Version: 89}},
 		{"cluster-info.reply.schema.json", wire.ClusterInfo{
 			Coordinators: []wire.CoordinatorInfo{exCoordinator, {ReplicaID: 2, Address: "127.0.0.1:7302"}, {ReplicaID: 3, Address: "127.0.0.1:7303"}},
-			Leader:       1, Nodes: []wire.NodeInfo{exNode, {Node: "node-d", State: wire.NodeExpired, LastSeenMS: -1}},
+			Leader:       1, Nodes: []wire.NodeInfo{exNode, {Node: "node-d", State: wire.NodeExpired, LastSeenMS: -1}, {Node: "node-e", State: wire.NodeLive, LastSeenMS: 10, DrainRequested: true}},
 			Version: 88, AnsweredBy: 2}},
 		{"ok.reply.schema.json", wire.OK{OK: true, Version: 90}},
 		{"stream-move.reply.schema.json", wire.StreamMoveReply{Stream: "orders", From: "node-a", To: "node-b", Epoch: 5, HeldMS: 3, TookMS: 21, Version: 91}},
-		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 92, Moved: []string{"orders"}, Failed: []string{}}},
+		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 92, Moving: []string{"orders"}}},
 		{"handoff.request.schema.json", wire.HandoffRequest{Stream: "orders", StreamID: 17, Epoch: 4, Target: "node-b", TimeoutMS: 2000, HoldMS: 4000}},
 		{"handoff.request.schema.json", wire.HandoffRequest{Stream: "orders", StreamID: 17, Epoch: 4, Target: "node-b", Resume: true}},
 		{"handoff.reply.schema.json", wire.HandoffReply{Node: "node-a", Stream: "orders", Epoch: 4, RecordTail: 9250, CursorTail: 320, Digest: "9f86d081884c7d65", TookMS: 2}},

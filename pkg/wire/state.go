@@ -134,6 +134,11 @@ type PendingRecovery struct {
 	TraceParent string `json:"traceparent,omitempty"`
 	// Wait says why the worker has not finished it yet, if it tried.
 	Wait *RecoveryWait `json:"wait,omitempty"`
+	// HandoffMS is, for a planned move (reason move), how long its
+	// hand-off may take after this record: the move is recorded before
+	// the owner's hand-off, and the leader leaves the recovery to the
+	// mover that much longer than any move's.
+	HandoffMS int64 `json:"handoff_ms,omitempty"`
 }
 
 // RecoveryWait is the recovery worker's latest reason to wait, published so

@@ -107,9 +107,16 @@ func (p Params) Stamp(st *state.Stream) string {
 	return policy.Default
 }
 
-// Up reports whether node may take copies or ownership now: live in the
-// state, heard within the TTL, not leaving and not just disconnected.
+// Up reports whether node may take copies or ownership now: Reachable and
+// its drain not requested (state.DrainRequested).
 func Up(s *state.State, live map[string]liveness.Seen, node string, now time.Time, ttl time.Duration) bool {
+	return Reachable(s, live, node, now, ttl) && !s.DrainRequested(node)
+}
+
+// Reachable reports whether node serves now: live in the state, heard
+// within the TTL, not leaving and not just disconnected. A node being
+// drained is reachable (it hands its streams off) but not Up.
+func Reachable(s *state.State, live map[string]liveness.Seen, node string, now time.Time, ttl time.Duration) bool {
 	if s.NodeState(node) != wire.NodeLive {
 		return false
 	}
@@ -380,7 +387,7 @@ func fenced(s *state.State, st *state.Stream, live Liveness, now time.Time, p Pa
 		detected = DetectWithdrawnFence
 	} else {
 		for _, n := range cur.Copies() {
-			if !Up(s, live.Nodes, n, now, p.TTL) {
+			if !Reachable(s, live.Nodes, n, now, p.TTL) {
 				continue
 			}
 			if c, ok := live.Nodes[n].Copies[st.Name]; ok && c.StreamID == st.ID && c.Sealed && c.Epoch >= cur.Epoch {

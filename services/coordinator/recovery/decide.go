@@ -272,7 +272,7 @@ func Decide(pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answe
 	// A planned move promotes its target when the target is among the
 	// furthest (move.go); otherwise the choice above stands.
 	moved := false
-	if t, ok := plannedTarget(pr, got, best); ok {
+	if t, ok := plannedTarget(pr, got, best, leaving); ok {
 		chosen, preferred, belowBest, moved = t, false, false, true
 	}
 

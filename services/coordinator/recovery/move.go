@@ -16,25 +16,43 @@ import (
 // Planned moves (stream.move, node.drain, the balancer) move ownership of a
 // live stream to one of its followers with the smallest write gap:
 //
-//  1. Hand-off: the owner stops taking publishes (refusing them with
-//     sealed, which clients retry) and answers once the target durably
-//     holds its record and cursor tails. Nothing is written to the state;
-//     a failure here (timeout, the owner or target gone) aborts the move
-//     and the owner takes publishes again.
-//  2. Begin: one guarded write records a pending recovery with reason
+//  1. Begin: one guarded write records a pending recovery with reason
 //     state.ReasonMove whose proposal names the target as owner, on the
-//     stream version read before the hand-off (so a change meanwhile, a
-//     recovery or another move, is refused with conflict).
+//     stream version the move was planned from (so a change meanwhile, a
+//     recovery or another move, is refused with conflict, and the move
+//     ends having changed nothing). The owner still takes publishes: the
+//     write is outside the write gap.
+//  2. Hand-off: the owner stops taking publishes (refusing them with
+//     sealed, which clients retry) and answers once the target durably
+//     holds its record and cursor tails. A failure here (timeout, the
+//     owner or target gone) no longer aborts cleanly: the move is
+//     recorded, so it goes on as a recovery (step 3), whose seal ends the
+//     owner's hold; the furthest copy is promoted (often the old owner
+//     again, at the next epoch), and the move answers the hand-off's code.
 //  3. Recover: the recovery worker seals the copies at the next epoch and
 //     commits as any recovery does; Decide promotes the target when its
 //     sealed tails are among the furthest (plannedTarget), else the
 //     furthest copy as usual, so a target that died or fell behind after
 //     the hand-off costs a recovery, never a confirmed record.
+//
+// Why the begin may come first (docs/failover.md, "Planned moves"): the
+// recovery's safety rests on its seal, its choice and its guarded commit,
+// all after the hand-off, never on what the owner did before the seal;
+// records confirmed between the begin and the hold are fenced by the seal
+// like any other. The states this order adds (a move recorded, the owner
+// not yet holding) are ones a recovery already meets: an owner that dies,
+// or a hand-off that fails, after the begin leaves a pending recovery that
+// the worker finishes from the seals; the leader leaves it to the mover
+// for the hand-off's bound (HandoffMS) plus the usual grace, so two workers
+// do not seal at once.
 
 // plannedTarget returns, for a planned move, the target's sealed copy when
-// its tails equal the furthest.
-func plannedTarget(pr wire.PendingRecovery, got []sealed, best sealed) (sealed, bool) {
-	if pr.Reason != state.ReasonMove {
+// its tails equal the furthest and the target is not leaving (draining,
+// left or its drain requested, as the worker read the state: a target that
+// began a graceful leave or a drain after the move began gets no
+// ownership; the usual choice, which prefers copies not leaving, stands).
+func plannedTarget(pr wire.PendingRecovery, got []sealed, best sealed, leaving map[string]bool) (sealed, bool) {
+	if pr.Reason != state.ReasonMove || leaving[pr.Proposal.Owner] {
 		return sealed{}, false
 	}
 	for _, s := range got {
@@ -115,8 +133,8 @@ type Handoffer interface {
 // MoveState is the coordinator's part of a move.
 type MoveState interface {
 	// Begin records the pending recovery of reason state.ReasonMove,
-	// guarded on version.
-	Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (transition uint64, err error)
+	// guarded on version; handoff bounds the hand-off that follows it.
+	Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment, handoff time.Duration) (transition uint64, err error)
 	// Recover drives the stream's pending recovery (transition, as Begin
 	// recorded it) to its commit (or until it is gone) and returns the
 	// stream's assignment then, and the state version it was read at.
@@ -145,7 +163,7 @@ const DefaultMoveTimeout = 2 * time.Second
 type MoveResult struct {
 	Assignment wire.Assignment
 	Version    uint64        // the state version Assignment was read at
-	Held       time.Duration // from the hand-off request to the begin
+	Held       time.Duration // from the hand-off request to its answer
 	Took       time.Duration
 }
 
@@ -161,36 +179,34 @@ func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, pr
 	log := cmp.Or(m.Logger, slog.New(slog.DiscardHandler)).With("stream", old.Stream, "from", old.Owner, "to", proposal.Owner, "epoch", old.Epoch)
 	req := wire.HandoffRequest{Stream: old.Stream, StreamID: old.StreamID, Epoch: old.Epoch, Target: proposal.Owner,
 		TimeoutMS: timeout.Milliseconds(), HoldMS: hold.Milliseconds(), MoveID: m.ID}
-	resume := func(why error) {
-		r := req
-		r.Resume = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		if _, err := m.Handoffer.Handoff(rctx, old.Owner, r); err != nil {
-			log.Warn("move: resume not confirmed; the owner takes publishes again once its hold passes", "hold", hold, "err", err)
-		}
-		log.Warn("move aborted before any seal: the owner takes publishes again", "err", why)
-	}
-	hctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
-	_, err := m.Handoffer.Handoff(hctx, old.Owner, req)
-	cancel()
+	// The hand-off's bound: its request's deadline (the owner's own
+	// timeout plus a second for the answer).
+	bound := timeout + time.Second
+	transition, err := m.State.Begin(ctx, old.Stream, version, proposal, bound)
 	if err != nil {
-		resume(err)
-		code := codeOr(err, wire.CodeTimeout)
-		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: hand-off by %s: %v", old.Stream, proposal.Owner, old.Owner, err))
-	}
-	held := time.Since(began)
-	transition, err := m.State.Begin(ctx, old.Stream, version, proposal)
-	if err != nil {
-		resume(err)
 		code := codeOr(err, wire.CodeConflict)
 		return MoveResult{}, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: not recorded: %v", old.Stream, proposal.Owner, err))
+	}
+	hbegan := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, bound)
+	_, herr := m.Handoffer.Handoff(hctx, old.Owner, req)
+	cancel()
+	held := time.Since(hbegan)
+	if herr != nil {
+		// The move is recorded: it goes on as a recovery, whose seal ends
+		// the owner's hold (if it began one).
+		log.Warn("move: hand-off failed after the move was recorded; it goes on as a recovery of the furthest copy", "err", herr)
 	}
 	a, version, err := m.State.Recover(ctx, old.Stream, transition)
 	if err != nil {
 		return MoveResult{}, wire.Errorf(wire.CodeTimeout, "move of %s to %s: sealed at epoch %d, not committed yet (%v); the recovery goes on", old.Stream, proposal.Owner, old.Epoch+1, err)
 	}
 	res := MoveResult{Assignment: a, Version: version, Held: held, Took: time.Since(began)}
+	if herr != nil && a.Owner != proposal.Owner {
+		code := codeOr(herr, wire.CodeTimeout)
+		return res, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(code, "move of %s to %s: hand-off by %s: %v; the recovery promoted %s at epoch %d",
+			old.Stream, proposal.Owner, old.Owner, herr, a.Owner, a.Epoch))
+	}
 	if a.Owner != proposal.Owner {
 		return res, fmt.Errorf("%w: %w", ErrMoveAborted, wire.Errorf(wire.CodeConflict,
 			"move of %s to %s: the recovery promoted %s at epoch %d instead (the target's sealed tails were not the furthest)", old.Stream, proposal.Owner, a.Owner, a.Epoch))

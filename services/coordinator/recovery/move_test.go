@@ -27,21 +27,27 @@ func movePending(target string) wire.PendingRecovery {
 // TestDecidePlannedMove: a planned move promotes its target when the
 // target's sealed tails are among the furthest, whatever the tie-breaks
 // would say; a target behind the furthest copy on either tail is not
-// promoted (the furthest is, as in any recovery), and without the move
-// reason the target gets nothing special.
+// promoted (the furthest is, as in any recovery), nor one that began a
+// graceful leave or a drain after the move began (leaving: the first copy
+// not leaving is), and without the move reason the target gets nothing
+// special.
 func TestDecidePlannedMove(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		target string
-		reason string
-		tails  map[string][2]uint64
-		want   string
+		name    string
+		target  string
+		reason  string
+		tails   map[string][2]uint64
+		want    string
+		leaving []string
 	}{
-		{"target at the tail, beats lower ids", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3"},
-		{"target at the tail, owner not lowest", "n2", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {7, 2}}, "n2"},
-		{"target behind on records", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {9, 2}}, "n1"},
-		{"target behind on cursor events", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 3}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
-		{"not a move", "n3", "expired", map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1"},
+		{"target at the tail, beats lower ids", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3", nil},
+		{"target at the tail, owner not lowest", "n2", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {7, 2}}, "n2", nil},
+		{"target behind on records", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {9, 2}}, "n1", nil},
+		{"target behind on cursor events", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 3}, "n2": {10, 2}, "n3": {10, 2}}, "n1", nil},
+		{"not a move", "n3", "expired", map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1", nil},
+		{"target leaving", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n1", []string{"n3"}},
+		{"target and owner leaving", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n2", []string{"n1", "n3"}},
+		{"owner leaving (a drain)", "n3", state.ReasonMove, map[string][2]uint64{"n1": {10, 2}, "n2": {10, 2}, "n3": {10, 2}}, "n3", []string{"n1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pr := movePending(c.target)
@@ -50,7 +56,11 @@ func TestDecidePlannedMove(t *testing.T) {
 			for _, n := range []string{"n1", "n2", "n3"} {
 				answers = append(answers, ans(pr, n, c.tails[n][0], c.tails[n][1]))
 			}
-			d := Decide(pr, nil, answers, nil, now)
+			leaving := map[string]bool{}
+			for _, n := range c.leaving {
+				leaving[n] = true
+			}
+			d := Decide(pr, nil, answers, leaving, now)
 			if d.Kind != Promote || d.Assignment.Owner != c.want {
 				t.Fatalf("decision %s owner %s (%s), want %s", d.Kind, d.Assignment.Owner, d.Reason, c.want)
 			}
@@ -111,6 +121,10 @@ type fakeHandoff struct {
 	err     error
 	resumed []string
 	asked   []wire.HandoffRequest
+	// st is the move's state, to see whether the move was recorded
+	// before the hand-off.
+	st          *fakeMoveState
+	beganByThen bool
 }
 
 func (f *fakeHandoff) Handoff(_ context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error) {
@@ -119,6 +133,7 @@ func (f *fakeHandoff) Handoff(_ context.Context, node string, req wire.HandoffRe
 		f.resumed = append(f.resumed, node)
 		return &wire.HandoffReply{}, nil
 	}
+	f.beganByThen = f.st != nil && f.st.began
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -126,44 +141,54 @@ func (f *fakeHandoff) Handoff(_ context.Context, node string, req wire.HandoffRe
 }
 
 type fakeMoveState struct {
-	beginErr error
-	promoted string
-	began    bool
+	beginErr  error
+	promoted  string
+	began     bool
+	handoff   time.Duration
+	recovered bool
 }
 
-func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assignment) (uint64, error) {
+func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assignment, handoff time.Duration) (uint64, error) {
 	if f.beginErr != nil {
 		return 0, f.beginErr
 	}
-	f.began = true
+	f.began, f.handoff = true, handoff
 	return 1, nil
 }
 
 func (f *fakeMoveState) Recover(_ context.Context, stream string, _ uint64) (wire.Assignment, uint64, error) {
+	f.recovered = true
 	return wire.Assignment{Stream: stream, Epoch: 5, Owner: f.promoted}, 9, nil
 }
 
-// TestMoverAbortsCleanly: a hand-off that fails or a begin that is refused
-// resumes the owner's intake and records nothing; a recovery that promoted
-// another copy is reported aborted; a move that lands answers its result.
-func TestMoverAbortsCleanly(t *testing.T) {
+// TestMoverRecordsBeforeHandoff: the move is recorded (with the hand-off's
+// bound) before the owner is asked to hand off, so the Raft write is not in
+// the write gap; a begin that is refused asks the owner nothing; a
+// hand-off that fails after the begin goes on as a recovery (whose seal
+// ends the owner's hold), answering the hand-off's code unless the
+// recovery promoted the target anyway; a recovery that promoted another
+// copy is reported aborted; a move that lands answers its result. No
+// resume is ever sent: nothing holds the owner that a seal does not end.
+func TestMoverRecordsBeforeHandoff(t *testing.T) {
 	old := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 4, Owner: "n1", Followers: []string{"n2"}}
 	prop := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 5, Owner: "n2", Followers: []string{"n1"}}
 	for _, c := range []struct {
-		name    string
-		h       *fakeHandoff
-		st      *fakeMoveState
-		code    string
-		resumed bool
-		began   bool
+		name      string
+		h         *fakeHandoff
+		st        *fakeMoveState
+		code      string
+		asked     bool
+		recovered bool
 	}{
-		{"hand-off timed out", &fakeHandoff{err: wire.Errorf(wire.CodeTimeout, "slow")}, &fakeMoveState{promoted: "n2"}, wire.CodeTimeout, true, false},
-		{"no answer", &fakeHandoff{err: context.DeadlineExceeded}, &fakeMoveState{promoted: "n2"}, wire.CodeTimeout, true, false},
-		{"begin refused", &fakeHandoff{}, &fakeMoveState{beginErr: wire.Errorf(wire.CodeConflict, "moved on")}, wire.CodeConflict, true, false},
-		{"another copy promoted", &fakeHandoff{}, &fakeMoveState{promoted: "n1"}, wire.CodeConflict, false, true},
-		{"moved", &fakeHandoff{}, &fakeMoveState{promoted: "n2"}, "", false, true},
+		{"hand-off timed out", &fakeHandoff{err: wire.Errorf(wire.CodeTimeout, "slow")}, &fakeMoveState{promoted: "n1"}, wire.CodeTimeout, true, true},
+		{"no answer", &fakeHandoff{err: context.DeadlineExceeded}, &fakeMoveState{promoted: "n1"}, wire.CodeTimeout, true, true},
+		{"hand-off failed, target promoted anyway", &fakeHandoff{err: context.DeadlineExceeded}, &fakeMoveState{promoted: "n2"}, "", true, true},
+		{"begin refused", &fakeHandoff{}, &fakeMoveState{beginErr: wire.Errorf(wire.CodeConflict, "moved on")}, wire.CodeConflict, false, false},
+		{"another copy promoted", &fakeHandoff{}, &fakeMoveState{promoted: "n1"}, wire.CodeConflict, true, true},
+		{"moved", &fakeHandoff{}, &fakeMoveState{promoted: "n2"}, "", true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			c.h.st = c.st
 			m := &Mover{Handoffer: c.h, State: c.st, Timeout: 100 * time.Millisecond, ID: "m7"}
 			res, err := m.Run(context.Background(), old, 3, prop)
 			if codeOr(err, "") != c.code {
@@ -172,8 +197,11 @@ func TestMoverAbortsCleanly(t *testing.T) {
 			if (err != nil && c.code != wire.CodeTimeout || c.code == wire.CodeTimeout) && c.code != "" && !errors.Is(err, ErrMoveAborted) {
 				t.Fatalf("error %v is not ErrMoveAborted", err)
 			}
-			if (len(c.h.resumed) > 0) != c.resumed || c.st.began != c.began {
-				t.Fatalf("resumed %v began %v, want %v %v", c.h.resumed, c.st.began, c.resumed, c.began)
+			if len(c.h.resumed) > 0 || (len(c.h.asked) > 0) != c.asked || c.st.recovered != c.recovered {
+				t.Fatalf("resumed %v asked %v recovered %v, want no resume, asked %v recovered %v", c.h.resumed, c.h.asked, c.st.recovered, c.asked, c.recovered)
+			}
+			if c.asked && (!c.h.beganByThen || c.st.handoff != 1100*time.Millisecond) {
+				t.Fatalf("hand-off asked before the move was recorded (%v) or bound %v, want 1.1s", c.h.beganByThen, c.st.handoff)
 			}
 			if c.code == "" && (res.Assignment.Owner != "n2" || res.Version != 9) {
 				t.Fatalf("result %+v", res)

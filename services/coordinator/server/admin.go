@@ -602,7 +602,8 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 	view := s.live.ViewStream("")
 	for _, id := range st.SortedNodes() {
 		n := st.Nodes[id]
-		ni := wire.NodeInfo{Node: id, Incarnation: n.Incarnation, State: n.State, LastSeenMS: -1, Copies: copies[id]}
+		ni := wire.NodeInfo{Node: id, Incarnation: n.Incarnation, State: n.State, LastSeenMS: -1, Copies: copies[id],
+			DrainRequested: st.DrainRequested(id)}
 		if seen, ok := view[id]; ok {
 			ni.LastSeenMS = seen.LastSeen.UnixMilli()
 		}

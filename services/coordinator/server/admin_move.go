@@ -28,8 +28,9 @@ import (
 // same fence and transition and only one guarded commit succeeds.
 
 // moverGrace is how long after this leader first saw a planned move's
-// pending recovery it leaves it to the replica that recorded it, which
-// runs the recovery worker itself (a second worker sealed every copy
+// pending recovery (past the move's hand-off bound, HandoffMS) it leaves
+// it to the replica that recorded it, which runs the recovery worker
+// itself (a second worker sealed every copy
 // twice, and its seals could reach the new owner after the commit); past
 // it (that replica died or gave up), the leader's worker finishes it.
 func (s *Server) moverGrace() time.Duration { return 2*s.opt.SealTimeout + time.Second }
@@ -57,7 +58,9 @@ func (s *Server) moverRuns(pr *wire.PendingRecovery, now time.Time) bool {
 		seen = seenMove{transition: pr.Transition, at: now}
 		s.movesSeen[pr.Stream] = seen
 	}
-	return now.Sub(seen.at) < s.moverGrace()
+	// A move is recorded before its hand-off: the mover's worker starts
+	// only once the hand-off ended, within HandoffMS.
+	return now.Sub(seen.at) < s.moverGrace()+time.Duration(pr.HandoffMS)*time.Millisecond
 }
 
 // forgetMovesSeen drops what moverRuns keeps of the streams no longer in
@@ -92,9 +95,10 @@ type moves struct {
 	// running holds the streams this replica's planned moves run, each
 	// with its target ("" until planned).
 	running map[string]string
-	// draining counts, per node, the node.drain calls moving its streams
-	// away: no move targets it, nor does the balancer count it up.
-	draining map[string]int
+	// draining holds the nodes this replica's node.drain calls are
+	// moving streams away from (the Raft state's DrainRequested keeps
+	// every coordinator's moves off them).
+	draining map[string]bool
 	// backoff holds, per stream, until when the balancer leaves it alone
 	// after a failed move.
 	backoff map[string]time.Time
@@ -136,8 +140,10 @@ func validStreamAndNode(stream, node string) error {
 }
 
 // moveView is recovery.MoveView from the state and this replica's
-// liveness view. A node being drained is up only as the stream's owner,
-// so no move targets it.
+// liveness view. The owner need only be reachable (a node being drained
+// hands its streams off); a target must be up, so no move targets a node
+// whose drain is requested (state.DrainRequested), whichever coordinator
+// runs the move or the drain.
 func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 	live, now := s.live.ViewStream(stream), s.opt.Now()
 	owned, _ := st.Load()
@@ -145,7 +151,6 @@ func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 	if ss := st.Streams[stream]; ss != nil {
 		owner = ss.Assignment.Owner
 	}
-	draining := s.drainingNodes()
 	tails := map[string]uint64{}
 	for id, seen := range live { // the stream's copies only
 		if c, ok := seen.Copies[stream]; ok {
@@ -153,7 +158,12 @@ func (s *Server) moveView(st *state.State, stream string) recovery.MoveView {
 		}
 	}
 	return recovery.MoveView{
-		Up:    func(n string) bool { return controller.Up(st, live, n, now, s.opt.TTL) && (n == owner || !draining[n]) },
+		Up: func(n string) bool {
+			if n == owner {
+				return controller.Reachable(st, live, n, now, s.opt.TTL)
+			}
+			return controller.Up(st, live, n, now, s.opt.TTL)
+		},
 		Tails: tails,
 		Owned: owned,
 	}
@@ -235,35 +245,46 @@ func (s *Server) isMoving(stream string) bool {
 	return ok
 }
 
-// drainingNodes returns the nodes node.drain calls are moving streams
-// away from.
-func (s *Server) drainingNodes() map[string]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]bool, len(s.moves.draining))
-	for n := range s.moves.draining {
-		out[n] = true
-	}
-	return out
-}
+// drainMoveTimeout bounds one planned move of a node.drain (hand-off,
+// begin, seals and commit); a move still running then is left to its
+// recovery.
+const drainMoveTimeout = 30 * time.Second
 
-// markDraining counts a node.drain of node in (d 1) or out (d -1).
-func (s *Server) markDraining(node string, d int) {
+// startDrain marks node as drained by this replica; false if a node.drain
+// of it runs here already.
+func (s *Server) startDrain(node string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.moves.draining == nil {
-		s.moves.draining = map[string]int{}
+		s.moves.draining = map[string]bool{}
 	}
-	if s.moves.draining[node] += d; s.moves.draining[node] <= 0 {
-		delete(s.moves.draining, node)
+	if s.moves.draining[node] {
+		return false
 	}
+	s.moves.draining[node] = true
+	return true
 }
 
-// nodeDrainMoves is the admin verb node.drain: every replicated stream the
-// node owns moves to another host by planned moves (at most maxDrainMoves
-// at once), then the node is marked draining: it takes no copies and no
-// ownership until node.undrain (or its restart), and whatever it still
-// owns fails over by recovery, as a drain did before planned moves.
+// endDrain unmarks node.
+func (s *Server) endDrain(node string) {
+	s.mu.Lock()
+	delete(s.moves.draining, node)
+	s.mu.Unlock()
+}
+
+// nodeDrainMoves is the admin verb node.drain. It records the drain in the
+// Raft state (state.NodeDrainBegin: from then on no copy and no ownership
+// moves to the node, on any coordinator) and replies with the replicated
+// streams the node owns, which this replica then moves to other hosts by
+// planned moves in the background (at most maxDrainMoves at once, each
+// within drainMoveTimeout), so the reply does not wait for many moves.
+// Once they are done the node is marked draining (unless node.undrain or
+// a restart came meanwhile): it takes no copies and no ownership until
+// node.undrain (or its restart), and whatever it still owns fails over by
+// recovery. cluster.info shows the drain: drain_requested while the moves
+// run, then state draining. A node.drain of a node already being drained
+// here replies with what it still owns and starts nothing; one served by
+// another replica (or after this one died) starts the moves again.
 func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	var req wire.NodeRef
 	if err := decodeStrict(body, &req); err != nil {
@@ -272,62 +293,96 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	if err := wire.ValidName("node", req.Node); err != nil {
 		return nil, err
 	}
+	r, err := check(s.store.Propose(ctx, state.NodeDrainBegin(req.Node, s.opt.Now().UnixMilli())))
+	if err != nil {
+		return nil, err
+	}
 	st, err := s.store.State(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if st.Nodes[req.Node] == nil {
-		return nil, wire.Errorf(wire.CodeNotFound, "node %s is unknown", req.Node)
+	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}}
+	if !st.DrainRequested(req.Node) {
+		// Not live (draining, expired or left: its streams fail over
+		// anyway), or undrained or restarted since.
+		r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
+		if err != nil {
+			return nil, err
+		}
+		out.Version = r.Version
+		s.poke()
+		return out, nil
 	}
-	out := &wire.NodeDrainReply{OK: true, Moved: []string{}, Failed: []string{}}
-	// Until it is marked draining below, no move (of this drain, another
-	// one or the balancer) targets the node. It cannot be marked draining
-	// first: a draining owner fails over by recovery, not by moves.
-	s.markDraining(req.Node, 1)
-	defer s.markDraining(req.Node, -1)
-	if st.NodeState(req.Node) == wire.NodeLive {
-		s.drainMoves(ctx, st, req.Node, out)
+	for _, name := range st.SortedStreams() {
+		if a := st.Streams[name].Assignment; a.Owner == req.Node && len(a.Copies()) >= 2 {
+			out.Moving = append(out.Moving, name)
+		}
 	}
-	r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
-	if err != nil {
-		return nil, err
+	if !s.startDrain(req.Node) {
+		return out, nil // this replica's drain of the node goes on
 	}
-	out.Version = r.Version
 	if r.Changed {
-		s.log.Warn("node draining", "node", req.Node, "moved", len(out.Moved), "failing_over", out.Failed, "version", r.Version)
+		s.log.Warn("node drain requested: moving its streams", "node", req.Node, "streams", len(out.Moving), "version", r.Version)
 	}
-	s.poke()
+	s.handlers.Add(1) // a handler is in flight: shutdown waits for this too
+	go func() {
+		defer s.handlers.Done()
+		defer s.endDrain(req.Node)
+		s.finishDrain(s.reqCtx, st, req.Node, out.Moving)
+	}()
 	return out, nil
 }
 
-// drainMoves moves every replicated stream node owns in st elsewhere.
-func (s *Server) drainMoves(ctx context.Context, st *state.State, node string, out *wire.NodeDrainReply) {
+// finishDrain moves names (streams node owns in st) elsewhere, then marks
+// node draining if its drain is still requested.
+func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, names []string) {
 	var mu sync.Mutex
+	var moved, failed []string
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxDrainMoves)
-	for _, name := range st.SortedStreams() {
-		ss := st.Streams[name]
-		if ss.Assignment.Owner != node || len(ss.Assignment.Copies()) < 2 {
-			continue
+	for _, name := range names {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
 		}
-		sem <- struct{}{}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := s.move(ctx, st, name, "", 0, "drain")
+			mctx, cancel := context.WithTimeout(ctx, drainMoveTimeout)
+			_, err := s.move(mctx, st, name, "", 0, "drain")
+			cancel()
 			mu.Lock()
 			if err != nil {
-				out.Failed = append(out.Failed, name)
+				failed = append(failed, name)
 			} else {
-				out.Moved = append(out.Moved, name)
+				moved = append(moved, name)
 			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	slices.Sort(out.Moved)
-	slices.Sort(out.Failed)
+	if ctx.Err() != nil {
+		s.log.Warn("node drain stopped with the coordinator; node.drain again to finish it", "node", node, "moved", len(moved))
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	r, err := check(s.store.Propose(pctx, state.NodeDrainRequested(node, s.opt.Now().UnixMilli())))
+	if err != nil {
+		s.log.Warn("node drain: not marked draining; node.drain again to finish it", "node", node, "err", err)
+		return
+	}
+	slices.Sort(failed)
+	if r.Changed {
+		s.log.Warn("node draining", "node", node, "moved", len(moved), "failing_over", failed, "version", r.Version)
+	} else {
+		s.log.Info("node drain ended without marking it draining (undrained or restarted meanwhile)", "node", node, "moved", len(moved))
+	}
+	s.poke()
 }
 
 // nodeUndrain is the admin verb node.undrain.
@@ -353,10 +408,11 @@ func (s *Server) nodeUndrain(ctx context.Context, body []byte) (any, error) {
 // moveState is recovery.MoveState over the Raft store.
 type moveState struct{ s *Server }
 
-// Begin records the move's pending recovery.
-func (m moveState) Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment) (uint64, error) {
+// Begin records the move's pending recovery, with its hand-off's bound.
+func (m moveState) Begin(ctx context.Context, stream string, version uint64, proposal wire.Assignment, handoff time.Duration) (uint64, error) {
 	s := m.s
-	r, err := check(s.store.Propose(ctx, state.RecoveryBegin(stream, version, proposal, state.ReasonMove, "", "", s.opt.Now().UnixMilli())))
+	c := state.RecoveryBegin(stream, version, proposal, state.ReasonMove, "", "", s.opt.Now().UnixMilli()).WithHandoff(handoff)
+	r, err := check(s.store.Propose(ctx, c))
 	if err != nil {
 		return 0, err
 	}
@@ -474,9 +530,8 @@ func (s *Server) balance(leaderCtx context.Context) {
 		return
 	}
 	live := s.live.ViewStream("") // every host's liveness, no copies
-	draining := s.drainingNodes()
 	up := func(st *state.State, n string) bool {
-		return !draining[n] && controller.Up(st, live, n, now, s.opt.TTL)
+		return controller.Up(st, live, n, now, s.opt.TTL) // not a node being drained
 	}
 	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
 	r, err := s.store.Read(rctx, controller.BalanceQuery(up, moving, skip, budget, p.Margin))

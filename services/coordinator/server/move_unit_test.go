@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 )
 
 // TestMoveViewSkipsDrainedNodes: while node.drain moves a node's streams
-// away, no move targets that node (its own drain's, another drain's, the
-// balancer's), though as an owner it may still hand its streams off; a
+// away (its drain requested in the state), no move targets that node (its
+// own drain's, another drain's, the balancer's), though as an owner it may
+// still hand its streams off; node.undrain makes it a target again; a
 // failed move backs the stream off the balancer.
 func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	now := time.UnixMilli(1_000_000)
@@ -41,7 +43,7 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	if p, err := recovery.PlanMove(st.Streams["s"], "", s.moveView(st, "s")); err != nil || p.Owner != "h2" {
 		t.Fatalf("plan %+v %v, want to h2", p, err)
 	}
-	s.markDraining("h2", 1)
+	st.Apply(state.NodeDrainBegin("h2", now.UnixMilli()))
 	if p, err := recovery.PlanMove(st.Streams["s"], "", s.moveView(st, "s")); err != nil || p.Owner != "h3" {
 		t.Fatalf("plan while h2 is drained %+v %v, want to h3", p, err)
 	}
@@ -52,9 +54,9 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	if p, err := recovery.PlanMove(st.Streams["d"], "", s.moveView(st, "d")); err != nil || p.Owner == "h2" {
 		t.Fatalf("plan off the drained owner %+v %v", p, err)
 	}
-	s.markDraining("h2", -1)
-	if len(s.drainingNodes()) != 0 {
-		t.Fatalf("still draining: %v", s.drainingNodes())
+	st.Apply(state.NodeUndrain("h2", now.UnixMilli()))
+	if p, err := recovery.PlanMove(st.Streams["s"], "", s.moveView(st, "s")); err != nil || p.Owner != "h2" {
+		t.Fatalf("plan after h2's undrain %+v %v, want to h2", p, err)
 	}
 
 	if _, ok := s.beginMoving("s", "h2"); !ok {
@@ -67,6 +69,19 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	if until, ok := s.moves.backoff["s"]; !ok || !until.After(now) {
 		t.Fatalf("no backoff after a failed move: %v", s.moves.backoff)
 	}
+}
+
+// notLeader returns the id of a running coordinator that is not the Raft
+// leader.
+func (c *cluster) notLeader() uint64 {
+	leader := c.leader()
+	for id := range c.servers {
+		if id != leader {
+			return id
+		}
+	}
+	c.t.Fatal("no coordinator but the leader runs")
+	return 0
 }
 
 // answerHandoffs makes h answer every hand-off at once with its tails of
@@ -115,14 +130,7 @@ func TestMoveOnFollowerReplicaSealsOnce(t *testing.T) {
 		h.mu.Unlock()
 	}
 	hosts[info.Assignment.Owner].answerHandoffs()
-	leader := c.leader()
-	var mover *Server
-	for id, s := range c.servers {
-		if id != leader {
-			mover = s
-			break
-		}
-	}
+	mover := c.servers[c.notLeader()]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	body, _ := json.Marshal(wire.StreamMove{Stream: "s1"})
@@ -159,14 +167,7 @@ func TestMoverDeathWaitsGraceOnLeaderClock(t *testing.T) {
 			}
 			c.liveHosts(3)
 			info := c.create("s1", 3)
-			leader := c.leader()
-			var moverID uint64
-			for id := range c.servers {
-				if id != leader {
-					moverID = id
-					break
-				}
-			}
+			moverID := c.notLeader()
 			mover := c.servers[moverID]
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -191,5 +192,148 @@ func TestMoverDeathWaitsGraceOnLeaderClock(t *testing.T) {
 			})
 			t.Logf("committed %v after the mover died (grace %v)", time.Since(began).Round(time.Millisecond), grace)
 		})
+	}
+}
+
+// TestDrainOnFollowerReplicaKeepsStreamsOff: node.drain served by a
+// coordinator that is not the Raft leader, while the leader's balancer
+// runs. The drain used to keep the node it empties in that replica's
+// memory only, so the leader's balancer moved streams back onto the node
+// as its count fell (then they failed over by recovery once it was
+// draining). The drain is in the Raft state now: no stream's ownership
+// passes to the node once the drain began, and at the end it owns nothing.
+// The node owns more streams than one round of the drain's moves, and
+// seals take a while, so the balancer has rounds to act while the drain runs.
+func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		o.Balance.Interval = 50 * time.Millisecond
+		o.Balance.Margin = 0.1
+		o.Balance.MaxMoves = 4
+		o.SealTimeout = 2 * time.Second // a scripted host answers its seals one by one
+	})
+	hosts := map[string]*host{}
+	var names []string
+	for i := range 24 {
+		names = append(names, fmt.Sprintf("s%02d", i))
+	}
+	for _, n := range []string{"h1", "h2", "h3", "h4"} {
+		h := c.host(n)
+		for _, name := range names {
+			h.setTails(name, 10, 0)
+		}
+		h.answerHandoffs()
+		hosts[n] = h
+	}
+	c.liveHosts(4)
+	for _, name := range names {
+		c.create(name, 3)
+	}
+	for _, h := range hosts {
+		h.mu.Lock()
+		h.sealDelay = 30 * time.Millisecond
+		h.mu.Unlock()
+	}
+	// The owner of the most streams, once no move runs.
+	var node string
+	epochs := map[string]uint64{}
+	testutil.Eventually(t, 10*time.Second, "no recovery pending", func() bool {
+		owned := map[string]int{}
+		for _, name := range names {
+			i := c.info(name)
+			if i.Recovery != nil {
+				return false
+			}
+			owned[i.Assignment.Owner]++
+			epochs[name] = i.Assignment.Epoch
+		}
+		node = ""
+		for n, k := range owned {
+			if node == "" || k > owned[node] || k == owned[node] && n < node {
+				node = n
+			}
+		}
+		return owned[node] > maxDrainMoves
+	})
+	drainer := c.servers[c.notLeader()]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.NodeRef{Node: node})
+	r, err := drainer.nodeDrainMoves(ctx, body)
+	if err != nil {
+		t.Fatalf("drain %s: %v", node, err)
+	}
+	t.Logf("draining %s: moving %v", node, r.(*wire.NodeDrainReply).Moving)
+	testutil.Eventually(t, 20*time.Second, node+" draining", func() bool {
+		var ci wire.ClusterInfo
+		if c.admin(wire.VerbClusterInfo, "", &ci) != nil {
+			return false
+		}
+		for _, n := range ci.Nodes {
+			if n.Node == node {
+				return n.State == wire.NodeDraining
+			}
+		}
+		return false
+	})
+	testutil.Eventually(t, 10*time.Second, "no recovery pending after the drain", func() bool {
+		for _, name := range names {
+			if c.info(name).Recovery != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, name := range names {
+		i := c.info(name)
+		for _, st := range i.Starts {
+			if st.Epoch > epochs[name] && st.Node == node {
+				t.Fatalf("%s passed to the drained %s at epoch %d (epoch %d when the drain began): %+v", name, node, st.Epoch, epochs[name], i.Starts)
+			}
+		}
+		if i.Assignment.Owner == node {
+			t.Fatalf("%s is owned by the drained %s: %+v", name, node, i.Assignment)
+		}
+	}
+}
+
+// TestMoveOwnerGoneAfterBegin: a move is recorded before its hand-off, so
+// an owner that is gone by the hand-off (it answers no hand-off and no
+// seal, as a host that died right after the begin) leaves a recorded
+// move: the mover goes on as a recovery, the followers' seals make R, and
+// the furthest copy is promoted at the next epoch, each copy sealed once
+// (the leader leaves the move's recovery to the mover).
+func TestMoveOwnerGoneAfterBegin(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	hosts := map[string]*host{}
+	for _, n := range []string{"h1", "h2", "h3"} {
+		hosts[n] = c.host(n)
+		hosts[n].setTails("s1", 10, 0)
+	}
+	c.liveHosts(3)
+	info := c.create("s1", 3)
+	owner := hosts[info.Assignment.Owner]
+	owner.setSilent(true) // no hand-off subscription either: no responders
+	mover := c.servers[c.notLeader()]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.StreamMove{Stream: "s1"})
+	r, err := mover.streamMove(ctx, body)
+	t.Logf("move: %+v, %v", r, err)
+	after := c.waitInfo("s1", "the move committed", 10*time.Second, func(i wire.StreamInfo) bool {
+		return i.Recovery == nil && i.Assignment.Epoch == info.Assignment.Epoch+1
+	})
+	if after.Assignment.Owner == info.Assignment.Owner {
+		t.Fatalf("the silent owner %s was promoted: %+v", info.Assignment.Owner, after.Assignment)
+	}
+	if err == nil && r.(*wire.StreamMoveReply).To != after.Assignment.Owner {
+		t.Fatalf("move reply %+v, stream %+v", r, after.Assignment)
+	}
+	for n, h := range hosts {
+		if h == owner {
+			continue
+		}
+		if seals := h.sealsSeen(); len(seals) != 1 {
+			t.Fatalf("%s was sealed %d times: %+v", n, len(seals), seals)
+		}
 	}
 }

@@ -43,6 +43,8 @@ func (s *State) Apply(c Command) Result {
 		r = s.nodeExpire(c)
 	case OpNodeLeave:
 		r = s.nodeLeave(c)
+	case OpNodeDrainBegin:
+		r = s.nodeDrainBegin(c)
 	case OpNodeDrain:
 		r = s.nodeDrain(c)
 	case OpNodeUndrain:
@@ -121,6 +123,7 @@ func (s *State) nodeSeen(c Command) Result {
 		// A restarted host is live again even if it was drained: a drain
 		// lasts for the process it was asked of.
 		n.Incarnation, n.State, n.Reason, n.SinceMS = c.Incarnation, wire.NodeLive, "", c.AtMS
+		n.DrainRequested = false
 	case n.State == wire.NodeExpired || n.State == wire.NodeLeft:
 		n.State, n.Reason, n.SinceMS = wire.NodeLive, "", c.AtMS
 	default:
@@ -162,13 +165,41 @@ func (s *State) nodeLeave(c Command) Result {
 	return changed
 }
 
-func (s *State) nodeDrain(c Command) Result {
-	// Already draining, or gone: its streams fail over anyway.
-	return s.nodeTurn(c, wire.NodeLive, wire.NodeDraining, "drain")
+// nodeDrainBegin records that a live node is being drained; a node in
+// another state is left alone (a draining one takes nothing already).
+func (s *State) nodeDrainBegin(c Command) Result {
+	n := s.Nodes[c.Node]
+	if n == nil {
+		return refuse(wire.CodeNotFound, "node %s is unknown", c.Node)
+	}
+	if n.State != wire.NodeLive || n.DrainRequested {
+		return Result{}
+	}
+	n.DrainRequested = true
+	s.bump()
+	return changed
 }
 
-// nodeUndrain ends a drain: the node may take copies and ownership again.
+func (s *State) nodeDrain(c Command) Result {
+	if n := s.Nodes[c.Node]; c.IfRequested && n != nil && !n.DrainRequested {
+		return Result{} // undrained or restarted since the drain began
+	}
+	// Already draining, or gone: its streams fail over anyway.
+	r := s.nodeTurn(c, wire.NodeLive, wire.NodeDraining, "drain")
+	if r.Changed {
+		s.Nodes[c.Node].DrainRequested = false
+	}
+	return r
+}
+
+// nodeUndrain ends a drain, or a drain requested: the node may take copies
+// and ownership again.
 func (s *State) nodeUndrain(c Command) Result {
+	if n := s.Nodes[c.Node]; n != nil && n.State == wire.NodeLive && n.DrainRequested {
+		n.DrainRequested = false
+		s.bump()
+		return changed
+	}
 	return s.nodeTurn(c, wire.NodeDraining, wire.NodeLive, "")
 }
 
@@ -464,6 +495,9 @@ func (s *State) recoveryBegin(c Command) Result {
 		return refuse(wire.CodeConflict, "owner %s of %s is live", st.Assignment.Owner, c.Stream)
 	}
 	tr := s.recordRecovery(st, *c.Proposal, c.Reason, c.TraceID, c.TraceParent, c.AtMS)
+	if c.Reason == ReasonMove && c.HandoffMS > 0 {
+		st.Recovery.HandoffMS = c.HandoffMS
+	}
 	s.touch(st, false)
 	return Result{Changed: true, Transition: tr}
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -12,8 +13,9 @@ const (
 	OpNodeSeen         = "node.seen"         // register a node, a new incarnation, or a node back from expired/left
 	OpNodeExpire       = "node.expire"       // live/draining -> expired (TTL or advisory); guarded on incarnation
 	OpNodeLeave        = "node.leave"        // -> left (a host shutting down gracefully)
-	OpNodeDrain        = "node.drain"        // live -> draining (operator)
-	OpNodeUndrain      = "node.undrain"      // draining -> live (operator)
+	OpNodeDrainBegin   = "node.drain.begin"  // live: drain requested, no copy or ownership moves to it (operator)
+	OpNodeDrain        = "node.drain"        // live -> draining (operator; with IfRequested only while the drain is requested)
+	OpNodeUndrain      = "node.undrain"      // draining or drain requested -> live (operator)
 	OpStreamCreate     = "stream.create"     // a new stream with its first assignment
 	OpStreamDelete     = "stream.delete"     // drop a stream, its starts and any recovery
 	OpStreamUpdate     = "stream.update"     // operator changes policy, retention, min_copies; a policy needing more copies records a recovery
@@ -34,6 +36,10 @@ type Command struct {
 	AtMS        int64  `json:"at_ms"`
 	Node        string `json:"node,omitempty"`
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// IfRequested makes a node.drain apply only while the node's drain is
+	// requested (node.drain.begin), so a node.undrain or a restart
+	// meanwhile is not undone.
+	IfRequested bool   `json:"if_requested,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	Stream      string `json:"stream,omitempty"`
 	// Version is the stream Version the proposer read (guarded ops).
@@ -55,6 +61,9 @@ type Command struct {
 	AcceptedLoss     *wire.AcceptedLoss `json:"accepted_loss,omitempty"`
 	TraceID          string             `json:"trace_id,omitempty"`
 	TraceParent      string             `json:"traceparent,omitempty"`
+	// HandoffMS is a planned move's hand-off bound (recovery.begin of
+	// reason move; wire.PendingRecovery.HandoffMS).
+	HandoffMS int64 `json:"handoff_ms,omitempty"`
 }
 
 // Encode renders the command as the bytes of a Raft entry.
@@ -115,9 +124,22 @@ func NodeLeave(node string, incarnation uint64, atMS int64) Command {
 	return Command{Op: OpNodeLeave, Node: node, Incarnation: incarnation, AtMS: atMS}
 }
 
+// NodeDrainBegin records that node is being drained: while it is live,
+// no copy and no ownership moves to it (placement, planned moves, the
+// balancer, on every coordinator), and recovery prefers not to promote it.
+func NodeDrainBegin(node string, atMS int64) Command {
+	return Command{Op: OpNodeDrainBegin, Node: node, AtMS: atMS}
+}
+
 // NodeDrain marks node draining.
 func NodeDrain(node string, atMS int64) Command {
 	return Command{Op: OpNodeDrain, Node: node, AtMS: atMS}
+}
+
+// NodeDrainRequested marks node draining if its drain is still requested
+// (node.drain.begin, not undone by node.undrain or a restart since).
+func NodeDrainRequested(node string, atMS int64) Command {
+	return Command{Op: OpNodeDrain, Node: node, IfRequested: true, AtMS: atMS}
 }
 
 // NodeUndrain ends node's drain.
@@ -170,6 +192,12 @@ func AssignUpdate(stream string, version uint64, a wire.Assignment, atMS int64) 
 func RecoveryBegin(stream string, version uint64, proposal wire.Assignment, reason, traceID, traceParent string, atMS int64) Command {
 	return Command{Op: OpRecoveryBegin, Stream: stream, Version: version, Proposal: &proposal, Reason: reason,
 		TraceID: traceID, TraceParent: traceParent, AtMS: atMS}
+}
+
+// WithHandoff sets the hand-off bound of a planned move's RecoveryBegin.
+func (c Command) WithHandoff(d time.Duration) Command {
+	c.HandoffMS = d.Milliseconds()
+	return c
 }
 
 // RecoveryCommit is the worker's guarded write.

@@ -65,6 +65,11 @@ type Node struct {
 	Reason string `json:"reason,omitempty"`
 	// SinceMS is when State last changed (proposer's clock).
 	SinceMS int64 `json:"since_ms"`
+	// DrainRequested is set on a live node by node.drain.begin while
+	// node.drain moves its streams away: no copy and no ownership moves
+	// to it, on any coordinator. Cleared once it is draining, by
+	// node.undrain, and by a new incarnation.
+	DrainRequested bool `json:"drain_requested,omitempty"`
 }
 
 // Stream is one stream and everything the coordinator keeps about it.
@@ -196,12 +201,20 @@ func (s *State) NodeState(node string) string {
 	return ""
 }
 
-// Leaving returns the nodes that are draining or left: recovery prefers not
-// to promote them.
+// DrainRequested reports whether node is live with its drain requested
+// (node.drain.begin): it takes no copy and no ownership.
+func (s *State) DrainRequested(node string) bool {
+	n := s.Nodes[node]
+	return n != nil && n.State == wire.NodeLive && n.DrainRequested
+}
+
+// Leaving returns the nodes that are draining, left or live with their
+// drain requested: recovery prefers not to promote them, nor a planned
+// move's target among them.
 func (s *State) Leaving() map[string]bool {
 	m := map[string]bool{}
 	for id, n := range s.Nodes {
-		if n.State == wire.NodeDraining || n.State == wire.NodeLeft {
+		if n.State == wire.NodeDraining || n.State == wire.NodeLeft || (n.State == wire.NodeLive && n.DrainRequested) {
 			m[id] = true
 		}
 	}

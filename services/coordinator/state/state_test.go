@@ -162,6 +162,52 @@ func TestNodeLifecycle(t *testing.T) {
 	refused(t, s, NodeDrain("nope", 0), wire.CodeNotFound)
 }
 
+// TestNodeDrainRequested: node.drain.begin marks a live node (every
+// replica alike, so no coordinator moves anything onto it), it shows in
+// Leaving; the drain's end marks it draining only while still requested
+// (not after node.undrain or a restart); node.undrain and a new
+// incarnation clear it.
+func TestNodeDrainRequested(t *testing.T) {
+	s := New()
+	mustApply(t, s, NodeSeen("h1", 1, 10))
+	refused(t, s, NodeDrainBegin("nope", 0), wire.CodeNotFound)
+	if r := mustApply(t, s, NodeDrainBegin("h1", 20)); !r.Changed || !s.DrainRequested("h1") || !s.Leaving()["h1"] {
+		t.Fatalf("drain begin: %+v, node %+v", r, s.Nodes["h1"])
+	}
+	if r := s.Apply(NodeDrainBegin("h1", 21)); r.Changed {
+		t.Fatal("a second drain begin changed the state")
+	}
+	// node.undrain while the moves run: the drain's end does not apply.
+	mustApply(t, s, NodeUndrain("h1", 30))
+	if s.DrainRequested("h1") || s.Leaving()["h1"] || s.Nodes["h1"].State != wire.NodeLive {
+		t.Fatalf("after undrain: %+v", s.Nodes["h1"])
+	}
+	if r := mustApply(t, s, NodeDrainRequested("h1", 40)); r.Changed || s.Nodes["h1"].State != wire.NodeLive {
+		t.Fatalf("the end of an undone drain applied: %+v", s.Nodes["h1"])
+	}
+	// A restart (new incarnation) ends the request too.
+	mustApply(t, s, NodeDrainBegin("h1", 50))
+	mustApply(t, s, NodeSeen("h1", 2, 60))
+	if s.DrainRequested("h1") {
+		t.Fatal("a new incarnation is still drain requested")
+	}
+	if r := mustApply(t, s, NodeDrainRequested("h1", 70)); r.Changed {
+		t.Fatal("the end of a drain of the old incarnation applied")
+	}
+	// The drain ends: draining, no longer requested; undrain makes it live.
+	mustApply(t, s, NodeDrainBegin("h1", 80))
+	if r := mustApply(t, s, NodeDrainRequested("h1", 90)); !r.Changed || s.Nodes["h1"].State != wire.NodeDraining || s.Nodes["h1"].DrainRequested {
+		t.Fatalf("drain end: %+v", s.Nodes["h1"])
+	}
+	if r := s.Apply(NodeDrainBegin("h1", 95)); r.Changed || s.DrainRequested("h1") {
+		t.Fatal("a drain begin changed a draining node")
+	}
+	mustApply(t, s, NodeUndrain("h1", 100))
+	if n := s.Nodes["h1"]; n.State != wire.NodeLive || n.DrainRequested {
+		t.Fatalf("after undrain: %+v", n)
+	}
+}
+
 func TestDeleteDropsStartsAndRecreateStartsAfresh(t *testing.T) {
 	s := threeNodes(t)
 	mustApply(t, s, NodeExpire("h1", 7, "ttl", 0))
