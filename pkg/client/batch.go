@@ -96,6 +96,7 @@ type flight struct {
 	timer    *time.Timer
 	stopConn func() bool
 	watched  func(wire.PublishConfirm)
+	sent     time.Time
 }
 
 // recordCost bounds what a record adds to a batch frame.
@@ -222,7 +223,7 @@ func (b *batcher) sendLocked() sendResult {
 	b.open, b.openSize = nil, 0
 	b.nextID++
 	id := b.nextID
-	fl := &flight{items: items, streamID: b.openID}
+	fl := &flight{items: items, streamID: b.openID, sent: time.Now()}
 	b.flights[id] = fl
 	timeout := b.c.opts.requestTimeout
 	fl.timer = time.AfterFunc(timeout, func() {
@@ -256,6 +257,14 @@ func (b *batcher) sendLocked() sendResult {
 // the mean batch its workload produces.
 func (c *Client) BatchStats() (batches, records uint64) {
 	return c.batchStats.batches.Load(), c.batchStats.records.Load()
+}
+
+// BatchRoundTrips returns how many publish batch replies this client took
+// and the sum of their round trips, from the batch sent to its reply
+// received: total/replies is the mean time a batch's confirm took as the
+// client saw it (benchmarks: where a confirm's time goes).
+func (c *Client) BatchRoundTrips() (replies uint64, total time.Duration) {
+	return c.batchStats.replies.Load(), time.Duration(c.batchStats.rttNS.Load())
 }
 
 // failUnsent fails the flights that could not be sent.
@@ -314,6 +323,8 @@ func (b *batcher) onReply(m *nats.Msg) {
 	if fl == nil {
 		return // a reply after the flight failed; its records retry
 	}
+	b.c.batchStats.replies.Add(1)
+	b.c.batchStats.rttNS.Add(int64(time.Since(fl.sent)))
 	failAll := func(err error) {
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)

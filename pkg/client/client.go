@@ -193,7 +193,12 @@ type Client struct {
 	batchers    map[string]*batcher
 	batchClosed bool
 	// batchStats counts the publish batches sent and their records.
-	batchStats struct{ batches, records atomic.Uint64 }
+	// replies and rttNS count the batch replies taken and their round
+	// trips (sent to reply received), for BatchRoundTrips.
+	batchStats struct {
+		batches, records, replies atomic.Uint64
+		rttNS                     atomic.Int64
+	}
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as

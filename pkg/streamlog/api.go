@@ -164,6 +164,18 @@ func (c *Copy) Append(ctx context.Context, data [][]byte) (first uint64, err err
 	return c.append(ctx, data)
 }
 
+// AppendWritten writes records as the owner, as Append does, but returns
+// once they are written: offsets assigned, queued for the next group
+// commit and readable with ReadWritten (Tails().RecordWritten covers
+// them), not yet durable. durable waits for their group commit (the error
+// Append would return) and must be called exactly once, also when the
+// caller no longer cares, since the store's Close waits for it. Appends of
+// one copy become durable in the order they were written, so a caller may
+// write the next batch while an earlier one's fsync runs.
+func (c *Copy) AppendWritten(ctx context.Context, data [][]byte) (first uint64, durable func(context.Context) error, err error) {
+	return c.appendWritten(ctx, data)
+}
+
 // Apply writes records as a follower at the owner's offsets, durably. recs
 // must be contiguous; an overlap with identical content is skipped, one with
 // other content is ErrDiverged; a start past the tail is ErrGap.

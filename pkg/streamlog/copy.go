@@ -328,24 +328,36 @@ func (r *request) assign(id, first, d, cum uint64) {
 }
 
 func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
-	if len(data) == 0 {
-		return 0, fmt.Errorf("streamlog: append to %s: no records", c.name)
-	}
-	if err := c.s.enter(); err != nil {
+	first, durable, err := c.appendWritten(ctx, data)
+	if err != nil {
 		return 0, err
 	}
-	defer c.s.leave()
+	return first, durable(ctx)
+}
+
+// appendWritten writes records as the owner and returns once they are
+// written (Copy.AppendWritten): durable waits for their group commit and
+// must be called once.
+func (c *copyImpl) appendWritten(ctx context.Context, data [][]byte) (uint64, func(context.Context) error, error) {
+	if len(data) == 0 {
+		return 0, nil, fmt.Errorf("streamlog: append to %s: no records", c.name)
+	}
+	if err := c.s.enter(); err != nil {
+		return 0, nil, err
+	}
 	r := c.prepareRecords(data, nil, time.Now().UnixNano())
 	c.mu.Lock()
 	if err := c.writableLocked(ctx, "append"); err != nil {
 		c.mu.Unlock()
-		return 0, err
+		c.s.leave()
+		return 0, nil, err
 	}
 	first := c.next
 	r.assign(c.id, first, c.nextDigest, c.nextCum)
 	if err := c.s.enqueue(r); err != nil {
 		c.mu.Unlock()
-		return 0, fmt.Errorf("streamlog: append to %s: %w", c.name, err)
+		c.s.leave()
+		return 0, nil, fmt.Errorf("streamlog: append to %s: %w", c.name, err)
 	}
 	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
 	c.written = append(c.written, r)
@@ -353,10 +365,18 @@ func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
 	// requests): they may be served before the group commit is durable.
 	c.signalLocked()
 	c.mu.Unlock()
-	if err := c.s.wait(ctx, r); err != nil {
-		return 0, fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
+	var once sync.Once
+	durable := func(ctx context.Context) error {
+		err := errors.New("streamlog: durable called twice")
+		once.Do(func() {
+			defer c.s.leave()
+			if err = c.s.wait(ctx, r); err != nil {
+				err = fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
+			}
+		})
+		return err
 	}
-	return first, nil
+	return first, durable, nil
 }
 
 func (c *copyImpl) apply(ctx context.Context, recs []Record) error {

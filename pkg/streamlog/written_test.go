@@ -11,12 +11,7 @@ import (
 // data, time and digest as they become durable), Changed wakes for them,
 // while Read, the durable tail and a seal see only durable records.
 func TestReadWrittenBeforeDurable(t *testing.T) {
-	var hold sync.Mutex // held: the committer waits before its next group
-	s := openTest(t, t.TempDir(), func(s *impl) {
-		s.beforeCommit = func() { hold.Lock(); hold.Unlock() } //nolint:staticcheck // a gate, not a critical section
-	})
-	c := mustCreate(t, s, "w", 1)
-	mustAppend(t, c, payloads("durable", 0, 2))
+	c, hold := gatedCopy(t)
 
 	hold.Lock()
 	ch := c.Changed()
@@ -87,4 +82,57 @@ func TestReadWrittenBeforeDurable(t *testing.T) {
 	if c.written != nil {
 		t.Fatalf("%d requests still listed as written after their commit", len(c.written))
 	}
+}
+
+// TestAppendWrittenReturnsBeforeDurable: AppendWritten returns with the
+// records written (offsets in order, the written tail past them) while the
+// group commit is held, durable waits for that commit, and a second call of
+// durable is an error rather than a second wait.
+func TestAppendWrittenReturnsBeforeDurable(t *testing.T) {
+	c, hold := gatedCopy(t)
+
+	hold.Lock()
+	ctx := context.Background()
+	first1, durable1, err := c.AppendWritten(ctx, payloads("a", 0, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first2, durable2, err := c.AppendWritten(ctx, payloads("b", 0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first1 != 2 || first2 != 5 {
+		t.Fatalf("written at %d and %d, want 2 and 5", first1, first2)
+	}
+	if tl := c.Tails(); tl.RecordWritten != 7 || tl.Record != 2 {
+		t.Fatalf("tails %+v with the commit held: want written 7, durable 2", tl)
+	}
+	done := make(chan error, 1)
+	go func() { done <- durable1(ctx) }()
+	hold.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := durable2(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tl := c.Tails(); tl.Record != 7 {
+		t.Fatalf("durable tail %d after both commits, want 7", tl.Record)
+	}
+	if err := durable1(ctx); err == nil {
+		t.Fatal("durable called twice returned nil")
+	}
+}
+
+// gatedCopy opens a store whose committer waits before each group commit
+// while hold is locked, and returns a copy with 2 durable records.
+func gatedCopy(t *testing.T) (*Copy, *sync.Mutex) {
+	t.Helper()
+	hold := &sync.Mutex{}
+	s := openTest(t, t.TempDir(), func(s *impl) {
+		s.beforeCommit = func() { hold.Lock(); hold.Unlock() } //nolint:staticcheck // a gate, not a critical section
+	})
+	c := mustCreate(t, s, "w", 1)
+	mustAppend(t, c, payloads("durable", 0, 2))
+	return c, hold
 }

@@ -141,6 +141,7 @@ func (f *follower) run(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, wait+replSlack)
 		// A reconnect loses the request (and its answer): ask again at once.
 		stop := context.AfterFunc(f.h.conn.Current(), cancel)
+		asked := time.Now()
 		resp, err := f.h.nc.RequestMsgWithContext(rctx, msg)
 		stop()
 		cancel()
@@ -208,6 +209,8 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		if len(b.Records) > 0 {
+			got := time.Now()
+			f.h.metrics.stage(stageFollowerPoll, got.Sub(asked))
 			recs := make([]streamlog.Record, len(b.Records))
 			for i, r := range b.Records {
 				recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
@@ -218,6 +221,7 @@ func (f *follower) run(ctx context.Context) {
 				}
 				continue
 			}
+			f.h.metrics.stage(stageFollowerApply, time.Since(got))
 			f.win.applied(f.c, t, recs, f.log)
 		}
 		if len(b.CursorEvents) > 0 {

@@ -29,6 +29,24 @@ const (
 	attrRole      = attribute.Key("brook.copy.role")
 	attrFollower  = attribute.Key("brook.follower")
 	attrStream    = attribute.Key("brook.stream")
+	attrStage     = attribute.Key("brook.publish.stage")
+)
+
+// The stages of a publish's way through the hosts that
+// brook.host.publish.stage.duration times (issue 16: where a confirm's
+// time goes). The owner's: intake (the publish or publish batch received
+// until the appender takes it), append (the Append that writes it until
+// its group commit is durable at the owner). A follower's: follower_poll
+// (a replication request sent until its reply carrying records came) and
+// follower_apply (those records handed to the store until durable there).
+// The confirm itself is brook.host.publish.duration (from the append's
+// start), so what a confirm waits for after the owner's own fsync is its
+// mean less append's.
+const (
+	stageIntake        = "intake"
+	stageAppend        = "append"
+	stageFollowerPoll  = "follower_poll"
+	stageFollowerApply = "follower_apply"
 )
 
 // metrics are the host's instruments. They are made once per host from
@@ -44,6 +62,8 @@ type metrics struct {
 	fsyncDur    metric.Float64Histogram
 	groupSize   metric.Int64Histogram
 	seals       metric.Int64Counter
+	stageDur    metric.Float64Histogram
+	stages      map[string]metric.RecordOption // by stage, built once
 
 	copies     metric.Int64ObservableGauge
 	lagRecords metric.Int64ObservableGauge
@@ -89,6 +109,14 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.seals, err = mt.Int64Counter("brook.host.seal.answered", metric.WithUnit("{seal}"),
 		metric.WithDescription("Seal requests answered; error.type is set on refusals."))
 	add(err)
+	m.stageDur, err = mt.Float64Histogram("brook.host.publish.stage.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time of one stage of publishes on their way to a confirm (brook.publish.stage: intake, append, follower_poll, follower_apply)."),
+		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+	add(err)
+	m.stages = map[string]metric.RecordOption{}
+	for _, st := range []string{stageIntake, stageAppend, stageFollowerPoll, stageFollowerApply} {
+		m.stages[st] = metric.WithAttributeSet(attribute.NewSet(attrStage.String(st)))
+	}
 	m.copies, err = mt.Int64ObservableGauge("brook.host.copy.count", metric.WithUnit("{copy}"),
 		metric.WithDescription("Copies held by this host, by the role they play (owner, follower, none)."))
 	add(err)
@@ -150,6 +178,11 @@ func (m *metrics) appended(records, payload int) {
 	ctx := context.Background()
 	m.appendRecs.Add(ctx, int64(records))
 	m.appendBytes.Add(ctx, int64(payload))
+}
+
+// stage records that one publish stage (stageIntake...) took d.
+func (m *metrics) stage(name string, d time.Duration) {
+	m.stageDur.Record(context.Background(), d.Seconds(), m.stages[name])
 }
 
 // groupCommit is the store's Options.OnGroupCommit.

@@ -85,20 +85,7 @@ func TestOwnerCrashBeforeItsFsync(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			const stream, id, confirmed = "overlap", 11, 5
-			c := newMiniCluster(t)
-			mem := vfs.NewCrashableMem()
-			syncedDir(t, mem, c.dataDir("n1"))
-			hold := newSyncHold()
-			c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-			n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
-			c.start("n2", nil)
-			c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-			c.waitCopy("n2", stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
-			for i := range confirmed {
-				if pc := c.mustPublish(stream, payload(i)); pc.Offset != uint64(i) || pc.Copies != 2 {
-					t.Fatalf("publish %d: %+v", i, pc)
-				}
-			}
+			c, n1, mem, hold := startHeldOwner(t, stream, id, confirmed)
 
 			// The owner's next fsync is held: the follower gets the
 			// record anyway and makes it durable.
@@ -201,6 +188,80 @@ func TestOwnerCrashBeforeItsFsync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOwnerWritesWhileItsFsyncRuns: the owner writes the next batch while
+// the previous one's group commit is in flight (issue 16: its group commits
+// are pipelined), and its followers get both before the owner's fsync
+// ends; neither is confirmed before the owner's own copy is durable.
+func TestOwnerWritesWhileItsFsyncRuns(t *testing.T) {
+	const stream, id, confirmed = "pipelined", 12, 3
+	c, n1, _, hold := startHeldOwner(t, stream, id, confirmed)
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	// A failure below must not leave the owner's store stuck in its sync
+	// (cleanups run last first: this one before n1's stop).
+	t.Cleanup(release)
+
+	hold.armed.Store(true)
+	answers := make(chan *wire.Error, 2)
+	publish := func(i int) {
+		pc, e := c.publish(stream, payload(i), "", 0)
+		if e == nil {
+			t.Errorf("record confirmed at %d without the owner's fsync", pc.Offset)
+		}
+		answers <- e
+	}
+	go publish(confirmed)
+	<-hold.held // the first batch's group commit is in flight, its fsync held
+	go publish(confirmed + 1)
+	// The second is written behind the first while the fsync is held, and
+	// the follower gets and holds both.
+	c.waitTails("n1", stream, "the second batch written during the first's fsync", func(t streamlog.Tails) bool { return t.RecordWritten == confirmed+2 })
+	c.waitTails("n2", stream, "both durable at the follower", func(t streamlog.Tails) bool { return t.Record == confirmed+2 })
+	if got := n1.h.store.Get(stream).Tails(); got.Record != confirmed {
+		t.Fatalf("owner's durable tail %d with its fsync held, want %d", got.Record, confirmed)
+	}
+	if wm := c.fetch(stream, wire.FetchRequest{Start: "earliest"}).Confirmed; wm != confirmed {
+		t.Fatalf("watermark %d with the owner's fsync held, want %d", wm, confirmed)
+	}
+	select {
+	case e := <-answers:
+		t.Fatalf("publish answered %v before the owner's fsync", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The held sync fails: the store fails (fail-stop) and neither
+	// publish is confirmed.
+	release()
+	for range 2 {
+		if e := <-answers; e == nil || (e.Code != wire.CodeUnavailable && e.Code != wire.CodeShuttingDown) {
+			t.Fatalf("publish whose owner's fsync failed answered %v, want unavailable or shutting_down", e)
+		}
+	}
+	n1.stop()
+}
+
+// startHeldOwner starts n1 as the owner of stream (id) at epoch 1 with n2
+// its follower, n1's store on a crashable in-memory file system whose WAL
+// syncs hold can hold once armed, and confirms the records 0 to confirmed-1
+// on both copies.
+func startHeldOwner(t *testing.T, stream string, id uint64, confirmed int) (*miniCluster, *testHost, *vfs.MemFS, *syncHold) {
+	t.Helper()
+	c := newMiniCluster(t)
+	mem := vfs.NewCrashableMem()
+	syncedDir(t, mem, c.dataDir("n1"))
+	hold := newSyncHold()
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
+	c.start("n2", nil)
+	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c.waitCopy("n2", stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	for i := range confirmed {
+		if pc := c.mustPublish(stream, payload(i)); pc.Offset != uint64(i) || pc.Copies != 2 {
+			t.Fatalf("publish %d: %+v", i, pc)
+		}
+	}
+	return c, n1, mem, hold
 }
 
 // syncedDir creates dir on fs with every directory on its path synced, so

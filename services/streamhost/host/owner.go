@@ -57,7 +57,9 @@ type owner struct {
 	// in. inMu guards closing in against a callback sending on it.
 	inMu     sync.RWMutex
 	inClosed bool
-	in       chan *nats.Msg
+	in       chan intakeMsg
+	// written hands the appends written to the completer, in order.
+	written chan *writtenAppend
 	// closing holds the error code publishes get once intake stopped.
 	closing atomic.Pointer[string]
 
@@ -128,7 +130,8 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		log:      h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
 		ctx:      ctx,
 		cancel:   cancel,
-		in:       make(chan *nats.Msg, intakeQueue),
+		in:       make(chan intakeMsg, intakeQueue),
+		written:  make(chan *writtenAppend, maxWrittenAhead),
 		work:     make(chan func()),
 		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
 	}
@@ -182,8 +185,9 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 	} else {
 		err = fmt.Errorf("subscribe replication: %w", err)
 	}
-	o.wg.Add(1)
+	o.wg.Add(2)
 	go o.appender()
+	go o.completer()
 	if err != nil {
 		o.stop(wire.CodeNotOwner)
 		return nil, err
@@ -372,29 +376,40 @@ func (o *owner) enqueue(m *nats.Msg) {
 	}
 	// A full queue blocks this subscription's callback, which holds the
 	// next publishes in NATS: backpressure instead of unbounded memory.
-	o.in <- m
+	o.in <- intakeMsg{m: m, at: time.Now()}
+}
+
+// intakeMsg is a publish or publish batch queued for the appender, with
+// when it was received (the intake stage's start).
+type intakeMsg struct {
+	m  *nats.Msg
+	at time.Time
 }
 
 // appender writes queued publishes: whatever is queued goes into one Append
 // (one synced batch, shared with other copies' appends by the store).
 func (o *owner) appender() {
 	defer o.wg.Done()
+	defer close(o.written)
 	for {
-		m, ok := <-o.in
+		in, ok := <-o.in
 		if !ok {
 			return
 		}
-		batch := []*nats.Msg{m}
-		size := len(m.Data)
+		now := time.Now()
+		o.h.metrics.stage(stageIntake, now.Sub(in.at))
+		batch := []*nats.Msg{in.m}
+		size := len(in.m.Data)
 	drain:
 		for len(batch) < maxAppendBatch && size < maxAppendBytes {
 			select {
-			case m, ok := <-o.in:
+			case in, ok := <-o.in:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, m)
-				size += len(m.Data)
+				o.h.metrics.stage(stageIntake, now.Sub(in.at))
+				batch = append(batch, in.m)
+				size += len(in.m.Data)
 			default:
 				break drain
 			}
@@ -517,69 +532,123 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 		}
 		o.stage(&st, it, m.Data)
 	}
-	data, items := st.data, st.items
-
-	var first uint64
-	if len(data) > 0 {
+	w := &writtenAppend{items: st.items, n: len(st.data), began: now}
+	if len(st.data) > 0 {
 		var err error
-		first, err = o.c.Append(o.ctx, data)
+		w.first, w.durable, err = o.c.AppendWritten(o.ctx, st.data)
 		if err != nil {
-			e := o.appendError(err)
-			if e.Code == wire.CodeInternal {
-				o.log.Error("append", "records", len(data), "err", err)
-			}
-			for _, it := range items {
-				if it.batch != nil {
-					// The batch is refused whole, once; its retry finds
-					// the records this one repeats.
-					if it.batch.refuse() {
-						o.refusePublish(it.batch.reply, e)
-					}
-					continue
-				}
-				if it.index >= 0 || it.repeatIdx >= 0 {
-					o.refusePublish(it.reply, e)
-					continue
-				}
-				o.addRepeat(it, now) // a repeat of an earlier write still waits for it
-			}
+			o.refuseAppend(w, err)
 			return
 		}
-		o.h.metrics.appended(len(data), st.payload)
+		o.h.metrics.appended(len(st.data), st.payload)
+		// The duplicate window takes the records now, written but not yet
+		// durable: a retry in the next batch, written while this one's
+		// fsync runs, must find them. Should the group commit fail, the
+		// store has failed (fail-stop) and nothing is confirmed here again.
+		for _, it := range w.items {
+			if it.index >= 0 && it.producer != "" {
+				o.dd.Record(it.producer, it.seq, w.first+uint64(it.index))
+			}
+		}
 	}
-
-	deadline := now.Add(o.h.cfg.ConfirmTimeout)
+	// The completer answers it once durable; until then it is a write in
+	// flight for a planned move's hold (leaveWrite in complete).
 	o.mu.Lock()
-	if len(data) > 0 {
-		o.mu.conf.durable(first + uint64(len(data)))
+	o.mu.move.inflight++
+	o.mu.Unlock()
+	o.written <- w
+}
+
+// writtenAppend is an append the appender wrote (or, with no record to
+// write, only repeats) and hands to the completer, in the order written.
+type writtenAppend struct {
+	items   []produced
+	first   uint64
+	n       int                         // records written from first on
+	durable func(context.Context) error // nil: nothing was written
+	began   time.Time
+}
+
+// maxWrittenAhead bounds the appends written and not yet durable: the
+// appender writes the next batch while the earlier ones' group commits
+// run (issue 16), so that the next fsync can start as soon as one ends
+// and followers get the records before the owner's fsync ends.
+const maxWrittenAhead = 4
+
+// completer waits for each written append to become durable, in the order
+// they were written, and then queues its publishes for their confirms.
+func (o *owner) completer() {
+	defer o.wg.Done()
+	for w := range o.written {
+		o.complete(w)
 	}
-	for _, it := range items {
+}
+
+// complete waits for w's group commit and queues its publishes for their
+// confirms (the confirmer's waiters, ascending as written), or refuses them
+// if it failed.
+func (o *owner) complete(w *writtenAppend) {
+	defer o.leaveWrite()
+	if w.durable != nil {
+		err := w.durable(o.ctx)
+		o.h.metrics.stage(stageAppend, time.Since(w.began))
+		if err != nil {
+			o.refuseAppend(w, err)
+			return
+		}
+	}
+	deadline := w.began.Add(o.h.cfg.ConfirmTimeout)
+	o.mu.Lock()
+	if w.n > 0 {
+		o.mu.conf.durable(w.first + uint64(w.n))
+	}
+	for _, it := range w.items {
 		off, dup := it.repeatOf, true
 		switch {
 		case it.index >= 0:
-			off, dup = first+uint64(it.index), false
-			if it.producer != "" {
-				o.dd.Record(it.producer, it.seq, off)
-			}
+			off, dup = w.first+uint64(it.index), false
 		case it.repeatIdx >= 0:
-			off = first + uint64(it.repeatIdx)
+			off = w.first + uint64(it.repeatIdx)
 		}
-		var w *waiter
+		var wt *waiter
 		if it.batch != nil {
 			// One waiter for the whole batch, once its last record
 			// is placed: at its highest offset, which is above every
 			// earlier pending waiter's.
-			if w = it.batch.place(it.rec, off, dup, deadline); w == nil {
+			if wt = it.batch.place(it.rec, off, dup, deadline); wt == nil {
 				continue
 			}
 		} else {
-			w = &waiter{reply: it.reply, offset: off, deadline: deadline, dup: dup}
+			wt = &waiter{reply: it.reply, offset: off, deadline: deadline, dup: dup}
 		}
-		o.mu.conf.wait(w)
+		o.mu.conf.wait(wt)
 	}
 	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
+}
+
+// refuseAppend answers the publishes of an append that failed with err.
+func (o *owner) refuseAppend(w *writtenAppend, err error) {
+	e := o.appendError(err)
+	if e.Code == wire.CodeInternal {
+		o.log.Error("append", "err", err)
+	}
+	for _, it := range w.items {
+		if it.batch != nil {
+			// The batch is refused whole, once; its retry finds
+			// the records this one repeats.
+			if it.batch.refuse() {
+				o.refusePublish(it.batch.reply, e)
+			}
+			continue
+		}
+		if it.index >= 0 || it.repeatIdx >= 0 {
+			o.refusePublish(it.reply, e)
+			continue
+		}
+		o.addRepeat(it, w.began) // a repeat of an earlier write still waits for it
+	}
 }
 
 // refusePublish answers a publish with e and counts it.

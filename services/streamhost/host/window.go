@@ -263,5 +263,11 @@ func (o *owner) window() *copyWindow {
 		return nil
 	}
 	t := o.c.Tails()
+	if t.RecordWritten != t.Record {
+		// A write is still in flight (the role stopped waiting for its
+		// group commit): the window holds its records, the tail does not
+		// yet, so the window describes no log. A promotion builds one.
+		return nil
+	}
 	return &copyWindow{c: o.c, w: o.dd, tail: t.Record, digest: t.RecordDigest}
 }

@@ -82,6 +82,9 @@ type options struct {
 	// cpuProfile, if set, profiles the owner, a follower and the client
 	// of every brook workload run (profile.go).
 	cpuProfile string
+	// timeline, if set, writes where a confirm's time went over the same
+	// window without the profiles (profile.go).
+	timeline string
 	// hostProxies runs the local cluster's hosts behind its TCP proxies.
 	hostProxies bool
 	// workloads, if set, runs each publishers x window workload in turn
@@ -126,6 +129,7 @@ func main() {
 	flag.IntVar(&o.batchRecords, "batch-records", client.DefaultBatchRecords, "brook client: most records per publish batch")
 	flag.IntVar(&o.batchBytes, "batch-bytes", client.DefaultBatchBytes, "brook client: most bytes per publish batch")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof)")
+	flag.StringVar(&o.timeline, "timeline", "", "brook workloads on the local cluster, without --cpuprofile: over the middle half of each run, the client's batches and where a batch's confirm went (client round trip, the owner's intake, append and wait for a follower, a follower's poll and apply), to <this>.<run dir>.batches.txt and the log")
 	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
 	flag.Parse()
 	if o.cpuProfile != "" && !strings.Contains(" "+o.hostArgs+" ", " --pprof ") {
@@ -298,11 +302,15 @@ func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, er
 	}
 	var profiled sync.WaitGroup
 	pctx, stopProfiles := context.WithCancel(ctx)
-	if bt, ok := target.(*brookTarget); ok && o.cpuProfile != "" {
+	if bt, ok := target.(*brookTarget); ok && (o.cpuProfile != "" || o.timeline != "") {
+		prefix, profiles := o.cpuProfile, true
+		if prefix == "" {
+			prefix, profiles = o.timeline, false
+		}
 		profiled.Add(1)
 		go func() {
 			defer profiled.Done()
-			profileRun(pctx, bt, o.cpuProfile+"."+filepath.Base(o.workDir), o.duration, log)
+			profileRun(pctx, bt, prefix+"."+filepath.Base(o.workDir), o.duration, profiles, log)
 		}()
 	}
 	res, err := bench.Run(ctx, run, cfg)
