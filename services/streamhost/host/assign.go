@@ -104,9 +104,12 @@ func (h *Host) pullLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wait:
-			// The periodic pull re-applies every known assignment, as
-			// every pull did before pulls of changes.
-			recheck = true
+			// The periodic pull is of the changes, like a notice's: it
+			// applies what changed and what failed last time, not every
+			// known assignment (work in proportion to the streams held,
+			// every PullInterval; issue 17). A role in trouble asks for
+			// a re-apply of everything (requestPull), and the full pull
+			// at least every fullPullInterval re-applies it all.
 		case <-again:
 		case <-h.pullUrgent:
 		case <-h.pullNow:
