@@ -189,3 +189,54 @@ func TestRetentionVisitsOnlyBoundedCopies(t *testing.T) {
 		t.Fatalf("retention visits %v after the bound was lifted, want none", got)
 	}
 }
+
+// A create's notice carries the new stream's assignment, and the host
+// applies it without a pull: here the coordinators' snapshot never holds
+// the stream, so only the notice can make the host its owner. A notice of
+// a version already applied is not applied.
+func TestCreateNoticeAppliedWithoutPull(t *testing.T) {
+	f := newFixture(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for !f.host.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("host not ready within 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the first pull, not an assertion
+	}
+	notice := func(version uint64, as wire.AssignedStream) {
+		t.Helper()
+		data, _ := json.Marshal(wire.AssignNotice{Version: version, Assigned: &as})
+		if err := f.nc.Publish(wire.AssignNoticeSubject("n1"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notice(5, assignment("fresh", 7, 1, "n1", nil))
+	f.waitHB("owner of fresh", func(hb wire.Heartbeat) bool {
+		cs, ok := find(hb, "fresh")
+		return ok && cs.Role == wire.RoleOwner && cs.Epoch == 1
+	})
+	if n := f.host.lookupReplica("fresh").noticed; n != 5 {
+		t.Fatalf("noticed %d, want 5", n)
+	}
+
+	f.set(9, map[string]uint64{"fresh": 7}, assignment("fresh", 7, 1, "n1", nil))
+	for f.host.appliedVersion() < 9 {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatal("version 9 not applied")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the pull, not an assertion
+	}
+	notice(9, assignment("late", 8, 1, "n1", nil))
+	f.set(10, map[string]uint64{"fresh": 7}, assignment("fresh", 7, 1, "n1", nil))
+	f.waitHB("version 10 applied", func(wire.Heartbeat) bool { return f.host.appliedVersion() >= 10 })
+	if f.host.store.Get("late") != nil {
+		t.Fatal("a create notice of a version already applied made a copy")
+	}
+}
+
+// appliedVersion is the version applied (for tests).
+func (h *Host) appliedVersion() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.applied
+}

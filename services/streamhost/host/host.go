@@ -221,7 +221,10 @@ type Host struct {
 	pullNow chan struct{}
 	// pullUrgent asks for a pull without the gap (requestPullNow).
 	pullUrgent chan struct{}
-	beatNow    chan struct{}
+	// created are the assignments create notices carried, for the pull
+	// loop to apply before its pull (applyCreated).
+	created chan createdNotice
+	beatNow chan struct{}
 	// beatMu serializes the heartbeats that report copies (the loop's and
 	// shutdown's), so their numbers follow the order they were built in
 	// and the parts of two of them do not interleave. Liveness beats do
@@ -348,6 +351,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		known:       map[string]*wire.AssignedStream{},
 		pullNow:     make(chan struct{}, 1),
 		pullUrgent:  make(chan struct{}, 1),
+		created:     make(chan createdNotice, maxCreatedNotices),
 		beatNow:     make(chan struct{}, 1),
 		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
