@@ -38,17 +38,18 @@ import (
 // Reporter is the sender's side; Copies is the reader's.
 
 // Reporter turns a host's successive lists of copies into reports: full
-// every FullEvery (and the first), deltas between. It is not safe for
-// concurrent use; the host serializes its beats.
+// every FullEvery (and the first), deltas between. A delta is built either
+// from the full list (Report), or from the copies the host knows may have
+// changed (ReportChanged: what a delta costs then follows what changed,
+// not what the host holds). It is not safe for concurrent use; the host
+// serializes its beats.
 type Reporter struct {
 	// FullEvery is the longest time between two full reports
 	// (wire.DefaultFullReportInterval when zero or less).
 	FullEvery time.Duration
 
-	spare []wire.CopyStatus // the array of the list before last, reused
-
-	last     []wire.CopyStatus // the copies as last reported, sorted by stream
-	lastBeat uint64            // the last report's beat; 0: none yet
+	last     map[string]wire.CopyStatus // the copies as last reported
+	lastBeat uint64                     // the last report's beat; 0: none yet
 	lastFull time.Time
 	// asked is set by AskFull: the next report is full.
 	asked bool
@@ -57,53 +58,90 @@ type Reporter struct {
 // AskFull makes the next report full (a reader lacks a base for deltas).
 func (r *Reporter) AskFull() { r.asked = true }
 
-// Report returns the report to send for hb, a heartbeat listing every copy
-// the host holds (hb.Beat set, Delta unset), at now: hb itself when a full
-// report is due, otherwise the delta since the previous report. It
-// remembers hb's copies as reported: a report the caller then fails to
-// send is a gap readers recover from at the next full report. Its cost is
-// one walk of the two sorted lists (hb's are sorted if they are not
-// already), with no map.
-func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
+// FullDue reports whether the next report at now is a full one: the
+// first, one asked for, or FullEvery after the last full one.
+func (r *Reporter) FullDue(now time.Time) bool {
 	every := r.FullEvery
 	if every <= 0 {
 		every = wire.DefaultFullReportInterval
 	}
-	byStream := func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
-	cur := hb.Copies
-	if !slices.IsSortedFunc(cur, byStream) {
-		cur = slices.Clone(cur)
-		slices.SortFunc(cur, byStream)
-	}
-	prev, since := r.last, r.lastBeat
-	// The caller may reuse hb.Copies' array: keep a copy, in the array of
-	// the one before when it is large enough.
-	r.last, r.lastBeat = append(r.spare[:0], cur...), hb.Beat
-	r.spare = prev
-	if since == 0 || r.asked || now.Sub(r.lastFull) >= every || now.Before(r.lastFull) {
-		r.lastFull, r.asked = now, false
+	return r.lastBeat == 0 || r.asked || now.Sub(r.lastFull) >= every || now.Before(r.lastFull)
+}
+
+// Report returns the report to send for hb, a heartbeat listing every copy
+// the host holds (hb.Beat set, Delta unset), at now: hb itself when a full
+// report is due (FullDue), otherwise the delta since the previous report.
+// It remembers hb's copies as reported: a report the caller then fails to
+// send is a gap readers recover from at the next full report. Its cost is
+// a lookup of each of hb's copies among those last reported.
+func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
+	if r.FullDue(now) {
+		r.last = make(map[string]wire.CopyStatus, len(hb.Copies))
+		for _, cs := range hb.Copies {
+			r.last[cs.Stream] = cs
+		}
+		r.lastBeat, r.lastFull, r.asked = hb.Beat, now, false
 		hb.Delta, hb.Since = false, 0
 		return hb
 	}
-	changed := []wire.CopyStatus{}
-	var gone []wire.CopyStatus
-	i, j := 0, 0
-	for i < len(cur) || j < len(prev) {
-		switch {
-		case j == len(prev) || (i < len(cur) && cur[i].Stream < prev[j].Stream):
-			changed = append(changed, cur[i]) // new
-			i++
-		case i == len(cur) || prev[j].Stream < cur[i].Stream:
-			gone = append(gone, wire.CopyStatus{Stream: prev[j].Stream, StreamID: prev[j].StreamID, Role: wire.RoleNone, Gone: true})
-			j++
-		default:
-			if cur[i] != prev[j] {
-				changed = append(changed, cur[i])
-			}
-			i++
-			j++
+	cands := hb.Copies
+	held := 0 // of cands, those last reported
+	for _, cs := range cands {
+		if _, ok := r.last[cs.Stream]; ok {
+			held++
 		}
 	}
+	if held < len(r.last) {
+		// Some copies last reported are no longer listed: gone.
+		listed := make(map[string]struct{}, len(cands))
+		for _, cs := range cands {
+			listed[cs.Stream] = struct{}{}
+		}
+		cands = slices.Clone(cands)
+		for _, name := range slices.Sorted(maps.Keys(r.last)) {
+			if _, ok := listed[name]; !ok {
+				cands = append(cands, wire.CopyStatus{Stream: name, Gone: true})
+			}
+		}
+	}
+	hb.Copies = cands
+	return r.ReportChanged(hb, now)
+}
+
+// ReportChanged returns the delta to send for hb, a heartbeat that lists
+// the copies that may have changed since the previous report (hb.Beat set,
+// Delta unset): each with its current status, or with Gone set for one the
+// host no longer holds (only Stream is read). It lists those that differ
+// from what was last reported, and remembers them as reported. When a full
+// report is due (FullDue) it returns hb unchanged as a full report, which
+// lists only what hb lists: the caller asks FullDue first and builds every
+// copy's status for a full report. A copy that changed without being
+// listed here is reported by the next full report (the host's safety net
+// for a change it failed to notice).
+func (r *Reporter) ReportChanged(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
+	if r.FullDue(now) {
+		return r.Report(hb, now)
+	}
+	since := r.lastBeat
+	r.lastBeat = hb.Beat
+	changed := []wire.CopyStatus{}
+	var gone []wire.CopyStatus
+	for _, cs := range hb.Copies {
+		prev, ok := r.last[cs.Stream]
+		switch {
+		case cs.Gone:
+			if ok {
+				delete(r.last, cs.Stream)
+				gone = append(gone, wire.CopyStatus{Stream: prev.Stream, StreamID: prev.StreamID, Role: wire.RoleNone, Gone: true})
+			}
+		case !ok || prev != cs:
+			r.last[cs.Stream] = cs
+			changed = append(changed, cs)
+		}
+	}
+	byStream := func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
+	slices.SortFunc(changed, byStream)
+	slices.SortFunc(gone, byStream)
 	hb.Copies = append(changed, gone...)
 	hb.Delta, hb.Since = true, since
 	return hb

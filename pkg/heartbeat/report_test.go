@@ -235,6 +235,47 @@ func TestReporterReports(t *testing.T) {
 	}
 }
 
+// ReportChanged lists exactly the listed copies that differ from what was
+// last reported (new ones included), marks gone only those that had been
+// reported, and a later full report lists what a delta never did.
+func TestReportChangedListsExactlyTheChanged(t *testing.T) {
+	rep := Reporter{FullEvery: time.Second}
+	at := time.Unix(1, 0)
+	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner, Epoch: 1}
+	b := wire.CopyStatus{Stream: "b", StreamID: 2, Role: wire.RoleFollower, Epoch: 1}
+	c := wire.CopyStatus{Stream: "c", StreamID: 3, Role: wire.RoleFollower, Epoch: 1}
+	if !rep.FullDue(at) {
+		t.Fatal("the first report is not due full")
+	}
+	rep.Report(wire.Heartbeat{Beat: 1, Copies: []wire.CopyStatus{a, b, c}}, at)
+	if rep.FullDue(at.Add(100 * time.Millisecond)) {
+		t.Fatal("a full report due 100ms after one")
+	}
+	b2, d := b, wire.CopyStatus{Stream: "d", StreamID: 4, Role: wire.RoleFollower}
+	b2.RecordTail = 7
+	// a unchanged, b changed, c gone, d new, e gone but never reported.
+	hb := rep.ReportChanged(wire.Heartbeat{Beat: 2, Copies: []wire.CopyStatus{d, a, b2, {Stream: "c", Gone: true}, {Stream: "e", Gone: true}}},
+		at.Add(100*time.Millisecond))
+	want := []wire.CopyStatus{b2, d, {Stream: "c", StreamID: 3, Role: wire.RoleNone, Gone: true}}
+	if !hb.Delta || hb.Since != 1 || fmt.Sprint(hb.Copies) != fmt.Sprint(want) {
+		t.Fatalf("delta %+v, want since 1 and copies %v", hb, want)
+	}
+	// Listed again unchanged: nothing.
+	if hb := rep.ReportChanged(wire.Heartbeat{Beat: 3, Copies: []wire.CopyStatus{b2, d}}, at.Add(200*time.Millisecond)); !hb.Delta || hb.Since != 2 || len(hb.Copies) != 0 {
+		t.Fatalf("delta of unchanged copies %+v", hb)
+	}
+	// A change never listed (a2) is in the next full report.
+	a2 := a
+	a2.RecordTail = 9
+	if !rep.FullDue(at.Add(time.Second)) {
+		t.Fatal("no full report due FullEvery after the last")
+	}
+	full := rep.Report(wire.Heartbeat{Beat: 4, Copies: []wire.CopyStatus{a2, b2, d}}, at.Add(time.Second))
+	if full.Delta || fmt.Sprint(full.Copies) != fmt.Sprint([]wire.CopyStatus{a2, b2, d}) {
+		t.Fatalf("full report %+v", full)
+	}
+}
+
 // A host of 5,000 copies of which 10 changed sends a delta a few hundred
 // times smaller than its full report.
 func BenchmarkReportDelta(b *testing.B) {
@@ -252,6 +293,29 @@ func BenchmarkReportDelta(b *testing.B) {
 		beat++
 		next[0].RecordTail++
 		if hb := rep.Report(wire.Heartbeat{Beat: beat, Copies: next}, time.Unix(2, 0)); !hb.Delta {
+			b.Fatal("not a delta")
+		}
+	}
+}
+
+// The same host's delta built from the copies marked changed (11 of
+// 5,000), as the host builds it between full reports.
+func BenchmarkReportChanged(b *testing.B) {
+	copies := testCopies(5000, 100)
+	rep := Reporter{FullEvery: time.Hour}
+	rep.Report(wire.Heartbeat{Beat: 1, Copies: copies}, time.Unix(1, 0))
+	var marked []wire.CopyStatus
+	for i := range 10 {
+		cs := copies[i*400]
+		cs.RecordTail++
+		marked = append(marked, cs)
+	}
+	marked = append(marked, copies[1])
+	beat := uint64(1)
+	for b.Loop() {
+		beat++
+		marked[0].RecordTail++
+		if hb := rep.ReportChanged(wire.Heartbeat{Beat: beat, Copies: marked}, time.Unix(2, 0)); !hb.Delta {
 			b.Fatal("not a delta")
 		}
 	}

@@ -48,6 +48,13 @@ type Options struct {
 	// (the write-ahead log write and its fsync) took. It runs on the
 	// committer's goroutine, so it must return at once (record a metric).
 	OnGroupCommit func(writes int, took time.Duration)
+	// OnChange, if set, is called with a copy's stream name whenever
+	// anything Changed signals happens to the copy: records written or
+	// made durable, cursor events written or synced, its metadata (epoch,
+	// seal, head) changed, or the copy deleted. It is called with the
+	// copy's lock held, so it must return at once and not call the store
+	// (the host marks the copy for its next heartbeat).
+	OnChange func(stream string)
 }
 
 // Record is one record of a copy's record log.

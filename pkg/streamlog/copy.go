@@ -212,10 +212,14 @@ func clampCursors(state map[string]uint64, tail uint64) bool {
 	return clamped
 }
 
-// signalLocked wakes everyone waiting on Changed.
+// signalLocked wakes everyone waiting on Changed, and tells
+// Options.OnChange.
 func (c *copyImpl) signalLocked() {
 	close(c.changedCh)
 	c.changedCh = make(chan struct{})
+	if c.s.onChange != nil {
+		c.s.onChange(c.name)
+	}
 }
 
 // waitChangeLocked releases mu until the next change (or ctx ends).

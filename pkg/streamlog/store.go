@@ -67,6 +67,8 @@ type impl struct {
 	onFailure func(error)
 	// onGroupCommit is Options.OnGroupCommit.
 	onGroupCommit func(writes int, took time.Duration)
+	// onChange is Options.OnChange.
+	onChange func(stream string)
 
 	// The group commit queue (commit.go).
 	qmu       sync.Mutex
@@ -180,6 +182,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	s.log = log
 	s.onFailure = opts.OnFailure
 	s.onGroupCommit = opts.OnGroupCommit
+	s.onChange = opts.OnChange
 	popts := &pebble.Options{
 		FS:     fs,
 		Logger: pebbleLogger{l: log, s: &s.impl},

@@ -101,7 +101,10 @@ type AssignNotice struct {
 	FullReport bool `json:"full_report,omitempty"`
 	// Assigned, on a recovery's notice, is the committed assignment of its
 	// stream: a host holding a copy of it at an older epoch applies it at
-	// once, before its pull, so the new owner serves one pull sooner.
+	// once, before its pull, so the new owner serves one pull sooner. On
+	// a create's notice (Recovery unset) it is the new stream's
+	// assignment, which a host that has not applied the version yet
+	// applies in its pull loop without pulling first.
 	Assigned *AssignedStream `json:"assigned,omitempty"`
 }
 

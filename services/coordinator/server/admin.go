@@ -353,7 +353,15 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	}
 	s.log.Info("stream created", "stream", req.Stream, "stream_id", r.StreamID, "owner", owner,
 		"followers", followers, "policy", stamp, "min_copies", req.MinCopies, "version", r.Version)
-	s.notify(a.Copies(), r.Version)
+	// The notice carries the committed assignment (read from this
+	// replica, which applied the commit before Propose returned): each
+	// host applies it at once, without waiting for a pull of the change.
+	n := wire.AssignNotice{Version: r.Version}
+	if v, err := s.store.LocalStream(req.Stream); err == nil && v.Stream != nil && v.Stream.ID == r.StreamID {
+		as := state.AssignedOf(v.Stream)
+		n.Assigned = &as
+	}
+	s.notifyOf(a.Copies(), n)
 	// Answer once the owner serves, so that a publish sent the moment the
 	// create answers reaches it rather than no responders. No lock is held
 	// across the wait.

@@ -116,3 +116,36 @@ func TestPaddedPolicyIsStoredCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateNoticeCarriesTheAssignment: the notice of a create carries the
+// new stream's committed assignment with its history starts, so each host
+// can apply it without pulling first.
+func TestCreateNoticeCarriesTheAssignment(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	c.host("h1")
+	c.liveHosts(1)
+	got := make(chan wire.AssignNotice, 64)
+	sub, err := c.client.Subscribe(wire.AssignNoticeSubject("h1"), func(m *nats.Msg) {
+		var n wire.AssignNotice
+		if json.Unmarshal(m.Data, &n) == nil && n.Assigned != nil {
+			got <- n
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.client.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	info := c.create("fresh", 1)
+	select {
+	case n := <-got:
+		a := n.Assigned.Assignment
+		if n.Recovery || a.Stream != "fresh" || a.StreamID != info.StreamID || a.Owner != "h1" || n.Assigned.Starts == nil || n.Version == 0 {
+			t.Fatalf("create notice %+v (assignment %+v), want stream fresh id %d owned by h1 with its starts", n, a, info.StreamID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no create notice with the assignment")
+	}
+}

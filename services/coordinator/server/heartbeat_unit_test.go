@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 )
@@ -179,5 +180,28 @@ func TestDeltaWithoutBaseAsksForFullReport(t *testing.T) {
 	expect(0) // the delta follows the full report
 	if got := s.live.View()["h1"].Copies; len(got) != 1 {
 		t.Fatalf("copies %v after the full report", got)
+	}
+}
+
+// An expiry planned at now is withdrawn when the node's incarnation was
+// heard after now, and only then.
+func TestExpiryWithdrawnWhenHeardSincePlan(t *testing.T) {
+	now := time.Unix(100, 0)
+	exp := controller.Action{Kind: controller.ActExpire, Node: "h1", Incarnation: 7, Reason: controller.DetectTTL}
+	for _, c := range []struct {
+		what string
+		a    controller.Action
+		seen liveness.Seen
+		want bool
+	}{
+		{"heard after the plan", exp, liveness.Seen{Incarnation: 7, LastSeen: now.Add(time.Millisecond)}, true},
+		{"last heard before the plan", exp, liveness.Seen{Incarnation: 7, LastSeen: now.Add(-time.Second)}, false},
+		{"heard at the plan's now", exp, liveness.Seen{Incarnation: 7, LastSeen: now}, false},
+		{"another incarnation heard", exp, liveness.Seen{Incarnation: 8, LastSeen: now.Add(time.Second)}, false},
+		{"not an expiry", controller.Action{Kind: controller.ActLeave, Node: "h1", Incarnation: 7}, liveness.Seen{Incarnation: 7, LastSeen: now.Add(time.Second)}, false},
+	} {
+		if got := heardSincePlan(c.seen, c.a, now); got != c.want {
+			t.Errorf("%s: withdrawn %v, want %v", c.what, got, c.want)
+		}
 	}
 }

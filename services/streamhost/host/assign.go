@@ -68,8 +68,113 @@ func (h *Host) onNotice(m *nats.Msg) {
 		}
 		h.requestPullNow()
 	case newer:
+		if n.Assigned != nil {
+			select {
+			case h.created <- createdNotice{version: n.Version, as: n.Assigned}:
+			default: // the pull applies it
+			}
+		}
 		h.requestNoticePull()
 	}
+}
+
+// maxCreatedNotices bounds the create notices waiting for the pull loop;
+// one more is left to the pull.
+const maxCreatedNotices = 4096
+
+// createdNotice is the assignment a create's notice carried, and the
+// notice's version.
+type createdNotice struct {
+	version uint64
+	as      *wire.AssignedStream
+}
+
+// applyCreated applies the assignment of create notice first and of the
+// others waiting (h.created) that name a version the host has not applied
+// yet: the new stream's copy is created and takes its role without the
+// notice's pull (the gap, the pull's round trip), which was most of a
+// create's time to its owner serving (issue 17). It runs in the pull loop,
+// so it never overlaps a pull's apply, and a pull that applied the version
+// (or a later one) before it ran makes it skip the notice. The pull that
+// the notice also asked for follows and finds the copy in line. A notice
+// does not advance the version applied: changes of other streams up to it
+// are still to pull.
+func (h *Host) applyCreated(ctx context.Context, first createdNotice) {
+	batch := []createdNotice{first}
+	for len(batch) < maxCreatedNotices {
+		select {
+		case n := <-h.created:
+			batch = append(batch, n)
+			continue
+		default:
+		}
+		break
+	}
+	h.mu.Lock()
+	applied := h.applied
+	h.mu.Unlock()
+	if !h.ready.Load() || h.leaving.Load() {
+		return
+	}
+	var run applies
+	for _, n := range batch {
+		a := n.as.Assignment
+		if n.version <= applied || !a.Includes(h.cfg.Node) || n.as.Starts == nil || wire.ValidName("stream", a.Stream) != nil {
+			continue
+		}
+		run.Go(func() {
+			if err := h.applyCreatedOne(ctx, n); err != nil {
+				h.log.Warn("apply the assignment a create's notice carried; the pull applies it", "stream", a.Stream, "epoch", a.Epoch, "err", err)
+			}
+		})
+	}
+	run.Wait()
+}
+
+// applies runs applies of streams side by side, at most
+// maxConcurrentApplies at once. The zero value is ready to use.
+type applies struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+// Go runs f once fewer than maxConcurrentApplies run.
+func (p *applies) Go(f func()) {
+	if p.sem == nil {
+		p.sem = make(chan struct{}, maxConcurrentApplies)
+	}
+	p.sem <- struct{}{}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.sem }()
+		f()
+	}()
+}
+
+// Wait waits for every f run.
+func (p *applies) Wait() { p.wg.Wait() }
+
+// applyCreatedOne applies one create notice's assignment unless the copy
+// is already this stream's or a later notice was applied to it.
+func (h *Host) applyCreatedOne(ctx context.Context, n createdNotice) error {
+	a := n.as.Assignment
+	r := h.replica(a.Stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := h.store.Get(a.Stream); (c != nil && c.StreamID() == a.StreamID) || n.version < r.noticed {
+		return nil
+	}
+	if err := h.applyLocked(ctx, r, n.as); err != nil {
+		return err
+	}
+	r.noticed = max(r.noticed, n.version)
+	h.mu.Lock()
+	if n.version > h.applied {
+		h.known[a.Stream] = n.as
+	}
+	h.mu.Unlock()
+	return nil
 }
 
 // pullLoop pulls the snapshot on start (retrying until it has one), on a
@@ -100,22 +205,32 @@ func (h *Host) pullLoop(ctx context.Context) {
 			retry = min(retry*2, time.Second)
 		}
 		recheck = false
-		select {
-		case <-ctx.Done():
-			return
-		case <-wait:
-			// The periodic pull re-applies every known assignment, as
-			// every pull did before pulls of changes.
-			recheck = true
-		case <-again:
-		case <-h.pullUrgent:
-		case <-h.pullNow:
+		// Create notices are applied while the loop waits (applyCreated).
+		// A notice's pull waits for the gap (gapC, set once one asks).
+		pullNow := h.pullNow
+		var gapC <-chan time.Time
+		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-gap.C:
+			case n := <-h.created:
+				h.applyCreated(ctx, n)
+				continue
+			case <-pullNow:
+				pullNow, gapC = nil, gap.C
+				continue
+			case <-wait:
+				// The periodic pull is of the changes, like a notice's: it
+				// applies what changed and what failed last time, not every
+				// known assignment (work in proportion to the streams held,
+				// every PullInterval; issue 17). A role in trouble asks for
+				// a re-apply of everything (requestPull), and the full pull
+				// at least every fullPullInterval re-applies it all.
+			case <-again:
 			case <-h.pullUrgent:
+			case <-gapC:
 			}
+			break
 		}
 	}
 }
@@ -356,8 +471,7 @@ const maxConcurrentApplies = 16
 // metadata writes sharing Pebble's WAL syncs, instead of one fsync after
 // another.
 func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []*wire.AssignedStream) {
-	sem := make(chan struct{}, maxConcurrentApplies)
-	var wg sync.WaitGroup
+	var run applies
 	var failedMu sync.Mutex
 	failed := map[string]struct{}{}
 	for _, as := range todo {
@@ -372,20 +486,16 @@ func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []
 			h.log.Error("assignment without a readable list of history starts; not applied", "stream", a.Stream, "epoch", a.Epoch)
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		run.Go(func() {
 			if err := h.applyOne(ctx, as, snap.Version); err != nil {
 				h.log.Error("apply assignment", "stream", a.Stream, "epoch", a.Epoch, "err", err)
 				failedMu.Lock()
 				failed[a.Stream] = struct{}{}
 				failedMu.Unlock()
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	run.Wait()
 	h.pull.retry = failed
 	if snap.Since == 0 {
 		for _, c := range h.store.Copies() {

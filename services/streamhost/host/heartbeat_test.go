@@ -14,13 +14,10 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
-// TestHeartbeatSplitsUnderThePayloadLimit runs a host holding more copies
-// than one message of the server's payload limit can list (a 4 KiB limit
-// here; the default 1 MiB is passed at a few thousand copies): every
-// message must stay within the limit, and the parts of a beat must
-// assemble into all of the host's copies.
-func TestHeartbeatSplitsUnderThePayloadLimit(t *testing.T) {
-	const copies, limit = 60, 4096
+// dirWithCopies returns a data dir whose store holds copies copies,
+// stream-00 with id 1 and on, and the streams (name to id).
+func dirWithCopies(t *testing.T, copies int) (string, map[string]uint64) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := streamlog.Open(streamlog.Options{Dir: dir})
 	if err != nil {
@@ -37,6 +34,17 @@ func TestHeartbeatSplitsUnderThePayloadLimit(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return dir, streams
+}
+
+// TestHeartbeatSplitsUnderThePayloadLimit runs a host holding more copies
+// than one message of the server's payload limit can list (a 4 KiB limit
+// here; the default 1 MiB is passed at a few thousand copies): every
+// message must stay within the limit, and the parts of a beat must
+// assemble into all of the host's copies.
+func TestHeartbeatSplitsUnderThePayloadLimit(t *testing.T) {
+	const copies, limit = 60, 4096
+	dir, streams := dirWithCopies(t, copies)
 
 	// Every report full: this test is about full reports' size.
 	f := newFixtureWith(t, fixtureOptions{maxPayload: limit, dataDir: dir, streams: streams, fullReport: time.Nanosecond})

@@ -221,7 +221,10 @@ type Host struct {
 	pullNow chan struct{}
 	// pullUrgent asks for a pull without the gap (requestPullNow).
 	pullUrgent chan struct{}
-	beatNow    chan struct{}
+	// created are the assignments create notices carried, for the pull
+	// loop to apply before its pull (applyCreated).
+	created chan createdNotice
+	beatNow chan struct{}
 	// beatMu serializes the heartbeats that report copies (the loop's and
 	// shutdown's), so their numbers follow the order they were built in
 	// and the parts of two of them do not interleave. Liveness beats do
@@ -230,6 +233,11 @@ type Host struct {
 	// went out late, and a coordinator expired the host (issue 17).
 	beatMu   sync.Mutex
 	reporter heartbeat.Reporter // full reports and deltas; guarded by beatMu
+	// changed names the copies whose reported status may have changed
+	// since the last heartbeat (changes.go): a delta lists only those.
+	changed changeSet
+	// retained are the replicas the retention loop visits (changes.go).
+	retained replicaSet
 	// beat is the last number given to a heartbeat of either kind;
 	// reported is set once the first report of this incarnation is out.
 	beat     atomic.Uint64
@@ -315,6 +323,11 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		CursorSyncInterval: cfg.CursorSyncInterval,
 		FS:                 cfg.StoreFS,
 		OnGroupCommit:      met.groupCommit,
+		OnChange: func(stream string) {
+			if h := self.Load(); h != nil {
+				h.changed.mark(stream)
+			}
+		},
 		OnFailure: func(err error) {
 			if h := self.Load(); h != nil {
 				h.storeFailed(err)
@@ -338,6 +351,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		known:       map[string]*wire.AssignedStream{},
 		pullNow:     make(chan struct{}, 1),
 		pullUrgent:  make(chan struct{}, 1),
+		created:     make(chan createdNotice, maxCreatedNotices),
 		beatNow:     make(chan struct{}, 1),
 		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
@@ -809,38 +823,63 @@ func (h *Host) Heartbeat(leaving bool) wire.Heartbeat {
 	hb := h.LivenessBeat(leaving)
 	hb.Live = false
 	for _, c := range h.store.Copies() {
-		t := c.Tails()
-		_, sealed := c.SealInfo()
-		cs := wire.CopyStatus{
-			Stream:     c.Stream(),
-			StreamID:   c.StreamID(),
-			Role:       wire.RoleNone,
-			Epoch:      c.Epoch(),
-			RecordTail: t.Record,
-			CursorTail: t.CursorDurable,
-			Sealed:     sealed,
-		}
-		// A failed store holds no role, even in the moment between the
-		// failure and storeFailed's stop of the roles: a beat that says
-		// leaving with the error never also says owner.
-		if r := h.lookupReplica(c.Stream()); r != nil && hb.StoreError == "" {
-			st := r.status.Load()
-			if st.role != wire.RoleNone && st.streamID == c.StreamID() {
-				cs.Role = st.role
-				if st.own != nil {
-					cs.Confirmed = st.own.confirmed()
-				}
-			}
-		}
-		hb.Copies = append(hb.Copies, cs)
+		hb.Copies = append(hb.Copies, h.copyStatus(c, hb.StoreError != ""))
 	}
 	return hb
 }
 
+// changedHeartbeat builds a heartbeat that lists the copies named (their
+// current state, or Gone for one no longer held): the candidates of a
+// delta (heartbeat.Reporter.ReportChanged).
+func (h *Host) changedHeartbeat(leaving bool, names []string) wire.Heartbeat {
+	hb := h.LivenessBeat(leaving)
+	hb.Live = false
+	for _, name := range names {
+		c := h.store.Get(name)
+		if c == nil {
+			hb.Copies = append(hb.Copies, wire.CopyStatus{Stream: name, Gone: true})
+			continue
+		}
+		hb.Copies = append(hb.Copies, h.copyStatus(c, hb.StoreError != ""))
+	}
+	return hb
+}
+
+// copyStatus is copy c's status for a heartbeat; storeFailed says the
+// beat reports a failed store.
+func (h *Host) copyStatus(c *streamlog.Copy, storeFailed bool) wire.CopyStatus {
+	t := c.Tails()
+	_, sealed := c.SealInfo()
+	cs := wire.CopyStatus{
+		Stream:     c.Stream(),
+		StreamID:   c.StreamID(),
+		Role:       wire.RoleNone,
+		Epoch:      c.Epoch(),
+		RecordTail: t.Record,
+		CursorTail: t.CursorDurable,
+		Sealed:     sealed,
+	}
+	// A failed store holds no role, even in the moment between the
+	// failure and storeFailed's stop of the roles: a beat that says
+	// leaving with the error never also says owner.
+	if r := h.lookupReplica(c.Stream()); r != nil && !storeFailed {
+		st := r.status.Load()
+		if st.role != wire.RoleNone && st.streamID == c.StreamID() {
+			cs.Role = st.role
+			if st.own != nil {
+				cs.Confirmed = st.own.confirmed()
+			}
+		}
+	}
+	return cs
+}
+
 // publishHeartbeat publishes the host's heartbeat: a full report of every
-// copy every FullReportInterval, otherwise the copies that changed since
-// the previous report; in as many parts as the server's payload limit
-// requires (see package heartbeat).
+// copy every FullReportInterval, otherwise a delta of the copies that
+// changed since the previous report (those marked in h.changed whose
+// status differs from what was reported); in as many parts as the
+// server's payload limit requires (see package heartbeat). Only the full
+// report walks every copy; a change the marks missed is reported by it.
 func (h *Host) publishHeartbeat(leaving bool) {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
@@ -849,15 +888,25 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	if h.beatsOff() {
 		return
 	}
-	hb := h.Heartbeat(leaving)
-	hb.Beat = h.beat.Add(1)
 	now := time.Now()
 	if h.fullAsked.Load() && now.Sub(h.lastAsked) >= wire.MinAskedFullReportGap {
 		h.fullAsked.Store(false)
 		h.lastAsked = now
 		h.reporter.AskFull()
 	}
-	hb = h.reporter.Report(hb, now)
+	// The marks are taken before the statuses are read: a change after
+	// this is marked again, for the next beat.
+	names := h.changed.take()
+	var hb wire.Heartbeat
+	if h.reporter.FullDue(now) {
+		hb = h.Heartbeat(leaving)
+		hb.Beat = h.beat.Add(1)
+		hb = h.reporter.Report(hb, now)
+	} else {
+		hb = h.changedHeartbeat(leaving, names)
+		hb.Beat = h.beat.Add(1)
+		hb = h.reporter.ReportChanged(hb, now)
+	}
 	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.beatNC.MaxPayload()))
 	if parts == nil {
@@ -882,7 +931,9 @@ func (h *Host) publishHeartbeat(leaving bool) {
 
 // retentionLoop advances each copy's head by its retention. An owner keeps
 // what its live followers have not acknowledged yet, so that a follower that
-// lags is not cut off needlessly; a follower keeps what its owner keeps.
+// lags is not cut off needlessly; a follower keeps what its owner keeps. It
+// visits only the copies with a role and a retention that bounds something
+// (h.retained), not every copy held.
 func (h *Host) retentionLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.RetentionInterval)
 	defer t.Stop()
@@ -893,7 +944,7 @@ func (h *Host) retentionLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		for _, r := range h.allReplicas() {
+		for _, r := range h.retained.list() {
 			st := r.status.Load()
 			if !hasBound(st.retention) {
 				continue

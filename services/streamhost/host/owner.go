@@ -259,6 +259,7 @@ func (o *owner) releaseLocked() []outgoing {
 	if o.mu.conf.watermark > wm {
 		close(o.mu.wmCh)
 		o.mu.wmCh = make(chan struct{})
+		o.h.changed.mark(o.stream) // the heartbeat reports it
 	}
 	o.armLocked(time.Now())
 	return out

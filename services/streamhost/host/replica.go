@@ -70,6 +70,8 @@ func (r *replica) publishStatus(ret wire.Retention) {
 		st.role, st.epoch, st.streamID = wire.RoleFollower, r.fol.epoch, r.fol.id
 	}
 	r.status.Store(st)
+	r.h.changed.mark(r.stream)
+	r.h.retained.set(r, hasBound(ret) && st.role != wire.RoleNone)
 }
 
 // stopRole stops whatever role the copy plays; publishes waiting for a
