@@ -259,7 +259,30 @@ func (h *Host) deltaSince() uint64 {
 // than the one applied: in full, or with recheck, every assignment known;
 // otherwise the changed ones and those whose last apply failed.
 func (h *Host) pullAndApply(ctx context.Context, recheck bool) error {
-	snap, err := h.pullSnapshot(ctx, h.deltaSince())
+	// The pull's round trip runs beside the loop, which meanwhile applies
+	// the create notices that come (applyCreated): under load a pull took
+	// about as long as a create's notice took to be applied before it.
+	// Applies stay in this goroutine, so they never overlap.
+	since := h.deltaSince()
+	type pulled struct {
+		snap wire.AssignmentSnapshot
+		err  error
+	}
+	done := make(chan pulled, 1)
+	go func() {
+		snap, err := h.pullSnapshot(ctx, since)
+		done <- pulled{snap, err}
+	}()
+	var p pulled
+	for waiting := true; waiting; {
+		select {
+		case p = <-done:
+			waiting = false
+		case n := <-h.created:
+			h.applyCreated(ctx, n)
+		}
+	}
+	snap, err := p.snap, p.err
 	if err != nil {
 		var we *wire.Error
 		if errors.As(err, &we) && we.Code == wire.CodeBadRequest && !h.pull.noDelta {
