@@ -105,7 +105,7 @@ func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
 		}
 	}
 	hb.Copies = cands
-	return r.ReportChanged(hb, now)
+	return r.reportChanged(hb)
 }
 
 // ReportChanged returns the delta to send for hb, a heartbeat that lists
@@ -113,15 +113,22 @@ func (r *Reporter) Report(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
 // Delta unset): each with its current status, or with Gone set for one the
 // host no longer holds (only Stream is read). It lists those that differ
 // from what was last reported, and remembers them as reported. When a full
-// report is due (FullDue) it returns hb unchanged as a full report, which
-// lists only what hb lists: the caller asks FullDue first and builds every
-// copy's status for a full report. A copy that changed without being
-// listed here is reported by the next full report (the host's safety net
-// for a change it failed to notice).
-func (r *Reporter) ReportChanged(hb wire.Heartbeat, now time.Time) wire.Heartbeat {
+// report is due (FullDue) it returns ok false and remembers nothing: hb
+// lists only some copies, and sent as a full report it would make every
+// reader drop the others, so the caller builds every copy's status and
+// calls Report instead (found by review: it used to return hb as a full
+// report). A copy that changed without being listed here is reported by
+// the next full report (the host's safety net for a change it failed to
+// notice).
+func (r *Reporter) ReportChanged(hb wire.Heartbeat, now time.Time) (delta wire.Heartbeat, ok bool) {
 	if r.FullDue(now) {
-		return r.Report(hb, now)
+		return hb, false
 	}
+	return r.reportChanged(hb), true
+}
+
+// reportChanged is ReportChanged once no full report is due.
+func (r *Reporter) reportChanged(hb wire.Heartbeat) wire.Heartbeat {
 	since := r.lastBeat
 	r.lastBeat = hb.Beat
 	changed := []wire.CopyStatus{}

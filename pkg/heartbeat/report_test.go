@@ -254,14 +254,14 @@ func TestReportChangedListsExactlyTheChanged(t *testing.T) {
 	b2, d := b, wire.CopyStatus{Stream: "d", StreamID: 4, Role: wire.RoleFollower}
 	b2.RecordTail = 7
 	// a unchanged, b changed, c gone, d new, e gone but never reported.
-	hb := rep.ReportChanged(wire.Heartbeat{Beat: 2, Copies: []wire.CopyStatus{d, a, b2, {Stream: "c", Gone: true}, {Stream: "e", Gone: true}}},
+	hb, ok := rep.ReportChanged(wire.Heartbeat{Beat: 2, Copies: []wire.CopyStatus{d, a, b2, {Stream: "c", Gone: true}, {Stream: "e", Gone: true}}},
 		at.Add(100*time.Millisecond))
 	want := []wire.CopyStatus{b2, d, {Stream: "c", StreamID: 3, Role: wire.RoleNone, Gone: true}}
-	if !hb.Delta || hb.Since != 1 || fmt.Sprint(hb.Copies) != fmt.Sprint(want) {
-		t.Fatalf("delta %+v, want since 1 and copies %v", hb, want)
+	if !ok || !hb.Delta || hb.Since != 1 || fmt.Sprint(hb.Copies) != fmt.Sprint(want) {
+		t.Fatalf("delta %+v (ok %v), want since 1 and copies %v", hb, ok, want)
 	}
 	// Listed again unchanged: nothing.
-	if hb := rep.ReportChanged(wire.Heartbeat{Beat: 3, Copies: []wire.CopyStatus{b2, d}}, at.Add(200*time.Millisecond)); !hb.Delta || hb.Since != 2 || len(hb.Copies) != 0 {
+	if hb, ok := rep.ReportChanged(wire.Heartbeat{Beat: 3, Copies: []wire.CopyStatus{b2, d}}, at.Add(200*time.Millisecond)); !ok || !hb.Delta || hb.Since != 2 || len(hb.Copies) != 0 {
 		t.Fatalf("delta of unchanged copies %+v", hb)
 	}
 	// A change never listed (a2) is in the next full report.
@@ -300,6 +300,27 @@ func BenchmarkReportDelta(b *testing.B) {
 
 // The same host's delta built from the copies marked changed (11 of
 // 5,000), as the host builds it between full reports.
+// TestReportChangedRefusesWhenAFullReportIsDue: a list of the changed
+// copies must never go out as a full report, which would make every reader
+// drop the copies it does not list (found by review).
+func TestReportChangedRefusesWhenAFullReportIsDue(t *testing.T) {
+	var rep Reporter
+	at := time.Unix(1, 0)
+	a := wire.CopyStatus{Stream: "a", StreamID: 1, Role: wire.RoleOwner}
+	b := wire.CopyStatus{Stream: "b", StreamID: 2, Role: wire.RoleFollower}
+	rep.Report(wire.Heartbeat{Beat: 1, Copies: []wire.CopyStatus{a, b}}, at)
+	rep.AskFull()
+	b.RecordTail = 3
+	if hb, ok := rep.ReportChanged(wire.Heartbeat{Beat: 2, Copies: []wire.CopyStatus{b}}, at.Add(100*time.Millisecond)); ok {
+		t.Fatalf("a full report is due, yet a list of one changed copy went out: %+v", hb)
+	}
+	// Nothing was remembered: the full report still follows beat 1.
+	full := rep.Report(wire.Heartbeat{Beat: 2, Copies: []wire.CopyStatus{a, b}}, at.Add(100*time.Millisecond))
+	if full.Delta || len(full.Copies) != 2 {
+		t.Fatalf("the report after the refusal %+v, want a full report of both copies", full)
+	}
+}
+
 func BenchmarkReportChanged(b *testing.B) {
 	copies := testCopies(5000, 100)
 	rep := Reporter{FullEvery: time.Hour}
@@ -315,7 +336,7 @@ func BenchmarkReportChanged(b *testing.B) {
 	for b.Loop() {
 		beat++
 		marked[0].RecordTail++
-		if hb := rep.ReportChanged(wire.Heartbeat{Beat: beat, Copies: marked}, time.Unix(2, 0)); !hb.Delta {
+		if hb, ok := rep.ReportChanged(wire.Heartbeat{Beat: beat, Copies: marked}, time.Unix(2, 0)); !ok || !hb.Delta {
 			b.Fatal("not a delta")
 		}
 	}
