@@ -3,10 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/brook-streams/brook/tools/cluster"
 )
 
 // RepoRoot is the folder of the go.work that the go command sees from the
@@ -30,15 +31,5 @@ func BuildNATSServer(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nats-server")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = filepath.Join(root, "tools")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build nats-server: %w\n%s", err, out)
-	}
-	return bin, nil
+	return cluster.BuildNATSServer(ctx, root, dir)
 }

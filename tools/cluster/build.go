@@ -98,3 +98,19 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// BuildNATSServer builds nats-server, the version the workspace pins (as
+// `make build` does), from repoRoot into outDir and returns its path.
+func BuildNATSServer(ctx context.Context, repoRoot, outDir string) (string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", fmt.Errorf("build nats-server: %w", err)
+	}
+	bin := filepath.Join(outDir, "nats-server")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = filepath.Join(repoRoot, "tools")
+	cmd.Env = goEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build nats-server: %w\n%s", err, tail(string(out), 20))
+	}
+	return bin, nil
+}

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/client"
@@ -74,6 +73,14 @@ type Config struct {
 	// BlackholeHost and HealHost do nothing), but no extra copy of every
 	// host message through this process either (benchmarks).
 	DirectHosts bool
+	// NATSBin, if set, is a nats-server binary (as `make build` puts in
+	// bin/): each nats-server then runs as a process of its own
+	// (StartNATSProcesses) instead of embedded in this process, with the
+	// same configuration, its configuration file and log under LogDir;
+	// Stop kills them and waits. For benchmarks, where embedded servers
+	// share this process's scheduler and garbage collector with its
+	// clients. KickConn needs embedded servers.
+	NATSBin string
 }
 
 // DefaultNATSServers is Config.NATSServers when it is 0.
@@ -184,7 +191,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		confPath = c.auth.NATSConf
 	}
-	if c.natsAll, err = StartNATSCluster(cfg.NATSServers, confPath, natsLog); err != nil {
+	if cfg.NATSBin != "" {
+		c.natsAll, err = StartNATSProcesses(cfg.NATSBin, cfg.LogDir, cfg.NATSServers, confPath, natsLog)
+	} else {
+		c.natsAll, err = StartNATSCluster(cfg.NATSServers, confPath, natsLog)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	c.nats = c.natsAll[0]
@@ -363,7 +375,7 @@ func (c *Cluster) PlainConnections() (plain []string, total int, err error) {
 		if !ns.Running() {
 			continue
 		}
-		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		connz, err := ns.connz()
 		if err != nil {
 			return nil, 0, fmt.Errorf("connz: %w", err)
 		}
@@ -421,17 +433,17 @@ func (c *Cluster) NATSOptions(principal string) ([]nats.Option, error) {
 	return opts, nil
 }
 
-// NATS returns the (first) embedded server.
+// NATS returns the (first) server.
 func (c *Cluster) NATS() *NATS { return c.nats }
 
 // NATSServers is how many nats-servers the cluster has.
 func (c *Cluster) NATSServers() int { return len(c.natsAll) }
 
-// NATSServer returns embedded server i (0-based).
+// NATSServer returns server i (0-based).
 func (c *Cluster) NATSServer(i int) *NATS { return c.natsAll[i] }
 
 // KillNATS stops nats-server i at once, the test's stand-in for SIGKILL of
-// a server process: every client and route connection it holds is closed
+// a server process (with Config.NATSBin, it is SIGKILL): every client and route connection it holds is closed
 // (the clients see their connection drop and reconnect to another server
 // of their URL list), and it publishes no disconnect advisory for its
 // clients (its event system stops first). Bring it back with
@@ -459,12 +471,15 @@ func (c *Cluster) KickConn(name string) error {
 		if !ns.Running() {
 			continue
 		}
-		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		connz, err := ns.connz()
 		if err != nil {
 			return fmt.Errorf("connz of %s: %w", ns.Name(), err)
 		}
 		for _, ci := range connz.Conns {
 			if ci.Name == name && ci.Account != SysAccount {
+				if ns.Server() == nil {
+					return fmt.Errorf("kick %s: %s is a server process (Config.NATSBin), not embedded", name, ns.Name())
+				}
 				c.log.Info("kick connection", "name", name, "server", ns.Name(), "cid", ci.Cid)
 				return ns.Server().DisconnectClientByID(ci.Cid)
 			}
@@ -481,7 +496,7 @@ func (c *Cluster) NATSServerOf(name string) (int, error) {
 		if !ns.Running() {
 			continue
 		}
-		connz, err := ns.Server().Connz(&server.ConnzOptions{Limit: 10000})
+		connz, err := ns.connz()
 		if err != nil {
 			return -1, fmt.Errorf("connz of %s: %w", ns.Name(), err)
 		}

@@ -1,21 +1,86 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-// Three embedded servers form one NATS cluster: a message published on one
+// Three servers, embedded or processes of their own, form one NATS cluster: a message published on one
 // server reaches a subscriber on another, a client's disconnect advisory
 // reaches a system-account subscriber on another server (so a coordinator
 // hears every host's advisory whichever server either is on), and a
 // server's shutdown (KillNATS's stand-in for SIGKILL) moves its clients to
 // another server of their URL list without a disconnect advisory.
 func TestNATSCluster(t *testing.T) {
-	ns, err := StartNATSCluster(3, "", nil)
+	t.Run("embedded", func(t *testing.T) {
+		testNATSCluster(t, func() ([]*NATS, error) { return StartNATSCluster(3, "", nil) })
+	})
+	t.Run("processes", func(t *testing.T) {
+		bin := natsServerBin(t)
+		dir := t.TempDir()
+		var ns []*NATS
+		testNATSCluster(t, func() ([]*NATS, error) {
+			var err error
+			ns, err = StartNATSProcesses(bin, dir, 3, "", func(i int) string {
+				return filepath.Join(dir, fmt.Sprintf("nats-%d.log", i+1))
+			})
+			return ns, err
+		})
+		// Shutdown killed and reaped every server process.
+		for _, n := range ns {
+			n.Shutdown()
+			assertGone(t, n.proc)
+		}
+	})
+}
+
+// builtNATSServer builds nats-server once per test binary run.
+var builtNATSServer = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := RepoRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	return BuildNATSServer(ctx, root, filepath.Join(testBinDir, "bin"))
+})
+
+// natsServerBin is the built nats-server binary.
+func natsServerBin(t *testing.T) string {
+	t.Helper()
+	bin, err := builtNATSServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// assertGone fails unless p ran and no process of its pid exists.
+func assertGone(t *testing.T, p *Proc) {
+	t.Helper()
+	pid := p.Pid()
+	if pid == 0 {
+		t.Fatalf("%s never started", p.Name)
+	}
+	if p.Running() {
+		t.Errorf("%s (pid %d) still running", p.Name, pid)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("%s: pid %d still exists (kill 0: %v)", p.Name, pid, err)
+	}
+}
+
+func testNATSCluster(t *testing.T, start func() ([]*NATS, error)) {
+	ns, err := start()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,13 +24,20 @@ const (
 	SysAccount    = "SYS"
 )
 
-// NATS is an embedded nats-server with brook's accounts.
+// NATS is a nats-server with brook's accounts: embedded in this process,
+// or (StartNATSProcesses) a process of its own.
 type NATS struct {
-	srv  *server.Server
+	srv  *server.Server // nil for a server process
 	port int
 	// opts and logPath start it again (Restart).
 	opts    *server.Options
 	logPath string
+
+	// A server process (nil when embedded), its name and its
+	// monitoring address.
+	proc    *Proc
+	name    string
+	monitor string
 }
 
 // StartNATS runs a nats-server on a free loopback port with accounts BROOK
@@ -72,6 +79,9 @@ func startNATS(opts *server.Options, logPath string) (*NATS, error) {
 // reconnects to the new server (which has a new server id). It fails if the
 // port cannot be bound again within a few seconds.
 func (n *NATS) Restart(down time.Duration) error {
+	if n.proc != nil {
+		return n.restartProc(down)
+	}
 	n.Shutdown()
 	time.Sleep(down)
 	opts := n.opts.Clone()
@@ -142,29 +152,15 @@ func StartNATSCluster(n int, confPath string, logPath func(i int) string) (_ []*
 		return []*NATS{ns}, nil
 	}
 	// Every server names every other's route port, so they are picked
-	// first (and released right before the servers bind them).
-	routePorts := make([]int, n)
-	var lns []net.Listener
-	for i := range routePorts {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, l := range lns {
-				_ = l.Close()
-			}
-			return nil, fmt.Errorf("nats cluster: route port: %w", err)
-		}
-		lns = append(lns, l)
-		routePorts[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range lns {
-		_ = l.Close()
+	// first.
+	routePorts, err := freeLoopbackPorts(n)
+	if err != nil {
+		return nil, fmt.Errorf("nats cluster: route port: %w", err)
 	}
 	var out []*NATS
 	defer func() {
 		if err != nil {
-			for _, ns := range out {
-				ns.Shutdown()
-			}
+			shutdownAll(out)
 		}
 	}()
 	for i := range n {
@@ -210,19 +206,18 @@ func WaitNATSRoutes(ns []*NATS, timeout time.Duration) error {
 			}
 		}
 		ok := true
+		var errs []error
 		for _, n := range running {
-			if n.srv.NumRemotes() < len(running)-1 {
+			routes, err := n.numRoutes()
+			if err != nil || routes < len(running)-1 {
 				ok = false
+				errs = append(errs, fmt.Errorf("%s: %d of %d routes (%w)", n.Name(), routes, len(running)-1, err))
 			}
 		}
 		if ok {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			var errs []error
-			for _, n := range running {
-				errs = append(errs, fmt.Errorf("%s: %d of %d routes", n.srv.Name(), n.srv.NumRemotes(), len(running)-1))
-			}
 			return fmt.Errorf("nats cluster: routes not up in %v: %w", timeout, errors.Join(errs...))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -264,13 +259,33 @@ func natsOptions(confPath string, noLog bool) (*server.Options, error) {
 
 // Name is the server's name (brook-test-nats, or brook-test-nats-N in a
 // cluster).
-func (n *NATS) Name() string { return n.srv.Name() }
+func (n *NATS) Name() string {
+	if n.proc != nil {
+		return n.name
+	}
+	return n.srv.Name()
+}
 
-// ID is the running server's id (a new one after Restart).
-func (n *NATS) ID() string { return n.srv.ID() }
+// ID is the running server's id (a new one after Restart); empty if a
+// server process does not answer.
+func (n *NATS) ID() string {
+	if n.proc != nil {
+		rz, err := n.routez()
+		if err != nil {
+			return ""
+		}
+		return rz.ID
+	}
+	return n.srv.ID()
+}
 
 // Running reports whether the server runs (not shut down).
-func (n *NATS) Running() bool { return n.srv.Running() }
+func (n *NATS) Running() bool {
+	if n.proc != nil {
+		return n.proc.Running()
+	}
+	return n.srv.Running()
+}
 
 // Addr is the server's host:port.
 func (n *NATS) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
@@ -281,7 +296,7 @@ func (n *NATS) URL() string { return userURL(BrookUser, BrookPassword, n.Addr())
 // SysURL is the system account's URL (user sys).
 func (n *NATS) SysURL() string { return userURL(SysUser, SysPassword, n.Addr()) }
 
-// Server returns the embedded server.
+// Server returns the embedded server (nil for a server process).
 func (n *NATS) Server() *server.Server { return n.srv }
 
 // Lame duck timing of the cluster's servers: the clients are closed one by
@@ -297,16 +312,33 @@ const (
 // disconnect advisory for them, as after Shutdown), then shuts down. It returns once the server
 // is down; Restart(0) brings it back.
 func (n *NATS) LameDuck() {
+	if n.proc != nil {
+		n.lameDuckProc()
+		return
+	}
 	n.srv.LameDuckShutdown()
 	n.srv.WaitForShutdown()
 }
 
-// Shutdown stops the server.
+// Shutdown stops the server (a server process with SIGKILL) and waits
+// until it is down.
 func (n *NATS) Shutdown() {
+	if n.proc != nil {
+		// Only an error if it is not running: then it is down already.
+		_ = n.proc.kill()
+		return
+	}
 	n.srv.Shutdown()
 	n.srv.WaitForShutdown()
 }
 
 func userURL(user, password, addr string) string {
 	return "nats://" + user + ":" + password + "@" + addr
+}
+
+// shutdownAll shuts every server of ns down.
+func shutdownAll(ns []*NATS) {
+	for _, n := range ns {
+		n.Shutdown()
+	}
 }

@@ -183,3 +183,58 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 }
+
+// With Config.NATSBin the three nats-servers are processes of their own
+// with the generated deployment's accounts: the cluster forms (the
+// coordinators' system-account connections authenticate), a publish is
+// confirmed by three copies, and Stop leaves no server process.
+func TestNATSProcessesCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the process cluster in -short mode")
+	}
+	ctx := ctxTimeout(t, 3*time.Minute)
+	c := startBuiltCluster(t, ctx, Config{NATSServers: 3, NATSBin: natsServerBin(t), DirectHosts: true})
+	for i := range c.NATSServers() {
+		if ns := c.NATSServer(i); ns.Server() != nil || ns.proc == nil {
+			t.Fatalf("nats-server %d is embedded", i)
+		}
+	}
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	if err := c.WaitNodesLive(ctx, c.Hosts()); err != nil {
+		t.Fatalf("nodes: %v", err)
+	}
+	const stream = "procs"
+	if _, err := c.Client().CreateStream(ctx, wire.StreamCreate{Stream: stream, Copies: 3}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	if _, err := c.WaitServing(ctx, stream); err != nil {
+		t.Fatalf("stream serving: %v", err)
+	}
+	cl, err := client.Connect(ctx, c.NATSURL(), append(c.ClientOptions(auth.Client), client.WithRetry(0, 30*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := cl.Publish(ctx, stream, []byte("hello"))
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if pc.Copies < 2 {
+		t.Fatalf("confirmed with %d copies", pc.Copies)
+	}
+	if err := cl.Close(); err != nil {
+		t.Error(err)
+	}
+	// The services connect to the servers as processes do: their
+	// connections show up in the servers' monitoring.
+	if i, err := c.NATSServerOf("brook-streamhost:h1"); err != nil || i < 0 {
+		t.Errorf("no server holds h1's connection: %d, %v", i, err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	for i := range c.NATSServers() {
+		assertGone(t, c.NATSServer(i).proc)
+	}
+}

@@ -124,10 +124,18 @@ func startLocalCluster(ctx context.Context, o options, log *slog.Logger) (*clust
 	if err != nil {
 		log.Warn("some services did not build; going on without them", "err", err)
 	}
+	natsBin := ""
+	if o.natsProcesses {
+		if natsBin = o.natsBin; natsBin == "" {
+			if natsBin, err = cluster.BuildNATSServer(ctx, root, filepath.Join(o.workDir, "bin")); err != nil {
+				return nil, fmt.Errorf("brook target: %w", err)
+			}
+		}
+	}
 	dir := filepath.Join(o.workDir, "cluster")
 	cl, err := cluster.Start(ctx, cluster.Config{Bins: bins, Dir: dir, Attention: bins.Attention != "", Logger: log,
 		CoordArgs: strings.Fields(o.coordArgs), HostArgs: strings.Fields(o.hostArgs),
-		DirectHosts: !o.hostProxies})
+		DirectHosts: !o.hostProxies, NATSBin: natsBin})
 	if err != nil {
 		return nil, fmt.Errorf("brook target: %w", err)
 	}

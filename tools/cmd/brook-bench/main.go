@@ -87,6 +87,8 @@ type options struct {
 	timeline string
 	// hostProxies runs the local cluster's hosts behind its TCP proxies.
 	hostProxies bool
+	// natsProcesses runs the local cluster's nats-servers as processes.
+	natsProcesses bool
 	// workloads, if set, runs each publishers x window workload in turn
 	// (workloads.go); linger and batch* are the brook client's batching.
 	workloads    string
@@ -111,7 +113,7 @@ func main() {
 	flag.StringVar(&o.natsNkey, "nats-nkey", "", "with --nats-url: the admin principal's nkey seed file (e.g. deploy/secrets/admin.nk for the compose stack; the bench creates and deletes its stream)")
 	flag.BoolVar(&o.compose, "compose", false, "with --nats-url: the cluster is the compose stack; kill the owner with docker kill")
 	flag.StringVar(&o.workDir, "dir", "", "work directory for data and logs (default: a temp dir)")
-	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream (default: build it)")
+	flag.StringVar(&o.natsBin, "nats-server", "", "nats-server binary for --target jetstream and --nats-processes (default: build it)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the result as JSON to this file")
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
@@ -131,6 +133,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof)")
 	flag.StringVar(&o.timeline, "timeline", "", "brook workloads on the local cluster, without --cpuprofile: over the middle half of each run, the client's batches and where a batch's confirm went (client round trip, the owner's intake, append and wait for a follower, a follower's poll and apply), to <this>.<run dir>.batches.txt and the log")
 	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
+	flag.BoolVar(&o.natsProcesses, "nats-processes", false, "local cluster: run each of brook's nats-servers as a process of its own (the --nats-server binary, default: build it), as the JetStream target's are, instead of embedded in this process, where they share its scheduler and garbage collector with the bench's publishers and readers")
 	flag.Parse()
 	if o.cpuProfile != "" && !strings.Contains(" "+o.hostArgs+" ", " --pprof ") {
 		o.hostArgs = strings.TrimSpace(o.hostArgs + " --pprof")
