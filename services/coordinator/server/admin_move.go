@@ -303,14 +303,9 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	}
 	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}}
 	if !st.DrainRequested(req.Node) {
-		// Not live (draining, expired or left: its streams fail over
-		// anyway), or undrained or restarted since.
-		r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
-		if err != nil {
-			return nil, err
-		}
-		out.Version = r.Version
-		s.poke()
+		// Not live (draining already, or expired or left: its streams
+		// fail over anyway), or undrained or restarted since the begin:
+		// nothing to move, nothing to mark.
 		return out, nil
 	}
 	for _, name := range st.SortedStreams() {
