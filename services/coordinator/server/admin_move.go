@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,7 +108,7 @@ type moves struct {
 }
 
 // streamMove is the admin verb stream.move.
-func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
+func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 	var req wire.StreamMove
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, err
@@ -118,13 +119,29 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS {
 		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is not within 0 and %d", req.TimeoutMS, wire.MaxMoveTimeoutMS)
 	}
+	// Not the request's usual deadline (requestTimeout), which timeout_ms
+	// may exceed: one that covers the whole move. Still under reqCtx, so
+	// shutdown cuts it (the move's recovery then finishes on its own
+	// bounded context, recovery.Mover.Finish).
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	ctx, cancel := context.WithTimeout(s.reqCtx, moveRequestTimeout(timeout))
+	defer cancel()
 	// The stream, every node and the load counts: not a copy of every
 	// stream.
 	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
-	return s.move(ctx, v.(*state.State), req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+	return s.move(ctx, v.(*state.State), req.Stream, req.Node, timeout, "admin")
+}
+
+// moveRequestTimeout bounds a stream.move whose hand-off timeout is
+// timeout (0: the default): the read and the begin (requestTimeout), the
+// hand-off (its timeout and a second for the answer) and the recovery
+// after it (recovery.DefaultMoveFinish). A caller waiting for the reply
+// should allow as long.
+func moveRequestTimeout(timeout time.Duration) time.Duration {
+	return requestTimeout + cmp.Or(timeout, recovery.DefaultMoveTimeout) + time.Second + recovery.DefaultMoveFinish
 }
 
 // validStreamAndNode checks a request's stream name and its node name,

@@ -337,3 +337,48 @@ func TestMoveOwnerGoneAfterBegin(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMoveOutlastsTheRequestDeadline: stream.move accepts a
+// hand-off timeout (timeout_ms) longer than an admin request's usual
+// deadline (requestTimeout); a hand-off that takes longer than that
+// deadline is not cut by it: the move completes (no recovery is left
+// pending with the owner's intake held until the leader's late seal).
+func TestStreamMoveOutlastsTheRequestDeadline(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
+	hosts := map[string]*host{}
+	for _, n := range []string{"h1", "h2", "h3"} {
+		hosts[n] = c.host(n)
+		hosts[n].setTails("s1", 10, 0)
+	}
+	c.liveHosts(3)
+	info := c.create("s1", 3)
+	owner := hosts[info.Assignment.Owner]
+	// The owner answers a hand-off only past requestTimeout (its target
+	// catching up slowly).
+	slow := requestTimeout + 2*time.Second
+	owner.mu.Lock()
+	nc := owner.nc
+	owner.mu.Unlock()
+	if _, err := nc.Subscribe(wire.HandoffSubject(owner.node), func(m *nats.Msg) {
+		var req wire.HandoffRequest
+		_ = json.Unmarshal(m.Data, &req)
+		if req.Resume {
+			_ = m.Respond([]byte(`{}`))
+			return
+		}
+		go func() {
+			time.Sleep(slow)
+			data, _ := json.Marshal(wire.HandoffReply{Node: owner.node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: 10})
+			_ = m.Respond(data)
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var r wire.StreamMoveReply
+	if err := c.admin(wire.VerbStreamMove, wire.StreamMove{Stream: "s1", TimeoutMS: 20000}, &r); err != nil {
+		t.Fatalf("stream.move with a hand-off slower than the request deadline: %v", err)
+	}
+	if i := c.info("s1"); i.Recovery != nil || i.Assignment.Owner == owner.node || r.To != i.Assignment.Owner {
+		t.Fatalf("after the move (%+v): owner %s, recovery %+v; want moved off %s, nothing pending", r, i.Assignment.Owner, i.Recovery, owner.node)
+	}
+}
