@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -295,10 +296,12 @@ func (s *Server) endDrain(node string) {
 // streams the node owns, which this replica then moves to other hosts by
 // planned moves in the background (at most maxDrainMoves at once, each
 // within drainMoveTimeout), so the reply does not wait for many moves.
-// Once they are done the node is marked draining (unless node.undrain or
-// a restart came meanwhile): it takes no copies and no ownership until
-// node.undrain (or its restart), and whatever it still owns fails over by
-// recovery. cluster.info shows the drain: drain_requested while the moves
+// Each move plans from a fresh read; node.undrain, a restart, or the node
+// expiring or leaving stops the moves not yet begun (finishDrain). Once
+// they are done the node is marked draining (unless the drain stopped):
+// it takes no copies and no ownership until node.undrain (or its
+// restart), and whatever it still owns fails over by recovery when a
+// follower may take it, else stays there (controller.Plan). cluster.info shows the drain: drain_requested while the moves
 // run, then state draining. A node.drain of a node already being drained
 // here replies with what it still owns and starts nothing; one served by
 // another replica (or after this one died) starts the moves again.
@@ -340,16 +343,22 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	go func() {
 		defer s.handlers.Done()
 		defer s.endDrain(req.Node)
-		s.finishDrain(s.reqCtx, st, req.Node, out.Moving)
+		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, out.Moving)
 	}()
 	return out, nil
 }
 
-// finishDrain moves names (streams node owns in st) elsewhere, then marks
-// node draining if its drain is still requested.
-func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, names []string) {
+// finishDrain moves names (streams node, at incarnation inc, owned when
+// its drain began) elsewhere, then marks node draining if its drain is
+// still requested. Each move plans from a state read just before it (not
+// the one read at the drain's start: another drain, a move or a failover
+// may have come since), and none starts once the read shows the drain no
+// longer requested of that incarnation (node.undrain, a restart, the node
+// expired or left): the drain stops there.
+func (s *Server) finishDrain(ctx context.Context, node string, inc uint64, names []string) {
 	var mu sync.Mutex
 	var moved, failed []string
+	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxDrainMoves)
 	for _, name := range names {
@@ -357,7 +366,7 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || stopped.Load() {
 			break
 		}
 		wg.Add(1)
@@ -365,8 +374,17 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 			defer wg.Done()
 			defer func() { <-sem }()
 			mctx, cancel := context.WithTimeout(ctx, drainMoveTimeout)
-			_, err := s.move(mctx, st, name, "", 0, "drain")
-			cancel()
+			defer cancel()
+			st, err := s.drainRead(mctx, node, inc, name)
+			switch {
+			case errors.Is(err, errDrainEnded):
+				stopped.Store(true)
+				return
+			case errors.Is(err, errNotOwned):
+				return // no longer the node's: nothing to move
+			case err == nil:
+				_, err = s.move(mctx, st, name, "", 0, "drain")
+			}
 			mu.Lock()
 			if err != nil {
 				failed = append(failed, name)
@@ -381,6 +399,10 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 		s.log.Warn("node drain stopped with the coordinator; node.drain again to finish it", "node", node, "moved", len(moved))
 		return
 	}
+	if stopped.Load() {
+		s.log.Info("node drain stopped: no longer requested (undrained, restarted, expired or left)", "node", node, "moved", len(moved))
+		return
+	}
 	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	r, err := check(s.store.Propose(pctx, state.NodeDrainRequested(node, s.opt.Now().UnixMilli())))
@@ -390,11 +412,40 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 	}
 	slices.Sort(failed)
 	if r.Changed {
-		s.log.Warn("node draining", "node", node, "moved", len(moved), "failing_over", failed, "version", r.Version)
+		// A stream not moved fails over by recovery if a follower may
+		// take it, else stays on the draining node (controller.Plan).
+		s.log.Warn("node draining", "node", node, "moved", len(moved), "not_moved", failed, "version", r.Version)
 	} else {
 		s.log.Info("node drain ended without marking it draining (undrained or restarted meanwhile)", "node", node, "moved", len(moved))
 	}
 	s.poke()
+}
+
+// errDrainEnded is drainRead's answer once node's drain is no longer
+// requested of its incarnation; errNotOwned once node no longer owns the
+// stream.
+var (
+	errDrainEnded = errors.New("drain no longer requested")
+	errNotOwned   = errors.New("stream no longer owned by the drained node")
+)
+
+// drainRead reads the state for a drain's move of stream (a placement
+// read: the stream, every node, the load counts): errDrainEnded if node's
+// drain (of incarnation inc) is no longer requested, errNotOwned if node
+// no longer owns stream.
+func (s *Server) drainRead(ctx context.Context, node string, inc uint64, stream string) (*state.State, error) {
+	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: stream})
+	if err != nil {
+		return nil, err
+	}
+	st := v.(*state.State)
+	if n := st.Nodes[node]; n == nil || n.Incarnation != inc || !st.DrainRequested(node) {
+		return nil, errDrainEnded
+	}
+	if ss := st.Streams[stream]; ss == nil || ss.Assignment.Owner != node {
+		return nil, errNotOwned
+	}
+	return st, nil
 }
 
 // nodeUndrain is the admin verb node.undrain.
