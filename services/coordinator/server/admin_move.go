@@ -566,6 +566,16 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 	return &reply, nil
 }
 
+// balanceUp is the balancer's test of a node that may own at now, from
+// every host's liveness: controller.Up, so not a node being drained
+// (TestBalancerSkipsDrainRequestedNodes).
+func (s *Server) balanceUp(now time.Time) func(*state.State, string) bool {
+	live := s.live.ViewStream("") // every host's liveness, no copies
+	return func(st *state.State, n string) bool {
+		return controller.Up(st, live, n, now, s.opt.TTL)
+	}
+}
+
 // balance runs the owner balancer at most once per Balance.Interval, on
 // the leader: a state.QueryBalance read (its cost is in proportion to the
 // nodes and the streams it may move, not to all streams) and
@@ -592,12 +602,8 @@ func (s *Server) balance(leaderCtx context.Context) {
 	if !due || budget <= 0 {
 		return
 	}
-	live := s.live.ViewStream("") // every host's liveness, no copies
-	up := func(st *state.State, n string) bool {
-		return controller.Up(st, live, n, now, s.opt.TTL) // not a node being drained
-	}
 	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
-	r, err := s.store.Read(rctx, controller.BalanceQuery(up, moving, skip, budget, p.Margin))
+	r, err := s.store.Read(rctx, controller.BalanceQuery(s.balanceUp(now), moving, skip, budget, p.Margin))
 	cancel()
 	if err != nil {
 		return // the control loop logs failing reads

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
@@ -68,6 +69,43 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	s.endMoving("s", true)
 	if until, ok := s.moves.backoff["s"]; !ok || !until.After(now) {
 		t.Fatalf("no backoff after a failed move: %v", s.moves.backoff)
+	}
+}
+
+// TestBalancerSkipsDrainRequestedNodes: the balancer's own check
+// (balanceUp) keeps a node being drained out of its targets, on its own
+// (moveView's check is TestMoveViewSkipsDrainedNodes, the state machine's
+// TestNoNewCopyOrOwnershipOnADrainRequestedNode): with h1 owning every
+// stream, the balancer moves some to h3 and none to the drain-requested
+// h2, and to both once h2 is undrained.
+func TestBalancerSkipsDrainRequestedNodes(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	s := &Server{opt: Options{Now: func() time.Time { return now }, TTL: time.Minute}, live: liveness.New()}
+	st := state.New()
+	for _, n := range []string{"h1", "h2", "h3"} {
+		st.Apply(state.NodeSeen(n, 1, now.UnixMilli()))
+		s.live.Heartbeat(wire.Heartbeat{Node: n, Incarnation: 1}, now)
+	}
+	for i := range 6 {
+		if r := st.Apply(state.StreamCreate(fmt.Sprintf("s%d", i), 3, "", wire.Retention{}, wire.Assignment{Owner: "h1", Followers: []string{"h2", "h3"}, Policy: "majority_durable"}, now.UnixMilli())); r.Err() != nil {
+			t.Fatal(r.Err())
+		}
+	}
+	targets := func() map[string]int {
+		q := controller.BalanceQuery(s.balanceUp(now), nil, nil, 4, 0.1)
+		to := map[string]int{}
+		for _, m := range controller.Balance(q.Run(st).(state.BalanceView), nil, 4, 0.1) {
+			to[m.To]++
+		}
+		return to
+	}
+	st.Apply(state.NodeDrainBegin("h2", now.UnixMilli()))
+	if to := targets(); to["h2"] > 0 || to["h3"] == 0 {
+		t.Fatalf("balancer targets %v while h2 is being drained: want h3 only", to)
+	}
+	st.Apply(state.NodeUndrain("h2", now.UnixMilli()))
+	if to := targets(); to["h2"] == 0 || to["h3"] == 0 {
+		t.Fatalf("balancer targets %v after h2's undrain: want h2 and h3", to)
 	}
 }
 
@@ -204,6 +242,10 @@ func TestMoverDeathWaitsGraceOnLeaderClock(t *testing.T) {
 // passes to the node once the drain began, and at the end it owns nothing.
 // The node owns more streams than one round of the drain's moves, and
 // seals take a while, so the balancer has rounds to act while the drain runs.
+// It passes while any one of the checks holds; each is pinned on its own:
+// the balancer's (TestBalancerSkipsDrainRequestedNodes), moveView's
+// (TestMoveViewSkipsDrainedNodes) and the state machine's
+// (TestNoNewCopyOrOwnershipOnADrainRequestedNode).
 func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) {
 		o.Balance.Interval = 50 * time.Millisecond
