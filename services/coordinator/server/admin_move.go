@@ -125,7 +125,7 @@ func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 	// shutdown cuts it (the move's recovery then finishes on its own
 	// bounded context, recovery.Mover.Finish).
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(s.reqCtx, moveRequestTimeout(timeout))
+	ctx, cancel := context.WithTimeout(s.reqCtx, s.moveRequestTimeout(timeout))
 	defer cancel()
 	// The stream, every node and the load counts: not a copy of every
 	// stream.
@@ -139,10 +139,10 @@ func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 // moveRequestTimeout bounds a stream.move whose hand-off timeout is
 // timeout (0: the default): the read and the begin (requestTimeout), the
 // hand-off (its timeout and a second for the answer) and the recovery
-// after it (recovery.DefaultMoveFinish). A caller waiting for the reply
-// should allow as long.
-func moveRequestTimeout(timeout time.Duration) time.Duration {
-	return requestTimeout + cmp.Or(timeout, recovery.DefaultMoveTimeout) + time.Second + recovery.DefaultMoveFinish
+// after it (moverGrace, as recovery.Mover.Finish). A caller waiting for
+// the reply should allow as long.
+func (s *Server) moveRequestTimeout(timeout time.Duration) time.Duration {
+	return requestTimeout + cmp.Or(timeout, recovery.DefaultMoveTimeout) + time.Second + s.moverGrace()
 }
 
 // validStreamAndNode checks a request's stream name and its node name,
@@ -210,8 +210,11 @@ func (s *Server) move(ctx context.Context, st *state.State, stream, target strin
 		Handoffer: natsHandoffer{nc: s.nc},
 		State:     moveState{s: s},
 		Timeout:   timeout,
-		ID:        id,
-		Logger:    s.log.With("component", "move"),
+		// Within the leader's grace, so the mover's worker has ended
+		// before the leader's may start (moverRuns).
+		Finish: s.moverGrace(),
+		ID:     id,
+		Logger: s.log.With("component", "move"),
 	}
 	res, err := m.Run(ctx, ss.Assignment, ss.Version, proposal)
 	if err != nil {
