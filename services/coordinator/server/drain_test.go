@@ -53,6 +53,46 @@ func streamNames(n int) []string {
 	return names
 }
 
+// scriptedStreams starts scripted hosts nodes, each at tail 10 of every
+// stream of names and answering hand-offs at once, creates the streams
+// with copies copies each, then makes each host take sealDelay to answer
+// a seal (so that moves take a while).
+func (c *cluster) scriptedStreams(nodes, names []string, copies int, sealDelay time.Duration) map[string]*host {
+	c.t.Helper()
+	hosts := map[string]*host{}
+	for _, n := range nodes {
+		h := c.host(n)
+		for _, name := range names {
+			h.setTails(name, 10, 0)
+		}
+		h.answerHandoffs()
+		hosts[n] = h
+	}
+	c.liveHosts(len(nodes))
+	for _, name := range names {
+		c.create(name, copies)
+	}
+	for _, h := range hosts {
+		h.mu.Lock()
+		h.sealDelay = sealDelay
+		h.mu.Unlock()
+	}
+	return hosts
+}
+
+// streamOnHosts starts scripted hosts nodes at tail 10 of stream and
+// creates it with a copy on each; it returns the hosts and the stream.
+func (c *cluster) streamOnHosts(stream string, nodes ...string) (map[string]*host, wire.StreamInfo) {
+	c.t.Helper()
+	hosts := map[string]*host{}
+	for _, n := range nodes {
+		hosts[n] = c.host(n)
+		hosts[n].setTails(stream, 10, 0)
+	}
+	c.liveHosts(len(nodes))
+	return hosts, c.create(stream, len(nodes))
+}
+
 // TestTwoDrainedCopiesStay: a two-copy stream whose copies are both on
 // drained nodes (h2 drained, then its owner h1) stays on its draining
 // owner: no recovery is started that could only promote a leaving copy
@@ -60,13 +100,7 @@ func streamNames(n int) []string {
 // promoting the draining h1 again).
 func TestTwoDrainedCopiesStay(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
-	for _, n := range []string{"h1", "h2"} {
-		h := c.host(n)
-		h.setTails("s", 10, 0)
-		h.answerHandoffs()
-	}
-	c.liveHosts(2)
-	c.create("s", 2)
+	c.scriptedStreams([]string{"h1", "h2"}, []string{"s"}, 2, 0)
 	s := c.servers[c.leader()]
 	drainNode(t, s, "h2")
 	c.nodeStateIs("h2", wire.NodeDraining)
@@ -90,24 +124,7 @@ func TestNodeUndrainStopsARunningDrain(t *testing.T) {
 		o.SealTimeout = 2 * time.Second
 	})
 	names := streamNames(24)
-	var hosts []*host
-	for _, n := range []string{"h1", "h2", "h3"} {
-		h := c.host(n)
-		for _, name := range names {
-			h.setTails(name, 10, 0)
-		}
-		h.answerHandoffs()
-		hosts = append(hosts, h)
-	}
-	c.liveHosts(3)
-	for _, name := range names {
-		c.create(name, 2)
-	}
-	for _, h := range hosts { // each move takes a while
-		h.mu.Lock()
-		h.sealDelay = 60 * time.Millisecond
-		h.mu.Unlock()
-	}
+	c.scriptedStreams([]string{"h1", "h2", "h3"}, names, 2, 60*time.Millisecond)
 	owned := func(n string) int {
 		k := 0
 		for _, name := range names {
@@ -147,24 +164,7 @@ func TestConcurrentDrainsPlanFromFreshState(t *testing.T) {
 	})
 	nodes := []string{"h1", "h2", "h3", "h4"}
 	names := streamNames(32)
-	hosts := map[string]*host{}
-	for _, n := range nodes {
-		h := c.host(n)
-		for _, name := range names {
-			h.setTails(name, 10, 0)
-		}
-		h.answerHandoffs()
-		hosts[n] = h
-	}
-	c.liveHosts(4)
-	for _, name := range names {
-		c.create(name, 2)
-	}
-	for _, h := range hosts {
-		h.mu.Lock()
-		h.sealDelay = 40 * time.Millisecond
-		h.mu.Unlock()
-	}
+	hosts := c.scriptedStreams(nodes, names, 2, 40*time.Millisecond)
 	// X and Y maximizing X's streams past its drain's first batch whose
 	// only follower is Y: those X's stale plan would move to Y.
 	infos := map[string]wire.StreamInfo{}

@@ -253,28 +253,8 @@ func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 		o.Balance.MaxMoves = 4
 		o.SealTimeout = 2 * time.Second // a scripted host answers its seals one by one
 	})
-	hosts := map[string]*host{}
-	var names []string
-	for i := range 24 {
-		names = append(names, fmt.Sprintf("s%02d", i))
-	}
-	for _, n := range []string{"h1", "h2", "h3", "h4"} {
-		h := c.host(n)
-		for _, name := range names {
-			h.setTails(name, 10, 0)
-		}
-		h.answerHandoffs()
-		hosts[n] = h
-	}
-	c.liveHosts(4)
-	for _, name := range names {
-		c.create(name, 3)
-	}
-	for _, h := range hosts {
-		h.mu.Lock()
-		h.sealDelay = 30 * time.Millisecond
-		h.mu.Unlock()
-	}
+	names := streamNames(24)
+	c.scriptedStreams([]string{"h1", "h2", "h3", "h4"}, names, 3, 30*time.Millisecond)
 	// The owner of the most streams, once no move runs.
 	var node string
 	epochs := map[string]uint64{}
@@ -346,13 +326,7 @@ func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 // (the leader leaves the move's recovery to the mover).
 func TestMoveOwnerGoneAfterBegin(t *testing.T) {
 	c := newCluster(t, 3, nil)
-	hosts := map[string]*host{}
-	for _, n := range []string{"h1", "h2", "h3"} {
-		hosts[n] = c.host(n)
-		hosts[n].setTails("s1", 10, 0)
-	}
-	c.liveHosts(3)
-	info := c.create("s1", 3)
+	hosts, info := c.streamOnHosts("s1", "h1", "h2", "h3")
 	owner := hosts[info.Assignment.Owner]
 	owner.setSilent(true) // no hand-off subscription either: no responders
 	mover := c.servers[c.notLeader()]
@@ -387,13 +361,7 @@ func TestMoveOwnerGoneAfterBegin(t *testing.T) {
 // pending with the owner's intake held until the leader's late seal).
 func TestStreamMoveOutlastsTheRequestDeadline(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
-	hosts := map[string]*host{}
-	for _, n := range []string{"h1", "h2", "h3"} {
-		hosts[n] = c.host(n)
-		hosts[n].setTails("s1", 10, 0)
-	}
-	c.liveHosts(3)
-	info := c.create("s1", 3)
+	hosts, info := c.streamOnHosts("s1", "h1", "h2", "h3")
 	owner := hosts[info.Assignment.Owner]
 	// The owner answers a hand-off only past requestTimeout (its target
 	// catching up slowly).
