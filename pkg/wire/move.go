@@ -10,7 +10,9 @@ type StreamMove struct {
 	Node   string `json:"node,omitempty"`
 	// TimeoutMS bounds the owner's hand-off (stop intake, wait for the
 	// target's durable ack of the tail); 0: the coordinator's default; at
-	// most MaxMoveTimeoutMS.
+	// most MaxMoveTimeoutMS. The request's deadline covers it and the
+	// recovery after it: wait up to TimeoutMS plus about 9 s (default
+	// seal timeout) for the reply.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
@@ -36,9 +38,11 @@ type StreamMoveReply struct {
 // NodeDrainReply is the answer of node.drain once the drain is recorded:
 // from then on no copy and no ownership moves to the node. Moving lists
 // the replicated streams it owns, which the coordinator moves to other
-// hosts by planned moves after replying; then the node is draining (it
-// takes no copies and no ownership until node.undrain or its restart) and
-// whatever it still owns fails over by recovery. cluster.info shows
+// hosts by planned moves after replying (node.undrain, a restart, or the
+// node expiring or leaving stops the moves not yet begun); then the node
+// is draining (it takes no copies and no ownership until node.undrain or
+// its restart) and whatever it still owns fails over by recovery when a
+// follower may take it, else stays there. cluster.info shows
 // drain_requested on the node while the moves run, then state draining.
 type NodeDrainReply struct {
 	OK      bool     `json:"ok"`

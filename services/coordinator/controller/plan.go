@@ -306,6 +306,14 @@ func planStreams(s *state.State, live Liveness, now time.Time, p Params) []Actio
 				// waits for its owner (status waiting).
 				continue
 			}
+			if s.NodeState(st.Assignment.Owner) == wire.NodeDraining && !anyUp(s, st.Assignment.Followers, live, now, p) {
+				// A draining owner still serves: with no follower that
+				// may take ownership (all draining, left, expired or
+				// being drained), a recovery would promote a leaving
+				// copy again, and again. The stream stays until a
+				// follower is up or the owner is undrained.
+				continue
+			}
 			acts = append(acts, ownerLost(s, st, live, now, p))
 			continue
 		}
@@ -318,6 +326,11 @@ func planStreams(s *state.State, live Liveness, now time.Time, p Params) []Actio
 		}
 	}
 	return acts
+}
+
+// anyUp reports whether one of nodes is Up.
+func anyUp(s *state.State, nodes []string, live Liveness, now time.Time, p Params) bool {
+	return slices.ContainsFunc(nodes, func(n string) bool { return Up(s, live.Nodes, n, now, p.TTL) })
 }
 
 // ownerLost proposes a new owner for st, whose owner is expired, left or

@@ -581,3 +581,27 @@ func TestCoordinatorThatCouldNotHearDoesNotJudge(t *testing.T) {
 		t.Fatal("an advisory after the coordinator's reconnect did not expire the host after the grace")
 	}
 }
+
+// TestDrainingOwnerWithNoUpFollowerStays: a stream whose owner is
+// draining fails over only when a follower may take ownership; with every
+// follower draining (or being drained) a recovery would promote a leaving
+// copy, the owner again, and loop, so the stream stays on its draining
+// owner, which still serves, until a follower is up again.
+func TestDrainingOwnerWithNoUpFollowerStays(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3")
+	f.create("s", 2, "h1", "h2")
+	now := t0.Add(100 * time.Millisecond)
+	f.apply(state.NodeDrain("h2", now.UnixMilli()))
+	f.apply(state.NodeDrain("h1", now.UnixMilli()))
+	if a := find(f.plan(now), ActRecover, "s"); a != nil {
+		t.Fatalf("a recovery of s with both copies draining: %+v", *a)
+	}
+	f.apply(state.NodeUndrain("h2", now.UnixMilli()))
+	if a := find(f.plan(now), ActRecover, "s"); a == nil || a.Assignment.Owner != "h2" {
+		t.Fatalf("no failover to h2 once undrained: %s", kinds(f.plan(now)))
+	}
+	f.apply(state.NodeDrainBegin("h2", now.UnixMilli()))
+	if a := find(f.plan(now), ActRecover, "s"); a != nil {
+		t.Fatalf("a recovery of s to a follower being drained: %+v", *a)
+	}
+}

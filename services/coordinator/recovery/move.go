@@ -29,6 +29,9 @@ import (
 //     recorded, so it goes on as a recovery (step 3), whose seal ends the
 //     owner's hold; the furthest copy is promoted (often the old owner
 //     again, at the next epoch), and the move answers the hand-off's code.
+//     The recovery runs on a context of its own (Mover.Finish), so a
+//     move whose caller gave up after the begin still seals, or else
+//     sends the owner a resume.
 //  3. Recover: the recovery worker seals the copies at the next epoch and
 //     commits as any recovery does; Decide promotes the target when its
 //     sealed tails are among the furthest (plannedTarget), else the
@@ -152,9 +155,21 @@ type Mover struct {
 	Hold    time.Duration
 	// ID names the move in its hand-off requests, so that its resume ends
 	// its own hold only.
-	ID     string
+	ID string
+	// Finish bounds the recovery after the hand-off (default
+	// DefaultMoveFinish). It runs on a context of its own, not the
+	// caller's: a move cut by its caller (a request's deadline, leadership
+	// lost, shutdown) after the begin still seals, which ends the owner's
+	// hold, or, should the recovery not commit within Finish, sends the
+	// owner a resume; the pending recovery then goes to the leader's
+	// worker as any other.
+	Finish time.Duration
 	Logger *slog.Logger
 }
+
+// DefaultMoveFinish bounds a move's recovery after its hand-off when
+// nothing else is said: seals, the commit and the read after it.
+const DefaultMoveFinish = 10 * time.Second
 
 // DefaultMoveTimeout bounds a hand-off when nothing else is said.
 const DefaultMoveTimeout = 2 * time.Second
@@ -197,9 +212,14 @@ func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, pr
 		// the owner's hold (if it began one).
 		log.Warn("move: hand-off failed after the move was recorded; it goes on as a recovery of the furthest copy", "err", herr)
 	}
-	a, version, err := m.State.Recover(ctx, old.Stream, transition)
+	// Not on ctx: a move cut after the begin must still end the owner's
+	// hold (by the recovery's seal, or else a resume).
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(m.Finish, DefaultMoveFinish))
+	a, version, err := m.State.Recover(fctx, old.Stream, transition)
+	fcancel()
 	if err != nil {
-		return MoveResult{}, wire.Errorf(wire.CodeTimeout, "move of %s to %s: sealed at epoch %d, not committed yet (%v); the recovery goes on", old.Stream, proposal.Owner, old.Epoch+1, err)
+		m.resume(ctx, old.Owner, req, log)
+		return MoveResult{}, wire.Errorf(wire.CodeTimeout, "move of %s to %s: recorded, not committed (%v); the recovery goes on", old.Stream, proposal.Owner, err)
 	}
 	res := MoveResult{Assignment: a, Version: version, Held: held, Took: time.Since(began)}
 	if herr != nil && a.Owner != proposal.Owner {
@@ -213,6 +233,22 @@ func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, pr
 	}
 	log.Info("move committed", "new_epoch", a.Epoch, "held", held, "took", res.Took)
 	return res, nil
+}
+
+// resume asks owner to end this move's hold (req with Resume), on a short
+// context of its own: the move's recovery did not commit, and its seal may
+// not have reached the owner. Taking publishes again at the old epoch is
+// safe: the pending recovery's seal fences them as any records confirmed
+// between the begin and the hold.
+func (m *Mover) resume(ctx context.Context, owner string, req wire.HandoffRequest, log *slog.Logger) {
+	req.Resume = true
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if _, err := m.Handoffer.Handoff(rctx, owner, req); err != nil {
+		log.Warn("move: resume not confirmed; the owner takes publishes again once its hold passes or a seal comes", "err", err)
+		return
+	}
+	log.Warn("move: the recovery did not commit; the owner takes publishes again until the recovery's seal")
 }
 
 // codeOr is err's wire code, or def when err carries none (a transport

@@ -125,15 +125,25 @@ type fakeHandoff struct {
 	// before the hand-off.
 	st          *fakeMoveState
 	beganByThen bool
+	// cancel, if set, is called during the hand-off (the move's caller
+	// giving up: a request's deadline, leadership lost, shutdown).
+	cancel func()
+	// resumeCtxErr is the resume's context's error when it was sent.
+	resumeCtxErr error
 }
 
-func (f *fakeHandoff) Handoff(_ context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error) {
+func (f *fakeHandoff) Handoff(ctx context.Context, node string, req wire.HandoffRequest) (*wire.HandoffReply, error) {
 	f.asked = append(f.asked, req)
 	if req.Resume {
 		f.resumed = append(f.resumed, node)
+		f.resumeCtxErr = ctx.Err()
 		return &wire.HandoffReply{}, nil
 	}
 	f.beganByThen = f.st != nil && f.st.began
+	if f.cancel != nil {
+		f.cancel()
+		return nil, ctx.Err()
+	}
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -146,6 +156,10 @@ type fakeMoveState struct {
 	began     bool
 	handoff   time.Duration
 	recovered bool
+	// recoverErr fails the recovery; recoverCtxErr is its context's
+	// error when it was called.
+	recoverErr    error
+	recoverCtxErr error
 }
 
 func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assignment, handoff time.Duration) (uint64, error) {
@@ -156,8 +170,11 @@ func (f *fakeMoveState) Begin(_ context.Context, _ string, _ uint64, _ wire.Assi
 	return 1, nil
 }
 
-func (f *fakeMoveState) Recover(_ context.Context, stream string, _ uint64) (wire.Assignment, uint64, error) {
-	f.recovered = true
+func (f *fakeMoveState) Recover(ctx context.Context, stream string, _ uint64) (wire.Assignment, uint64, error) {
+	f.recovered, f.recoverCtxErr = true, ctx.Err()
+	if f.recoverErr != nil {
+		return wire.Assignment{}, 0, f.recoverErr
+	}
 	return wire.Assignment{Stream: stream, Epoch: 5, Owner: f.promoted}, 9, nil
 }
 
@@ -168,7 +185,7 @@ func (f *fakeMoveState) Recover(_ context.Context, stream string, _ uint64) (wir
 // ends the owner's hold), answering the hand-off's code unless the
 // recovery promoted the target anyway; a recovery that promoted another
 // copy is reported aborted; a move that lands answers its result. No
-// resume is ever sent: nothing holds the owner that a seal does not end.
+// resume is sent when the recovery commits: its seal ends the owner's hold.
 func TestMoverRecordsBeforeHandoff(t *testing.T) {
 	old := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 4, Owner: "n1", Followers: []string{"n2"}}
 	prop := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 5, Owner: "n2", Followers: []string{"n1"}}
@@ -210,6 +227,47 @@ func TestMoverRecordsBeforeHandoff(t *testing.T) {
 				if h.Target != "n2" || h.Epoch != 4 || h.TimeoutMS != 100 || h.HoldMS != 200 || h.MoveID != "m7" {
 					t.Fatalf("hand-off request %+v", h)
 				}
+			}
+		})
+	}
+}
+
+// TestMoverCutByCallerStillEndsTheHold: a move whose caller gives up
+// during the hand-off (stream.move's request deadline, the balancer's
+// leadership lost, a drain's shutdown), after the begin, still runs its
+// recovery, on a context of its own (the caller's has ended), so the
+// recovery's seal ends the owner's hold; and a recovery that does not
+// commit sends the owner a resume, also on a live context, so the owner
+// is not left holding its intake until its hold passes.
+func TestMoverCutByCallerStillEndsTheHold(t *testing.T) {
+	old := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 4, Owner: "n1", Followers: []string{"n2"}}
+	prop := wire.Assignment{Stream: "s", StreamID: 9, Epoch: 5, Owner: "n2", Followers: []string{"n1"}}
+	for _, c := range []struct {
+		name       string
+		recoverErr error
+		resumed    bool
+	}{
+		{"recovery commits", nil, false},
+		{"recovery fails", errors.New("no quorum"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st := &fakeMoveState{promoted: "n1", recoverErr: c.recoverErr}
+			h := &fakeHandoff{st: st, cancel: cancel}
+			m := &Mover{Handoffer: h, State: st, Timeout: 100 * time.Millisecond, ID: "m7"}
+			_, err := m.Run(ctx, old, 3, prop)
+			if err == nil {
+				t.Fatal("a move cut during its hand-off answered success")
+			}
+			if !st.recovered || st.recoverCtxErr != nil {
+				t.Fatalf("recovered %v with context error %v: the recovery must run on a live context", st.recovered, st.recoverCtxErr)
+			}
+			if (len(h.resumed) > 0) != c.resumed || h.resumeCtxErr != nil {
+				t.Fatalf("resumed %v (context error %v), want resumed %v on a live context", h.resumed, h.resumeCtxErr, c.resumed)
+			}
+			if c.resumed && (h.asked[len(h.asked)-1].MoveID != "m7" || h.resumed[0] != "n1") {
+				t.Fatalf("resume %+v, want the move's id to the owner n1", h.asked[len(h.asked)-1])
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -107,7 +109,7 @@ type moves struct {
 }
 
 // streamMove is the admin verb stream.move.
-func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
+func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 	var req wire.StreamMove
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, err
@@ -118,13 +120,29 @@ func (s *Server) streamMove(ctx context.Context, body []byte) (any, error) {
 	if req.TimeoutMS < 0 || req.TimeoutMS > wire.MaxMoveTimeoutMS {
 		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms %d is not within 0 and %d", req.TimeoutMS, wire.MaxMoveTimeoutMS)
 	}
+	// Not the request's usual deadline (requestTimeout), which timeout_ms
+	// may exceed: one that covers the whole move. Still under reqCtx, so
+	// shutdown cuts it (the move's recovery then finishes on its own
+	// bounded context, recovery.Mover.Finish).
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	ctx, cancel := context.WithTimeout(s.reqCtx, s.moveRequestTimeout(timeout))
+	defer cancel()
 	// The stream, every node and the load counts: not a copy of every
 	// stream.
 	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
-	return s.move(ctx, v.(*state.State), req.Stream, req.Node, time.Duration(req.TimeoutMS)*time.Millisecond, "admin")
+	return s.move(ctx, v.(*state.State), req.Stream, req.Node, timeout, "admin")
+}
+
+// moveRequestTimeout bounds a stream.move whose hand-off timeout is
+// timeout (0: the default): the read and the begin (requestTimeout), the
+// hand-off (its timeout and a second for the answer) and the recovery
+// after it (moverGrace, as recovery.Mover.Finish). A caller waiting for
+// the reply should allow as long.
+func (s *Server) moveRequestTimeout(timeout time.Duration) time.Duration {
+	return requestTimeout + cmp.Or(timeout, recovery.DefaultMoveTimeout) + time.Second + s.moverGrace()
 }
 
 // validStreamAndNode checks a request's stream name and its node name,
@@ -192,8 +210,11 @@ func (s *Server) move(ctx context.Context, st *state.State, stream, target strin
 		Handoffer: natsHandoffer{nc: s.nc},
 		State:     moveState{s: s},
 		Timeout:   timeout,
-		ID:        id,
-		Logger:    s.log.With("component", "move"),
+		// Within the leader's grace, so the mover's worker has ended
+		// before the leader's may start (moverRuns).
+		Finish: s.moverGrace(),
+		ID:     id,
+		Logger: s.log.With("component", "move"),
 	}
 	res, err := m.Run(ctx, ss.Assignment, ss.Version, proposal)
 	if err != nil {
@@ -278,10 +299,12 @@ func (s *Server) endDrain(node string) {
 // streams the node owns, which this replica then moves to other hosts by
 // planned moves in the background (at most maxDrainMoves at once, each
 // within drainMoveTimeout), so the reply does not wait for many moves.
-// Once they are done the node is marked draining (unless node.undrain or
-// a restart came meanwhile): it takes no copies and no ownership until
-// node.undrain (or its restart), and whatever it still owns fails over by
-// recovery. cluster.info shows the drain: drain_requested while the moves
+// Each move plans from a fresh read; node.undrain, a restart, or the node
+// expiring or leaving stops the moves not yet begun (finishDrain). Once
+// they are done the node is marked draining (unless the drain stopped):
+// it takes no copies and no ownership until node.undrain (or its
+// restart), and whatever it still owns fails over by recovery when a
+// follower may take it, else stays there (controller.Plan). cluster.info shows the drain: drain_requested while the moves
 // run, then state draining. A node.drain of a node already being drained
 // here replies with what it still owns and starts nothing; one served by
 // another replica (or after this one died) starts the moves again.
@@ -303,14 +326,9 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	}
 	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}}
 	if !st.DrainRequested(req.Node) {
-		// Not live (draining, expired or left: its streams fail over
-		// anyway), or undrained or restarted since.
-		r, err := check(s.store.Propose(ctx, state.NodeDrain(req.Node, s.opt.Now().UnixMilli())))
-		if err != nil {
-			return nil, err
-		}
-		out.Version = r.Version
-		s.poke()
+		// Not live (draining already, or expired or left: its streams
+		// fail over anyway), or undrained or restarted since the begin:
+		// nothing to move, nothing to mark.
 		return out, nil
 	}
 	for _, name := range st.SortedStreams() {
@@ -328,16 +346,22 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	go func() {
 		defer s.handlers.Done()
 		defer s.endDrain(req.Node)
-		s.finishDrain(s.reqCtx, st, req.Node, out.Moving)
+		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, out.Moving)
 	}()
 	return out, nil
 }
 
-// finishDrain moves names (streams node owns in st) elsewhere, then marks
-// node draining if its drain is still requested.
-func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, names []string) {
+// finishDrain moves names (streams node, at incarnation inc, owned when
+// its drain began) elsewhere, then marks node draining if its drain is
+// still requested. Each move plans from a state read just before it (not
+// the one read at the drain's start: another drain, a move or a failover
+// may have come since), and none starts once the read shows the drain no
+// longer requested of that incarnation (node.undrain, a restart, the node
+// expired or left): the drain stops there.
+func (s *Server) finishDrain(ctx context.Context, node string, inc uint64, names []string) {
 	var mu sync.Mutex
 	var moved, failed []string
+	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxDrainMoves)
 	for _, name := range names {
@@ -345,7 +369,7 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || stopped.Load() {
 			break
 		}
 		wg.Add(1)
@@ -353,8 +377,17 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 			defer wg.Done()
 			defer func() { <-sem }()
 			mctx, cancel := context.WithTimeout(ctx, drainMoveTimeout)
-			_, err := s.move(mctx, st, name, "", 0, "drain")
-			cancel()
+			defer cancel()
+			st, err := s.drainRead(mctx, node, inc, name)
+			switch {
+			case errors.Is(err, errDrainEnded):
+				stopped.Store(true)
+				return
+			case errors.Is(err, errNotOwned):
+				return // no longer the node's: nothing to move
+			case err == nil:
+				_, err = s.move(mctx, st, name, "", 0, "drain")
+			}
 			mu.Lock()
 			if err != nil {
 				failed = append(failed, name)
@@ -369,6 +402,10 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 		s.log.Warn("node drain stopped with the coordinator; node.drain again to finish it", "node", node, "moved", len(moved))
 		return
 	}
+	if stopped.Load() {
+		s.log.Info("node drain stopped: no longer requested (undrained, restarted, expired or left)", "node", node, "moved", len(moved))
+		return
+	}
 	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	r, err := check(s.store.Propose(pctx, state.NodeDrainRequested(node, s.opt.Now().UnixMilli())))
@@ -378,11 +415,40 @@ func (s *Server) finishDrain(ctx context.Context, st *state.State, node string, 
 	}
 	slices.Sort(failed)
 	if r.Changed {
-		s.log.Warn("node draining", "node", node, "moved", len(moved), "failing_over", failed, "version", r.Version)
+		// A stream not moved fails over by recovery if a follower may
+		// take it, else stays on the draining node (controller.Plan).
+		s.log.Warn("node draining", "node", node, "moved", len(moved), "not_moved", failed, "version", r.Version)
 	} else {
 		s.log.Info("node drain ended without marking it draining (undrained or restarted meanwhile)", "node", node, "moved", len(moved))
 	}
 	s.poke()
+}
+
+// errDrainEnded is drainRead's answer once node's drain is no longer
+// requested of its incarnation; errNotOwned once node no longer owns the
+// stream.
+var (
+	errDrainEnded = errors.New("drain no longer requested")
+	errNotOwned   = errors.New("stream no longer owned by the drained node")
+)
+
+// drainRead reads the state for a drain's move of stream (a placement
+// read: the stream, every node, the load counts): errDrainEnded if node's
+// drain (of incarnation inc) is no longer requested, errNotOwned if node
+// no longer owns stream.
+func (s *Server) drainRead(ctx context.Context, node string, inc uint64, stream string) (*state.State, error) {
+	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: stream})
+	if err != nil {
+		return nil, err
+	}
+	st := v.(*state.State)
+	if n := st.Nodes[node]; n == nil || n.Incarnation != inc || !st.DrainRequested(node) {
+		return nil, errDrainEnded
+	}
+	if ss := st.Streams[stream]; ss == nil || ss.Assignment.Owner != node {
+		return nil, errNotOwned
+	}
+	return st, nil
 }
 
 // nodeUndrain is the admin verb node.undrain.
@@ -503,6 +569,16 @@ func (z natsHandoffer) Handoff(ctx context.Context, node string, req wire.Handof
 	return &reply, nil
 }
 
+// balanceUp is the balancer's test of a node that may own at now, from
+// every host's liveness: controller.Up, so not a node being drained
+// (TestBalancerSkipsDrainRequestedNodes).
+func (s *Server) balanceUp(now time.Time) func(*state.State, string) bool {
+	live := s.live.ViewStream("") // every host's liveness, no copies
+	return func(st *state.State, n string) bool {
+		return controller.Up(st, live, n, now, s.opt.TTL)
+	}
+}
+
 // balance runs the owner balancer at most once per Balance.Interval, on
 // the leader: a state.QueryBalance read (its cost is in proportion to the
 // nodes and the streams it may move, not to all streams) and
@@ -529,12 +605,8 @@ func (s *Server) balance(leaderCtx context.Context) {
 	if !due || budget <= 0 {
 		return
 	}
-	live := s.live.ViewStream("") // every host's liveness, no copies
-	up := func(st *state.State, n string) bool {
-		return controller.Up(st, live, n, now, s.opt.TTL) // not a node being drained
-	}
 	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
-	r, err := s.store.Read(rctx, controller.BalanceQuery(up, moving, skip, budget, p.Margin))
+	r, err := s.store.Read(rctx, controller.BalanceQuery(s.balanceUp(now), moving, skip, budget, p.Margin))
 	cancel()
 	if err != nil {
 		return // the control loop logs failing reads

@@ -242,6 +242,9 @@ type host struct {
 	// subscribing to the streams' subjects, like an owner that is slow to
 	// start serving.
 	mute bool
+	// quiet stops the host's heartbeats (as a real host's after its
+	// leave).
+	quiet bool
 	// serving holds the data-plane subscriptions of the streams this host
 	// owns, by stream name, as a real host makes them once it has pulled
 	// its assignment.
@@ -335,6 +338,9 @@ func (h *host) beat() {
 		hb.Copies = append(hb.Copies, c)
 	}
 	nc := h.nc
+	if h.quiet {
+		nc = nil
+	}
 	h.mu.Unlock()
 	// The connection the beat goes out on, as a real host names it: the
 	// advisory test below matches the server's advisory against it.
@@ -502,6 +508,13 @@ func (h *host) pinEpoch(stream string, epoch uint64) {
 func (h *host) setSilent(silent bool) {
 	h.mu.Lock()
 	h.silentSeals = silent
+	h.mu.Unlock()
+}
+
+// stopBeats stops the host's heartbeats; it still answers seals.
+func (h *host) stopBeats() {
+	h.mu.Lock()
+	h.quiet = true
 	h.mu.Unlock()
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
@@ -68,6 +69,43 @@ func TestMoveViewSkipsDrainedNodes(t *testing.T) {
 	s.endMoving("s", true)
 	if until, ok := s.moves.backoff["s"]; !ok || !until.After(now) {
 		t.Fatalf("no backoff after a failed move: %v", s.moves.backoff)
+	}
+}
+
+// TestBalancerSkipsDrainRequestedNodes: the balancer's own check
+// (balanceUp) keeps a node being drained out of its targets, on its own
+// (moveView's check is TestMoveViewSkipsDrainedNodes, the state machine's
+// TestNoNewCopyOrOwnershipOnADrainRequestedNode): with h1 owning every
+// stream, the balancer moves some to h3 and none to the drain-requested
+// h2, and to both once h2 is undrained.
+func TestBalancerSkipsDrainRequestedNodes(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	s := &Server{opt: Options{Now: func() time.Time { return now }, TTL: time.Minute}, live: liveness.New()}
+	st := state.New()
+	for _, n := range []string{"h1", "h2", "h3"} {
+		st.Apply(state.NodeSeen(n, 1, now.UnixMilli()))
+		s.live.Heartbeat(wire.Heartbeat{Node: n, Incarnation: 1}, now)
+	}
+	for i := range 6 {
+		if r := st.Apply(state.StreamCreate(fmt.Sprintf("s%d", i), 3, "", wire.Retention{}, wire.Assignment{Owner: "h1", Followers: []string{"h2", "h3"}, Policy: "majority_durable"}, now.UnixMilli())); r.Err() != nil {
+			t.Fatal(r.Err())
+		}
+	}
+	targets := func() map[string]int {
+		q := controller.BalanceQuery(s.balanceUp(now), nil, nil, 4, 0.1)
+		to := map[string]int{}
+		for _, m := range controller.Balance(q.Run(st).(state.BalanceView), nil, 4, 0.1) {
+			to[m.To]++
+		}
+		return to
+	}
+	st.Apply(state.NodeDrainBegin("h2", now.UnixMilli()))
+	if to := targets(); to["h2"] > 0 || to["h3"] == 0 {
+		t.Fatalf("balancer targets %v while h2 is being drained: want h3 only", to)
+	}
+	st.Apply(state.NodeUndrain("h2", now.UnixMilli()))
+	if to := targets(); to["h2"] == 0 || to["h3"] == 0 {
+		t.Fatalf("balancer targets %v after h2's undrain: want h2 and h3", to)
 	}
 }
 
@@ -204,6 +242,10 @@ func TestMoverDeathWaitsGraceOnLeaderClock(t *testing.T) {
 // passes to the node once the drain began, and at the end it owns nothing.
 // The node owns more streams than one round of the drain's moves, and
 // seals take a while, so the balancer has rounds to act while the drain runs.
+// It passes while any one of the checks holds; each is pinned on its own:
+// the balancer's (TestBalancerSkipsDrainRequestedNodes), moveView's
+// (TestMoveViewSkipsDrainedNodes) and the state machine's
+// (TestNoNewCopyOrOwnershipOnADrainRequestedNode).
 func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) {
 		o.Balance.Interval = 50 * time.Millisecond
@@ -211,28 +253,8 @@ func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 		o.Balance.MaxMoves = 4
 		o.SealTimeout = 2 * time.Second // a scripted host answers its seals one by one
 	})
-	hosts := map[string]*host{}
-	var names []string
-	for i := range 24 {
-		names = append(names, fmt.Sprintf("s%02d", i))
-	}
-	for _, n := range []string{"h1", "h2", "h3", "h4"} {
-		h := c.host(n)
-		for _, name := range names {
-			h.setTails(name, 10, 0)
-		}
-		h.answerHandoffs()
-		hosts[n] = h
-	}
-	c.liveHosts(4)
-	for _, name := range names {
-		c.create(name, 3)
-	}
-	for _, h := range hosts {
-		h.mu.Lock()
-		h.sealDelay = 30 * time.Millisecond
-		h.mu.Unlock()
-	}
+	names := streamNames(24)
+	c.scriptedStreams([]string{"h1", "h2", "h3", "h4"}, names, 3, 30*time.Millisecond)
 	// The owner of the most streams, once no move runs.
 	var node string
 	epochs := map[string]uint64{}
@@ -304,13 +326,7 @@ func TestDrainOnFollowerReplicaKeepsStreamsOff(t *testing.T) {
 // (the leader leaves the move's recovery to the mover).
 func TestMoveOwnerGoneAfterBegin(t *testing.T) {
 	c := newCluster(t, 3, nil)
-	hosts := map[string]*host{}
-	for _, n := range []string{"h1", "h2", "h3"} {
-		hosts[n] = c.host(n)
-		hosts[n].setTails("s1", 10, 0)
-	}
-	c.liveHosts(3)
-	info := c.create("s1", 3)
+	hosts, info := c.streamOnHosts("s1", "h1", "h2", "h3")
 	owner := hosts[info.Assignment.Owner]
 	owner.setSilent(true) // no hand-off subscription either: no responders
 	mover := c.servers[c.notLeader()]
@@ -335,5 +351,44 @@ func TestMoveOwnerGoneAfterBegin(t *testing.T) {
 		if seals := h.sealsSeen(); len(seals) != 1 {
 			t.Fatalf("%s was sealed %d times: %+v", n, len(seals), seals)
 		}
+	}
+}
+
+// TestStreamMoveOutlastsTheRequestDeadline: stream.move accepts a
+// hand-off timeout (timeout_ms) longer than an admin request's usual
+// deadline (requestTimeout); a hand-off that takes longer than that
+// deadline is not cut by it: the move completes (no recovery is left
+// pending with the owner's intake held until the leader's late seal).
+func TestStreamMoveOutlastsTheRequestDeadline(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
+	hosts, info := c.streamOnHosts("s1", "h1", "h2", "h3")
+	owner := hosts[info.Assignment.Owner]
+	// The owner answers a hand-off only past requestTimeout (its target
+	// catching up slowly).
+	slow := requestTimeout + 2*time.Second
+	owner.mu.Lock()
+	nc := owner.nc
+	owner.mu.Unlock()
+	if _, err := nc.Subscribe(wire.HandoffSubject(owner.node), func(m *nats.Msg) {
+		var req wire.HandoffRequest
+		_ = json.Unmarshal(m.Data, &req)
+		if req.Resume {
+			_ = m.Respond([]byte(`{}`))
+			return
+		}
+		go func() {
+			time.Sleep(slow)
+			data, _ := json.Marshal(wire.HandoffReply{Node: owner.node, Stream: req.Stream, Epoch: req.Epoch, RecordTail: 10})
+			_ = m.Respond(data)
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var r wire.StreamMoveReply
+	if err := c.admin(wire.VerbStreamMove, wire.StreamMove{Stream: "s1", TimeoutMS: 20000}, &r); err != nil {
+		t.Fatalf("stream.move with a hand-off slower than the request deadline: %v", err)
+	}
+	if i := c.info("s1"); i.Recovery != nil || i.Assignment.Owner == owner.node || r.To != i.Assignment.Owner {
+		t.Fatalf("after the move (%+v): owner %s, recovery %+v; want moved off %s, nothing pending", r, i.Assignment.Owner, i.Recovery, owner.node)
 	}
 }

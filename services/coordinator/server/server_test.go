@@ -340,8 +340,9 @@ func TestEagerFailoverOnLeaveAndDrainOwnerOnlyWaits(t *testing.T) {
 // nothing; the right one fails the node's streams over at once.
 func TestHostLeaveSubject(t *testing.T) {
 	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	hosts := map[string]*host{}
 	for _, n := range []string{"h1", "h2", "h3"} {
-		c.host(n)
+		hosts[n] = c.host(n)
 	}
 	testutil.Eventually(t, 5*time.Second, "three live hosts", func() bool {
 		var ci wire.ClusterInfo
@@ -374,15 +375,29 @@ func TestHostLeaveSubject(t *testing.T) {
 		}
 	}
 
+	// The leaving host beats no more (as a real host after its leave
+	// request). Its beats used to go on as a live host's: heard after the
+	// leave, it was registered live again, and a recovery reading the
+	// state then did not count it leaving, so at equal tails the lowest
+	// id, often the owner itself, was promoted again (a flaky failure).
+	// Nor does it beat leaving: only the leave request can move the
+	// stream, and the node must be left, not expired.
+	hosts[a.Owner].stopBeats()
 	var ok wire.OK
 	if e := request(t, c.client, wire.HostLeaveSubject(a.Owner), wire.NodeRef{Node: a.Owner}, &ok); e != nil || !ok.OK {
 		t.Fatalf("leave of %s: %+v %v", a.Owner, ok, e)
 	}
 	info := c.waitInfo("a", "failover on the host's leave", 3*time.Second, func(i wire.StreamInfo) bool { return i.Assignment.Epoch == 2 })
-	// The scripted host keeps beating as a live host (a real one beats
-	// leaving first): only the leave request can have moved the stream.
 	if info.Assignment.Owner == a.Owner {
 		t.Fatalf("owner %s after it left", info.Assignment.Owner)
+	}
+	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
+		t.Fatal(e)
+	}
+	for _, n := range ci.Nodes {
+		if n.Node == a.Owner && n.State != wire.NodeLeft {
+			t.Fatalf("node %s is %s after its leave, want left", n.Node, n.State)
+		}
 	}
 	// An empty body is the subject's node.
 	if e := request(t, c.client, wire.HostLeaveSubject(other), "", &ok); e != nil || !ok.OK {

@@ -144,7 +144,12 @@ func (s *State) nodeExpire(c Command) Result {
 	if n.State != wire.NodeLive && n.State != wire.NodeDraining {
 		return Result{}
 	}
+	// A drain requested ends with the node's liveness: its drain's moves
+	// stop (they need a live owner), and a node heard again with the
+	// same incarnation comes back live and undrained (node.drain again to
+	// drain it), not with a drain requested that no drain finishes.
 	n.State, n.Reason, n.SinceMS = wire.NodeExpired, c.Reason, c.AtMS
+	n.DrainRequested = false
 	s.bump()
 	return changed
 }
@@ -161,6 +166,7 @@ func (s *State) nodeLeave(c Command) Result {
 		return Result{}
 	}
 	n.State, n.Reason, n.SinceMS = wire.NodeLeft, "leave", c.AtMS
+	n.DrainRequested = false // as in nodeExpire
 	s.bump()
 	return changed
 }
@@ -219,7 +225,8 @@ func (s *State) nodeTurn(c Command, from, to, reason string) Result {
 }
 
 // checkMembers validates the copies of a new or changed assignment: distinct
-// valid names, and every node in need (those without a copy before) live.
+// valid names, and every node in need (those without a copy before) live
+// and not being drained.
 func (s *State) checkMembers(copies []string, need func(string) bool) *Result {
 	seen := map[string]bool{}
 	for _, n := range copies {
@@ -234,6 +241,10 @@ func (s *State) checkMembers(copies []string, need func(string) bool) *Result {
 		seen[n] = true
 		if need(n) && s.NodeState(n) != wire.NodeLive {
 			r := refuse(wire.CodeConflict, "node %s is not live (state %q)", n, s.NodeState(n))
+			return &r
+		}
+		if need(n) && s.DrainRequested(n) {
+			r := refuse(wire.CodeConflict, "node %s is being drained: it takes no new copy", n)
 			return &r
 		}
 	}
@@ -540,7 +551,8 @@ const ReasonPolicy = "policy"
 const ReasonMove = "move"
 
 // checkPlannedMove refuses a planned move whose proposal does not promote
-// a live follower of the current assignment while its owner is live.
+// a live follower, not being drained, of the current assignment while its
+// owner is live.
 func (s *State) checkPlannedMove(st *Stream, p wire.Assignment) *Result {
 	a := st.Assignment
 	var r Result
@@ -551,6 +563,10 @@ func (s *State) checkPlannedMove(st *Stream, p wire.Assignment) *Result {
 		r = refuse(wire.CodeBadRequest, "node %s is not a follower of %s", p.Owner, st.Name)
 	case s.NodeState(p.Owner) != wire.NodeLive:
 		r = refuse(wire.CodeBadRequest, "node %s is not live (state %q)", p.Owner, s.NodeState(p.Owner))
+	case s.DrainRequested(p.Owner):
+		// Whichever coordinator planned the move, from whatever state it
+		// read: no ownership moves to a node being drained.
+		r = refuse(wire.CodeConflict, "node %s is being drained: no move targets it", p.Owner)
 	default:
 		return nil
 	}

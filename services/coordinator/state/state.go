@@ -68,7 +68,8 @@ type Node struct {
 	// DrainRequested is set on a live node by node.drain.begin while
 	// node.drain moves its streams away: no copy and no ownership moves
 	// to it, on any coordinator. Cleared once it is draining, by
-	// node.undrain, and by a new incarnation.
+	// node.undrain, by a new incarnation, and when the node expires or
+	// leaves (heard again, it is live and not drained).
 	DrainRequested bool `json:"drain_requested,omitempty"`
 }
 

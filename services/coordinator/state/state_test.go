@@ -388,3 +388,41 @@ func TestCreateStoresThePolicyCanonical(t *testing.T) {
 	}
 	refused(t, s, StreamCreate("q", 2, "replica durable(2)", wire.Retention{}, a, 0), wire.CodeBadRequest)
 }
+
+// TestDrainRequestedEndsWithLiveness: a node that expires (or leaves)
+// while its drain is requested loses the request: the drain's end finds
+// it not live and changes nothing, and once heard again with the same
+// incarnation (a partition healed) it is live and undrained, not live
+// with a drain requested that no drain will finish (it would take no copy
+// and no ownership until an operator noticed).
+func TestDrainRequestedEndsWithLiveness(t *testing.T) {
+	for _, gone := range []Command{NodeExpire("h1", 1, "ttl", 30), NodeLeave("h1", 1, 30)} {
+		s := New()
+		mustApply(t, s, NodeSeen("h1", 1, 10))
+		mustApply(t, s, NodeDrainBegin("h1", 20))
+		mustApply(t, s, gone)
+		if r := s.Apply(NodeDrainRequested("h1", 40)); r.Changed {
+			t.Fatalf("%s: the drain's end applied to a node not live: %+v", gone.Op, s.Nodes["h1"])
+		}
+		mustApply(t, s, NodeSeen("h1", 1, 50)) // back, same incarnation
+		if n := s.Nodes["h1"]; s.DrainRequested("h1") || n.State != wire.NodeLive {
+			t.Fatalf("%s: h1 back with its drain requested and no drain running: %+v", gone.Op, n)
+		}
+	}
+}
+
+// TestNoNewCopyOrOwnershipOnADrainRequestedNode: the state machine itself
+// refuses a planned move to a follower whose drain is requested and a new
+// copy on such a node, whatever state the proposing coordinator read.
+func TestNoNewCopyOrOwnershipOnADrainRequestedNode(t *testing.T) {
+	s := New()
+	for _, n := range []string{"h1", "h2", "h3"} {
+		mustApply(t, s, NodeSeen(n, 1, 10))
+	}
+	mustApply(t, s, StreamCreate("s", 2, "", wire.Retention{}, wire.Assignment{Stream: "s", Owner: "h1", Followers: []string{"h2"}}, 11))
+	mustApply(t, s, NodeDrainBegin("h2", 20))
+	st := s.Streams["s"]
+	p := wire.Assignment{Stream: "s", StreamID: st.ID, Epoch: st.Assignment.Epoch + 1, Owner: "h2", Followers: []string{"h1"}, Policy: st.Assignment.Policy}
+	refused(t, s, RecoveryBegin("s", st.Version, p, ReasonMove, "", "", 30), wire.CodeConflict)
+	refused(t, s, StreamCreate("q", 2, "", wire.Retention{}, wire.Assignment{Stream: "q", Owner: "h1", Followers: []string{"h2"}}, 31), wire.CodeConflict)
+}
