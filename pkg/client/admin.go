@@ -42,21 +42,23 @@ func (c *Client) jsonOnce(ctx context.Context, subject string, req, resp any) er
 func readRetryable(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, ErrTimeout) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		wire.CodeOf(err) == wire.CodeUnavailable
+		wire.CodeOf(err) == wire.CodeUnavailable || wire.CodeOf(err) == wire.CodeOverloaded
 }
 
 // writeRetryable is what a write may retry: only what proves the write was
 // not applied (nobody received it, or the coordinator refused it as
-// unavailable). A timed-out write may have been applied, so it goes back to
+// unavailable or overloaded, before running it). A timed-out write may have been applied, so it goes back to
 // the caller.
 func writeRetryable(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || wire.CodeOf(err) == wire.CodeUnavailable
+	return errors.Is(err, nats.ErrNoResponders) || wire.CodeOf(err) == wire.CodeUnavailable ||
+		wire.CodeOf(err) == wire.CodeOverloaded
 }
 
 // Admin sends an admin verb (see the wire.Verb* constants) and decodes the
 // reply into resp (which may be nil). Reads (stream.info, stream.list,
-// cluster.info) are retried on no responders, timeouts and unavailable;
-// writes only on no responders and unavailable, within the retry limits.
+// cluster.info) are retried on no responders, timeouts, unavailable and
+// overloaded; writes only on no responders, unavailable and overloaded,
+// within the retry limits.
 func (c *Client) Admin(ctx context.Context, verb string, req, resp any) error {
 	retry := writeRetryable
 	switch verb {

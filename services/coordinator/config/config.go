@@ -21,6 +21,7 @@ import (
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// past either is refused (stream_limit, host_limit).
 	MaxStreams       int `koanf:"max-streams"`
 	MaxCopiesPerHost int `koanf:"max-copies-per-host"`
+	// MaxInflight caps the requests a replica serves at once; one more is
+	// answered overloaded.
+	MaxInflight int `koanf:"max-inflight"`
 	// RaftCA, RaftCert and RaftKey (all three or none) run the Raft
 	// transport over Dragonboat's mutual TLS.
 	RaftCA   string `koanf:"raft-ca"`
@@ -91,6 +95,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Int("max-streams", state.DefaultMaxStreams, "most streams the cluster holds; a create past it is refused with stream_limit")
 	fs.Int("max-copies-per-host", state.DefaultMaxCopiesPerHost, "most stream copies a create places on one host; a create that finds too few hosts below it is refused with host_limit (failovers may exceed it)")
+	fs.Int("max-inflight", server.DefaultMaxInflight, "most admin requests, assignment pulls and host leaves this replica serves at once; one more is answered overloaded (clients retry after a backoff)")
 	fs.Bool("balance", true, "move stream ownership back toward an even share across live hosts with planned moves")
 	fs.Duration("balance-interval", controller.DefaultBalanceInterval, "least time between two balancing rounds")
 	fs.Int("balance-moves", controller.DefaultBalanceMoves, "planned moves of the balancer (and operators) in flight at most")
@@ -223,6 +228,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxCopiesPerHost < 1 {
 		errs = append(errs, errors.New("--max-copies-per-host must be at least 1"))
+	}
+	if c.MaxInflight < 1 {
+		errs = append(errs, errors.New("--max-inflight must be at least 1"))
 	}
 	if c.BalanceMoves < 1 || c.BalanceMargin <= 0 {
 		errs = append(errs, fmt.Errorf("--balance-moves %d must be at least 1 and --balance-margin %g positive", c.BalanceMoves, c.BalanceMargin))

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -29,7 +30,8 @@ func TestPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != 10 || // defaults
-		c.MaxStreams != state.DefaultMaxStreams || c.MaxCopiesPerHost != state.DefaultMaxCopiesPerHost {
+		c.MaxStreams != state.DefaultMaxStreams || c.MaxCopiesPerHost != state.DefaultMaxCopiesPerHost ||
+		c.MaxInflight != server.DefaultMaxInflight {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.DataDir != "/from/file" || c.SealTimeout != 4*time.Second { // file

@@ -29,6 +29,13 @@ import (
 // requestTimeout bounds one admin request or pull, Raft round trips included.
 const requestTimeout = 5 * time.Second
 
+// DefaultMaxInflight is the default of Options.MaxInflight: the requests a
+// replica serves at once. Each holds a goroutine (two while it waits) for
+// up to requestTimeout; a create holds one for its Raft write and its wait
+// for the owner (ownerServeWait), so at about 4 s a create this admits far
+// more than any client's creates in flight need.
+const DefaultMaxInflight = 1024
+
 // ownerServeWait bounds how long stream.create waits for the new owner to
 // serve the stream on the data plane before it answers (StatusPlacing if it
 // does not in time).
@@ -158,6 +165,14 @@ func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.
 		return // not a request: nobody to answer, so do nothing
 	}
 	// closed is set under mu, so no handler is added once shutdown waits.
+	// Taking a slot never blocks: a NATS callback that waited would hold
+	// up every later request of the subscription.
+	if n := s.inflight.Add(1); int(n) > s.opt.MaxInflight {
+		s.inflight.Add(-1)
+		s.log.Debug("request refused: too many in flight", "what", what, "limit", s.opt.MaxInflight)
+		s.reply(m, nil, wire.Errorf(wire.CodeOverloaded, "coordinator %d serves %d requests at once; retry", s.opt.ReplicaID, s.opt.MaxInflight))
+		return
+	}
 	s.mu.Lock()
 	closing := s.closed.Load()
 	if !closing {
@@ -165,10 +180,10 @@ func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.
 	}
 	s.mu.Unlock()
 	if closing {
+		s.inflight.Add(-1)
 		s.reply(m, nil, wire.Errorf(wire.CodeShuttingDown, "coordinator %d is stopping", s.opt.ReplicaID))
 		return
 	}
-	s.inflight.Add(1)
 	go func() {
 		defer s.handlers.Done()
 		defer s.inflight.Add(-1)

@@ -66,6 +66,11 @@ type Options struct {
 	// state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost).
 	MaxStreams       int
 	MaxCopiesPerHost int
+	// MaxInflight caps the admin requests, assignment pulls and host
+	// leaves this replica serves at once (default DefaultMaxInflight); one
+	// more is answered overloaded at once, which clients retry after a
+	// backoff.
+	MaxInflight int
 	// Balance configures the owner balancer (controller.Balance); the zero
 	// value is on with the defaults.
 	Balance        controller.BalanceParams
@@ -109,6 +114,9 @@ func (o *Options) defaults() error {
 	}
 	if o.MaxCopiesPerHost <= 0 {
 		o.MaxCopiesPerHost = state.DefaultMaxCopiesPerHost
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = DefaultMaxInflight
 	}
 	// Stamped on assignments as is, so in canonical form.
 	dp, err := policy.Normalize(o.DefaultPolicy)

@@ -69,7 +69,8 @@ type options struct {
 	// balanceStreams > 0 runs the owner-balance measure instead.
 	balanceStreams int
 	// createConcurrency is how many creates --failover-streams runs at
-	// once; idleWindow > 0 measures the idle cluster over that window.
+	// once (default defaultCreateConcurrency); idleWindow > 0 measures the
+	// idle cluster over that window.
 	createConcurrency int
 	idleWindow        time.Duration
 	coordArgs         string
@@ -97,6 +98,15 @@ type options struct {
 	batchBytes   int
 }
 
+// defaultCreateConcurrency is --create-concurrency's default. A create takes
+// about 260 ms on this 2-core machine whatever the streams held (issue 17),
+// so 16 in flight create about 60 streams/s and the goal of 300/s needs
+// more; 64 measured 142/s at 3,000 streams. Every side of it is bounded:
+// the coordinators' requests (--max-inflight), the Raft proposal queue,
+// the hosts' create notices (4,096, then left to the pull) and applies (16
+// at once).
+const defaultCreateConcurrency = 64
+
 func main() {
 	var o options
 	flag.StringVar(&o.target, "target", "brook", "system under test: brook, jetstream, or both (alternating runs, side-by-side medians)")
@@ -119,7 +129,7 @@ func main() {
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
 	flag.IntVar(&o.balanceStreams, "balance-streams", 0, "instead of the workload: create this many streams on a local cluster of 4 hosts under light load, SIGKILL the host owning the most, restart it once its streams failed over, and time the owner balancer back to every host within 10% of the even share")
-	flag.IntVar(&o.createConcurrency, "create-concurrency", 16, "with --failover-streams or --balance-streams: creates in flight at once")
+	flag.IntVar(&o.createConcurrency, "create-concurrency", defaultCreateConcurrency, "with --failover-streams or --balance-streams: creates in flight at once")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")
 	flag.IntVar(&o.catchupRecords, "catchup-records", 0, "instead of the workload: fill a stream with this many --record-size records, then time one reader reading them all from the start (with --target both: brook and JetStream alternating)")
 	flag.IntVar(&o.catchupWindow, "catchup-window", 256, "with --catchup-records: outstanding async publishes while filling")

@@ -92,6 +92,7 @@ func run(args []string) int {
 		ReplaceAfter:     cfg.ReplaceAfter,
 		MaxStreams:       cfg.MaxStreams,
 		MaxCopiesPerHost: cfg.MaxCopiesPerHost,
+		MaxInflight:      cfg.MaxInflight,
 		SealTimeout:      cfg.SealTimeout,
 		Balance: controller.BalanceParams{Off: !cfg.Balance, Interval: cfg.BalanceInterval,
 			MaxMoves: cfg.BalanceMoves, Margin: cfg.BalanceMargin},

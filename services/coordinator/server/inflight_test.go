@@ -1,0 +1,62 @@
+package server
+
+import (
+	"encoding/json"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// TestRequestsPastMaxInflightAreOverloaded: with --max-inflight 1, a
+// request that comes while another is in flight (a create waiting for its
+// mute owner to serve) is answered overloaded at once instead of taking
+// one more goroutine; once the first is answered, requests are served
+// again.
+func TestRequestsPastMaxInflightAreOverloaded(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) {
+		o.NATSSystemURL = ""
+		o.MaxInflight = 1
+	})
+	c.hostWith("h1", true)
+	c.liveHosts(1)
+	s := c.servers[c.leader()]
+
+	// The create is sent without waiting (t.Fatal is for the test's own
+	// goroutine), and its answer checked below.
+	body, err := json.Marshal(wire.StreamCreate{Stream: "held", Copies: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := nats.NewInbox()
+	created, err := c.client.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.client.PublishRequest(wire.AdminSubject(wire.VerbStreamCreate), reply, body); err != nil {
+		t.Fatal(err)
+	}
+	for s.inflight.Load() == 0 {
+		if m, err := created.NextMsg(0); err == nil {
+			t.Fatalf("the create was answered (%q) before it was seen in flight", m.Data)
+		}
+		runtime.Gosched()
+	}
+	var page wire.StreamList
+	if e := c.admin(wire.VerbStreamList, wire.StreamListRequest{}, &page); e == nil || e.Code != wire.CodeOverloaded {
+		t.Fatalf("a list while a create is in flight with --max-inflight 1: %v, want %s", e, wire.CodeOverloaded)
+	}
+	m, err := created.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the held create: %v", err)
+	}
+	if code := m.Header.Get(HeaderError); code != "" {
+		t.Fatalf("the held create: %s %q", code, m.Data)
+	}
+	if e := c.admin(wire.VerbStreamList, wire.StreamListRequest{}, &page); e != nil {
+		t.Fatalf("a list once nothing is in flight: %v", e)
+	}
+}
