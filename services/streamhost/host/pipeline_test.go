@@ -39,13 +39,11 @@ func (h *delayHold) MaybeError(op errorfs.Op) error {
 
 func (h *delayHold) String() string { return "delay WAL syncs" }
 
-// TestHandoffWaitsForWrittenBatches: a planned move's hold must count a
-// batch the owner wrote whose group commit is still running (the completer
-// has not seen it durable): the hand-off must not answer a record tail
-// below what the owner wrote and replicated. Mutation check: dropping the
-// inflight++ in appendBatch / leaveWrite in complete makes this fail.
-func TestHandoffWaitsForWrittenBatches(t *testing.T) {
-	const stream, id, confirmed = "heldwritten", 21, 3
+// startHeldSyncPair starts n1 as a's owner on a store whose WAL syncs a
+// returned delayHold holds once armed, and n2 as its follower; release
+// (idempotent, also at cleanup) lets the held syncs succeed.
+func startHeldSyncPair(t *testing.T, a wire.AssignedStream) (*miniCluster, *testHost, *delayHold, func()) {
+	t.Helper()
 	c := newMiniCluster(t)
 	mem := vfs.NewCrashableMem()
 	syncedDir(t, mem, c.dataDir("n1"))
@@ -53,20 +51,40 @@ func TestHandoffWaitsForWrittenBatches(t *testing.T) {
 	var released sync.Once
 	release := func() { released.Do(func() { close(hold.release) }) }
 	t.Cleanup(release)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
+	c.assign(a)
+	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
 	c.start("n2", nil)
+	stream := a.Assignment.Stream
 	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
 	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	return c, n1, hold, release
+}
+
+// publishHeld confirms confirmed publishes, arms hold, and publishes one
+// more, returning once its group commit is held at the owner and it is
+// durable at n2; the channel gets the publish's answer.
+func publishHeld(c *miniCluster, hold *delayHold, stream string, confirmed int) <-chan *wire.Error {
+	c.t.Helper()
 	for i := range confirmed {
 		c.mustPublish(stream, payload(i))
 	}
-
 	hold.armed.Store(true)
 	pub := make(chan *wire.Error, 1)
 	go func() { _, e := c.publish(stream, payload(confirmed), "", 0); pub <- e }()
 	<-hold.held
-	c.waitTails("n2", stream, "the written record durable at the follower", func(t streamlog.Tails) bool { return t.Record == confirmed+1 })
+	c.waitTails("n2", stream, "the written record durable at the follower", func(t streamlog.Tails) bool { return t.Record == uint64(confirmed)+1 })
+	return pub
+}
+
+// TestHandoffWaitsForWrittenBatches: a planned move's hold must count a
+// batch the owner wrote whose group commit is still running (the completer
+// has not seen it durable): the hand-off must not answer a record tail
+// below what the owner wrote and replicated. Mutation check: dropping the
+// inflight++ in appendBatch / leaveWrite in complete makes this fail.
+func TestHandoffWaitsForWrittenBatches(t *testing.T) {
+	const stream, id, confirmed = "heldwritten", 21, 3
+	c, _, hold, release := startHeldSyncPair(t, assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	pub := publishHeld(c, hold, stream, confirmed)
 
 	type res struct {
 		r *wire.HandoffReply
@@ -100,18 +118,7 @@ func TestHandoffWaitsForWrittenBatches(t *testing.T) {
 // it over: maxWrittenAhead+2.)
 func TestOwnerWrittenAheadBound(t *testing.T) {
 	const stream, id, confirmed = "aheadbound", 22, 2
-	c := newMiniCluster(t)
-	mem := vfs.NewCrashableMem()
-	syncedDir(t, mem, c.dataDir("n1"))
-	hold := &delayHold{held: make(chan struct{}), release: make(chan struct{})}
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
-	c.start("n2", nil)
-	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	c, n1, hold, release := startHeldSyncPair(t, assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
 	for i := range confirmed {
 		c.mustPublish(stream, payload(i))
 	}
@@ -146,26 +153,8 @@ func TestOwnerWrittenAheadBound(t *testing.T) {
 // refuse a publish its fsync and the follower's ack confirm a moment later.
 func TestOwnerNotSettledWithWrittenBatches(t *testing.T) {
 	const stream, id, confirmed = "settledwritten", 23, 2
-	c := newMiniCluster(t)
-	mem := vfs.NewCrashableMem()
-	syncedDir(t, mem, c.dataDir("n1"))
-	hold := &delayHold{held: make(chan struct{}), release: make(chan struct{})}
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
-	c.start("n2", nil)
-	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
-	for i := range confirmed {
-		c.mustPublish(stream, payload(i))
-	}
-	hold.armed.Store(true)
-	pub := make(chan *wire.Error, 1)
-	go func() { _, e := c.publish(stream, payload(confirmed), "", 0); pub <- e }()
-	<-hold.held
-	c.waitTails("n2", stream, "record durable at the follower", func(t streamlog.Tails) bool { return t.Record == confirmed+1 })
+	c, n1, hold, release := startHeldSyncPair(t, assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	pub := publishHeld(c, hold, stream, confirmed)
 	o := n1.h.owners()[0]
 	o.stopIntake(wire.CodeShuttingDown)
 	if o.settled() {
@@ -186,19 +175,8 @@ func TestOwnerNotSettledWithWrittenBatches(t *testing.T) {
 // the written records to be durable first (waitWrittenDurable).
 func TestRepromoteAtSameEpochWithWriteInFlight(t *testing.T) {
 	const stream, id = "repromote", 24
-	c := newMiniCluster(t)
-	mem := vfs.NewCrashableMem()
-	syncedDir(t, mem, c.dataDir("n1"))
-	hold := &delayHold{held: make(chan struct{}), release: make(chan struct{})}
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
 	a := assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"})
-	c.assign(a)
-	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
-	c.start("n2", nil)
-	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	c, n1, hold, release := startHeldSyncPair(t, a)
 	for i := range 3 {
 		if _, e := c.publish(stream, payload(i), "p", uint64(i)); e != nil {
 			t.Fatal(e)
