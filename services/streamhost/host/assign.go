@@ -856,6 +856,22 @@ func historyFloor(starts []wire.HistoryStart, epoch uint64) uint64 {
 func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, a wire.Assignment, minCopies int, floor uint64) error {
 	_, span := h.tracer.Start(ctx, "promote")
 	defer span.End()
+	// A role of this copy stopped while a write's group commit still ran
+	// (its window was dropped: owner.window) leaves records written and
+	// not yet durable. The new role starts at the durable tail and builds
+	// its duplicate window from the durable log, so it waits for them
+	// first: else a producer's retry of such a record would be written
+	// again (a duplicate), and the record would end up in the log anyway.
+	// Bounded by the confirm timeout: a stuck group commit fails the
+	// promotion, and the next pull applies the assignment again.
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.ConfirmTimeout)
+	err := waitWrittenDurable(wctx, c)
+	cancel()
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("promote: %w", err)
+	}
 	pre := r.pre
 	r.pre = nil
 	if p := r.win.asPrebuilt(c); p != nil {
@@ -879,4 +895,21 @@ func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *str
 	log.Info("promoted to owner", "record_tail", t.Record, "cursor_tail", t.CursorDurable, "followers", a.Followers, "policy", a.Policy)
 	h.requestBeat()
 	return nil
+}
+
+// waitWrittenDurable waits until every record written into c is durable
+// (Tails().Record == RecordWritten), or ctx ends.
+func waitWrittenDurable(ctx context.Context, c *streamlog.Copy) error {
+	for {
+		ch := c.Changed()
+		t := c.Tails()
+		if t.Record >= t.RecordWritten {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("stream %s: %d records written and not yet durable: %w", c.Stream(), t.RecordWritten-t.Record, ctx.Err())
+		}
+	}
 }
