@@ -122,10 +122,10 @@ func (s *State) nodeSeen(c Command) Result {
 	case n.Incarnation != c.Incarnation:
 		// A restarted host is live again even if it was drained: a drain
 		// lasts for the process it was asked of.
-		n.Incarnation, n.State, n.Reason, n.SinceMS = c.Incarnation, wire.NodeLive, "", c.AtMS
-		n.DrainRequested = false
+		n.Incarnation = c.Incarnation
+		n.turn(wire.NodeLive, "", c.AtMS)
 	case n.State == wire.NodeExpired || n.State == wire.NodeLeft:
-		n.State, n.Reason, n.SinceMS = wire.NodeLive, "", c.AtMS
+		n.turn(wire.NodeLive, "", c.AtMS)
 	default:
 		return Result{}
 	}
@@ -144,12 +144,7 @@ func (s *State) nodeExpire(c Command) Result {
 	if n.State != wire.NodeLive && n.State != wire.NodeDraining {
 		return Result{}
 	}
-	// A drain requested ends with the node's liveness: its drain's moves
-	// stop (they need a live owner), and a node heard again with the
-	// same incarnation comes back live and undrained (node.drain again to
-	// drain it), not with a drain requested that no drain finishes.
-	n.State, n.Reason, n.SinceMS = wire.NodeExpired, c.Reason, c.AtMS
-	n.DrainRequested = false
+	n.turn(wire.NodeExpired, c.Reason, c.AtMS)
 	s.bump()
 	return changed
 }
@@ -165,8 +160,7 @@ func (s *State) nodeLeave(c Command) Result {
 	if n.State == wire.NodeLeft {
 		return Result{}
 	}
-	n.State, n.Reason, n.SinceMS = wire.NodeLeft, "leave", c.AtMS
-	n.DrainRequested = false // as in nodeExpire
+	n.turn(wire.NodeLeft, "leave", c.AtMS)
 	s.bump()
 	return changed
 }
@@ -191,11 +185,7 @@ func (s *State) nodeDrain(c Command) Result {
 		return Result{} // undrained or restarted since the drain began
 	}
 	// Already draining, or gone: its streams fail over anyway.
-	r := s.nodeTurn(c, wire.NodeLive, wire.NodeDraining, "drain")
-	if r.Changed {
-		s.Nodes[c.Node].DrainRequested = false
-	}
-	return r
+	return s.nodeTurn(c, wire.NodeLive, wire.NodeDraining, "drain")
 }
 
 // nodeUndrain ends a drain, or a drain requested: the node may take copies
@@ -219,9 +209,19 @@ func (s *State) nodeTurn(c Command, from, to, reason string) Result {
 	if n.State != from {
 		return Result{}
 	}
-	n.State, n.Reason, n.SinceMS = to, reason, c.AtMS
+	n.turn(to, reason, c.AtMS)
 	s.bump()
 	return changed
+}
+
+// turn moves n to state to, for reason, at atMS. A drain requested ends
+// with any change of state: it is a request of a live node's drain, so a
+// node that expires, leaves, restarts or is marked draining drops it, and
+// one heard again with the same incarnation comes back live and undrained
+// (node.drain again to drain it), not with a drain requested that no drain
+// finishes.
+func (n *Node) turn(to, reason string, atMS int64) {
+	n.State, n.Reason, n.SinceMS, n.DrainRequested = to, reason, atMS, false
 }
 
 // checkMembers validates the copies of a new or changed assignment: distinct
