@@ -339,6 +339,9 @@ func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
 	return first, durable(ctx)
 }
 
+// errDurableTwice answers a second call of an append's durable func.
+var errDurableTwice = errors.New("streamlog: durable called twice")
+
 // appendWritten writes records as the owner and returns once they are
 // written (Copy.AppendWritten): durable waits for their group commit and
 // must be called once.
@@ -371,7 +374,7 @@ func (c *copyImpl) appendWritten(ctx context.Context, data [][]byte) (uint64, fu
 	c.mu.Unlock()
 	var once sync.Once
 	durable := func(ctx context.Context) error {
-		err := errors.New("streamlog: durable called twice")
+		err := errDurableTwice
 		once.Do(func() {
 			defer c.s.leave()
 			if err = c.s.wait(ctx, r); err != nil {

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"slices"
 	"sync"
 )
 
@@ -26,8 +25,8 @@ func (s *changeSet) mark(stream string) {
 	s.mu.Unlock()
 }
 
-// take returns the streams named since the last take, sorted, and forgets
-// them.
+// take returns the streams named since the last take, in no order (the
+// heartbeat's report sorts what it lists), and forgets them.
 func (s *changeSet) take() []string {
 	s.mu.Lock()
 	names := s.names
@@ -37,7 +36,6 @@ func (s *changeSet) take() []string {
 	for name := range names {
 		out = append(out, name)
 	}
-	slices.Sort(out)
 	return out
 }
 

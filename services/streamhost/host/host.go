@@ -898,20 +898,15 @@ func (h *Host) publishHeartbeat(leaving bool) {
 	// this is marked again, for the next beat.
 	names := h.changed.take()
 	var hb wire.Heartbeat
-	delta := false
-	if !h.reporter.FullDue(now) {
+	if h.reporter.FullDue(now) {
+		hb = h.Heartbeat(leaving)
+		hb.Beat = h.beat.Add(1)
+		hb = h.reporter.Report(hb, now)
+	} else {
 		hb = h.changedHeartbeat(leaving, names)
 		hb.Beat = h.beat.Add(1)
-		hb, delta = h.reporter.ReportChanged(hb, now)
-	}
-	if !delta {
-		beat := hb.Beat // the delta's number, when one was built
-		if beat == 0 {
-			beat = h.beat.Add(1)
-		}
-		hb = h.Heartbeat(leaving)
-		hb.Beat = beat
-		hb = h.reporter.Report(hb, now)
+		// No full report is due at now (above), so this is a delta.
+		hb, _ = h.reporter.ReportChanged(hb, now)
 	}
 	defer h.reported.Store(true)
 	parts := heartbeat.Split(hb, int(h.beatNC.MaxPayload()))

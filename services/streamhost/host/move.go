@@ -55,7 +55,8 @@ const handoffPoll = time.Millisecond
 // appendOrHold is the appender's one entry to write a batch: while a
 // hand-off holds the owner's intake the batch is refused (nothing of it is
 // written), otherwise it is appended, counted in flight so that a hand-off
-// starting meanwhile waits for it before it reads the tail.
+// starting meanwhile waits for it before it reads the tail. A batch handed
+// to the completer stays in flight until it is durable (complete ends it).
 func (o *owner) appendOrHold(batch []*nats.Msg) {
 	if e := o.enterWrite(); e != nil {
 		for _, msg := range batch {
@@ -63,8 +64,9 @@ func (o *owner) appendOrHold(batch []*nats.Msg) {
 		}
 		return
 	}
-	defer o.leaveWrite()
-	o.appendBatch(batch)
+	if !o.appendBatch(batch) {
+		o.leaveWrite()
+	}
 }
 
 // enter counts a write of o (a batch append, a cursor commit) in flight,

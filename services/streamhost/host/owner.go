@@ -497,7 +497,10 @@ type produced struct {
 	rec   int
 }
 
-func (o *owner) appendBatch(batch []*nats.Msg) {
+// appendBatch writes batch and hands it to the completer, reporting
+// whether it did: the write counted in flight by enterWrite then ends in
+// complete (leaveWrite), once durable; otherwise the caller ends it.
+func (o *owner) appendBatch(batch []*nats.Msg) (handed bool) {
 	if o.short.Load() {
 		// Below the stream's floor nothing is written, so nothing can be
 		// confirmed later either.
@@ -512,7 +515,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			}
 			o.refusePublish(m.Reply, e)
 		}
-		return
+		return false
 	}
 	now := time.Now()
 	st := staging{data: make([][]byte, 0, len(batch)), items: make([]produced, 0, len(batch))}
@@ -545,7 +548,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 	case o.ahead <- struct{}{}:
 	case <-o.ctx.Done():
 		o.refuseAppend(w, o.ctx.Err())
-		return
+		return false
 	}
 	if len(st.data) > 0 {
 		var err error
@@ -553,7 +556,7 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 		if err != nil {
 			<-o.ahead
 			o.refuseAppend(w, err)
-			return
+			return false
 		}
 		o.h.metrics.appended(len(st.data), st.payload)
 		// The duplicate window takes the records now, written but not yet
@@ -566,12 +569,10 @@ func (o *owner) appendBatch(batch []*nats.Msg) {
 			}
 		}
 	}
-	// The completer answers it once durable; until then it is a write in
-	// flight for a planned move's hold (leaveWrite in complete).
-	o.mu.Lock()
-	o.mu.move.inflight++
-	o.mu.Unlock()
+	// The completer answers it once durable; until then it stays a write
+	// in flight for a planned move's hold (leaveWrite in complete).
 	o.written <- w
+	return true
 }
 
 // writtenAppend is an append the appender wrote (or, with no record to
