@@ -40,18 +40,20 @@ func (c *Client) jsonOnce(ctx context.Context, subject string, req, resp any) er
 // readRetryable is what a read may retry: a read has no effect, so a
 // timeout or an unavailable coordinator is simply asked again.
 func readRetryable(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, ErrTimeout) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		wire.CodeOf(err) == wire.CodeUnavailable || wire.CodeOf(err) == wire.CodeOverloaded
+	return writeRetryable(err) || errors.Is(err, ErrTimeout) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // writeRetryable is what a write may retry: only what proves the write was
 // not applied (nobody received it, or the coordinator refused it as
-// unavailable or overloaded, before running it). A timed-out write may have been applied, so it goes back to
-// the caller.
+// unavailable or overloaded, before running it). A timed-out write may
+// have been applied, so it goes back to the caller.
 func writeRetryable(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || wire.CodeOf(err) == wire.CodeUnavailable ||
-		wire.CodeOf(err) == wire.CodeOverloaded
+	if errors.Is(err, nats.ErrNoResponders) {
+		return true
+	}
+	code := wire.CodeOf(err)
+	return code == wire.CodeUnavailable || code == wire.CodeOverloaded
 }
 
 // Admin sends an admin verb (see the wire.Verb* constants) and decodes the

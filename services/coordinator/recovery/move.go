@@ -182,6 +182,14 @@ type MoveResult struct {
 	Took       time.Duration
 }
 
+// HandoffBound is the bound of a move's hand-off whose owner timeout is
+// timeout (0: DefaultMoveTimeout): that timeout plus a second for the
+// answer. It is the hand-off request's deadline and the bound a move's
+// pending recovery carries.
+func HandoffBound(timeout time.Duration) time.Duration {
+	return cmp.Or(timeout, DefaultMoveTimeout) + time.Second
+}
+
 // ErrMoveAborted marks a move that ended without moving the stream to its
 // target; the error says why and carries a wire code.
 var ErrMoveAborted = errors.New("move aborted")
@@ -190,13 +198,11 @@ var ErrMoveAborted = errors.New("move aborted")
 func (m *Mover) Run(ctx context.Context, old wire.Assignment, version uint64, proposal wire.Assignment) (MoveResult, error) {
 	began := time.Now()
 	timeout := cmp.Or(m.Timeout, DefaultMoveTimeout)
+	bound := HandoffBound(m.Timeout)
 	hold := cmp.Or(m.Hold, 2*timeout)
 	log := cmp.Or(m.Logger, slog.New(slog.DiscardHandler)).With("stream", old.Stream, "from", old.Owner, "to", proposal.Owner, "epoch", old.Epoch)
 	req := wire.HandoffRequest{Stream: old.Stream, StreamID: old.StreamID, Epoch: old.Epoch, Target: proposal.Owner,
 		TimeoutMS: timeout.Milliseconds(), HoldMS: hold.Milliseconds(), MoveID: m.ID}
-	// The hand-off's bound: its request's deadline (the owner's own
-	// timeout plus a second for the answer).
-	bound := timeout + time.Second
 	transition, err := m.State.Begin(ctx, old.Stream, version, proposal, bound)
 	if err != nil {
 		code := codeOr(err, wire.CodeConflict)

@@ -371,11 +371,8 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	// The notice carries the committed assignment (read from this
 	// replica, which applied the commit before Propose returned): each
 	// host applies it at once, without waiting for a pull of the change.
-	n := wire.AssignNotice{Version: r.Version}
-	if v, err := s.store.LocalStream(req.Stream); err == nil && v.Stream != nil && v.Stream.ID == r.StreamID {
-		as := state.AssignedOf(v.Stream)
-		n.Assigned = &as
-	}
+	n := wire.AssignNotice{Version: r.Version,
+		Assigned: s.localAssigned(req.Stream, func(st *state.Stream) bool { return st.ID == r.StreamID })}
 	s.notifyOf(a.Copies(), n)
 	// Answer once the owner serves, so that a publish sent the moment the
 	// create answers reaches it rather than no responders. No lock is held

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -142,7 +141,7 @@ func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 // after it (moverGrace, as recovery.Mover.Finish). A caller waiting for
 // the reply should allow as long.
 func (s *Server) moveRequestTimeout(timeout time.Duration) time.Duration {
-	return requestTimeout + cmp.Or(timeout, recovery.DefaultMoveTimeout) + time.Second + s.moverGrace()
+	return requestTimeout + recovery.HandoffBound(timeout) + s.moverGrace()
 }
 
 // validStreamAndNode checks a request's stream name and its node name,

@@ -66,11 +66,8 @@ func (r recoveryState) Commit(ctx context.Context, stream string, transition, ve
 	// The notice carries the committed assignment, read from this replica
 	// (the commit returned once applied here), so the new owner takes its
 	// role without waiting for its pull.
-	n := wire.AssignNotice{Version: res.Version, Recovery: true}
-	if v, err := s.store.LocalStream(stream); err == nil && v.Stream != nil && v.Stream.Assignment.Epoch == a.Epoch {
-		as := state.AssignedOf(v.Stream)
-		n.Assigned = &as
-	}
+	n := wire.AssignNotice{Version: res.Version, Recovery: true,
+		Assigned: s.localAssigned(stream, func(st *state.Stream) bool { return st.Assignment.Epoch == a.Epoch })}
 	s.notifyAllOf(n, a.Copies())
 	s.poke()
 	return nil
@@ -135,4 +132,17 @@ func decodeReply(m *nats.Msg, v any) error {
 		return fmt.Errorf("decode reply: %w", err)
 	}
 	return nil
+}
+
+// localAssigned is stream's committed assignment as this replica holds it,
+// for a notice to carry, if it is the one just committed (is says so: a
+// replica answers from its own applied state, which a later change may
+// have moved on); nil otherwise.
+func (s *Server) localAssigned(stream string, is func(*state.Stream) bool) *wire.AssignedStream {
+	v, err := s.store.LocalStream(stream)
+	if err != nil || v.Stream == nil || !is(v.Stream) {
+		return nil
+	}
+	as := state.AssignedOf(v.Stream)
+	return &as
 }

@@ -175,7 +175,7 @@ type Server struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	handlers sync.WaitGroup // admin and pull handlers in flight
-	inflight atomic.Int32   // the same, counted, for logs and tests
+	inflight atomic.Int32   // the same, counted: admission (MaxInflight), logs and tests
 	// reqCtx is the parent of every request's context; shutdown cancels
 	// it, so a request waiting on a Raft quorum that will not come ends
 	// (and replies unavailable) instead of holding the process.

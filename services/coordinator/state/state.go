@@ -215,7 +215,7 @@ func (s *State) DrainRequested(node string) bool {
 func (s *State) Leaving() map[string]bool {
 	m := map[string]bool{}
 	for id, n := range s.Nodes {
-		if n.State == wire.NodeDraining || n.State == wire.NodeLeft || (n.State == wire.NodeLive && n.DrainRequested) {
+		if n.State == wire.NodeDraining || n.State == wire.NodeLeft || s.DrainRequested(id) {
 			m[id] = true
 		}
 	}
