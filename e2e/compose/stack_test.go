@@ -504,6 +504,28 @@ func (s *stack) States(ctx context.Context) (map[string]containerState, error) {
 	return states, nil
 }
 
+// healthLogs returns docker's record of the last health probes of each of
+// services that is not healthy in states: whether the probe ran, and what it
+// printed and returned.
+func (s *stack) healthLogs(services []string, states map[string]containerState) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, svc := range services {
+		if st, ok := states[svc]; ok && st.Health == "healthy" {
+			continue
+		}
+		id, err := s.Container(ctx, svc)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", svc, err)
+			continue
+		}
+		out, err := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{json .State.Health}}", id).CombinedOutput()
+		fmt.Fprintf(&b, "\n%s health: %s (inspect err %v)", svc, bytes.TrimSpace(out), err)
+	}
+	return b.String()
+}
+
 // WaitHealthy waits until every one of services has a running, healthy
 // container. A container that exited fails at once: it will not recover.
 func (s *stack) WaitHealthy(ctx context.Context, services ...string) error {
@@ -528,7 +550,7 @@ func (s *stack) WaitHealthy(ctx context.Context, services ...string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for healthy services: %w (last states: %v)", ctx.Err(), last)
+			return fmt.Errorf("waiting for healthy services: %w (last states: %v)%s", ctx.Err(), last, s.healthLogs(services, last))
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

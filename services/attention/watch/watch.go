@@ -152,9 +152,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.log.Warn("heartbeat subscription not confirmed yet", "err", err)
 	}
 	cancel()
+	reconnects := w.nc.Stats().Reconnects // the connection's lock, not under w.mu
 	w.mu.Lock()
 	w.listeningSince = time.Now()
-	w.reconnects = w.nc.Stats().Reconnects
+	w.reconnects = reconnects
 	w.mu.Unlock()
 
 	tick := time.NewTicker(w.opts.Refresh)
