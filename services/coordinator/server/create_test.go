@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,42 @@ func TestCreateSaysPlacingWhenTheOwnerDoesNotServe(t *testing.T) {
 	// The stream exists: a second create is refused as such.
 	if e := c.admin(wire.VerbStreamCreate, wire.StreamCreate{Stream: "quiet", Copies: 1}, nil); e == nil || e.Code != wire.CodeExists {
 		t.Fatalf("second create: %v, want %s", e, wire.CodeExists)
+	}
+}
+
+// TestCreateProbesTheOwnerWithBackoff: while a new owner refuses the
+// probes (a copy not yet owner), stream.create asks again with a pause
+// that grows to ownerProbePauseMax, not every 5 ms: the probes of one
+// create over ownerServeWait number about ownerServeWait/ownerProbePauseMax,
+// not hundreds (issue 17: at 64 creates in flight those no-responders
+// round trips loaded the NATS servers and the coordinator's connection).
+func TestCreateProbesTheOwnerWithBackoff(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	c.hostWith("h1", true)
+	c.liveHosts(1)
+	var probes atomic.Int64
+	sub, err := c.client.Subscribe(wire.FetchSubject("refused"), func(m *nats.Msg) {
+		probes.Add(1)
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(HeaderError, wire.CodeNotOwner)
+		r.Data, _ = json.Marshal(wire.ErrorReply{Error: wire.Errorf(wire.CodeNotOwner, "not owner yet")})
+		_ = m.RespondMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.client.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	info := c.create("refused", 1)
+	if info.Status != wire.StatusPlacing {
+		t.Fatalf("create answered status %q, want %q", info.Status, wire.StatusPlacing)
+	}
+	n := probes.Load()
+	most := int64(ownerServeWait/ownerProbePauseMax) + 8
+	if n < 2 || n > most {
+		t.Fatalf("the owner was probed %d times in %v, want 2..%d", n, ownerServeWait, most)
 	}
 }
 
