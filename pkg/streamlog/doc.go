@@ -64,6 +64,12 @@
 // the snapshot boundary. Cursor events below the boundary are kept (a
 // lagging follower may still read them).
 //
+// A Create writes its copy's keys without fsync while it holds the
+// store's copy-set lock (so copy ids reach the WAL in order and the
+// persisted counter only grows), then waits for a synced commit without
+// it: concurrent creates share their fsyncs, and lookups (Get, Copies) do
+// not wait behind them. The copy is found by lookups once it is durable.
+//
 // Metadata changes (seal, epochs, cuts, retention, reset, delete) run as
 // exclusive operations on their copy: new writes to that copy wait, writes
 // already queued commit first, and the change is one synced batch. That is

@@ -14,11 +14,15 @@ import (
 )
 
 // walFault injects errorfs.ErrInjected into the given operations on the
-// WAL (*.log) once it is switched on.
+// WAL (*.log) once it is switched on; with release set it holds them
+// instead (each signalled on held, if it has room) until release is
+// closed, and then lets them succeed.
 type walFault struct {
-	on    atomic.Bool
-	kinds []errorfs.OpKind
-	hits  atomic.Int64
+	on      atomic.Bool
+	kinds   []errorfs.OpKind
+	hits    atomic.Int64
+	held    chan struct{}
+	release chan struct{}
 }
 
 func (f *walFault) MaybeError(op errorfs.Op) error {
@@ -26,10 +30,19 @@ func (f *walFault) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	for _, k := range f.kinds {
-		if op.Kind == k {
-			f.hits.Add(1)
+		if op.Kind != k {
+			continue
+		}
+		f.hits.Add(1)
+		if f.release == nil {
 			return errorfs.ErrInjected
 		}
+		select {
+		case f.held <- struct{}{}:
+		default:
+		}
+		<-f.release
+		return nil
 	}
 	return nil
 }

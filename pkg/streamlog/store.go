@@ -46,10 +46,14 @@ type impl struct {
 	// (UncleanStart); set by load, read-only after.
 	uncleanStart bool
 
-	// mu guards the copy set and the id counter.
+	// mu guards the copy set and the id counter. It is never held across
+	// an fsync.
 	mu     sync.Mutex
 	byName map[string]*Copy
 	nextID uint64
+	// creating holds the creates written and waiting for their fsync, by
+	// stream name; the channel is closed when the create ends.
+	creating map[string]chan struct{}
 
 	// life guards closed and active: every public operation enters and
 	// leaves, so Close can wait for operations in progress (including
@@ -212,6 +216,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	s.snapEvery = defaultSnapshotEvery
 	s.holdMax = defaultHoldMax
 	s.byName = make(map[string]*Copy)
+	s.creating = make(map[string]chan struct{})
 	s.lifeCond = sync.NewCond(&s.life)
 	s.kick = make(chan struct{}, 1)
 	s.committed = make(chan struct{})
@@ -429,8 +434,17 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 		return nil, errors.New("streamlog: create: empty stream name")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	// A create of the same name still waiting for its sync is waited for:
+	// then it is held (the same stream id is handed that copy, another is
+	// ErrExists) or it failed.
+	for s.creating[stream] != nil {
+		done := s.creating[stream]
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
 	if c := s.byName[stream]; c != nil {
+		s.mu.Unlock()
 		if c.sid == streamID {
 			return c, nil
 		}
@@ -448,13 +462,44 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 	var next [8]byte
 	binary.BigEndian.PutUint64(next[:], id+1)
 	_ = b.Set(nextIDKey, next[:], nil)
-	if err := s.guard(func() error { return b.Commit(pebble.Sync) }); err != nil {
+	// Written under s.mu without fsync, so the batches, and the id
+	// counter in them, reach the WAL in id order; the fsync is waited for
+	// without s.mu (issue 17: a create held it across its own fsync, so a
+	// host's creates took one fsync each in turn and every Get, Copies and
+	// heartbeat waited behind them). The copy is not handed out before it
+	// is durable: a lookup meanwhile finds no copy of that name.
+	if err := s.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("streamlog: create %s: %w", stream, err)
 	}
 	s.nextID = id + 1
+	done := make(chan struct{})
+	s.creating[stream] = done
+	s.mu.Unlock()
+
+	err := s.syncWAL()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.creating, stream)
+	close(done)
+	if err != nil {
+		return nil, fmt.Errorf("streamlog: create %s: %w", stream, err)
+	}
 	c := newCopy(s, id, m, 0)
 	s.byName[stream] = c
 	return c, nil
+}
+
+// syncWAL makes every WAL entry written so far durable: a synced commit
+// of an empty log entry, which Pebble's commit pipeline syncs together
+// with the other synced commits in flight (other creates', the group
+// commit's).
+func (s *impl) syncWAL() error {
+	b := s.db.NewBatch()
+	defer releaseBatch(b)
+	_ = b.LogData(nil, nil)
+	return s.guard(func() error { return b.Commit(pebble.Sync) })
 }
 
 func (s *impl) delete(stream string) error {
@@ -466,6 +511,13 @@ func (s *impl) delete(stream string) error {
 	// old copy is gone instead of being handed the dying copy.
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.creating[stream] != nil {
+		// A create of the name waiting for its fsync ends first.
+		done := s.creating[stream]
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
 	c := s.byName[stream]
 	if c == nil {
 		return nil

@@ -41,12 +41,27 @@ const DefaultMaxInflight = 1024
 // does not in time).
 const ownerServeWait = 2 * time.Second
 
-// ownerProbeTimeout bounds one probe of the new owner; ownerProbePause is
-// the pause between probes.
+// ownerProbeTimeout bounds one probe of the new owner. The pause between
+// probes starts at ownerProbePause and doubles up to ownerProbePauseMax
+// (probePause): a new owner serves after the notice reached its host and
+// the copy was created and promoted there, hundreds of milliseconds at
+// 64 creates in flight on a loaded machine, and a probe every 5 ms made
+// about a hundred no-responders round trips per create through the NATS
+// servers and the coordinator's connection, which its heartbeats share
+// (issue 17).
 const (
-	ownerProbeTimeout = 250 * time.Millisecond
-	ownerProbePause   = 5 * time.Millisecond
+	ownerProbeTimeout  = 250 * time.Millisecond
+	ownerProbePause    = 5 * time.Millisecond
+	ownerProbePauseMax = 40 * time.Millisecond
 )
+
+// probePause is the pause after the n-th probe (from 0) of a new owner.
+func probePause(n int) time.Duration {
+	if n >= 4 {
+		return ownerProbePauseMax
+	}
+	return min(ownerProbePause<<n, ownerProbePauseMax)
+}
 
 // quorumWait is how long a request runs before this replica asks whether
 // the Raft shard has a leader at all: without one (a majority of the
@@ -338,10 +353,12 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	}
 	// The nodes and their load, not a copy of every stream: a create's
 	// cost does not grow with the cluster.
+	began := time.Now()
 	v, err := s.store.Read(ctx, state.QueryPlacement{Stream: req.Stream})
 	if err != nil {
 		return nil, err
 	}
+	read := time.Since(began)
 	st := v.(*state.State)
 	if st.Streams[req.Stream] != nil {
 		return nil, wire.Errorf(wire.CodeExists, "stream %s exists", req.Stream)
@@ -361,13 +378,15 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 		stamp = s.opt.DefaultPolicy
 	}
 	a := wire.Assignment{Owner: owner, Followers: followers, Policy: stamp}
+	proposed := time.Now()
 	r, err := check(s.store.Propose(ctx, state.StreamCreate(req.Stream, req.Copies, named, req.Retention, a, now.UnixMilli()).
 		WithMinCopies(req.MinCopies).WithLimits(s.opt.MaxStreams, s.opt.MaxCopiesPerHost)))
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("stream created", "stream", req.Stream, "stream_id", r.StreamID, "owner", owner,
-		"followers", followers, "policy", stamp, "min_copies", req.MinCopies, "version", r.Version)
+		"followers", followers, "policy", stamp, "min_copies", req.MinCopies, "version", r.Version,
+		"read_ms", read.Milliseconds(), "propose_ms", time.Since(proposed).Milliseconds())
 	// The notice carries the committed assignment (read from this
 	// replica, which applied the commit before Propose returned): each
 	// host applies it at once, without waiting for a pull of the change.
@@ -378,11 +397,18 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	// create answers reaches it rather than no responders. No lock is held
 	// across the wait.
 	served := s.ownerServes(ctx, req.Stream, r.StreamID)
-	out, err := s.infoAfter(ctx, req.Stream)
+	// This replica applied the create before Propose returned, so its own
+	// state, read without a quorum round, holds it or a later change of
+	// the stream: a linearizable read here cost a read-index round (about
+	// 50 ms per create at 64 in flight on a loaded machine; issue 17).
+	sv, err := s.store.LocalStream(req.Stream)
 	if err != nil {
-		return nil, err
+		return nil, wire.Errorf(wire.CodeUnavailable, "read the created stream: %v", err)
 	}
-	info := out.(wire.StreamInfo)
+	if sv.Stream == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", req.Stream)
+	}
+	info := s.info(sv.Stream, sv.Status, s.live.ViewStream(req.Stream), s.opt.Now())
 	if !served && info.StreamID == r.StreamID && info.Status == wire.StatusServing {
 		s.log.Warn("stream created but its owner does not serve it yet", "stream", req.Stream,
 			"stream_id", r.StreamID, "owner", owner, "waited", ownerServeWait.String())
@@ -396,12 +422,12 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 // that does not wait, naming the stream id, until a reply that is not an
 // error comes back. No responders (the owner has not subscribed yet), a
 // refusal (an older stream's owner, or a copy not yet owner) and a timeout
-// are all asked again after a short pause.
+// are all asked again after a pause (probePause).
 func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, ownerServeWait)
 	defer cancel()
 	body, _ := json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords: 1})
-	for {
+	for n := 0; ; n++ {
 		m := nats.NewMsg(wire.FetchSubject(stream))
 		m.Header.Set(wire.HeaderStreamID, strconv.FormatUint(id, 10))
 		m.Data = body
@@ -414,7 +440,7 @@ func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) bool
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(ownerProbePause):
+		case <-time.After(probePause(n)):
 		}
 	}
 }

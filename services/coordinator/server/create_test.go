@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,35 @@ func TestCreateSaysPlacingWhenTheOwnerDoesNotServe(t *testing.T) {
 	}
 }
 
+// TestCreateProbesTheOwnerWithBackoff: while a new owner refuses the
+// probes (a copy not yet owner), stream.create asks again with a pause
+// that grows to ownerProbePauseMax, not every 5 ms: the probes of one
+// create over ownerServeWait number about ownerServeWait/ownerProbePauseMax,
+// not hundreds (issue 17: at 64 creates in flight those no-responders
+// round trips loaded the NATS servers and the coordinator's connection).
+func TestCreateProbesTheOwnerWithBackoff(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) { o.NATSSystemURL = "" })
+	c.hostWith("h1", true)
+	c.liveHosts(1)
+	var probes atomic.Int64
+	subscribe(t, c.client, wire.FetchSubject("refused"), func(m *nats.Msg) {
+		probes.Add(1)
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(HeaderError, wire.CodeNotOwner)
+		r.Data, _ = json.Marshal(wire.ErrorReply{Error: wire.Errorf(wire.CodeNotOwner, "not owner yet")})
+		_ = m.RespondMsg(r)
+	})
+	info := c.create("refused", 1)
+	if info.Status != wire.StatusPlacing {
+		t.Fatalf("create answered status %q, want %q", info.Status, wire.StatusPlacing)
+	}
+	n := probes.Load()
+	most := int64(ownerServeWait/ownerProbePauseMax) + 8
+	if n < 2 || n > most {
+		t.Fatalf("the owner was probed %d times in %v, want 2..%d", n, ownerServeWait, most)
+	}
+}
+
 // TestPaddedPolicyIsStoredCanonical: a policy with surrounding white space,
 // named on a create or set as the cluster default, is read as the policy
 // it names and stored and answered in its canonical form, on the stream and
@@ -125,19 +155,12 @@ func TestCreateNoticeCarriesTheAssignment(t *testing.T) {
 	c.host("h1")
 	c.liveHosts(1)
 	got := make(chan wire.AssignNotice, 64)
-	sub, err := c.client.Subscribe(wire.AssignNoticeSubject("h1"), func(m *nats.Msg) {
+	subscribe(t, c.client, wire.AssignNoticeSubject("h1"), func(m *nats.Msg) {
 		var n wire.AssignNotice
 		if json.Unmarshal(m.Data, &n) == nil && n.Assigned != nil {
 			got <- n
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.client.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	info := c.create("fresh", 1)
 	select {
 	case n := <-got:
@@ -147,5 +170,19 @@ func TestCreateNoticeCarriesTheAssignment(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no create notice with the assignment")
+	}
+}
+
+// subscribe subscribes f to subject on nc until the test ends, and
+// flushes, so the server knows of the subscription before the test goes on.
+func subscribe(t *testing.T, nc *nats.Conn, subject string, f nats.MsgHandler) {
+	t.Helper()
+	sub, err := nc.Subscribe(subject, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
