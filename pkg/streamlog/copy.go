@@ -372,18 +372,24 @@ func (c *copyImpl) appendWritten(ctx context.Context, data [][]byte) (uint64, fu
 	// requests): they may be served before the group commit is durable.
 	c.signalLocked()
 	c.mu.Unlock()
+	return first, c.durableFunc(r, "append", first), nil
+}
+
+// durableFunc is the durable func of a write (op) of r at offset at: it
+// waits for r's group commit once and then leaves the store (the write
+// entered it); a second call is errDurableTwice.
+func (c *copyImpl) durableFunc(r *request, op string, at uint64) func(context.Context) error {
 	var once sync.Once
-	durable := func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		err := errDurableTwice
 		once.Do(func() {
 			defer c.s.leave()
 			if err = c.s.wait(ctx, r); err != nil {
-				err = fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
+				err = fmt.Errorf("streamlog: %s to %s at %d: %w", op, c.name, at, err)
 			}
 		})
 		return err
 	}
-	return first, durable, nil
 }
 
 func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
@@ -450,19 +456,7 @@ func (c *copyImpl) applyWritten(ctx context.Context, recs []Record) (func(contex
 	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
 	c.written = append(c.written, r)
 	c.mu.Unlock()
-	at := fresh[0].Offset
-	var once sync.Once
-	durable := func(ctx context.Context) error {
-		err := errDurableTwice
-		once.Do(func() {
-			defer c.s.leave()
-			if err = c.s.wait(ctx, r); err != nil {
-				err = fmt.Errorf("streamlog: apply to %s at %d: %w", c.name, at, err)
-			}
-		})
-		return err
-	}
-	return durable, nil
+	return c.durableFunc(r, "apply", fresh[0].Offset), nil
 }
 
 // compareRecords checks recs against the durable records at their offsets.

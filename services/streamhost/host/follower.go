@@ -146,22 +146,11 @@ func (f *follower) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		t := f.c.Tails()
-		req := frame.ReplRequest{
-			Node:     f.h.cfg.Node,
-			Epoch:    f.epoch,
-			StreamID: f.id,
-			// The durable tails: the owner counts them as this copy's ack.
-			RecordTail: t.Record,
-			CursorTail: t.CursorDurable,
-			WaitMS:     uint32(wait / time.Millisecond),
-			MaxBytes:   replBytes,
-			// The proof that the log below RecordTail is the owner's.
-			TailDigest: t.RecordDigest,
-			// Records come from the written tail, past batches whose
-			// fsync still runs (syncer acks them as they land).
-			ReadFrom:   t.RecordWritten,
-			ReadDigest: t.WrittenDigest,
-		}
+		req := f.ack(t)
+		req.WaitMS, req.MaxBytes = uint32(wait/time.Millisecond), replBytes
+		// Records come from the written tail, past batches whose fsync
+		// still runs (syncer acks them as they land).
+		req.ReadFrom, req.ReadDigest = t.RecordWritten, t.WrittenDigest
 		f.noteSent(t.Record)
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendReplRequest(nil, &req)
@@ -326,17 +315,24 @@ func (f *follower) ackDurable(subj string) {
 			break
 		}
 	}
-	req := frame.ReplRequest{
+	req := f.ack(t)
+	if err := f.h.nc.Publish(subj, frame.AppendReplRequest(nil, &req)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		// The next request carries the tails anyway.
+		f.log.Debug("standalone ack not sent", "err", err)
+	}
+}
+
+// ack is a replication request carrying the copy's durable tails at t,
+// which the owner counts as its ack, with the digest there that proves the
+// log below them is the owner's.
+func (f *follower) ack(t streamlog.Tails) frame.ReplRequest {
+	return frame.ReplRequest{
 		Node:       f.h.cfg.Node,
 		Epoch:      f.epoch,
 		StreamID:   f.id,
 		RecordTail: t.Record,
 		CursorTail: t.CursorDurable,
 		TailDigest: t.RecordDigest,
-	}
-	if err := f.h.nc.Publish(subj, frame.AppendReplRequest(nil, &req)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		// The next request carries the tails anyway.
-		f.log.Debug("standalone ack not sent", "err", err)
 	}
 }
 

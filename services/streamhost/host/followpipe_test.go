@@ -7,39 +7,84 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
-// startHeldFollower starts n1 as the owner of stream (id) at epoch 1 with
-// n2 its follower (W = 2: every confirm needs n2), n2's store on a
-// crashable in-memory file system whose WAL syncs hold can hold once
-// armed, and confirms the records 0 to confirmed-1 on both copies.
-func startHeldFollower(t *testing.T, stream string, id uint64, confirmed int, adjust func(*Config)) (*miniCluster, *testHost, *vfs.MemFS, *syncHold) {
+// heldFollowerWrites starts n1 as the owner of stream (id) at epoch 1 with
+// n2 its follower (W = 2: every confirm needs n2) on a crashable in-memory
+// file system (startHeld), confirms records 0 to confirmed-1, then holds
+// n2's WAL syncs and publishes two more, one after the other has reached
+// n2's held fsync, and waits until n2 has written both. Their outcomes go
+// to the channel returned; release ends the hold (the held sync fails).
+func heldFollowerWrites(t *testing.T, stream string, id uint64, confirmed int, adjust func(*Config)) (c *miniCluster, n2 *testHost, mem *vfs.MemFS, release func(), done chan published) {
+	t.Helper()
+	c, n2, mem, hold := startHeld(t, stream, id, confirmed, "n2", adjust)
+	release = releaser(t, hold)
+	hold.armed.Store(true)
+	done = make(chan published, 2)
+	c.publishTo(stream, confirmed, done)
+	<-hold.held // n2's first batch is written, its fsync held
+	c.publishTo(stream, confirmed+1, done)
+	// The follower asks for and writes the second batch behind the first.
+	c.waitTails("n2", stream, "the second batch written during the first's fsync", func(t streamlog.Tails) bool {
+		return t.RecordWritten == uint64(confirmed)+2
+	})
+	return c, n2, mem, release, done
+}
+
+// startOwnerAlone starts n1 as the owner of stream (id) at epoch 1 with
+// followers n2 and n3 (W = 2) that no host plays: a test acks for them.
+func startOwnerAlone(t *testing.T, stream string, id uint64) (*miniCluster, *testHost) {
 	t.Helper()
 	c := newMiniCluster(t)
-	mem := vfs.NewCrashableMem()
-	syncedDir(t, mem, c.dataDir("n2"))
-	hold := newSyncHold()
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	c.start("n1", adjust)
-	n2 := c.start("n2", func(cfg *Config) {
-		if adjust != nil {
-			adjust(cfg)
-		}
-		cfg.StoreFS = errorfs.Wrap(mem, hold)
-	})
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2", "n3"}))
+	n1 := c.start("n1", func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
 	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-	c.waitCopy("n2", stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
-	for i := range confirmed {
-		if pc := c.mustPublish(stream, payload(i)); pc.Offset != uint64(i) || pc.Copies != 2 {
-			t.Fatalf("publish %d: %+v", i, pc)
+	return c, n1
+}
+
+// releaser returns hold's release, callable more than once; it is also a
+// cleanup, so that a failing test does not leave a store stuck in its
+// sync (cleanups run last first: this one before the hosts' stops).
+func releaser(t *testing.T, hold *syncHold) func() {
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// published is one publish's outcome.
+type published struct {
+	pc *wire.PublishConfirm
+	e  *wire.Error
+}
+
+// publishTo publishes payload(i) to stream in a goroutine; its outcome
+// goes to out.
+func (c *miniCluster) publishTo(stream string, i int, out chan<- published) {
+	go func() {
+		pc, e := c.publish(stream, payload(i), "", 0)
+		out <- published{pc, e}
+	}()
+}
+
+// confirmedOn2 takes the next outcome from out within wait and fails the
+// test unless it is a confirm on 2 copies.
+func confirmedOn2(t *testing.T, out <-chan published, wait time.Duration, what string) *wire.PublishConfirm {
+	t.Helper()
+	select {
+	case r := <-out:
+		if r.e != nil || r.pc.Copies != 2 {
+			t.Fatalf("%s: publish answered %+v, %v; want a confirm on 2 copies", what, r.pc, r.e)
 		}
+		return r.pc
+	case <-time.After(wait):
+		t.Fatalf("%s: no confirm within %v", what, wait)
+		return nil
 	}
-	return c, n2, mem, hold
 }
 
 // TestFollowerAsksWhileItsFsyncRuns: with the follower's fsync held, it
@@ -51,27 +96,7 @@ func startHeldFollower(t *testing.T, stream string, id uint64, confirmed int, ad
 // position, the watermark would move.
 func TestFollowerAsksWhileItsFsyncRuns(t *testing.T) {
 	const stream, id, confirmed = "folpipe", 21, 3
-	c, n2, _, hold := startHeldFollower(t, stream, id, confirmed, func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-
-	hold.armed.Store(true)
-	answers := make(chan *wire.Error, 2)
-	publish := func(i int) {
-		pc, e := c.publish(stream, payload(i), "", 0)
-		if e == nil {
-			t.Errorf("record confirmed at %d without the follower's fsync", pc.Offset)
-		}
-		answers <- e
-	}
-	go publish(confirmed)
-	<-hold.held // the follower's first batch is written, its fsync held
-	go publish(confirmed + 1)
-	// The follower asks for and writes the second batch behind the first.
-	c.waitTails("n2", stream, "the second batch written during the first's fsync", func(t streamlog.Tails) bool {
-		return t.RecordWritten == confirmed+2
-	})
+	c, n2, _, release, answers := heldFollowerWrites(t, stream, id, confirmed, func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
 	if got := n2.h.store.Get(stream).Tails(); got.Record != confirmed {
 		t.Fatalf("follower's durable tail %d with its fsync held, want %d", got.Record, confirmed)
 	}
@@ -85,8 +110,8 @@ func TestFollowerAsksWhileItsFsyncRuns(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	select {
-	case e := <-answers:
-		t.Fatalf("publish answered %v before the follower's fsync", e)
+	case r := <-answers:
+		t.Fatalf("publish answered %+v, %v before the follower's fsync", r.pc, r.e)
 	default:
 	}
 	// The held sync fails: the follower's store fails (fail-stop); the
@@ -102,22 +127,11 @@ func TestFollowerAsksWhileItsFsyncRuns(t *testing.T) {
 // nothing; a read position past the owner's written tail is bad_request.
 func TestOwnerCountsOnlyDurableTails(t *testing.T) {
 	const stream, id = "durableack", 22
-	c := newMiniCluster(t)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2", "n3"})) // W = 2
-	n1 := c.start("n1", func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
-	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c, n1 := startOwnerAlone(t, stream, id)
 
-	type result struct {
-		pc *wire.PublishConfirm
-		e  *wire.Error
-	}
-	done := make(chan result, 2)
-	for i := range 2 {
-		go func() {
-			pc, e := c.publish(stream, payload(i), "", 0)
-			done <- result{pc, e}
-		}()
-	}
+	done := make(chan published, 2)
+	c.publishTo(stream, 0, done)
+	c.publishTo(stream, 1, done)
 	owned := n1.h.store.Get(stream)
 	for owned.Tails().Record < 2 {
 		time.Sleep(time.Millisecond)
@@ -186,18 +200,8 @@ func TestOwnerCountsOnlyDurableTails(t *testing.T) {
 	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
 		t.Fatal(err)
 	}
-	var got []uint64
-	select {
-	case r := <-done:
-		if r.e != nil || r.pc.Copies != 2 {
-			t.Fatalf("publish after the standalone ack: %+v, %v", r.pc, r.e)
-		}
-		got = append(got, r.pc.Offset)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the standalone ack of tail 1 confirmed nothing")
-	}
-	if got[0] != 0 {
-		t.Fatalf("the standalone ack of tail 1 confirmed offset %d, want 0", got[0])
+	if pc := confirmedOn2(t, done, 10*time.Second, "after the standalone ack of tail 1"); pc.Offset != 0 {
+		t.Fatalf("the standalone ack of tail 1 confirmed offset %d, want 0", pc.Offset)
 	}
 	// An older ack served late does not take the count back.
 	if _, e := ask(frame.ReplRequest{RecordTail: 0, TailDigest: digest(0), ReadFrom: 2, ReadDigest: digest(2)}); e != nil {
@@ -210,13 +214,8 @@ func TestOwnerCountsOnlyDurableTails(t *testing.T) {
 	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-done:
-		if r.e != nil || r.pc.Offset != 1 || r.pc.Copies != 2 {
-			t.Fatalf("publish after the standalone ack of 2: %+v, %v", r.pc, r.e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the standalone ack of tail 2 confirmed nothing")
+	if pc := confirmedOn2(t, done, 10*time.Second, "after the standalone ack of tail 2"); pc.Offset != 1 {
+		t.Fatalf("the standalone ack of tail 2 confirmed offset %d, want 1", pc.Offset)
 	}
 }
 
@@ -252,24 +251,7 @@ func TestStandaloneAckBeatsTheLongPoll(t *testing.T) {
 // both copies with the copies' logs equal.
 func TestFollowerCrashWithWrittenRecords(t *testing.T) {
 	const stream, id, confirmed = "folcrash", 24, 4
-	c, n2, mem, hold := startHeldFollower(t, stream, id, confirmed, func(cfg *Config) { cfg.ConfirmTimeout = 30 * time.Second })
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-	hold.armed.Store(true)
-	type result struct {
-		pc *wire.PublishConfirm
-		e  *wire.Error
-	}
-	done := make(chan result, 2)
-	publish := func(i int) {
-		pc, e := c.publish(stream, payload(i), "", 0)
-		done <- result{pc, e}
-	}
-	go publish(confirmed)
-	<-hold.held
-	go publish(confirmed + 1)
-	c.waitTails("n2", stream, "both batches written", func(t streamlog.Tails) bool { return t.RecordWritten == confirmed+2 })
+	c, n2, mem, release, done := heldFollowerWrites(t, stream, id, confirmed, func(cfg *Config) { cfg.ConfirmTimeout = 30 * time.Second })
 	if wm := c.fetch(stream, wire.FetchRequest{Start: "earliest"}).Confirmed; wm != confirmed {
 		t.Fatalf("watermark %d with the follower's fsync held, want %d", wm, confirmed)
 	}
@@ -282,14 +264,7 @@ func TestFollowerCrashWithWrittenRecords(t *testing.T) {
 		t.Fatalf("the follower came back at record tail %d, want %d (what it had synced)", got.Record, confirmed)
 	}
 	for range 2 {
-		select {
-		case r := <-done:
-			if r.e != nil || r.pc.Copies != 2 {
-				t.Fatalf("publish after the follower's restart: %+v, %v", r.pc, r.e)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("publishes not confirmed after the follower came back")
-		}
+		confirmedOn2(t, done, 20*time.Second, "after the follower's restart")
 	}
 	pc := c.mustPublish(stream, []byte("after"))
 	end := pc.Offset + 1
