@@ -116,7 +116,9 @@ func (f *follower) run(ctx context.Context) {
 	subj := wire.ReplicationSubject(f.stream, f.epoch, f.h.cfg.Node)
 	// Batches written but not yet durable, in the order written (and so
 	// the order they become durable); syncer waits for each and acks it.
-	pending := make(chan written, followerAhead-1)
+	// The syncer holds one and the worker one more while it waits to
+	// queue it: followerAhead in all.
+	pending := make(chan written, followerAhead-2)
 	synced := make(chan struct{})
 	go f.syncer(ctx, subj, pending, synced)
 	defer func() {

@@ -179,38 +179,45 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	// not another (its records between the two tails are written, not yet
 	// durable, and were the owner's when it applied them, so this fails
 	// only for a follower that is not on this owner's history). Either
-	// mismatch is diverged and counts nothing. A tail below the owner's
-	// head cannot be checked (the owner's records there are gone); it is
-	// neither counted nor served records, only told where to restart.
-	if req.RecordTail >= t.Head {
-		checks := [2]struct{ at, theirs uint64 }{{req.RecordTail, req.TailDigest}, {readFrom, readDigest}}
-		n := 1
-		if readFrom > req.RecordTail {
-			n = 2
+	// mismatch is diverged and counts nothing. A position below the
+	// owner's head cannot be checked (the owner's records there are gone):
+	// a durable tail there is not counted, and a read position there is
+	// only told where to restart; a read position at or past the head is
+	// checked even when the durable tail is below it.
+	type check struct{ at, theirs uint64 }
+	var checks [2]check
+	n := 0
+	ackable := req.RecordTail >= t.Head
+	if ackable {
+		checks[n] = check{req.RecordTail, req.TailDigest}
+		n++
+	}
+	if readFrom > req.RecordTail && readFrom >= t.Head {
+		checks[n] = check{readFrom, readDigest}
+		n++
+	}
+	matched := true
+	for _, ck := range checks[:n] {
+		od, err := o.c.DigestAt(ck.at)
+		switch {
+		case errors.Is(err, streamlog.ErrBelowHead):
+			// Retention moved the head since t was read: the follower
+			// restarts at the head, below.
+			matched = false
+		case err != nil:
+			o.log.Error("read digest for follower", "follower", req.Node, "at", ck.at, "err", err)
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, ck.at, err))
+			return
+		case od != ck.theirs:
+			o.divergedFollower(m.Reply, req.Node, ck.at, ck.theirs, od, t.Record)
+			return
 		}
-		matched := true
-		for _, ck := range checks[:n] {
-			od, err := o.c.DigestAt(ck.at)
-			switch {
-			case errors.Is(err, streamlog.ErrBelowHead):
-				// Retention moved the head since t was read: the
-				// follower restarts at the head, below.
-				matched = false
-			case err != nil:
-				o.log.Error("read digest for follower", "follower", req.Node, "at", ck.at, "err", err)
-				o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, ck.at, err))
-				return
-			case od != ck.theirs:
-				o.divergedFollower(m.Reply, req.Node, ck.at, ck.theirs, od, t.Record)
-				return
-			}
-			if !matched {
-				break
-			}
+		if !matched {
+			break
 		}
-		if matched {
-			o.ack(req.Node, req.RecordTail, req.CursorTail)
-		}
+	}
+	if matched && ackable {
+		o.ack(req.Node, req.RecordTail, req.CursorTail)
 	}
 	if m.Reply == "" {
 		return // a standalone ack: counted, nothing to send
