@@ -23,7 +23,7 @@ func TestFollowerWrittenAheadBound(t *testing.T) {
 	hold.armed.Store(true)
 	written := 0
 	for i := 0; i < 10; i++ {
-		go c.publish(stream, payload(confirmed+i), "", 0)
+		go func() { _, _ = c.publish(stream, payload(confirmed+i), "", 0) }() // confirmed once the hold ends
 		deadline := time.Now().Add(2 * time.Second)
 		ok := false
 		for time.Now().Before(deadline) {
