@@ -37,14 +37,18 @@ type Batch struct {
 	CursorEvents []CursorEvent
 }
 
-// ReplRequest is a follower's fetch on the replication subject: it asks from
-// its own durable tails, which tells the owner what it holds.
+// ReplRequest is a follower's fetch on the replication subject. Its durable
+// tails (RecordTail, CursorTail, TailDigest) tell the owner what the
+// follower holds durably: the request is the follower's ack of everything
+// below them. It asks for records from its read position (ReadFrom), which
+// may be past its durable record tail: a follower writes the next batch
+// while the previous one's fsync runs, and asks from its written tail.
 type ReplRequest struct {
 	Node       string
 	Epoch      uint64
 	StreamID   uint64
-	RecordTail uint64
-	CursorTail uint64
+	RecordTail uint64 // durable record tail: what the owner may count
+	CursorTail uint64 // durable cursor event tail
 	WaitMS     uint32
 	MaxBytes   uint32
 	// TailDigest is the follower's running digest at RecordTail (the
@@ -53,6 +57,24 @@ type ReplRequest struct {
 	// serves it: equal digests show the follower's log matches the owner's
 	// below its tail.
 	TailDigest uint64
+	// ReadFrom, when past RecordTail, is where the owner sends records
+	// from: the follower's written record tail, records applied but maybe
+	// not yet durable. ReadDigest is the follower's running digest there,
+	// which the owner checks like TailDigest before it serves the request.
+	// A ReadFrom at or below RecordTail (0 included) means RecordTail, and
+	// is not encoded (ReadPosition).
+	ReadFrom   uint64
+	ReadDigest uint64
+}
+
+// ReadPosition is where the owner sends records from and the follower's
+// digest there: ReadFrom and ReadDigest when ReadFrom is past RecordTail,
+// else RecordTail and TailDigest.
+func (r *ReplRequest) ReadPosition() (from, digest uint64) {
+	if r.ReadFrom > r.RecordTail {
+		return r.ReadFrom, r.ReadDigest
+	}
+	return r.RecordTail, r.TailDigest
 }
 
 // AppendBatch appends the encoding of b to dst.

@@ -209,6 +209,10 @@ func appendReplRequest(dst []byte, r *ReplRequest) []byte {
 	dst = binary.AppendUvarint(dst, uint64(r.WaitMS))
 	dst = binary.AppendUvarint(dst, uint64(r.MaxBytes))
 	dst = binary.BigEndian.AppendUint64(dst, r.TailDigest)
+	if r.ReadFrom > r.RecordTail {
+		dst = binary.AppendUvarint(dst, r.ReadFrom-r.RecordTail)
+		dst = binary.BigEndian.AppendUint64(dst, r.ReadDigest)
+	}
 	return dst
 }
 
@@ -242,6 +246,20 @@ func decodeReplRequest(p []byte) (*ReplRequest, error) {
 	}
 	if r.TailDigest, err = d.u64("tail digest"); err != nil {
 		return nil, fmt.Errorf("frame: repl request: %w", err)
+	}
+	if d.rest() > 0 {
+		// The optional read position, past the record tail.
+		ahead, err := d.uvarint("read ahead")
+		if err != nil {
+			return nil, fmt.Errorf("frame: repl request: %w", err)
+		}
+		if ahead == 0 || ahead > math.MaxUint64-r.RecordTail {
+			return nil, fmt.Errorf("frame: repl request: read ahead %d past record tail %d: %w", ahead, r.RecordTail, ErrMalformed)
+		}
+		r.ReadFrom = r.RecordTail + ahead
+		if r.ReadDigest, err = d.u64("read digest"); err != nil {
+			return nil, fmt.Errorf("frame: repl request: %w", err)
+		}
 	}
 	if err := d.end(); err != nil {
 		return nil, fmt.Errorf("frame: repl request: %w", err)

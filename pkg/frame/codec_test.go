@@ -119,7 +119,9 @@ func TestReplRequestRoundTrip(t *testing.T) {
 		"max": {Node: strings.Repeat("n", 64), Epoch: math.MaxUint64, StreamID: math.MaxUint64,
 			RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, WaitMS: math.MaxUint32, MaxBytes: math.MaxUint32,
 			TailDigest: math.MaxUint64},
-		"zero": {Node: "a"},
+		"zero":              {Node: "a"},
+		"read ahead":        {Node: "a", RecordTail: 10, TailDigest: 1, ReadFrom: 14, ReadDigest: 2},
+		"read ahead to max": {Node: "a", RecordTail: 10, TailDigest: 1, ReadFrom: math.MaxUint64, ReadDigest: math.MaxUint64},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := frame.DecodeReplRequest(frame.AppendReplRequest(nil, r))
@@ -197,19 +199,24 @@ func TestDecodeBatchRejects(t *testing.T) {
 func TestDecodeReplRequestRejects(t *testing.T) {
 	good := frame.AppendReplRequest(nil, sampleRepl())
 	cases := map[string][]byte{
-		"nil":              nil,
-		"batch kind":       cat(batchHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
-		"empty node":       cat(replHdr, uv(0, 0, 0, 0, 0, 0, 0)),
-		"long node":        cat(replHdr, uv(65), bytes.Repeat([]byte("n"), 65), uv(0, 0, 0, 0, 0, 0)),
-		"bad node byte":    cat(replHdr, uv(2), []byte("n*"), uv(0, 0, 0, 0, 0, 0)),
-		"node past input":  cat(replHdr, uv(10), []byte("n")),
-		"wait over 32":     cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, math.MaxUint32+1, 0)),
-		"maxbytes over 32": cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, math.MaxUint32+1)),
-		"version 1":        cat([]byte{frame.Magic, 1, frame.KindReplRequest}, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
-		"no tail digest":   cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
-		"short digest":     cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), []byte{1, 2, 3, 4, 5, 6, 7}),
-		"trailing byte":    append(append([]byte{}, good...), 0),
-		"truncated":        good[:len(good)-1],
+		"nil":               nil,
+		"batch kind":        cat(batchHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
+		"empty node":        cat(replHdr, uv(0, 0, 0, 0, 0, 0, 0)),
+		"long node":         cat(replHdr, uv(65), bytes.Repeat([]byte("n"), 65), uv(0, 0, 0, 0, 0, 0)),
+		"bad node byte":     cat(replHdr, uv(2), []byte("n*"), uv(0, 0, 0, 0, 0, 0)),
+		"node past input":   cat(replHdr, uv(10), []byte("n")),
+		"wait over 32":      cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, math.MaxUint32+1, 0)),
+		"maxbytes over 32":  cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, math.MaxUint32+1)),
+		"version 1":         cat([]byte{frame.Magic, 1, frame.KindReplRequest}, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
+		"no tail digest":    cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)),
+		"short digest":      cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), []byte{1, 2, 3, 4, 5, 6, 7}),
+		"trailing byte":     append(append([]byte{}, good...), 0),
+		"read ahead 0":      cat(good, uv(0), noDigest),
+		"read ahead wraps":  cat(replHdr, uv(1), []byte("n"), uv(0, 0, math.MaxUint64, 0, 0, 0), noDigest, uv(1), noDigest),
+		"no read digest":    cat(good, uv(3)),
+		"short read digest": cat(good, uv(3), []byte{1, 2, 3}),
+		"past read digest":  cat(good, uv(3), noDigest, []byte{0}),
+		"truncated":         good[:len(good)-1],
 	}
 	for name, p := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -260,6 +267,36 @@ func TestGoldenBytes(t *testing.T) {
 	}
 	if got := frame.AppendReplRequest(nil, r); !bytes.Equal(got, wantR) {
 		t.Fatalf("repl request bytes\n got % x\nwant % x", got, wantR)
+	}
+	// The same request reading from its written tail 15, 3 past the
+	// durable one: the read ahead and read digest follow.
+	r.ReadFrom, r.ReadDigest = 15, 0x1122334455667788
+	wantR = append(wantR, 0x03, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88)
+	if got := frame.AppendReplRequest(nil, r); !bytes.Equal(got, wantR) {
+		t.Fatalf("repl request with read position bytes\n got % x\nwant % x", got, wantR)
+	}
+}
+
+// TestReplRequestReadPosition: a request without a read position past its
+// record tail reads from the record tail with its tail digest, encoded as
+// a request without one.
+func TestReplRequestReadPosition(t *testing.T) {
+	for _, r := range []frame.ReplRequest{
+		{Node: "a", RecordTail: 10, TailDigest: 1},
+		{Node: "a", RecordTail: 10, TailDigest: 1, ReadFrom: 10, ReadDigest: 9},
+		{Node: "a", RecordTail: 10, TailDigest: 1, ReadFrom: 4, ReadDigest: 9},
+	} {
+		if from, d := r.ReadPosition(); from != 10 || d != 1 {
+			t.Fatalf("%+v reads from %d at digest %x, want 10 at 1", r, from, d)
+		}
+		plain := frame.ReplRequest{Node: "a", RecordTail: 10, TailDigest: 1}
+		if !bytes.Equal(frame.AppendReplRequest(nil, &r), frame.AppendReplRequest(nil, &plain)) {
+			t.Fatalf("%+v encodes other bytes than the request without a read position", r)
+		}
+	}
+	r := frame.ReplRequest{Node: "a", RecordTail: 10, TailDigest: 1, ReadFrom: 12, ReadDigest: 9}
+	if from, d := r.ReadPosition(); from != 12 || d != 9 {
+		t.Fatalf("%+v reads from %d at digest %x, want 12 at 9", r, from, d)
 	}
 }
 

@@ -39,6 +39,8 @@ func FuzzDecodeBatch(f *testing.F) {
 func FuzzDecodeReplRequest(f *testing.F) {
 	f.Add(frame.AppendReplRequest(nil, sampleRepl()))
 	f.Add(frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "a"}))
+	f.Add(frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "a", RecordTail: 5, ReadFrom: 9, ReadDigest: 7}))
+	f.Add(cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), noDigest, uv(0), noDigest))
 	f.Add(cat(replHdr, uv(65)))
 	f.Add(cat(replHdr, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0), noDigest))
 	f.Add(cat([]byte{frame.Magic, 1, frame.KindReplRequest}, uv(1), []byte("n"), uv(0, 0, 0, 0, 0, 0)))

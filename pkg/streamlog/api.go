@@ -84,6 +84,9 @@ type Tails struct {
 	Record        uint64
 	RecordDigest  uint64
 	RecordWritten uint64 // >= Record
+	// WrittenDigest is the running digest at RecordWritten (RecordDigest
+	// when nothing is queued).
+	WrittenDigest uint64
 	CursorHead    uint64 // cursor snapshot boundary
 	CursorWritten uint64
 	CursorDurable uint64
@@ -187,6 +190,20 @@ func (c *Copy) AppendWritten(ctx context.Context, data [][]byte) (first uint64, 
 // must be contiguous; an overlap with identical content is skipped, one with
 // other content is ErrDiverged; a start past the tail is ErrGap.
 func (c *Copy) Apply(ctx context.Context, recs []Record) error { return c.apply(ctx, recs) }
+
+// ApplyWritten writes records as a follower, as Apply does, but returns
+// once they are written (queued for the next group commit, the written
+// tail past them), not yet durable, so that a follower can ask for its
+// next batch while this one's fsync runs. durable waits for their group
+// commit (the error Apply would return) and must be called exactly once,
+// also when the caller no longer cares, since the store's Close waits for
+// it; for records the copy already held it returns nil at once. Applies of
+// one copy become durable in the order they were written. A batch that
+// overlaps records still queued waits for them to be durable before it is
+// compared, as in Apply.
+func (c *Copy) ApplyWritten(ctx context.Context, recs []Record) (durable func(context.Context) error, err error) {
+	return c.applyWritten(ctx, recs)
+}
 
 // AppendCursor writes a cursor event as the owner, without fsync.
 func (c *Copy) AppendCursor(cursor string, position uint64) (eventOffset uint64, err error) {

@@ -372,49 +372,73 @@ func (c *copyImpl) appendWritten(ctx context.Context, data [][]byte) (uint64, fu
 	// requests): they may be served before the group commit is durable.
 	c.signalLocked()
 	c.mu.Unlock()
+	return first, c.durableFunc(r, "append", first), nil
+}
+
+// durableFunc is the durable func of a write (op) of r at offset at: it
+// waits for r's group commit once and then leaves the store (the write
+// entered it); a second call is errDurableTwice.
+func (c *copyImpl) durableFunc(r *request, op string, at uint64) func(context.Context) error {
 	var once sync.Once
-	durable := func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		err := errDurableTwice
 		once.Do(func() {
 			defer c.s.leave()
 			if err = c.s.wait(ctx, r); err != nil {
-				err = fmt.Errorf("streamlog: append to %s at %d: %w", c.name, first, err)
+				err = fmt.Errorf("streamlog: %s to %s at %d: %w", op, c.name, at, err)
 			}
 		})
 		return err
 	}
-	return first, durable, nil
 }
 
 func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
+	durable, err := c.applyWritten(ctx, recs)
+	if err != nil {
+		return err
+	}
+	return durable(ctx)
+}
+
+// durableNow is the durable func of an apply that wrote nothing.
+func durableNow(context.Context) error { return nil }
+
+// applyWritten writes records as a follower and returns once they are
+// written (Copy.ApplyWritten): durable waits for their group commit and
+// must be called once.
+func (c *copyImpl) applyWritten(ctx context.Context, recs []Record) (func(context.Context) error, error) {
 	if len(recs) == 0 {
-		return nil
+		return durableNow, nil
 	}
 	first := recs[0].Offset
 	for i, r := range recs {
 		if r.Offset != first+uint64(i) {
-			return fmt.Errorf("streamlog: apply to %s: record %d has offset %d, want %d: records must be contiguous", c.name, i, r.Offset, first+uint64(i))
+			return nil, fmt.Errorf("streamlog: apply to %s: record %d has offset %d, want %d: records must be contiguous", c.name, i, r.Offset, first+uint64(i))
 		}
 	}
 	end := first + uint64(len(recs))
 	if err := c.s.enter(); err != nil {
-		return err
+		return nil, err
 	}
-	defer c.s.leave()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.settleOverlapLocked(ctx, "apply", "record", first, end, func() (uint64, uint64) { return c.next, c.tail }); err != nil {
-		return err
+		c.mu.Unlock()
+		c.s.leave()
+		return nil, err
 	}
 	// Records below the head were removed by retention and cannot be
 	// compared; they are skipped like identical ones.
 	if lo, hi := max(first, c.meta.Head), min(end, c.next); lo < hi {
 		if err := c.compareRecords(recs[lo-first : hi-first]); err != nil {
-			return err
+			c.mu.Unlock()
+			c.s.leave()
+			return nil, err
 		}
 	}
 	if end <= c.next {
-		return nil
+		c.mu.Unlock()
+		c.s.leave()
+		return durableNow, nil
 	}
 	fresh := recs[max(first, c.next)-first:]
 	data := make([][]byte, len(fresh))
@@ -425,17 +449,14 @@ func (c *copyImpl) apply(ctx context.Context, recs []Record) error {
 	r := c.prepareRecords(data, times, 0)
 	r.assign(c.id, c.next, c.nextDigest, c.nextCum)
 	if err := c.s.enqueue(r); err != nil {
-		return fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
+		c.mu.Unlock()
+		c.s.leave()
+		return nil, fmt.Errorf("streamlog: apply to %s: %w", c.name, err)
 	}
 	c.next, c.nextDigest, c.nextCum = r.recEnd, r.recDigest, r.recCum
 	c.written = append(c.written, r)
 	c.mu.Unlock()
-	err := c.s.wait(ctx, r)
-	c.mu.Lock()
-	if err != nil {
-		return fmt.Errorf("streamlog: apply to %s at %d: %w", c.name, fresh[0].Offset, err)
-	}
-	return nil
+	return c.durableFunc(r, "apply", fresh[0].Offset), nil
 }
 
 // compareRecords checks recs against the durable records at their offsets.
@@ -670,6 +691,7 @@ func (c *copyImpl) tailsLocked() Tails {
 		Record:        c.tail,
 		RecordDigest:  c.tailDigest,
 		RecordWritten: c.next,
+		WrittenDigest: c.nextDigest,
 		CursorHead:    c.snapBoundary,
 		CursorWritten: c.cWritten,
 		CursorDurable: c.cDurable,

@@ -2,6 +2,8 @@ package streamlog
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -135,4 +137,77 @@ func gatedCopy(t *testing.T) (*Copy, *sync.Mutex) {
 	c := mustCreate(t, s, "w", 1)
 	mustAppend(t, c, payloads("durable", 0, 2))
 	return c, hold
+}
+
+// TestApplyWrittenReturnsBeforeDurable: a follower's ApplyWritten returns
+// with the records written while the group commit is held (written tail
+// and its digest past them, the durable tail not), a second batch from the
+// written tail is taken at once, the durable funcs wait for the commit,
+// and an apply of records the copy already holds is durable at once.
+func TestApplyWrittenReturnsBeforeDurable(t *testing.T) {
+	c, hold := gatedCopy(t)
+	ctx := context.Background()
+	recs := func(from uint64, n int) []Record {
+		out := make([]Record, n)
+		for i := range out {
+			out[i] = Record{Offset: from + uint64(i), TimeNS: int64(from) + int64(i) + 1, Data: []byte(fmt.Sprintf("r%d", from+uint64(i)))}
+		}
+		return out
+	}
+
+	hold.Lock()
+	durable1, err := c.ApplyWritten(ctx, recs(2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable2, err := c.ApplyWritten(ctx, recs(5, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := c.Tails()
+	if tl.Record != 2 || tl.RecordWritten != 7 {
+		t.Fatalf("tails with the commit held: durable %d written %d, want 2 and 7", tl.Record, tl.RecordWritten)
+	}
+	if d, err := c.DigestAt(7); err != nil || d != tl.WrittenDigest {
+		t.Fatalf("written digest %x, DigestAt(7) %x (%v)", tl.WrittenDigest, d, err)
+	}
+	if tl.WrittenDigest == tl.RecordDigest {
+		t.Fatal("written digest equals the durable one with records queued")
+	}
+	written := tl.WrittenDigest
+	// A durable wait that gives up reports it; the write still lands.
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := durable1(short); err == nil {
+		t.Fatal("durable with a cancelled context returned nil while the commit is held")
+	}
+	hold.Unlock()
+	if err := durable2(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable2(ctx); !errors.Is(err, errDurableTwice) {
+		t.Fatalf("second durable call: %v, want errDurableTwice", err)
+	}
+	tl = c.Tails()
+	if tl.Record != 7 || tl.RecordWritten != 7 || tl.RecordDigest != written || tl.WrittenDigest != written {
+		t.Fatalf("tails after the commit: %+v, want durable = written = 7 at digest %x", tl, written)
+	}
+	got := readAll(t, c)
+	for _, r := range recs(2, 5) {
+		if g := got[r.Offset]; string(g.Data) != string(r.Data) || g.TimeNS != r.TimeNS {
+			t.Fatalf("record %d: %q at %d, want %q at %d", r.Offset, g.Data, g.TimeNS, r.Data, r.TimeNS)
+		}
+	}
+	// Records already held: nothing written, durable at once.
+	again, err := c.ApplyWritten(ctx, recs(3, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A batch past the written tail is a gap.
+	if _, err := c.ApplyWritten(ctx, recs(9, 1)); !errors.Is(err, ErrGap) {
+		t.Fatalf("apply past the tail: %v, want ErrGap", err)
+	}
 }

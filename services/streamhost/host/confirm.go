@@ -116,12 +116,17 @@ func (c *confirmer) durable(tail uint64) { c.tail = max(c.tail, tail) }
 
 // acked records what follower node says it holds durably, at time at. A
 // follower may hold records the owner has written but not yet made
-// durable; an ack of a node that does not follow is ignored.
+// durable; an ack of a node that does not follow is ignored. Acks only
+// move forward: a follower's durable tails do not go back within an epoch,
+// and its standalone acks and long polls may be served out of order (a
+// poll carrying an older tail answered after the standalone ack of a newer
+// one), so an older ack says nothing new.
 func (c *confirmer) acked(node string, record, cursor uint64, at time.Time) {
 	if !c.isFollower(node) {
 		return
 	}
-	c.acks[node] = followerAck{record: record, cursor: cursor, at: at}
+	prev := c.acks[node]
+	c.acks[node] = followerAck{record: max(prev.record, record), cursor: max(prev.cursor, cursor), at: at}
 }
 
 // wait adds a publish waiting for its record: a first write (offsets

@@ -33,6 +33,11 @@ const (
 	// wait only bounds how long a lost request goes unnoticed.
 	busyWait  = 500 * time.Millisecond
 	replBytes = 1 << 20
+	// followerAhead bounds the batches a follower has written but not yet
+	// made durable: it asks for the next batch as soon as one is written
+	// (its store's fsync and the request's round trip overlap), and waits
+	// for the oldest to be durable once this many are outstanding.
+	followerAhead = 4
 )
 
 // follower is the follower role of one copy at one epoch: a worker that
@@ -50,6 +55,9 @@ type follower struct {
 	done   chan struct{}
 
 	ownerHead atomic.Uint64 // the owner's retained head, from its last batch
+	// sentAck is the highest durable record tail sent to the owner, in a
+	// request or a standalone ack (ackDurable).
+	sentAck atomic.Uint64
 	// win is the copy's duplicate window, the worker's only while it runs:
 	// it records what it applies (window.go).
 	win *copyWindow
@@ -98,9 +106,26 @@ func (f *follower) retentionKeepFrom() uint64 {
 	return min(f.ownerHead.Load(), f.c.Tails().Record)
 }
 
+// written is a batch the follower wrote and has not yet seen durable.
+type written struct {
+	durable func(context.Context) error
+	got     time.Time // when its batch arrived
+}
+
 func (f *follower) run(ctx context.Context) {
-	defer close(f.done)
 	subj := wire.ReplicationSubject(f.stream, f.epoch, f.h.cfg.Node)
+	// Batches written but not yet durable, in the order written (and so
+	// the order they become durable); syncer waits for each and acks it.
+	// The syncer holds one and the worker one more while it waits to
+	// queue it: followerAhead in all.
+	pending := make(chan written, followerAhead-2)
+	synced := make(chan struct{})
+	go f.syncer(ctx, subj, pending, synced)
+	defer func() {
+		close(pending)
+		<-synced
+		close(f.done)
+	}()
 	backoff := backoffMin
 	fails := 0
 	wait := f.h.cfg.ReplWait
@@ -123,17 +148,12 @@ func (f *follower) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		t := f.c.Tails()
-		req := frame.ReplRequest{
-			Node:       f.h.cfg.Node,
-			Epoch:      f.epoch,
-			StreamID:   f.id,
-			RecordTail: t.Record,
-			CursorTail: t.CursorDurable,
-			WaitMS:     uint32(wait / time.Millisecond),
-			MaxBytes:   replBytes,
-			// The proof that the log below RecordTail is the owner's.
-			TailDigest: t.RecordDigest,
-		}
+		req := f.ack(t)
+		req.WaitMS, req.MaxBytes = uint32(wait/time.Millisecond), replBytes
+		// Records come from the written tail, past batches whose fsync
+		// still runs (syncer acks them as they land).
+		req.ReadFrom, req.ReadDigest = t.RecordWritten, t.WrittenDigest
+		f.noteSent(t.Record)
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendReplRequest(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
@@ -193,10 +213,10 @@ func (f *follower) run(ctx context.Context) {
 			wait = min(f.h.cfg.ReplWait, busyWait)
 		}
 		f.ownerHead.Store(b.Head)
-		if b.Head > t.Record {
+		if b.Head > t.RecordWritten {
 			// Behind the owner's retained head: what is missing is gone,
 			// so start over at the head.
-			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.Record, "owner_head", b.Head,
+			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.RecordWritten, "owner_head", b.Head,
 				"owner_head_digest", fmt.Sprintf("%016x", b.HeadDigest))
 			// The chain restarts from the owner's digest at its head, so
 			// that the copy's tail digest goes on matching the owner's.
@@ -215,14 +235,22 @@ func (f *follower) run(ctx context.Context) {
 			for i, r := range b.Records {
 				recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
 			}
-			if err := f.c.Apply(ctx, recs); err != nil {
+			// Written, not yet durable: the next request goes out while
+			// the fsync runs, and syncer acks the batch once it lands.
+			durable, err := f.c.ApplyWritten(ctx, recs)
+			if err != nil {
 				if !f.applyFailed(ctx, "apply records", err) {
 					return
 				}
 				continue
 			}
-			f.h.metrics.stage(stageFollowerApply, time.Since(got))
 			f.win.applied(f.c, t, recs, f.log)
+			select {
+			case pending <- written{durable: durable, got: got}:
+			case <-ctx.Done():
+				_ = durable(ctx) // called once, as the store requires
+				return
+			}
 		}
 		if len(b.CursorEvents) > 0 {
 			evs := make([]streamlog.CursorEvent, len(b.CursorEvents))
@@ -236,6 +264,77 @@ func (f *follower) run(ctx context.Context) {
 				continue
 			}
 		}
+	}
+}
+
+// syncer waits for each batch the worker wrote to become durable, in the
+// order written, and acks it (ackDurable). It returns once pending is
+// closed and drained: every durable func is called, as the store requires;
+// when the worker is stopped they return at once (the writes may still
+// land, unacked).
+func (f *follower) syncer(ctx context.Context, subj string, pending <-chan written, done chan<- struct{}) {
+	defer close(done)
+	for w := range pending {
+		if err := w.durable(ctx); err != nil {
+			// The store is fail-stop: a failed commit fails the store,
+			// whose next write fails the worker's apply (applyFailed).
+			// Nothing past the durable tail is ever acked.
+			if ctx.Err() == nil {
+				f.log.Error("follower apply did not become durable", "err", err)
+			}
+			continue
+		}
+		f.h.metrics.stage(stageFollowerApply, time.Since(w.got))
+		f.ackDurable(subj)
+	}
+}
+
+// noteSent records that a request carrying durable record tail tail is
+// being sent.
+func (f *follower) noteSent(tail uint64) {
+	for {
+		s := f.sentAck.Load()
+		if tail <= s || f.sentAck.CompareAndSwap(s, tail) {
+			return
+		}
+	}
+}
+
+// ackDurable tells the owner the copy's durable tails at once, with a
+// standalone ack (a replication request without a reply subject, which
+// the owner counts and does not answer), unless a request already sent
+// carries them. The worker's request in flight may be parked at the
+// owner for its long poll: without this, a confirm would wait for the
+// poll to end.
+func (f *follower) ackDurable(subj string) {
+	t := f.c.Tails()
+	for {
+		s := f.sentAck.Load()
+		if t.Record <= s {
+			return
+		}
+		if f.sentAck.CompareAndSwap(s, t.Record) {
+			break
+		}
+	}
+	req := f.ack(t)
+	if err := f.h.nc.Publish(subj, frame.AppendReplRequest(nil, &req)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		// The next request carries the tails anyway.
+		f.log.Debug("standalone ack not sent", "err", err)
+	}
+}
+
+// ack is a replication request carrying the copy's durable tails at t,
+// which the owner counts as its ack, with the digest there that proves the
+// log below them is the owner's.
+func (f *follower) ack(t streamlog.Tails) frame.ReplRequest {
+	return frame.ReplRequest{
+		Node:       f.h.cfg.Node,
+		Epoch:      f.epoch,
+		StreamID:   f.id,
+		RecordTail: t.Record,
+		CursorTail: t.CursorDurable,
+		TailDigest: t.RecordDigest,
 	}
 }
 

@@ -247,13 +247,32 @@ func TestOwnerWritesWhileItsFsyncRuns(t *testing.T) {
 // on both copies.
 func startHeldOwner(t *testing.T, stream string, id uint64, confirmed int) (*miniCluster, *testHost, *vfs.MemFS, *syncHold) {
 	t.Helper()
+	return startHeld(t, stream, id, confirmed, "n1", nil)
+}
+
+// startHeld starts n1 as the owner of stream (id) at epoch 1 with n2 its
+// follower (W = 2), both configured by adjust (if not nil), the store of
+// node held (n1 or n2) on a crashable in-memory file system whose WAL
+// syncs hold can hold once armed, and confirms the records 0 to
+// confirmed-1 on both copies. It returns held's host.
+func startHeld(t *testing.T, stream string, id uint64, confirmed int, held string, adjust func(*Config)) (*miniCluster, *testHost, *vfs.MemFS, *syncHold) {
+	t.Helper()
 	c := newMiniCluster(t)
 	mem := vfs.NewCrashableMem()
-	syncedDir(t, mem, c.dataDir("n1"))
+	syncedDir(t, mem, c.dataDir(held))
 	hold := newSyncHold()
 	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	n1 := c.start("n1", func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(mem, hold) })
-	c.start("n2", nil)
+	hosts := map[string]*testHost{}
+	for _, n := range []string{"n1", "n2"} {
+		hosts[n] = c.start(n, func(cfg *Config) {
+			if adjust != nil {
+				adjust(cfg)
+			}
+			if n == held {
+				cfg.StoreFS = errorfs.Wrap(mem, hold)
+			}
+		})
+	}
 	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
 	c.waitCopy("n2", stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
 	for i := range confirmed {
@@ -261,7 +280,7 @@ func startHeldOwner(t *testing.T, stream string, id uint64, confirmed int) (*min
 			t.Fatalf("publish %d: %+v", i, pc)
 		}
 	}
-	return c, n1, mem, hold
+	return c, hosts[held], mem, hold
 }
 
 // syncedDir creates dir on fs with every directory on its path synced, so

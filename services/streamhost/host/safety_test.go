@@ -158,10 +158,7 @@ func TestDivergedFollowerAckNotCounted(t *testing.T) {
 // n2's own subject is counted and confirms it.
 func TestReplRequestOnAnotherNodesSubjectRefused(t *testing.T) {
 	const stream, id = "misnamed", 12
-	c := newMiniCluster(t)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2", "n3"})) // W = 2
-	n1 := c.start("n1", func(cfg *Config) { cfg.ConfirmTimeout = 20 * time.Second })
-	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c, n1 := startOwnerAlone(t, stream, id)
 
 	type result struct {
 		pc *wire.PublishConfirm

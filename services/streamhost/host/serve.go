@@ -114,15 +114,22 @@ func toFrameRecords(recs []streamlog.Record) []frame.Record {
 
 // onRepl is the replication subject's callback. A request may wait for new
 // data, so it is served in its own goroutine, never in the callback, within
-// the replication budget: readers' requests cannot take its slots.
+// the replication budget: readers' requests cannot take its slots. A
+// standalone ack (no reply subject) never waits: it is served here.
 func (o *owner) onRepl(m *nats.Msg) {
+	if m.Reply == "" {
+		o.serveRepl(m)
+		return
+	}
 	o.goRequest(m, o.h.replReqs, func() { o.serveRepl(m) })
 }
 
 // serveRepl answers a follower: records below the owner's written tail
-// (durable or still in its group commit) and
-// cursor events below its durable cursor tail, from the follower's tails.
-// The request itself is the follower's ack of everything below its tails.
+// (durable or still in its group commit) from the follower's read position,
+// and cursor events below its durable cursor tail from the follower's
+// cursor tail. The request itself is the follower's ack of everything below
+// its durable tails; a request without a reply subject is only that, a
+// standalone ack, and is not answered.
 func (o *owner) serveRepl(m *nats.Msg) {
 	req, err := frame.DecodeReplRequest(m.Data)
 	if err != nil {
@@ -148,40 +155,72 @@ func (o *owner) serveRepl(m *nats.Msg) {
 			"stream %s: node %s is not a follower at epoch %d", o.stream, req.Node, o.epoch))
 		return
 	}
+	// readFrom is where the follower reads from: its written tail, at or
+	// past its durable record tail (frame.ReplRequest.ReadPosition).
+	readFrom, readDigest := req.ReadPosition()
 	t := o.c.Tails()
-	if req.RecordTail > t.RecordWritten || req.CursorTail > t.CursorWritten {
+	if readFrom > t.RecordWritten || req.CursorTail > t.CursorWritten {
 		// A follower cannot hold more than its owner wrote unless it
 		// missed a history cut; counting it would confirm records that
 		// are not there. It may hold more than the owner holds durably:
 		// the owner replicates what it wrote while its own fsync runs.
 		o.log.Error("follower claims more than the owner holds", "follower", req.Node,
-			"follower_tail", req.RecordTail, "owner_tail", t.RecordWritten,
+			"follower_tail", req.RecordTail, "follower_read_from", readFrom, "owner_tail", t.RecordWritten,
 			"follower_cursor_tail", req.CursorTail, "owner_cursor_tail", t.CursorWritten)
 		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
-			"stream %s: follower tails %d/%d are past the owner's %d/%d", o.stream, req.RecordTail, req.CursorTail, t.RecordWritten, t.CursorWritten))
+			"stream %s: follower tails %d (read from %d)/%d are past the owner's %d/%d", o.stream, req.RecordTail, readFrom, req.CursorTail, t.RecordWritten, t.CursorWritten))
 		return
 	}
-	// Log matching: the follower's digest at its tail must be the owner's
-	// there (of a written record if the tail is past the owner's durable
-	// one), or its log differs below the tail and its ack would count
-	// records it does not hold. A tail below the owner's head cannot be
-	// checked (the owner's records there are gone); it is neither counted
-	// nor served records, only told where to restart.
-	if req.RecordTail >= t.Head {
-		switch od, err := o.c.DigestAt(req.RecordTail); {
+	// Log matching: the follower's digest at its durable tail must be the
+	// owner's there (of a written record if the tail is past the owner's
+	// durable one), or its log differs below the tail and its ack would
+	// count records it does not hold. Its digest at its read position is
+	// checked too: records sent from there must continue the owner's log,
+	// not another (its records between the two tails are written, not yet
+	// durable, and were the owner's when it applied them, so this fails
+	// only for a follower that is not on this owner's history). Either
+	// mismatch is diverged and counts nothing. A position below the
+	// owner's head cannot be checked (the owner's records there are gone):
+	// a durable tail there is not counted, and a read position there is
+	// only told where to restart; a read position at or past the head is
+	// checked even when the durable tail is below it.
+	type check struct{ at, theirs uint64 }
+	var checks [2]check
+	n := 0
+	ackable := req.RecordTail >= t.Head
+	if ackable {
+		checks[n] = check{req.RecordTail, req.TailDigest}
+		n++
+	}
+	if readFrom > req.RecordTail && readFrom >= t.Head {
+		checks[n] = check{readFrom, readDigest}
+		n++
+	}
+	matched := true
+	for _, ck := range checks[:n] {
+		od, err := o.c.DigestAt(ck.at)
+		switch {
 		case errors.Is(err, streamlog.ErrBelowHead):
 			// Retention moved the head since t was read: the follower
 			// restarts at the head, below.
+			matched = false
 		case err != nil:
-			o.log.Error("read digest for follower", "follower", req.Node, "at", req.RecordTail, "err", err)
-			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, req.RecordTail, err))
+			o.log.Error("read digest for follower", "follower", req.Node, "at", ck.at, "err", err)
+			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, ck.at, err))
 			return
-		case od != req.TailDigest:
-			o.divergedFollower(m.Reply, req, od, t.Record)
+		case od != ck.theirs:
+			o.divergedFollower(m.Reply, req.Node, ck.at, ck.theirs, od, t.Record)
 			return
-		default:
-			o.ack(req.Node, req.RecordTail, req.CursorTail)
 		}
+		if !matched {
+			break
+		}
+	}
+	if matched && ackable {
+		o.ack(req.Node, req.RecordTail, req.CursorTail)
+	}
+	if m.Reply == "" {
+		return // a standalone ack: counted, nothing to send
 	}
 
 	wait := wire.WaitUpTo(int64(req.WaitMS), maxReplWait)
@@ -190,7 +229,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	for {
 		ch := o.c.Changed()
 		t = o.c.Tails()
-		if req.RecordTail < t.Head || req.RecordTail < t.RecordWritten || req.CursorTail < t.CursorDurable {
+		if readFrom < t.Head || readFrom < t.RecordWritten || req.CursorTail < t.CursorDurable {
 			break
 		}
 		left := time.Until(deadline)
@@ -211,20 +250,20 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 
-	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: req.RecordTail}
-	if req.RecordTail < t.Head {
+	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: readFrom}
+	if readFrom < t.Head {
 		// The follower is behind the retained head: it restarts there.
 		b.Next = t.Head
 		o.replyBatch(m.Reply, b)
 		return
 	}
-	if req.RecordTail < t.RecordWritten {
+	if readFrom < t.RecordWritten {
 		// Written records, durable here or not yet: the owner's fsync and
 		// the follower's overlap. A record is confirmed only once the
 		// owner's own copy is durable too (confirmer), so a follower
 		// holding one the owner then loses holds an unconfirmed record,
 		// which a recovery keeps or cuts like any other (docs/failover.md).
-		recs, err := o.c.ReadWritten(req.RecordTail, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.RecordWritten)
+		recs, err := o.c.ReadWritten(readFrom, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.RecordWritten)
 		if errors.Is(err, streamlog.ErrBelowHead) {
 			// Retention moved the head while this request waited.
 			nt := o.c.Tails()
@@ -234,12 +273,12 @@ func (o *owner) serveRepl(m *nats.Msg) {
 			return
 		}
 		if err != nil {
-			o.log.Error("read records for follower", "follower", req.Node, "from", req.RecordTail, "err", err)
+			o.log.Error("read records for follower", "follower", req.Node, "from", readFrom, "err", err)
 			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
 			return
 		}
 		b.Records = toFrameRecords(recs)
-		b.Next = req.RecordTail + uint64(len(recs))
+		b.Next = readFrom + uint64(len(recs))
 	}
 	if req.CursorTail < t.CursorDurable {
 		evs, err := o.c.ReadCursorEvents(req.CursorTail, maxReplEvents, t.CursorDurable)
@@ -256,23 +295,23 @@ func (o *owner) serveRepl(m *nats.Msg) {
 }
 
 // divergedFollower answers a follower whose log does not match the
-// owner's below its record tail with diverged; its ack is not counted and
-// nothing is served to it. Only a newer assignment (with its history cut)
-// can bring such a copy back, so it is logged once per tail, not on every
-// retry.
-func (o *owner) divergedFollower(reply string, req *frame.ReplRequest, ownerDigest, ownerTail uint64) {
+// owner's below offset at (its record tail or its read position) with
+// diverged; its ack is not counted and nothing is served to it. Only a
+// newer assignment (with its history cut) can bring such a copy back, so
+// it is logged once per offset, not on every retry.
+func (o *owner) divergedFollower(reply, node string, at, theirs, ours, ownerTail uint64) {
 	o.mu.Lock()
-	last, seen := o.mu.diverged[req.Node]
-	o.mu.diverged[req.Node] = req.RecordTail
+	last, seen := o.mu.diverged[node]
+	o.mu.diverged[node] = at
 	o.mu.Unlock()
-	if !seen || last != req.RecordTail {
-		o.log.Error("follower's log diverged from the owner's; its ack is not counted", "follower", req.Node,
-			"follower_tail", req.RecordTail, "follower_digest", fmt.Sprintf("%016x", req.TailDigest),
-			"owner_digest_there", fmt.Sprintf("%016x", ownerDigest), "owner_tail", ownerTail)
+	if !seen || last != at {
+		o.log.Error("follower's log diverged from the owner's; its ack is not counted", "follower", node,
+			"follower_tail", at, "follower_digest", fmt.Sprintf("%016x", theirs),
+			"owner_digest_there", fmt.Sprintf("%016x", ours), "owner_tail", ownerTail)
 	}
 	o.h.replyErr(reply, wire.Errorf(wire.CodeDiverged,
 		"stream %s: follower %s at record tail %d has digest %016x there, the owner %016x (owner tail %d): the logs differ below the tail",
-		o.stream, req.Node, req.RecordTail, req.TailDigest, ownerDigest, ownerTail))
+		o.stream, node, at, theirs, ours, ownerTail))
 }
 
 // misnamedFollower refuses a replication request sent on node's subject

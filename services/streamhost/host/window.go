@@ -211,13 +211,21 @@ func (cw *copyWindow) asPrebuilt(c *streamlog.Copy) *prebuilt {
 	return &prebuilt{c: c, tail: cw.tail, digest: cw.digest, done: done, w: cw.w}
 }
 
-// applied records records a follower applied to c at tails before: each
-// producer's sequence at its offset, when the window matched the log
-// before them; otherwise the window is dropped. It then describes c's log
-// as it is now.
+// applied records records a follower wrote to c at its written tail
+// before (Tails.RecordWritten, with its digest): each producer's sequence
+// at its offset, when the window matched the log written before them;
+// otherwise the window is dropped. It then describes c's log as written
+// now. The follower writes ahead of its fsyncs, so the window describes the
+// written log; a seal waits for every written record to be durable, and a
+// promotion takes the window only if the copy's durable tail and digest
+// are the window's (forCopy), so a window counting records that never
+// became durable is never used.
 func (cw *copyWindow) applied(c *streamlog.Copy, before streamlog.Tails, recs []streamlog.Record, log *slog.Logger) {
-	if !cw.matches(c, before) || len(recs) == 0 || recs[0].Offset != before.Record {
-		cw.w = nil
+	if cw == nil || cw.w == nil || cw.c != c || cw.tail != before.RecordWritten || cw.digest != before.WrittenDigest ||
+		len(recs) == 0 || recs[0].Offset != before.RecordWritten {
+		if cw != nil {
+			cw.w = nil
+		}
 		return
 	}
 	for _, r := range recs {
@@ -231,7 +239,7 @@ func (cw *copyWindow) applied(c *streamlog.Copy, before streamlog.Tails, recs []
 		}
 	}
 	t := c.Tails()
-	cw.tail, cw.digest = t.Record, t.RecordDigest
+	cw.tail, cw.digest = t.RecordWritten, t.WrittenDigest
 }
 
 // restarted is called after the follower reset c to its owner's head:
