@@ -104,6 +104,10 @@ func (f *follower) run(ctx context.Context) {
 	backoff := backoffMin
 	fails := 0
 	wait := f.h.cfg.ReplWait
+	// idle: the last request came back empty, so the copy sleeps on its
+	// host's one long poll of the owner's host (idlewait.go) before it
+	// asks again.
+	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++
 		wait = f.h.cfg.ReplWait
@@ -122,6 +126,10 @@ func (f *follower) run(ctx context.Context) {
 		return true
 	}
 	for ctx.Err() == nil {
+		if idle && !f.sleepIdle(ctx) {
+			return
+		}
+		idle = false
 		t := f.c.Tails()
 		req := frame.ReplRequest{
 			Node:       f.h.cfg.Node,
@@ -189,6 +197,7 @@ func (f *follower) run(ctx context.Context) {
 		fails, backoff = 0, backoffMin
 		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
+			idle = true
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)
 		}
@@ -237,6 +246,14 @@ func (f *follower) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// sleepIdle waits, after a request that came back empty, until the owner's
+// host says the copy has something to ask for (or the host wait fails);
+// false when the worker is stopped meanwhile.
+func (f *follower) sleepIdle(ctx context.Context) bool {
+	t := f.c.Tails()
+	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record, CursorTail: t.CursorDurable})
 }
 
 // applyFailed handles a storage error of the worker; it returns false when
