@@ -1,0 +1,199 @@
+package host
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// idleTestWait is the idle wait of the tests below: short enough for a
+// test, long enough that a copy polling on its own would show in a window
+// of a few of them.
+const idleTestWait = 2 * time.Second
+
+// idleCluster starts n1, n2 and n3 with short replication waits and
+// streams owned by n1 and followed by n2 and n3 (W = 2), each with one
+// record confirmed.
+func idleCluster(t *testing.T, streams int) (*miniCluster, []string) {
+	t.Helper()
+	c := newMiniCluster(t)
+	var names []string
+	var as []wire.AssignedStream
+	for i := range streams {
+		name := fmt.Sprintf("idle%d", i)
+		names = append(names, name)
+		as = append(as, assignment(name, uint64(100+i), 1, "n1", []string{"n2", "n3"}))
+	}
+	c.assign(as...)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait = 50 * time.Millisecond
+			cfg.ReplIdleWait = idleTestWait
+		})
+	}
+	for _, s := range names {
+		c.waitCopy("n1", s, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+		c.mustPublish(s, payload(0))
+	}
+	return c, names
+}
+
+// idleCopiesOf counts h's follower copies asleep on owner's host wait.
+func idleCopiesOf(h *Host, owner string) int {
+	h.idle.mu.Lock()
+	defer h.idle.mu.Unlock()
+	if p := h.idle.peers[owner]; p != nil {
+		return len(p.copies)
+	}
+	return 0
+}
+
+// waitIdle waits until n2 and n3 each have want copies asleep on n1.
+func waitIdle(t *testing.T, c *miniCluster, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range []string{"n2", "n3"} {
+		for idleCopiesOf(c.hosts[n].h, "n1") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s has %d copies asleep on n1, want %d", n, idleCopiesOf(c.hosts[n].h, "n1"), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// countSubject counts the messages on subject seen by the test's
+// connection.
+func countSubject(t *testing.T, nc *nats.Conn, subject string) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// TestIdleFollowersSendNoPerCopyRequests: idle follower copies send no
+// request of their own while idle, only one host wait per pair of hosts
+// per idle wait, and a publish after a long idle is confirmed well within
+// the idle wait: the owner host answers the parked host wait on the
+// append. Before the host waits every idle copy asked on its own
+// replication subject once per idle wait.
+func TestIdleFollowersSendNoPerCopyRequests(t *testing.T) {
+	const streams = 20
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	perCopy := countSubject(t, c.nc, "brook.s.*.repl.>")
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+
+	window := idleTestWait * 3 / 2
+	time.Sleep(window)
+	if n := perCopy.Load(); n != 0 {
+		t.Fatalf("%d per-copy replication requests in %v of idle from %d idle follower copies; want none", n, window, 2*streams)
+	}
+	// Two follower hosts, one host wait each per idle wait (and the one
+	// in flight at the start).
+	if n := hostWaits.Load(); n < 1 || n > 2*(int64(window/idleTestWait)+2) {
+		t.Fatalf("%d host waits in %v, want 1 to %d", n, window, 2*(int64(window/idleTestWait)+2))
+	}
+
+	// A publish after the idle is confirmed by a follower at once (W = 2).
+	for _, s := range []string{names[0], names[streams-1]} {
+		began := time.Now()
+		pc := c.mustPublish(s, payload(1))
+		took := time.Since(began)
+		if pc.Offset != 1 || pc.Copies < 2 {
+			t.Fatalf("publish to %s: %+v", s, pc)
+		}
+		if took >= idleTestWait/4 {
+			t.Fatalf("publish to idle %s confirmed in %v, not well within the idle wait %v", s, took, idleTestWait)
+		}
+	}
+	// The copies that woke go back to sleep once they have the record.
+	waitIdle(t, c, streams)
+}
+
+// TestIdleFollowersWakeWhenTheOwnerHostGoes: when the owner host's NATS
+// connection dies while its followers sleep on host waits, the failed host
+// waits wake every copy, which ask on their own as before (and so notice
+// the owner's loss), and a promotion at a new epoch serves publishes.
+func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
+	const streams = 5
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	perCopy := countSubject(t, c.nc, "brook.s.*.repl.1.*")
+
+	c.hosts["n1"].h.nc.Close()
+	// The host wait in flight fails at the latest after the idle wait and
+	// the slack; the copies then ask on their own.
+	deadline := time.Now().Add(idleTestWait + replSlack + 5*time.Second)
+	for idleCopiesOf(c.hosts["n2"].h, "n1")+idleCopiesOf(c.hosts["n3"].h, "n1") > 0 || perCopy.Load() < 2*streams {
+		if time.Now().After(deadline) {
+			t.Fatalf("copies still asleep on the dead owner: n2 %d, n3 %d; %d per-copy requests since",
+				idleCopiesOf(c.hosts["n2"].h, "n1"), idleCopiesOf(c.hosts["n3"].h, "n1"), perCopy.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var as []wire.AssignedStream
+	for i, s := range names {
+		as = append(as, assignment(s, uint64(100+i), 2, "n2", []string{"n3"},
+			wire.HistoryStart{Epoch: 1, Node: "n1"}, wire.HistoryStart{Epoch: 2, RecordTail: 1, Node: "n2"}))
+	}
+	c.assign(as...)
+	for _, s := range names {
+		c.waitCopy("n2", s, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+		if pc := c.mustPublish(s, payload(1)); pc.Epoch != 2 || pc.Offset != 1 || pc.Copies < 2 {
+			t.Fatalf("publish to %s after the promotion: %+v", s, pc)
+		}
+	}
+}
+
+// TestHostWaitOnAnotherNodesSubjectRefused: a host wait whose body names
+// another node than its subject's last token is refused bad_request, as a
+// replication request is.
+func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
+	c := newMiniCluster(t)
+	c.assign(assignment("hw", 9, 1, "n1", []string{"n2"}))
+	c.start("n1", nil)
+	c.waitCopy("n1", "hw", "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 100, Copies: []frame.HostWaitCopy{{StreamID: 9, Epoch: 1}}})
+	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n3"), req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := replyError(resp); e == nil || e.Code != wire.CodeBadRequest || !strings.Contains(e.Message, "names node n2") {
+		t.Fatalf("host wait naming n2 on n3's subject answered %v; want bad_request", e)
+	}
+	// On its own subject it is answered: stream 9 at epoch 1 is owned
+	// here and n2 follows it, and nothing is past its tails, so the wait
+	// ends with nothing; a copy at another epoch is woken at once.
+	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := frame.DecodeHostWake(resp.Data); err != nil || len(w.StreamIDs) != 0 {
+		t.Fatalf("host wait on its own subject: %+v, %v (%q); want an empty wake", w, err, resp.Data)
+	}
+	stale := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 5000, Copies: []frame.HostWaitCopy{{StreamID: 9, Epoch: 0}}})
+	began := time.Now()
+	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), stale, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := frame.DecodeHostWake(resp.Data); err != nil || len(w.StreamIDs) != 1 || w.StreamIDs[0] != 9 || time.Since(began) > 2*time.Second {
+		t.Fatalf("host wait for an old epoch: %+v, %v after %v; want stream 9 woken at once", w, err, time.Since(began))
+	}
+}
