@@ -175,6 +175,9 @@ func TestSecurity(t *testing.T) {
 	subscribe(host2, as2, "answer "+victim+"'s seals", wire.SealSubject(victim), nil)
 	publish(host2, as2, "replicate as "+victim, wire.ReplicationSubject(stream, a.Epoch, victim),
 		frame.AppendReplRequest(nil, &frame.ReplRequest{Node: victim, Epoch: a.Epoch, StreamID: before.StreamID, RecordTail: 1 << 30}))
+	publish(host2, as2, "host wait as "+victim, wire.HostReplSubject(owner, victim),
+		frame.AppendHostWait(nil, &frame.HostWait{Node: victim, WaitMS: 1, Copies: []frame.HostWaitCopy{{StreamID: before.StreamID, Epoch: a.Epoch}}}))
+	subscribe(host2, as2, "answer "+victim+"'s host waits", wire.HostReplWildcard(victim), nil)
 	publish(host2, as2, "leave as "+victim, wire.HostLeaveSubject(victim), nil)
 	publish(host2, as2, "forge a replication batch (to "+victim+"'s inbox)", wire.HostInbox(victim)+".forged", []byte{frame.Magic})
 
@@ -195,6 +198,25 @@ func TestSecurity(t *testing.T) {
 			}
 		}
 		report = append(report, attack{as: as2, what: "replicate as " + victim + " on its own subject", subject: m.Subject,
+			want: "bad_request", got: got, ok: ok})
+	}
+
+	// Likewise a host wait on its own subject naming another node.
+	{
+		m := nats.NewMsg(wire.HostReplSubject(owner, h2))
+		m.Data = frame.AppendHostWait(nil, &frame.HostWait{Node: victim, WaitMS: 1, Copies: []frame.HostWaitCopy{{StreamID: before.StreamID, Epoch: a.Epoch}}})
+		resp, err := host2.NC.RequestMsg(m, 5*time.Second)
+		got := fmt.Sprintf("error %v", err)
+		ok := false
+		if err == nil {
+			code := resp.Header.Get(frame.HeaderError)
+			got = "answered " + code
+			ok = code == wire.CodeBadRequest
+			if code == "" {
+				got = "answered a wake"
+			}
+		}
+		report = append(report, attack{as: as2, what: "host wait as " + victim + " on its own subject", subject: m.Subject,
 			want: "bad_request", got: got, ok: ok})
 	}
 
