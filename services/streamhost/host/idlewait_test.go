@@ -197,3 +197,27 @@ func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
 		t.Fatalf("host wait for an old epoch: %+v, %v after %v; want stream 9 woken at once", w, err, time.Since(began))
 	}
 }
+
+// TestCopyTurningIdleJoinsTheHostWaitAtOnce: a copy that turns idle while
+// its host's host wait (without it) is in flight cancels that one, and the
+// next, with it, goes out at once: a record appended to its stream just
+// after is confirmed well within the idle wait. Without the resend the
+// copy waits unnoticed until the host wait in flight ends (up to an idle
+// wait).
+func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
+	c, names := idleCluster(t, 2)
+	waitIdle(t, c, 2)
+	for i := range 3 {
+		// The publish wakes the copies of names[1]; they fetch, ack and,
+		// on their next empty request, sleep again, while the host waits
+		// of n2 and n3 hold names[0] alone.
+		c.mustPublish(names[1], payload(1+2*i))
+		waitIdle(t, c, 2)
+		began := time.Now()
+		c.mustPublish(names[1], payload(2+2*i))
+		if took := time.Since(began); took >= idleTestWait/4 {
+			t.Fatalf("round %d: a publish just after its copies turned idle confirmed in %v, not well within the idle wait %v", i, took, idleTestWait)
+		}
+		waitIdle(t, c, 2)
+	}
+}
