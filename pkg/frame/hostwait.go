@@ -169,10 +169,6 @@ func (d *decoder) hostCount(what string, minLen int) (int, error) {
 
 // uvarintLen is the encoded size of v as a uvarint.
 func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], v)
 }
