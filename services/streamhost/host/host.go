@@ -90,7 +90,9 @@ type Config struct {
 	// owner's limit of 5 s), and goes back to ReplWait when data comes or
 	// a request fails: an idle copy costs a request every few seconds
 	// instead of every second, and a long poll returns as soon as data is
-	// written whatever its wait.
+	// written whatever its wait. A copy whose request came back empty
+	// then sleeps on its host's one host wait to the owner's host
+	// (idlewait.go), whose wait is ReplIdleWait.
 	ReplWait     time.Duration
 	ReplIdleWait time.Duration
 	// RetentionInterval is how often retention is enforced.
