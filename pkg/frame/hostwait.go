@@ -17,7 +17,7 @@ const (
 const (
 	// MaxHostWaitBytes is the largest host wait a stream host sends: the
 	// sender registers no more idle copies for one owner host than fit
-	// (about 2,000 to 6,000, by the sizes of their numbers); a copy that
+	// (about 1,600 to 5,000, by the sizes of their numbers); a copy that
 	// does not fit keeps its own long poll.
 	MaxHostWaitBytes = 64 << 10
 	// MaxHostWaitCopies bounds a host wait's and a host wake's count: the
@@ -27,7 +27,7 @@ const (
 	// entries take (header, node, wait, count).
 	HostWaitHeaderMax = headerLen + 1 + 64 + 2*binary.MaxVarintLen64
 
-	minHostWaitCopyLen = 4 // four one-byte uvarints
+	minHostWaitCopyLen = 5 // five one-byte uvarints
 )
 
 // HostWaitCopy is one idle follower copy in a host wait: what its next
@@ -37,17 +37,22 @@ type HostWaitCopy struct {
 	Epoch      uint64
 	RecordTail uint64
 	CursorTail uint64
+	// KnownHead is the owner's retained head the copy last heard of: the
+	// owner wakes it when its head differs, so the copy learns the new head
+	// and trims what its owner no longer keeps.
+	KnownHead uint64
 }
 
 // Size is the encoded size of c in a host wait.
 func (c *HostWaitCopy) Size() int {
-	return uvarintLen(c.StreamID) + uvarintLen(c.Epoch) + uvarintLen(c.RecordTail) + uvarintLen(c.CursorTail)
+	return uvarintLen(c.StreamID) + uvarintLen(c.Epoch) + uvarintLen(c.RecordTail) + uvarintLen(c.CursorTail) + uvarintLen(c.KnownHead)
 }
 
 // HostWait is a follower host's one long poll of an owner host for all of
 // its idle copies there (brook.hostrepl.<owner>.<follower>): the owner
 // answers with a HostWake as soon as any of the named streams has more
-// than the named tails, is no longer owned there at the named epoch, or
+// than the named tails, a retained head other than the named one, is no
+// longer owned there at the named epoch, or
 // when the wait ends.
 type HostWait struct {
 	Node   string // the follower host's node
@@ -75,6 +80,7 @@ func AppendHostWait(dst []byte, w *HostWait) []byte {
 		dst = binary.AppendUvarint(dst, c.Epoch)
 		dst = binary.AppendUvarint(dst, c.RecordTail)
 		dst = binary.AppendUvarint(dst, c.CursorTail)
+		dst = binary.AppendUvarint(dst, c.KnownHead)
 	}
 	return dst
 }
@@ -103,7 +109,7 @@ func DecodeHostWait(p []byte) (*HostWait, error) {
 		for _, f := range []struct {
 			v    *uint64
 			what string
-		}{{&c.StreamID, "stream id"}, {&c.Epoch, "epoch"}, {&c.RecordTail, "record tail"}, {&c.CursorTail, "cursor tail"}} {
+		}{{&c.StreamID, "stream id"}, {&c.Epoch, "epoch"}, {&c.RecordTail, "record tail"}, {&c.CursorTail, "cursor tail"}, {&c.KnownHead, "known head"}} {
 			if *f.v, err = d.uvarint(f.what); err != nil {
 				return nil, fmt.Errorf("frame: host wait: copy %d: %w", i, err)
 			}

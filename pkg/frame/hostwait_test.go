@@ -18,8 +18,8 @@ var (
 
 func sampleHostWait() *frame.HostWait {
 	return &frame.HostWait{Node: "h2", WaitMS: 4000, Copies: []frame.HostWaitCopy{
-		{StreamID: 7, Epoch: 3, RecordTail: 1200, CursorTail: 4},
-		{StreamID: 9000, Epoch: 1, RecordTail: 0, CursorTail: 0},
+		{StreamID: 7, Epoch: 3, RecordTail: 1200, CursorTail: 4, KnownHead: 1100},
+		{StreamID: 9000, Epoch: 1, RecordTail: 0, CursorTail: 0, KnownHead: 0},
 	}}
 }
 
@@ -27,7 +27,7 @@ func TestHostWaitRoundTrip(t *testing.T) {
 	for name, w := range map[string]*frame.HostWait{
 		"sample": sampleHostWait(),
 		"max": {Node: strings.Repeat("n", 64), WaitMS: math.MaxUint32, Copies: []frame.HostWaitCopy{
-			{StreamID: math.MaxUint64, Epoch: math.MaxUint64, RecordTail: math.MaxUint64, CursorTail: math.MaxUint64}}},
+			{StreamID: math.MaxUint64, Epoch: math.MaxUint64, RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, KnownHead: math.MaxUint64}}},
 		"empty": {Node: "a", Copies: []frame.HostWaitCopy{}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -77,9 +77,10 @@ func TestDecodeHostWaitRejects(t *testing.T) {
 		"no node":         cat(hostWaitHdr, uv(0, 0, 0)),
 		"bad node byte":   cat(hostWaitHdr, uv(1), []byte("."), uv(0, 0)),
 		"wait too large":  cat(hostWaitHdr, uv(1), []byte("n"), uv(math.MaxUint32+1, 0)),
-		"count over rest": cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 2, 1, 1, 1, 1)),
+		"count over rest": cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 2, 1, 1, 1, 1, 1)),
+		"four fields":     cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1, 1, 1, 1, 1)),
 		"count over max":  cat(hostWaitHdr, uv(1), []byte("n"), uv(0, frame.MaxHostWaitCopies+1)),
-		"padded varint":   cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1), []byte{0x81, 0x00}, uv(1, 1, 1)),
+		"padded varint":   cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1), []byte{0x81, 0x00}, uv(1, 1, 1, 1)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := frame.DecodeHostWait(p); !errors.Is(err, frame.ErrMalformed) {
@@ -109,8 +110,8 @@ func TestDecodeHostWakeRejects(t *testing.T) {
 func FuzzDecodeHostWait(f *testing.F) {
 	f.Add(frame.AppendHostWait(nil, sampleHostWait()))
 	f.Add(frame.AppendHostWait(nil, &frame.HostWait{Node: "a"}))
-	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1, 0, 0, 0, 0)))
-	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 5, 0, 0, 0, 0)))
+	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1, 0, 0, 0, 0, 0)))
+	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 5, 0, 0, 0, 0, 0)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		w, err := frame.DecodeHostWait(p)

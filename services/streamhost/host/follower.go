@@ -253,7 +253,8 @@ func (f *follower) run(ctx context.Context) {
 // false when the worker is stopped meanwhile.
 func (f *follower) sleepIdle(ctx context.Context) bool {
 	t := f.c.Tails()
-	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record, CursorTail: t.CursorDurable})
+	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,
+		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()})
 }
 
 // applyFailed handles a storage error of the worker; it returns false when

@@ -343,7 +343,9 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 // to ask for on their own: the copy's stream is not owned here at its
 // epoch with its node as a follower (its own request learns stale_epoch or
 // not_found), or its own request would not wait (the owner has records or
-// cursor events past its tails, or its tails are off the owner's).
+// cursor events past its tails, or its tails are off the owner's), or the
+// owner's retained head is not the one the copy knows (its own request
+// brings the new head, and the copy trims what the owner no longer keeps).
 func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
 	var ids []uint64
 	for i := range req.Copies {
@@ -354,7 +356,8 @@ func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
 			continue
 		}
 		t := o.c.Tails()
-		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten {
+		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten ||
+			c.KnownHead != t.Head {
 			ids = append(ids, c.StreamID)
 		}
 	}
