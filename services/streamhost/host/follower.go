@@ -196,8 +196,11 @@ func (f *follower) run(ctx context.Context) {
 		}
 		fails, backoff = 0, backoffMin
 		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
+			// Idle only once a request of the whole idle wait came back
+			// empty: a stream written every few seconds or more often
+			// keeps its own long poll, answered with the records.
+			idle = wait >= f.h.cfg.ReplIdleWait
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
-			idle = true
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)
 		}

@@ -31,12 +31,18 @@ import (
 
 const (
 	// hostWaitGap is the least time between two host waits of one pair
-	// of hosts. A copy that turns idle while a host wait is in flight
-	// cancels it, and the next one, with the copy in it, goes out at most
-	// this long after the previous one: the owner answers it at once if
-	// the copy has something to ask for by then, so the copy waits at
-	// most the gap and a round trip unnoticed, never a whole idle wait.
+	// of hosts.
 	hostWaitGap = 20 * time.Millisecond
+	// hostWaitGather is the least time between a host wait and its resend
+	// with copies that turned idle while it was in flight. A copy joining
+	// has the one in flight cancelled and resent with it, at once when
+	// that one went out this long ago or more, else when it has been out
+	// this long: copies turning idle one after another are gathered into
+	// one resend per gather time, not one each. The owner answers the
+	// resend at once if a joining copy has something to ask for by then,
+	// so such a copy waits at most the gather time and a round trip
+	// unnoticed, never a whole idle wait.
+	hostWaitGather = 100 * time.Millisecond
 	// hostWaitRetry is the least time between host waits after one
 	// failed: the failure woke every copy, so only copies whose own
 	// request came back empty since will be in the next one.
@@ -69,6 +75,27 @@ type peerWait struct {
 	size   int // the encoded size of the copies' entries
 	// cancel ends the host wait in flight (nil when none) with its cause.
 	cancel context.CancelCauseFunc
+	sent   time.Time // when the host wait in flight went out
+	// resend says a resend of the one in flight is due (p.grew).
+	resend bool
+}
+
+// grew has the host wait in flight, if any, resent with the copies that
+// joined since, at once or when it has been out hostWaitGather. Under
+// idleWaits.mu.
+func (p *peerWait) grew() {
+	if p.cancel == nil || p.resend {
+		return
+	}
+	p.resend = true
+	cancel := p.cancel
+	if d := hostWaitGather - time.Since(p.sent); d > 0 {
+		// A no-op if the host wait has ended by then: the next one, sent
+		// after the copies joined, names them.
+		time.AfterFunc(d, func() { cancel(errSetGrew) })
+		return
+	}
+	cancel(errSetGrew)
 }
 
 // sleepIdle parks an idle follower copy until its owner host's answer
@@ -102,9 +129,7 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 	}
 	p.copies[ic] = struct{}{}
 	p.size += c.Size()
-	if p.cancel != nil {
-		p.cancel(errSetGrew)
-	}
+	p.grew()
 	w.mu.Unlock()
 	select {
 	case <-ic.woken:
@@ -154,10 +179,10 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			req.Copies = append(req.Copies, ic.c)
 		}
 		rctx, cancel := context.WithCancelCause(h.bgCtx)
-		p.cancel = cancel
+		last = time.Now()
+		p.cancel, p.sent, p.resend = cancel, last, false
 		w.mu.Unlock()
 
-		last = time.Now()
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendHostWait(nil, &req)
 		// The owner answers within the wait; a longer silence means it is

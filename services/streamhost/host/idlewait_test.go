@@ -199,18 +199,18 @@ func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
 }
 
 // TestCopyTurningIdleJoinsTheHostWaitAtOnce: a copy that turns idle while
-// its host's host wait (without it) is in flight cancels that one, and the
-// next, with it, goes out at once: a record appended to its stream just
-// after is confirmed well within the idle wait. Without the resend the
-// copy waits unnoticed until the host wait in flight ends (up to an idle
-// wait).
+// its host's host wait (without it) is in flight has that one cancelled,
+// and the next, with it, goes out within hostWaitGather: a record appended
+// to its stream just after is confirmed well within the idle wait. Without
+// the resend the copy waits unnoticed until the host wait in flight ends
+// (up to an idle wait).
 func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 	c, names := idleCluster(t, 2)
 	waitIdle(t, c, 2)
 	for i := range 3 {
 		// The publish wakes the copies of names[1]; they fetch, ack and,
-		// on their next empty request, sleep again, while the host waits
-		// of n2 and n3 hold names[0] alone.
+		// once a request of the whole idle wait comes back empty, sleep
+		// again, while the host waits of n2 and n3 hold names[0] alone.
 		c.mustPublish(names[1], payload(1+2*i))
 		waitIdle(t, c, 2)
 		began := time.Now()
@@ -219,5 +219,60 @@ func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 			t.Fatalf("round %d: a publish just after its copies turned idle confirmed in %v, not well within the idle wait %v", i, took, idleTestWait)
 		}
 		waitIdle(t, c, 2)
+	}
+}
+
+// TestBusyStreamKeepsItsOwnLongPoll: the copies of a stream written more
+// often than their idle wait keep their own long poll, answered with the
+// records, and never sleep on a host wait: a copy goes idle only once a
+// request of the whole idle wait came back empty. Without that rule a copy
+// slept after every empty short request, and each record reached it by a
+// host wake and a request of its own.
+func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+	// Written every 300 ms, well under the idle wait, for a few idle waits
+	// of the copies' short waits doubling.
+	for i := range 15 {
+		c.mustPublish(names[0], payload(1+i))
+		time.Sleep(300 * time.Millisecond)
+	}
+	if n := hostWaits.Load(); n != 0 {
+		t.Fatalf("%d host waits for a stream written every 300 ms (idle wait %v); want none", n, idleTestWait)
+	}
+	// Left alone, its copies sleep on host waits after one idle wait.
+	waitIdle(t, c, 1)
+}
+
+// TestCopiesTurningIdleAreGathered: copies turning idle one after another
+// are gathered into one host wait resend per hostWaitGather, not one each.
+// Without the gathering each copy joining cancelled and resent the host
+// wait in flight.
+func TestCopiesTurningIdleAreGathered(t *testing.T) {
+	const streams = 20
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	// Wake every copy, one stream after another, so that they turn idle
+	// again one after another (an idle wait and their doubling waits
+	// later), 15 ms apart.
+	for _, s := range names {
+		c.mustPublish(s, payload(1))
+		time.Sleep(15 * time.Millisecond)
+	}
+	waitIdle(t, c, 0)
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+	for idleCopiesOf(c.hosts["n2"].h, "n1") == 0 && idleCopiesOf(c.hosts["n3"].h, "n1") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	waitIdle(t, c, streams)
+	took := time.Since(began)
+	n := hostWaits.Load()
+	// Per follower host: the first, one per gather time while copies
+	// join, and the one with the last of them.
+	most := 2 * (int64(took/hostWaitGather) + 2)
+	t.Logf("%d host waits while %d copies per host turned idle over %v", n, streams, took)
+	if n > most {
+		t.Fatalf("%d host waits while the copies turned idle over %v; want at most %d (one per %v per host)", n, took, most, hostWaitGather)
 	}
 }
