@@ -201,8 +201,11 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		if err != nil {
 			switch {
 			case h.bgCtx.Err() != nil:
-			case errors.Is(cause, errSetGrew):
-				// Ask again at once (after the gap) with the new set.
+			case errors.Is(err, context.Canceled) && errors.Is(cause, errSetGrew):
+				// Ask again at once (after the gap) with the new set. Only
+				// a request that ended cancelled was cancelled for the
+				// copies that joined: one joining just after a real
+				// failure must not hide it.
 			default:
 				log.Debug("host wait failed; waking the idle copies", "err", err, "cause", cause)
 				h.wakeIdle(p, nil)
@@ -331,8 +334,15 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	defer w.remove(pw.req.Node, pw)
 	watch := make(map[string]struct{}, len(pw.req.Copies))
 	for i := range pw.req.Copies {
-		if o := h.ownedIDs.get(pw.req.Copies[i].StreamID); o != nil {
+		c := &pw.req.Copies[i]
+		if o := h.ownedIDs.get(c.StreamID); o != nil {
 			watch[o.stream] = struct{}{}
+			// A copy asleep on a host wait is live (for retention and a
+			// graceful shutdown's settling) as long as it names the
+			// tails it last acked.
+			if o.epoch == c.Epoch {
+				o.stillAt(pw.req.Node, c.RecordTail, c.CursorTail)
+			}
 		}
 	}
 	// The watch is in place before the tails are read: a change after the

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -274,5 +275,32 @@ func TestCopiesTurningIdleAreGathered(t *testing.T) {
 	t.Logf("%d host waits while %d copies per host turned idle over %v", n, streams, took)
 	if n > most {
 		t.Fatalf("%d host waits while the copies turned idle over %v; want at most %d (one per %v per host)", n, took, most, hostWaitGather)
+	}
+}
+
+// TestIdleFollowerStaysLive: a follower copy asleep on host waits keeps
+// its ack fresh at the owner (each host wait naming the tails it acked
+// refreshes it), so it still counts as live for retention and a graceful
+// shutdown's settling after liveFollower. Without the refresh its ack aged
+// from its last own request on.
+func TestIdleFollowerStaysLive(t *testing.T) {
+	c, _ := idleCluster(t, 1)
+	waitIdle(t, c, 1)
+	time.Sleep(2 * idleTestWait)
+	o := c.hosts["n1"].h.ownedIDs.get(100)
+	if o == nil {
+		t.Fatal("n1 does not own stream 100")
+	}
+	o.mu.Lock()
+	acks := maps.Clone(o.mu.conf.acks)
+	o.mu.Unlock()
+	for _, n := range []string{"n2", "n3"} {
+		a, ok := acks[n]
+		if !ok {
+			t.Fatalf("no ack of %s", n)
+		}
+		if age := time.Since(a.at); age > idleTestWait+time.Second {
+			t.Fatalf("%s's ack is %v old after %v asleep; want at most an idle wait and a second", n, age, 2*idleTestWait)
+		}
 	}
 }

@@ -816,6 +816,14 @@ func (o *owner) ack(node string, record, cursor uint64) {
 	o.send(out)
 }
 
+// stillAt keeps follower node live while its copy sleeps on a host wait
+// naming the tails it acked last (confirmer.stillAt).
+func (o *owner) stillAt(node string, record, cursor uint64) {
+	o.mu.Lock()
+	o.mu.conf.stillAt(node, record, cursor, time.Now())
+	o.mu.Unlock()
+}
+
 // isFollower reports whether node follows this copy in the assignment.
 func (o *owner) isFollower(node string) bool {
 	o.mu.Lock()
