@@ -25,8 +25,8 @@
 //
 // A follower runs one worker per copy that pulls from the owner at the
 // assignment's epoch, applies records and cursor events at the owner's
-// offsets durably, and only then asks again. After a request that brought
-// nothing the worker sleeps on the host's one host wait to the owner's
+// offsets durably, and only then asks again. After a request of the whole
+// idle wait that brought nothing the worker sleeps on the host's one host wait to the owner's
 // host (idlewait.go) until the owner's host names its copy (it has
 // something to ask for) or the host wait fails, and then asks again on
 // its own subject: the host wait only decides when a follower asks.
@@ -100,12 +100,16 @@
 //     (idlewait.go, started by the first copy to sleep there): one host
 //     wait at a time; it ends when no copy sleeps there any more (every
 //     answer or failure wakes some) or the host's background context ends;
-//     Run waits for these after stopping the roles (idleWaits.wg).
+//     Run waits for these after stopping the roles (idleWaits.wg). Copies
+//     joining while one is in flight start at most one timer per host
+//     wait (peerWait.grew) whose callback, at most 100 ms later, only
+//     cancels that host wait (a no-op once it ended) and takes no lock.
 //   - per follower host's host wait at this host, one goroutine of the
 //     host's request group within the replication budget (onHostWait);
-//     it ends when it answers, when a newer host wait of the same host
-//     replaces it, or when Run closes the parked waits (answered
-//     shutting_down) before it closes the request group.
+//     it takes owner.mu alone per named copy to keep its ack live
+//     (owner.stillAt) and ends when it answers, when a newer host wait
+//     of the same host replaces it, or when Run closes the parked waits
+//     (answered shutting_down) before it closes the request group.
 //   - per seal, a prebuild of the duplicate window in the host's
 //     background group (ends when done or at shutdown, which cancels it).
 //   - the host's pull, heartbeat, liveness and retention loops in the same
