@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -59,7 +60,9 @@ func idleCopiesOf(h *Host, owner string) int {
 // waitIdle waits until n2 and n3 each have want copies asleep on n1.
 func waitIdle(t *testing.T, c *miniCluster, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// A copy goes idle after its doubling waits and a whole idle wait
+	// (about 2.6 idle waits from a record), slower under load.
+	deadline := time.Now().Add(10 * idleTestWait)
 	for _, n := range []string{"n2", "n3"} {
 		for idleCopiesOf(c.hosts[n].h, "n1") != want {
 			if time.Now().After(deadline) {
@@ -302,5 +305,38 @@ func TestIdleFollowerStaysLive(t *testing.T) {
 		if age := time.Since(a.at); age > idleTestWait+time.Second {
 			t.Fatalf("%s's ack is %v old after %v asleep; want at most an idle wait and a second", n, age, 2*idleTestWait)
 		}
+	}
+}
+
+// TestIdleFollowerFollowsTheOwnersRetention: an idle follower keeps what
+// its owner keeps: its host wait names the owner's head it knows, and the
+// owner wakes it when its head differs, so it learns the head within about
+// an idle wait, as it did when each copy long polled on its own. Without
+// the known head the owner never named it (its tail is not below the new
+// head) and it kept every record until the next publish.
+func TestIdleFollowerFollowsTheOwnersRetention(t *testing.T) {
+	retained := assignment("ret", 7, 1, "n1", []string{"n2", "n3"})
+	// Kept long enough for the followers to sleep on host waits first.
+	retained.Retention = wire.Retention{MaxAgeMS: 6000}
+	c := newMiniCluster(t)
+	c.assign(retained)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait, cfg.ReplIdleWait = 50*time.Millisecond, time.Second
+			cfg.RetentionInterval = 20 * time.Millisecond
+		})
+	}
+	c.waitCopy("n1", "ret", "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	for i := range 5 {
+		c.mustPublish("ret", payload(i))
+	}
+	waitIdle(t, c, 1) // asleep on host waits
+	if tl := c.hosts["n1"].h.store.Get("ret").Tails(); tl.Head != 0 {
+		t.Fatalf("owner trimmed to %d before its followers slept", tl.Head)
+	}
+	trimmed := func(tl streamlog.Tails) bool { return tl.Head == 5 }
+	c.waitTails("n1", "ret", "owner trimmed by age", trimmed)
+	for _, n := range []string{"n2", "n3"} {
+		c.waitTails(n, "ret", "follower trimmed to the owner's head", trimmed)
 	}
 }
