@@ -104,9 +104,9 @@ func (f *follower) run(ctx context.Context) {
 	backoff := backoffMin
 	fails := 0
 	wait := f.h.cfg.ReplWait
-	// idle: the last request came back empty, so the copy sleeps on its
-	// host's one long poll of the owner's host (idlewait.go) before it
-	// asks again.
+	// idle: the last request, of the whole idle wait, came back empty,
+	// so the copy sleeps on its host's one long poll of the owner's host
+	// (idlewait.go) before it asks again.
 	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++
@@ -251,9 +251,9 @@ func (f *follower) run(ctx context.Context) {
 	}
 }
 
-// sleepIdle waits, after a request that came back empty, until the owner's
-// host says the copy has something to ask for (or the host wait fails);
-// false when the worker is stopped meanwhile.
+// sleepIdle waits, after a request of the whole idle wait that came back
+// empty, until the owner's host says the copy has something to ask for (or
+// the host wait fails); false when the worker is stopped meanwhile.
 func (f *follower) sleepIdle(ctx context.Context) bool {
 	t := f.c.Tails()
 	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,

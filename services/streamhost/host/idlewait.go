@@ -15,8 +15,9 @@ import (
 )
 
 // One long poll per pair of hosts (issue 17). A follower copy whose last
-// replication request came back empty does not ask again on its own: it
-// registers with the host's idle waits for its owner's node and sleeps.
+// replication request, of the whole idle wait, came back empty
+// (follower.run) does not ask again on its own: it registers with the
+// host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
 // copy sleeping there with the tails its next request would carry; the
