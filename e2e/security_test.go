@@ -175,15 +175,17 @@ func TestSecurity(t *testing.T) {
 	subscribe(host2, as2, "answer "+victim+"'s seals", wire.SealSubject(victim), nil)
 	publish(host2, as2, "replicate as "+victim, wire.ReplicationSubject(stream, a.Epoch, victim),
 		frame.AppendReplRequest(nil, &frame.ReplRequest{Node: victim, Epoch: a.Epoch, StreamID: before.StreamID, RecordTail: 1 << 30}))
+	publish(host2, as2, "host wait as "+victim, wire.HostReplSubject(owner, victim),
+		frame.AppendHostWait(nil, &frame.HostWait{Node: victim, WaitMS: 1, Copies: []frame.HostWaitCopy{{StreamID: before.StreamID, Epoch: a.Epoch}}}))
+	subscribe(host2, as2, "answer "+victim+"'s host waits", wire.HostReplWildcard(victim), nil)
 	publish(host2, as2, "leave as "+victim, wire.HostLeaveSubject(victim), nil)
 	publish(host2, as2, "forge a replication batch (to "+victim+"'s inbox)", wire.HostInbox(victim)+".forged", []byte{frame.Magic})
 
 	// On its own subject, a request naming another node is answered with
-	// a coded error by the owner.
-	{
-		m := nats.NewMsg(wire.ReplicationSubject(stream, a.Epoch, h2))
-		m.Data = frame.AppendReplRequest(nil, &frame.ReplRequest{Node: victim, Epoch: a.Epoch, StreamID: before.StreamID, RecordTail: 0, WaitMS: 1})
-		resp, err := host2.NC.RequestMsg(m, 5*time.Second)
+	// a coded error by the owner: a replication request and a host wait.
+	ownSubject := func(what, subject string, data []byte, answered string) {
+		t.Helper()
+		resp, err := host2.NC.Request(subject, data, 5*time.Second)
 		got := fmt.Sprintf("error %v", err)
 		ok := false
 		if err == nil {
@@ -191,12 +193,16 @@ func TestSecurity(t *testing.T) {
 			got = "answered " + code
 			ok = code == wire.CodeBadRequest
 			if code == "" {
-				got = "served a batch"
+				got = answered
 			}
 		}
-		report = append(report, attack{as: as2, what: "replicate as " + victim + " on its own subject", subject: m.Subject,
+		report = append(report, attack{as: as2, what: what + " as " + victim + " on its own subject", subject: subject,
 			want: "bad_request", got: got, ok: ok})
 	}
+	ownSubject("replicate", wire.ReplicationSubject(stream, a.Epoch, h2),
+		frame.AppendReplRequest(nil, &frame.ReplRequest{Node: victim, Epoch: a.Epoch, StreamID: before.StreamID, RecordTail: 0, WaitMS: 1}), "served a batch")
+	ownSubject("host wait", wire.HostReplSubject(owner, h2),
+		frame.AppendHostWait(nil, &frame.HostWait{Node: victim, WaitMS: 1, Copies: []frame.HostWaitCopy{{StreamID: before.StreamID, Epoch: a.Epoch}}}), "answered a wake")
 
 	// Positive control: the client credential publishes (to a stream of
 	// its own, so the load's ledger stays exact).

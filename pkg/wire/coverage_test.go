@@ -209,6 +209,7 @@ func TestEveryAdminVerbHasSchemasAndIsDocumented(t *testing.T) {
 		wire.HeartbeatSubject("<node>"), wire.AssignNoticeSubject("<node>"), wire.AssignPull,
 		wire.SealSubject("<node>"), wire.HandoffSubject("<node>"), wire.PublishSubject("<stream>"), wire.PublishBatchSubject("<stream>"), wire.FetchSubject("<stream>"),
 		wire.CommitSubject("<stream>"), wire.OwnerNoticeSubject("<stream>", "<node>"), "brook.s.<stream>.repl.<epoch>.<node>", wire.HostLeaveSubject("<node>"),
+		wire.HostReplSubject("<owner>", "<node>"),
 		wire.AttentionList,
 	} {
 		if !strings.Contains(string(readme), "`"+subj+"`") {

@@ -143,6 +143,19 @@ func ReplicationNode(subject string) string {
 	return subject[i+1:]
 }
 
+// HostReplSubject is where follower host follower sends owner host owner
+// its one long poll for all of its idle copies there (frame.HostWait,
+// answered with a frame.HostWake). The last token is the sender's node:
+// with credentials, a host may publish only such subjects ending in its
+// own node, and the owner refuses a body naming another.
+func HostReplSubject(owner, follower string) string {
+	return "brook.hostrepl." + owner + "." + follower
+}
+
+// HostReplWildcard matches every follower host's HostReplSubject of owner
+// host owner: that host's subscription.
+func HostReplWildcard(owner string) string { return "brook.hostrepl." + owner + ".*" }
+
 // HostLeaveSubject is where the stream host node tells the coordinators it
 // leaves (body NodeRef naming node, answered like the admin verb
 // node.leave). Only host node may publish it.

@@ -263,11 +263,12 @@ func HostPermissions(node string) Permissions {
 	return Permissions{
 		PubAllow: []string{
 			"brook.hb." + node, "brook.assignments.pull", "brook.host." + node + ".leave",
-			"brook.s.*.repl.*." + node, "brook.s.*.owner." + node,
+			"brook.s.*.repl.*." + node, "brook.s.*.owner." + node, "brook.hostrepl.*." + node,
 		},
 		PubDeny: clone(noInbox),
 		SubAllow: []string{
 			"brook.s.>", "brook.assign." + node, "brook.host." + node + ".seal", "brook.host." + node + ".handoff", "_INBOX.host." + node + ".>",
+			"brook.hostrepl." + node + ".*",
 		},
 		AllowResponses: true,
 	}

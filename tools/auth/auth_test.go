@@ -193,7 +193,7 @@ func TestPermissions(t *testing.T) {
 	tb.pub(client, "brook.s.x.pub", allowed, w)
 	for _, s := range []string{
 		"brook.host.h1.seal", "brook.hb.h1", "brook.admin.stream.delete", "brook.admin.node.leave",
-		"brook.assign.h1", "brook.assignments.pull", "brook.host.h1.leave", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1",
+		"brook.assign.h1", "brook.assignments.pull", "brook.host.h1.leave", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.hostrepl.h1.h2",
 		"_INBOX.anything", "_INBOX.client.x", "_INBOX.coord.x", "$SYS.REQ.SERVER.PING",
 	} {
 		tb.pub(client, s, refused, w)
@@ -225,6 +225,7 @@ func TestPermissions(t *testing.T) {
 	tb.req(h1, "brook.assignments.pull", allowed, coord)
 	tb.req(h1, "brook.host.h1.leave", allowed, coord)
 	tb.req(h1, "brook.s.x.repl.1.h1", allowed, h2)
+	tb.req(h1, "brook.hostrepl.h2.h1", allowed, h2) // its host wait, answered by the owner host
 	tb.sub(h1, "brook.s.>", "brook.s.x.pub", allowed, w)
 	tb.sub(h1, "brook.assign.h1", "brook.assign.h1", allowed, w)
 	tb.sub(h1, "brook.host.h1.seal", "brook.host.h1.seal", allowed, w)
@@ -233,7 +234,9 @@ func TestPermissions(t *testing.T) {
 	// host h2 may not speak for h1.
 	tb.pub(h2, "brook.s.x.repl.1.h2", allowed, w)
 	tb.pub(h2, "brook.s.x.owner.h2", allowed, w)
+	tb.pub(h2, "brook.hostrepl.h1.h2", allowed, w)
 	for _, s := range []string{
+		"brook.hostrepl.h1.h1", "brook.hostrepl.h3.h1", "brook.hostrepl.h2.h1",
 		"brook.hb.h1", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.host.h1.leave", "brook.assign.h1", "brook.host.h1.seal",
 		"brook.s.x.pub", "brook.s.x.fetch", "brook.admin.node.leave", "brook.admin.stream.list", "_INBOX.client.x",
 		"_INBOX.host.h2.x",
@@ -243,6 +246,7 @@ func TestPermissions(t *testing.T) {
 	for _, s := range [][2]string{
 		{"brook.host.h1.seal", "brook.host.h1.seal"}, {"brook.assign.h1", "brook.assign.h1"},
 		{"brook.assign.*", "brook.assign.h1"}, {"brook.hb.*", "brook.hb.h1"}, {"_INBOX.host.h1.>", "_INBOX.host.h1.abc"},
+		{"brook.hostrepl.h1.*", "brook.hostrepl.h1.h3"}, {"brook.hostrepl.>", "brook.hostrepl.h1.h3"},
 		{"_INBOX.client.>", "_INBOX.client.abc"}, {"brook.admin.>", "brook.admin.stream.create"},
 	} {
 		tb.sub(h2, s[0], s[1], refused, w)
@@ -607,8 +611,10 @@ func TestGeneratedFiles(t *testing.T) {
 	}
 	for _, n := range nodes {
 		design[auth.HostPrincipal(n)] = perm{"BROOK",
-			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n, "brook.s.*.owner." + n}, inbox,
-			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "brook.host." + n + ".handoff", "_INBOX.host." + n + ".>"}, true}
+			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n, "brook.s.*.owner." + n,
+				"brook.hostrepl.*." + n}, inbox,
+			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "brook.host." + n + ".handoff", "_INBOX.host." + n + ".>",
+				"brook.hostrepl." + n + ".*"}, true}
 	}
 	opts, err := server.ProcessConfigFile(d2.NATSConf)
 	if err != nil {

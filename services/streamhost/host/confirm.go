@@ -129,6 +129,17 @@ func (c *confirmer) acked(node string, record, cursor uint64, at time.Time) {
 	c.acks[node] = followerAck{record: max(prev.record, record), cursor: max(prev.cursor, cursor), at: at}
 }
 
+// stillAt refreshes node's ack time when node names the tails it acked
+// last: a follower copy asleep on a host wait (idlewait.go) stays live
+// without asking on its own. It acks nothing new: the host wait carries no
+// tail digest, so only a tail already acked on the per-copy path counts.
+func (c *confirmer) stillAt(node string, record, cursor uint64, at time.Time) {
+	if a, ok := c.acks[node]; ok && a.record == record && a.cursor == cursor && at.After(a.at) {
+		a.at = at
+		c.acks[node] = a
+	}
+}
+
 // wait adds a publish waiting for its record: a first write (offsets
 // ascending, as appended) or a repeat of an earlier one.
 func (c *confirmer) wait(w *waiter) {

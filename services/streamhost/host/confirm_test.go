@@ -366,3 +366,30 @@ func TestConfirmerAssignment(t *testing.T) {
 		t.Fatalf("acks after n2 left: %v", c.acks)
 	}
 }
+
+// TestConfirmerStillAt: a host wait naming the tails a follower acked last
+// keeps it live; naming others refreshes nothing and acks nothing.
+func TestConfirmerStillAt(t *testing.T) {
+	c := testConfirmer(policy.MajorityDurable, []string{"n2", "n3"}, 0, 10)
+	old := t0.Add(-liveFollower)
+	c.acked("n2", 10, 0, t0)
+	c.acked("n3", 4, 1, old)
+	c.stillAt("n3", 5, 1, t0) // not what it acked: no refresh, no ack
+	if a := c.acks["n3"]; a.record != 4 || !a.at.Equal(old) {
+		t.Fatalf("n3 %+v after a host wait naming other tails", a)
+	}
+	if !c.settled(t0) {
+		t.Fatal("not settled with only a stale follower behind")
+	}
+	c.stillAt("n3", 4, 1, t0)
+	if a := c.acks["n3"]; a.record != 4 || !a.at.Equal(t0) {
+		t.Fatalf("n3 %+v after a host wait naming its acked tails", a)
+	}
+	if c.settled(t0) {
+		t.Fatal("settled with a follower asleep on a host wait behind")
+	}
+	c.stillAt("n4", 4, 1, t0)
+	if _, ok := c.acks["n4"]; ok {
+		t.Fatal("a node that is no follower recorded")
+	}
+}

@@ -25,7 +25,11 @@
 //
 // A follower runs one worker per copy that pulls from the owner at the
 // assignment's epoch, applies records and cursor events at the owner's
-// offsets durably, and only then asks again.
+// offsets durably, and only then asks again. After a request of the whole
+// idle wait that brought nothing the worker sleeps on the host's one host wait to the owner's
+// host (idlewait.go) until the owner's host names its copy (it has
+// something to ask for) or the host wait fails, and then asks again on
+// its own subject: the host wait only decides when a follower asks.
 //
 // Seals fence a copy in storage first and then stop whatever role the copy
 // played at an older epoch. Assignments are pulled from the coordinators
@@ -54,7 +58,9 @@
 // # Locks and goroutines
 //
 // Lock order: replica.mu, then owner.mu, then the store's own locks
-// (streamlog.Copy's); owner.inMu is taken alone. No lock of this package is
+// (streamlog.Copy's), then hostWaiters.mu (the store's OnChange takes it
+// with the copy's lock held; nothing holding it takes another lock);
+// owner.inMu, idleWaits.mu and ownerIndex.mu are taken alone. No lock of this package is
 // held across an fsync, a NATS request or a publish:
 //
 //   - replica.mu serializes a copy's role changes, seals and assignment
@@ -88,7 +94,22 @@
 //   - per seal request, a goroutine of the host's request group within
 //     the seals' budget.
 //   - per follower, its worker (startFollower; ends on stop, which cancels
-//     it and waits, or when the store closes).
+//     it and waits, or when the store closes). Asleep on a host wait it
+//     deregisters when its context ends.
+//   - per owner node with sleeping follower copies, the host-wait loop
+//     (idlewait.go, started by the first copy to sleep there): one host
+//     wait at a time; it ends when no copy sleeps there any more (every
+//     answer or failure wakes some) or the host's background context ends;
+//     Run waits for these after stopping the roles (idleWaits.wg). Copies
+//     joining while one is in flight start at most one timer per host
+//     wait (peerWait.grew) whose callback, at most 100 ms later, only
+//     cancels that host wait (a no-op once it ended) and takes no lock.
+//   - per follower host's host wait at this host, one goroutine of the
+//     host's request group within the replication budget (onHostWait);
+//     it takes owner.mu alone per named copy to keep its ack live
+//     (owner.stillAt) and ends when it answers, when a newer host wait
+//     of the same host replaces it, or when Run closes the parked waits
+//     (answered shutting_down) before it closes the request group.
 //   - per seal, a prebuild of the duplicate window in the host's
 //     background group (ends when done or at shutdown, which cancels it).
 //   - the host's pull, heartbeat, liveness and retention loops in the same

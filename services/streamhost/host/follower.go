@@ -129,6 +129,10 @@ func (f *follower) run(ctx context.Context) {
 	backoff := backoffMin
 	fails := 0
 	wait := f.h.cfg.ReplWait
+	// idle: the last request, of the whole idle wait, came back empty,
+	// so the copy sleeps on its host's one long poll of the owner's host
+	// (idlewait.go) before it asks again.
+	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++
 		wait = f.h.cfg.ReplWait
@@ -147,6 +151,10 @@ func (f *follower) run(ctx context.Context) {
 		return true
 	}
 	for ctx.Err() == nil {
+		if idle && !f.sleepIdle(ctx) {
+			return
+		}
+		idle = false
 		t := f.c.Tails()
 		req := f.ack(t)
 		req.WaitMS, req.MaxBytes = uint32(wait/time.Millisecond), replBytes
@@ -208,6 +216,10 @@ func (f *follower) run(ctx context.Context) {
 		}
 		fails, backoff = 0, backoffMin
 		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
+			// Idle only once a request of the whole idle wait came back
+			// empty: a stream written every few seconds or more often
+			// keeps its own long poll, answered with the records.
+			idle = wait >= f.h.cfg.ReplIdleWait
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)
@@ -336,6 +348,18 @@ func (f *follower) ack(t streamlog.Tails) frame.ReplRequest {
 		CursorTail: t.CursorDurable,
 		TailDigest: t.RecordDigest,
 	}
+}
+
+// sleepIdle waits, after a request of the whole idle wait that came back
+// empty, until the owner's host says the copy has something to ask for (or
+// the host wait fails); false when the worker is stopped meanwhile.
+func (f *follower) sleepIdle(ctx context.Context) bool {
+	// Its durable tails, which after a whole idle wait with nothing are
+	// its written ones too unless an fsync has been stuck that long; then
+	// the owner, which compares them with its own, wakes it at once.
+	t := f.c.Tails()
+	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,
+		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()})
 }
 
 // applyFailed handles a storage error of the worker; it returns false when

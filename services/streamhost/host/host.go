@@ -90,7 +90,9 @@ type Config struct {
 	// owner's limit of 5 s), and goes back to ReplWait when data comes or
 	// a request fails: an idle copy costs a request every few seconds
 	// instead of every second, and a long poll returns as soon as data is
-	// written whatever its wait.
+	// written whatever its wait. A copy whose request came back empty
+	// then sleeps on its host's one host wait to the owner's host
+	// (idlewait.go), whose wait is ReplIdleWait.
 	ReplWait     time.Duration
 	ReplIdleWait time.Duration
 	// RetentionInterval is how often retention is enforced.
@@ -268,6 +270,13 @@ type Host struct {
 	replReqs   *budget
 	sealReqs   *budget
 	fetchWaits *budget
+
+	// One long poll per pair of hosts (idlewait.go): idle holds this
+	// host's sleeping follower copies per owner node, parked the host
+	// waits of other hosts' followers, ownedIDs the owners by stream id.
+	idle     idleWaits
+	parked   hostWaiters
+	ownedIDs ownerIndex
 }
 
 // tracker runs goroutines that a shutdown waits for, refusing new ones
@@ -326,6 +335,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		OnChange: func(stream string) {
 			if h := self.Load(); h != nil {
 				h.changed.mark(stream)
+				h.parked.changed(stream)
 			}
 		},
 		OnFailure: func(err error) {
@@ -511,6 +521,13 @@ func (h *Host) Run(ctx context.Context) error {
 		_ = noticeSub.Unsubscribe()
 		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HandoffSubject(h.cfg.Node), err))
 	}
+	hostWaitSub, err := h.nc.Subscribe(wire.HostReplWildcard(h.cfg.Node), h.onHostWait)
+	if err != nil {
+		_ = sealSub.Unsubscribe()
+		_ = noticeSub.Unsubscribe()
+		_ = handoffSub.Unsubscribe()
+		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HostReplWildcard(h.cfg.Node), err))
+	}
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	if h.beatNC != h.nc {
 		h.goBG(func() { h.connWatch(h.bgCtx) })
@@ -525,9 +542,11 @@ func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()
 	h.shutdown()
 
+	_ = hostWaitSub.Unsubscribe()
 	_ = handoffSub.Unsubscribe()
 	_ = noticeSub.Unsubscribe()
 	_ = sealSub.Unsubscribe()
+	h.parked.close()
 	h.reqs.Close()
 	h.bgCancel()
 	h.bg.Wait()
@@ -536,6 +555,7 @@ func (h *Host) Run(ctx context.Context) error {
 		r.stopRole(wire.CodeShuttingDown)
 		r.mu.Unlock()
 	}
+	h.idle.wg.Wait()
 	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.log.Warn("flush nats on shutdown", "err", err)
 	}

@@ -197,6 +197,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		o.stop(wire.CodeNotOwner)
 		return nil, err
 	}
+	h.ownedIDs.put(o)
 	o.announce(a)
 	return o, nil
 }
@@ -779,6 +780,10 @@ func (o *owner) settled() bool {
 // stop ends the role: no more subjects, waiting publishes fail with code,
 // and every goroutine of the role has returned when it returns.
 func (o *owner) stop(code string) {
+	// Host waits naming the stream learn at once that it is not owned
+	// here any more (idlewait.go).
+	o.h.ownedIDs.remove(o)
+	o.h.parked.changed(o.stream)
 	o.stopIntake(code)
 	if o.replSub != nil {
 		if err := o.replSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
@@ -809,6 +814,14 @@ func (o *owner) ack(node string, record, cursor uint64) {
 	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
+}
+
+// stillAt keeps follower node live while its copy sleeps on a host wait
+// naming the tails it acked last (confirmer.stillAt).
+func (o *owner) stillAt(node string, record, cursor uint64) {
+	o.mu.Lock()
+	o.mu.conf.stillAt(node, record, cursor, time.Now())
+	o.mu.Unlock()
 }
 
 // isFollower reports whether node follows this copy in the assignment.

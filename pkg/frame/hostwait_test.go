@@ -1,0 +1,148 @@
+package frame_test
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/brook-streams/brook/pkg/frame"
+)
+
+var (
+	hostWaitHdr = []byte{frame.Magic, frame.Version, frame.KindHostWait}
+	hostWakeHdr = []byte{frame.Magic, frame.Version, frame.KindHostWake}
+)
+
+func sampleHostWait() *frame.HostWait {
+	return &frame.HostWait{Node: "h2", WaitMS: 4000, Copies: []frame.HostWaitCopy{
+		{StreamID: 7, Epoch: 3, RecordTail: 1200, CursorTail: 4, KnownHead: 1100},
+		{StreamID: 9000, Epoch: 1, RecordTail: 0, CursorTail: 0, KnownHead: 0},
+	}}
+}
+
+func TestHostWaitRoundTrip(t *testing.T) {
+	for name, w := range map[string]*frame.HostWait{
+		"sample": sampleHostWait(),
+		"max": {Node: strings.Repeat("n", 64), WaitMS: math.MaxUint32, Copies: []frame.HostWaitCopy{
+			{StreamID: math.MaxUint64, Epoch: math.MaxUint64, RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, KnownHead: math.MaxUint64}}},
+		"empty": {Node: "a", Copies: []frame.HostWaitCopy{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			enc := frame.AppendHostWait(nil, w)
+			got, err := frame.DecodeHostWait(enc)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Fatalf("want %+v, got %+v", *w, *got)
+			}
+			size := 3 + 1 + len(w.Node) + len(uv(uint64(w.WaitMS))) + len(uv(uint64(len(w.Copies))))
+			for i := range w.Copies {
+				size += w.Copies[i].Size()
+			}
+			if size != len(enc) {
+				t.Fatalf("sizes add up to %d, encoded %d bytes", size, len(enc))
+			}
+		})
+	}
+}
+
+func TestHostWakeRoundTrip(t *testing.T) {
+	for name, w := range map[string]*frame.HostWake{
+		"some": {StreamIDs: []uint64{1, 300, math.MaxUint64}},
+		"none": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := frame.DecodeHostWake(frame.AppendHostWake(nil, w))
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Fatalf("want %+v, got %+v", *w, *got)
+			}
+		})
+	}
+}
+
+func TestDecodeHostWaitRejects(t *testing.T) {
+	good := frame.AppendHostWait(nil, sampleHostWait())
+	for name, p := range map[string][]byte{
+		"nil":             nil,
+		"other kind":      frame.AppendReplRequest(nil, sampleRepl()),
+		"truncated":       good[:len(good)-1],
+		"trailing":        cat(good, []byte{0}),
+		"no node":         cat(hostWaitHdr, uv(0, 0, 0)),
+		"bad node byte":   cat(hostWaitHdr, uv(1), []byte("."), uv(0, 0)),
+		"wait too large":  cat(hostWaitHdr, uv(1), []byte("n"), uv(math.MaxUint32+1, 0)),
+		"count over rest": cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 2, 1, 1, 1, 1, 1)),
+		"four fields":     cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1, 1, 1, 1, 1)),
+		"count over max":  cat(hostWaitHdr, uv(1), []byte("n"), uv(0, frame.MaxHostWaitCopies+1)),
+		"padded varint":   cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1), []byte{0x81, 0x00}, uv(1, 1, 1, 1)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := frame.DecodeHostWait(p); !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func TestDecodeHostWakeRejects(t *testing.T) {
+	for name, p := range map[string][]byte{
+		"nil":             nil,
+		"other kind":      frame.AppendHostWait(nil, sampleHostWait()),
+		"count over rest": cat(hostWakeHdr, uv(3, 1, 2)),
+		"trailing":        cat(hostWakeHdr, uv(1, 1, 1)),
+		"count over max":  cat(hostWakeHdr, uv(frame.MaxHostWaitCopies+1)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := frame.DecodeHostWake(p); !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// FuzzDecodeHostWait is FuzzDecodeBatch for host waits.
+func FuzzDecodeHostWait(f *testing.F) {
+	f.Add(frame.AppendHostWait(nil, sampleHostWait()))
+	f.Add(frame.AppendHostWait(nil, &frame.HostWait{Node: "a"}))
+	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 1, 0, 0, 0, 0, 0)))
+	f.Add(cat(hostWaitHdr, uv(1), []byte("n"), uv(0, 5, 0, 0, 0, 0, 0)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		w, err := frame.DecodeHostWait(p)
+		if err != nil {
+			if !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if re := frame.AppendHostWait(nil, w); !bytes.Equal(re, p) {
+			t.Fatalf("decoded host wait re-encodes differently\n in % x\nout % x", p, re)
+		}
+	})
+}
+
+// FuzzDecodeHostWake is FuzzDecodeBatch for host wakes.
+func FuzzDecodeHostWake(f *testing.F) {
+	f.Add(frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: []uint64{1, 2, 1 << 40}}))
+	f.Add(frame.AppendHostWake(nil, &frame.HostWake{}))
+	f.Add(cat(hostWakeHdr, uv(2, 1)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		w, err := frame.DecodeHostWake(p)
+		if err != nil {
+			if !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if re := frame.AppendHostWake(nil, w); !bytes.Equal(re, p) {
+			t.Fatalf("decoded host wake re-encodes differently\n in % x\nout % x", p, re)
+		}
+	})
+}

@@ -1,0 +1,474 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// One long poll per pair of hosts (issue 17). A follower copy whose last
+// replication request, of the whole idle wait, came back empty
+// (follower.run) does not ask again on its own: it registers with the
+// host's idle waits for its owner's node and sleeps.
+// Per owner node one goroutine of the follower host sends the owner host
+// one host wait (frame.HostWait on wire.HostReplSubject) naming every
+// copy sleeping there with the tails its next request would carry; the
+// owner host parks it and answers (frame.HostWake) at once with the
+// copies that have something to ask for, or as soon as one of them
+// changes, or with nothing at the end of the wait. The copies named wake
+// and ask on their own replication subjects as before; any failure of the
+// host wait wakes every copy registered for that owner, so an owner's
+// loss is noticed by the per-copy requests exactly as without it. This
+// only decides when a follower asks: acks, records and confirms stay on
+// the per-copy path.
+
+const (
+	// hostWaitGap is the least time between two host waits of one pair
+	// of hosts.
+	hostWaitGap = 20 * time.Millisecond
+	// hostWaitGather is the least time between a host wait and its resend
+	// with copies that turned idle while it was in flight. A copy joining
+	// has the one in flight cancelled and resent with it, at once when
+	// that one went out this long ago or more, else when it has been out
+	// this long: copies turning idle one after another are gathered into
+	// one resend per gather time, not one each. The owner answers the
+	// resend at once if a joining copy has something to ask for by then,
+	// so such a copy waits at most the gather time and a round trip
+	// unnoticed, never a whole idle wait.
+	hostWaitGather = 100 * time.Millisecond
+	// hostWaitRetry is the least time between host waits after one
+	// failed: the failure woke every copy, so only copies whose own
+	// request came back empty since will be in the next one.
+	hostWaitRetry = backoffMax
+)
+
+var (
+	errSetGrew     = errors.New("a copy joined the idle set")
+	errReconnected = errors.New("the NATS connection was replaced")
+)
+
+// idleCopy is one sleeping follower copy.
+type idleCopy struct {
+	c     frame.HostWaitCopy
+	woken chan struct{} // closed when it is to ask on its own again
+}
+
+// idleWaits is the follower host's side: the copies sleeping per owner
+// node and one goroutine per owner node with any.
+type idleWaits struct {
+	mu    sync.Mutex
+	peers map[string]*peerWait // by owner node
+	wg    sync.WaitGroup       // the peers' goroutines
+}
+
+// peerWait is the idle set of one owner node (idleWaits.mu guards it).
+type peerWait struct {
+	owner  string
+	copies map[*idleCopy]struct{}
+	size   int // the encoded size of the copies' entries
+	// cancel ends the host wait in flight (nil when none) with its cause.
+	cancel context.CancelCauseFunc
+	sent   time.Time // when the host wait in flight went out
+	// resend says a resend of the one in flight is due (p.grew).
+	resend bool
+}
+
+// grew has the host wait in flight, if any, resent with the copies that
+// joined since, at once or when it has been out hostWaitGather. Under
+// idleWaits.mu.
+func (p *peerWait) grew() {
+	if p.cancel == nil || p.resend {
+		return
+	}
+	p.resend = true
+	cancel := p.cancel
+	if d := hostWaitGather - time.Since(p.sent); d > 0 {
+		// A no-op if the host wait has ended by then: the next one, sent
+		// after the copies joined, names them.
+		time.AfterFunc(d, func() { cancel(errSetGrew) })
+		return
+	}
+	cancel(errSetGrew)
+}
+
+// sleepIdle parks an idle follower copy until its owner host's answer
+// names it, the host wait fails, or ctx ends; it returns false only when
+// ctx ended. A copy that does not fit its owner's set
+// (frame.MaxHostWaitBytes) returns at once and asks on its own.
+func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy) bool {
+	w := &h.idle
+	ic := &idleCopy{c: c, woken: make(chan struct{})}
+	w.mu.Lock()
+	if ctx.Err() != nil {
+		w.mu.Unlock()
+		return false
+	}
+	p := w.peers[owner]
+	if p == nil {
+		p = &peerWait{owner: owner, copies: map[*idleCopy]struct{}{}}
+		if w.peers == nil {
+			w.peers = map[string]*peerWait{}
+		}
+		w.peers[owner] = p
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			h.hostWaitLoop(p)
+		}()
+	}
+	if p.size+c.Size() > frame.MaxHostWaitBytes-frame.HostWaitHeaderMax {
+		w.mu.Unlock()
+		return true
+	}
+	p.copies[ic] = struct{}{}
+	p.size += c.Size()
+	p.grew()
+	w.mu.Unlock()
+	select {
+	case <-ic.woken:
+		return true
+	case <-ctx.Done():
+		w.mu.Lock()
+		if _, ok := p.copies[ic]; ok {
+			delete(p.copies, ic)
+			p.size -= c.Size()
+		}
+		w.mu.Unlock()
+		return false
+	}
+}
+
+// hostWaitLoop sends p's owner host one host wait at a time for p's copies
+// while there are any, and wakes the copies the answers name (all of them
+// when a host wait fails). It ends when p has no copies or the host stops.
+func (h *Host) hostWaitLoop(p *peerWait) {
+	w := &h.idle
+	subj := wire.HostReplSubject(p.owner, h.cfg.Node)
+	wait := h.cfg.ReplIdleWait
+	log := h.log.With("owner_node", p.owner)
+	var last time.Time
+	gap := hostWaitGap
+	for {
+		if d := gap - time.Since(last); d > 0 {
+			select {
+			case <-h.bgCtx.Done():
+			case <-time.After(d):
+			}
+		}
+		w.mu.Lock()
+		if len(p.copies) == 0 || h.bgCtx.Err() != nil {
+			if w.peers[p.owner] == p {
+				delete(w.peers, p.owner)
+			}
+			for ic := range p.copies {
+				close(ic.woken)
+			}
+			clear(p.copies)
+			w.mu.Unlock()
+			return
+		}
+		req := frame.HostWait{Node: h.cfg.Node, WaitMS: uint32(wait / time.Millisecond), Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
+		for ic := range p.copies {
+			req.Copies = append(req.Copies, ic.c)
+		}
+		rctx, cancel := context.WithCancelCause(h.bgCtx)
+		last = time.Now()
+		p.cancel, p.sent, p.resend = cancel, last, false
+		w.mu.Unlock()
+
+		msg := nats.NewMsg(subj)
+		msg.Data = frame.AppendHostWait(nil, &req)
+		// The owner answers within the wait; a longer silence means it is
+		// gone, and a reconnect loses the request and its answer.
+		tctx, tcancel := context.WithTimeout(rctx, wait+replSlack)
+		stop := context.AfterFunc(h.conn.Current(), func() { cancel(errReconnected) })
+		resp, err := h.nc.RequestMsgWithContext(tctx, msg)
+		stop()
+		tcancel()
+		cause := context.Cause(rctx)
+		cancel(nil)
+		w.mu.Lock()
+		p.cancel = nil
+		w.mu.Unlock()
+		gap = hostWaitGap
+		if err != nil {
+			switch {
+			case h.bgCtx.Err() != nil:
+			case errors.Is(err, context.Canceled) && errors.Is(cause, errSetGrew):
+				// Ask again at once (after the gap) with the new set. Only
+				// a request that ended cancelled was cancelled for the
+				// copies that joined: one joining just after a real
+				// failure must not hide it.
+			default:
+				log.Debug("host wait failed; waking the idle copies", "err", err, "cause", cause)
+				h.wakeIdle(p, nil)
+				gap = hostWaitRetry
+			}
+			continue
+		}
+		if code := resp.Header.Get(frame.HeaderError); code != "" {
+			var er wire.ErrorReply
+			_ = json.Unmarshal(resp.Data, &er)
+			log.Debug("host wait refused; waking the idle copies", "code", code, "reply", er.Error)
+			h.wakeIdle(p, nil)
+			gap = hostWaitRetry
+			continue
+		}
+		wake, err := frame.DecodeHostWake(resp.Data)
+		if err != nil {
+			log.Warn("bad host wake; waking the idle copies", "err", err)
+			h.wakeIdle(p, nil)
+			gap = hostWaitRetry
+			continue
+		}
+		if len(wake.StreamIDs) > 0 {
+			ids := make(map[uint64]struct{}, len(wake.StreamIDs))
+			for _, id := range wake.StreamIDs {
+				ids[id] = struct{}{}
+			}
+			h.wakeIdle(p, ids)
+		}
+	}
+}
+
+// wakeIdle wakes p's copies of the streams ids names, or all of them when
+// ids is nil.
+func (h *Host) wakeIdle(p *peerWait, ids map[uint64]struct{}) {
+	w := &h.idle
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ic := range p.copies {
+		if _, ok := ids[ic.c.StreamID]; ids == nil || ok {
+			delete(p.copies, ic)
+			p.size -= ic.c.Size()
+			close(ic.woken)
+		}
+	}
+}
+
+// hostWaiters is the owner host's side: at most one parked host wait per
+// follower node; a newer one replaces the older, which ends unanswered.
+type hostWaiters struct {
+	mu     sync.Mutex
+	closed bool
+	parked map[string]*parkedWait // by follower node
+	n      atomic.Int32           // len(parked), read without mu by changed
+}
+
+// parkedWait is one follower host's host wait at this owner host.
+type parkedWait struct {
+	reply string
+	req   *frame.HostWait
+	// watch names the streams whose change may answer the wait (set under
+	// hostWaiters.mu before the tails are first checked).
+	watch map[string]struct{}
+	wake  chan struct{} // buffered 1: a watched stream changed
+	end   chan struct{} // closed when replaced or closed
+	// closing says the host stops (under hostWaiters.mu): the wait is
+	// answered shutting_down, not dropped.
+	closing bool
+}
+
+// onHostWait is the host-pair subject's callback. It parks the request
+// (replacing the sender's older one, in the order they arrived) and serves
+// it in a goroutine of the host's request group within the replication
+// budget.
+func (h *Host) onHostWait(m *nats.Msg) {
+	req, err := frame.DecodeHostWait(m.Data)
+	if err != nil {
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))
+		return
+	}
+	// As on the replication subjects, the last token is the sender: with
+	// credentials a host publishes only its own, so a body naming another
+	// node is a host speaking for another.
+	if node := wire.ReplicationNode(m.Subject); req.Node != node {
+		h.log.Warn("host wait names another node than its subject; refused", "subject_node", node, "body_node", req.Node)
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait on node %s's subject names node %s", node, req.Node))
+		return
+	}
+	if !h.replReqs.take() {
+		h.refuse(m.Reply, h.replReqs)
+		return
+	}
+	pw := &parkedWait{reply: m.Reply, req: req, wake: make(chan struct{}, 1), end: make(chan struct{})}
+	w := &h.parked
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		h.replReqs.give()
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+		return
+	}
+	if old := w.parked[req.Node]; old != nil {
+		close(old.end)
+	}
+	if w.parked == nil {
+		w.parked = map[string]*parkedWait{}
+	}
+	w.parked[req.Node] = pw
+	w.n.Store(int32(len(w.parked)))
+	w.mu.Unlock()
+	if !h.reqs.Go(func() {
+		defer h.replReqs.give()
+		h.serveHostWait(pw)
+	}) {
+		h.replReqs.give()
+		w.remove(req.Node, pw)
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+	}
+}
+
+// serveHostWait answers pw when any of its copies has something to ask
+// for (hostWakeIDs), at the end of its wait with nothing, or not at all
+// when a newer host wait of the same node replaced it.
+func (h *Host) serveHostWait(pw *parkedWait) {
+	w := &h.parked
+	defer w.remove(pw.req.Node, pw)
+	watch := make(map[string]struct{}, len(pw.req.Copies))
+	for i := range pw.req.Copies {
+		c := &pw.req.Copies[i]
+		if o := h.ownedIDs.get(c.StreamID); o != nil {
+			watch[o.stream] = struct{}{}
+			// A copy asleep on a host wait is live (for retention and a
+			// graceful shutdown's settling) as long as it names the
+			// tails it last acked.
+			if o.epoch == c.Epoch {
+				o.stillAt(pw.req.Node, c.RecordTail, c.CursorTail)
+			}
+		}
+	}
+	// The watch is in place before the tails are read: a change after the
+	// read signals wake.
+	w.mu.Lock()
+	pw.watch = watch
+	w.mu.Unlock()
+	timer := time.NewTimer(wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait))
+	defer timer.Stop()
+	for {
+		if ids := h.hostWakeIDs(pw.req); len(ids) > 0 {
+			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: ids}))
+			return
+		}
+		select {
+		case <-pw.wake:
+		case <-timer.C:
+			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{}))
+			return
+		case <-pw.end:
+			w.mu.Lock()
+			closing := pw.closing
+			w.mu.Unlock()
+			if closing {
+				h.replyErr(pw.reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+			}
+			return
+		}
+	}
+}
+
+// hostWakeIDs returns the stream ids of req's copies that have something
+// to ask for on their own: the copy's stream is not owned here at its
+// epoch with its node as a follower (its own request learns stale_epoch or
+// not_found), or its own request would not wait (the owner has records or
+// cursor events past its tails, or its tails are off the owner's), or the
+// owner's retained head is not the one the copy knows (its own request
+// brings the new head, and the copy trims what the owner no longer keeps).
+func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
+	var ids []uint64
+	for i := range req.Copies {
+		c := &req.Copies[i]
+		o := h.ownedIDs.get(c.StreamID)
+		if o == nil || o.epoch != c.Epoch || !o.isFollower(req.Node) {
+			ids = append(ids, c.StreamID)
+			continue
+		}
+		t := o.c.Tails()
+		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten ||
+			c.KnownHead != t.Head {
+			ids = append(ids, c.StreamID)
+		}
+	}
+	return ids
+}
+
+// changed wakes the parked host waits that watch stream. The store calls it
+// with the copy's lock held (streamlog.Options.OnChange): it takes only
+// hostWaiters.mu, and nothing holding that takes a copy's lock.
+func (w *hostWaiters) changed(stream string) {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	for _, pw := range w.parked {
+		if _, ok := pw.watch[stream]; ok {
+			select {
+			case pw.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	w.mu.Unlock()
+}
+
+// remove forgets node's parked wait if it is still pw.
+func (w *hostWaiters) remove(node string, pw *parkedWait) {
+	w.mu.Lock()
+	if w.parked[node] == pw {
+		delete(w.parked, node)
+		w.n.Store(int32(len(w.parked)))
+	}
+	w.mu.Unlock()
+}
+
+// close answers every parked wait shutting_down and refuses new ones.
+func (w *hostWaiters) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for node, pw := range w.parked {
+		pw.closing = true
+		close(pw.end)
+		delete(w.parked, node)
+	}
+	w.n.Store(0)
+}
+
+// ownerIndex finds the owner role running here by stream id, for the host
+// waits.
+type ownerIndex struct {
+	mu sync.Mutex
+	m  map[uint64]*owner
+}
+
+func (x *ownerIndex) put(o *owner) {
+	x.mu.Lock()
+	if x.m == nil {
+		x.m = map[uint64]*owner{}
+	}
+	x.m[o.id] = o
+	x.mu.Unlock()
+}
+
+// remove forgets o if it is still the owner indexed under its id.
+func (x *ownerIndex) remove(o *owner) {
+	x.mu.Lock()
+	if x.m[o.id] == o {
+		delete(x.m, o.id)
+	}
+	x.mu.Unlock()
+}
+
+func (x *ownerIndex) get(id uint64) *owner {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.m[id]
+}

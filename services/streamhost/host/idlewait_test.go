@@ -1,0 +1,342 @@
+package host
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// idleTestWait is the idle wait of the tests below: short enough for a
+// test, long enough that a copy polling on its own would show in a window
+// of a few of them.
+const idleTestWait = 2 * time.Second
+
+// idleCluster starts n1, n2 and n3 with short replication waits and
+// streams owned by n1 and followed by n2 and n3 (W = 2), each with one
+// record confirmed.
+func idleCluster(t *testing.T, streams int) (*miniCluster, []string) {
+	t.Helper()
+	c := newMiniCluster(t)
+	var names []string
+	var as []wire.AssignedStream
+	for i := range streams {
+		name := fmt.Sprintf("idle%d", i)
+		names = append(names, name)
+		as = append(as, assignment(name, uint64(100+i), 1, "n1", []string{"n2", "n3"}))
+	}
+	c.assign(as...)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait = 50 * time.Millisecond
+			cfg.ReplIdleWait = idleTestWait
+		})
+	}
+	for _, s := range names {
+		c.waitCopy("n1", s, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+		c.mustPublish(s, payload(0))
+	}
+	return c, names
+}
+
+// idleCopiesOf counts h's follower copies asleep on owner's host wait.
+func idleCopiesOf(h *Host, owner string) int {
+	h.idle.mu.Lock()
+	defer h.idle.mu.Unlock()
+	if p := h.idle.peers[owner]; p != nil {
+		return len(p.copies)
+	}
+	return 0
+}
+
+// waitIdle waits until n2 and n3 each have want copies asleep on n1.
+func waitIdle(t *testing.T, c *miniCluster, want int) {
+	t.Helper()
+	// A copy goes idle after its doubling waits and a whole idle wait
+	// (about 2.6 idle waits from a record), slower under load.
+	deadline := time.Now().Add(10 * idleTestWait)
+	for _, n := range []string{"n2", "n3"} {
+		for idleCopiesOf(c.hosts[n].h, "n1") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s has %d copies asleep on n1, want %d", n, idleCopiesOf(c.hosts[n].h, "n1"), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// countSubject counts the messages on subject seen by the test's
+// connection.
+func countSubject(t *testing.T, nc *nats.Conn, subject string) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// TestIdleFollowersSendNoPerCopyRequests: idle follower copies send no
+// request of their own while idle, only one host wait per pair of hosts
+// per idle wait, and a publish after a long idle is confirmed well within
+// the idle wait: the owner host answers the parked host wait on the
+// append. Before the host waits every idle copy asked on its own
+// replication subject once per idle wait.
+func TestIdleFollowersSendNoPerCopyRequests(t *testing.T) {
+	const streams = 20
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	perCopy := countSubject(t, c.nc, "brook.s.*.repl.>")
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+
+	window := idleTestWait * 3 / 2
+	time.Sleep(window)
+	if n := perCopy.Load(); n != 0 {
+		t.Fatalf("%d per-copy replication requests in %v of idle from %d idle follower copies; want none", n, window, 2*streams)
+	}
+	// Two follower hosts, one host wait each per idle wait (and the one
+	// in flight at the start).
+	if n := hostWaits.Load(); n < 1 || n > 2*(int64(window/idleTestWait)+2) {
+		t.Fatalf("%d host waits in %v, want 1 to %d", n, window, 2*(int64(window/idleTestWait)+2))
+	}
+
+	// A publish after the idle is confirmed by a follower at once (W = 2).
+	for _, s := range []string{names[0], names[streams-1]} {
+		began := time.Now()
+		pc := c.mustPublish(s, payload(1))
+		took := time.Since(began)
+		if pc.Offset != 1 || pc.Copies < 2 {
+			t.Fatalf("publish to %s: %+v", s, pc)
+		}
+		if took >= idleTestWait/4 {
+			t.Fatalf("publish to idle %s confirmed in %v, not well within the idle wait %v", s, took, idleTestWait)
+		}
+	}
+	// The copies that woke go back to sleep once they have the record.
+	waitIdle(t, c, streams)
+}
+
+// TestIdleFollowersWakeWhenTheOwnerHostGoes: when the owner host's NATS
+// connection dies while its followers sleep on host waits, the failed host
+// waits wake every copy, which ask on their own as before (and so notice
+// the owner's loss), and a promotion at a new epoch serves publishes.
+func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
+	const streams = 5
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	perCopy := countSubject(t, c.nc, "brook.s.*.repl.1.*")
+
+	c.hosts["n1"].h.nc.Close()
+	// The host wait in flight fails at the latest after the idle wait and
+	// the slack; the copies then ask on their own.
+	deadline := time.Now().Add(idleTestWait + replSlack + 5*time.Second)
+	for idleCopiesOf(c.hosts["n2"].h, "n1")+idleCopiesOf(c.hosts["n3"].h, "n1") > 0 || perCopy.Load() < 2*streams {
+		if time.Now().After(deadline) {
+			t.Fatalf("copies still asleep on the dead owner: n2 %d, n3 %d; %d per-copy requests since",
+				idleCopiesOf(c.hosts["n2"].h, "n1"), idleCopiesOf(c.hosts["n3"].h, "n1"), perCopy.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var as []wire.AssignedStream
+	for i, s := range names {
+		as = append(as, assignment(s, uint64(100+i), 2, "n2", []string{"n3"},
+			wire.HistoryStart{Epoch: 1, Node: "n1"}, wire.HistoryStart{Epoch: 2, RecordTail: 1, Node: "n2"}))
+	}
+	c.assign(as...)
+	for _, s := range names {
+		c.waitCopy("n2", s, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+		if pc := c.mustPublish(s, payload(1)); pc.Epoch != 2 || pc.Offset != 1 || pc.Copies < 2 {
+			t.Fatalf("publish to %s after the promotion: %+v", s, pc)
+		}
+	}
+}
+
+// TestHostWaitOnAnotherNodesSubjectRefused: a host wait whose body names
+// another node than its subject's last token is refused bad_request, as a
+// replication request is.
+func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
+	c := newMiniCluster(t)
+	c.assign(assignment("hw", 9, 1, "n1", []string{"n2"}))
+	c.start("n1", nil)
+	c.waitCopy("n1", "hw", "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 100, Copies: []frame.HostWaitCopy{{StreamID: 9, Epoch: 1}}})
+	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n3"), req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := replyError(resp); e == nil || e.Code != wire.CodeBadRequest || !strings.Contains(e.Message, "names node n2") {
+		t.Fatalf("host wait naming n2 on n3's subject answered %v; want bad_request", e)
+	}
+	// On its own subject it is answered: stream 9 at epoch 1 is owned
+	// here and n2 follows it, and nothing is past its tails, so the wait
+	// ends with nothing; a copy at another epoch is woken at once.
+	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := frame.DecodeHostWake(resp.Data); err != nil || len(w.StreamIDs) != 0 {
+		t.Fatalf("host wait on its own subject: %+v, %v (%q); want an empty wake", w, err, resp.Data)
+	}
+	stale := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 5000, Copies: []frame.HostWaitCopy{{StreamID: 9, Epoch: 0}}})
+	began := time.Now()
+	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), stale, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := frame.DecodeHostWake(resp.Data); err != nil || len(w.StreamIDs) != 1 || w.StreamIDs[0] != 9 || time.Since(began) > 2*time.Second {
+		t.Fatalf("host wait for an old epoch: %+v, %v after %v; want stream 9 woken at once", w, err, time.Since(began))
+	}
+}
+
+// TestCopyTurningIdleJoinsTheHostWaitAtOnce: a copy that turns idle while
+// its host's host wait (without it) is in flight has that one cancelled,
+// and the next, with it, goes out within hostWaitGather: a record appended
+// to its stream just after is confirmed well within the idle wait. Without
+// the resend the copy waits unnoticed until the host wait in flight ends
+// (up to an idle wait).
+func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
+	c, names := idleCluster(t, 2)
+	waitIdle(t, c, 2)
+	for i := range 3 {
+		// The publish wakes the copies of names[1]; they fetch, ack and,
+		// once a request of the whole idle wait comes back empty, sleep
+		// again, while the host waits of n2 and n3 hold names[0] alone.
+		c.mustPublish(names[1], payload(1+2*i))
+		waitIdle(t, c, 2)
+		began := time.Now()
+		c.mustPublish(names[1], payload(2+2*i))
+		if took := time.Since(began); took >= idleTestWait/4 {
+			t.Fatalf("round %d: a publish just after its copies turned idle confirmed in %v, not well within the idle wait %v", i, took, idleTestWait)
+		}
+		waitIdle(t, c, 2)
+	}
+}
+
+// TestBusyStreamKeepsItsOwnLongPoll: the copies of a stream written more
+// often than their idle wait keep their own long poll, answered with the
+// records, and never sleep on a host wait: a copy goes idle only once a
+// request of the whole idle wait came back empty. Without that rule a copy
+// slept after every empty short request, and each record reached it by a
+// host wake and a request of its own.
+func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+	// Written every 300 ms, well under the idle wait, for a few idle waits
+	// of the copies' short waits doubling.
+	for i := range 15 {
+		c.mustPublish(names[0], payload(1+i))
+		time.Sleep(300 * time.Millisecond)
+	}
+	if n := hostWaits.Load(); n != 0 {
+		t.Fatalf("%d host waits for a stream written every 300 ms (idle wait %v); want none", n, idleTestWait)
+	}
+	// Left alone, its copies sleep on host waits after one idle wait.
+	waitIdle(t, c, 1)
+}
+
+// TestCopiesTurningIdleAreGathered: copies turning idle one after another
+// are gathered into one host wait resend per hostWaitGather, not one each.
+// Without the gathering each copy joining cancelled and resent the host
+// wait in flight.
+func TestCopiesTurningIdleAreGathered(t *testing.T) {
+	const streams = 20
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	// Wake every copy, one stream after another, so that they turn idle
+	// again one after another (an idle wait and their doubling waits
+	// later), 15 ms apart.
+	for _, s := range names {
+		c.mustPublish(s, payload(1))
+		time.Sleep(15 * time.Millisecond)
+	}
+	waitIdle(t, c, 0)
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+	for idleCopiesOf(c.hosts["n2"].h, "n1") == 0 && idleCopiesOf(c.hosts["n3"].h, "n1") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	waitIdle(t, c, streams)
+	took := time.Since(began)
+	n := hostWaits.Load()
+	// Per follower host: the first, one per gather time while copies
+	// join, and the one with the last of them.
+	most := 2 * (int64(took/hostWaitGather) + 2)
+	t.Logf("%d host waits while %d copies per host turned idle over %v", n, streams, took)
+	if n > most {
+		t.Fatalf("%d host waits while the copies turned idle over %v; want at most %d (one per %v per host)", n, took, most, hostWaitGather)
+	}
+}
+
+// TestIdleFollowerStaysLive: a follower copy asleep on host waits keeps
+// its ack fresh at the owner (each host wait naming the tails it acked
+// refreshes it), so it still counts as live for retention and a graceful
+// shutdown's settling after liveFollower. Without the refresh its ack aged
+// from its last own request on.
+func TestIdleFollowerStaysLive(t *testing.T) {
+	c, _ := idleCluster(t, 1)
+	waitIdle(t, c, 1)
+	time.Sleep(2 * idleTestWait)
+	o := c.hosts["n1"].h.ownedIDs.get(100)
+	if o == nil {
+		t.Fatal("n1 does not own stream 100")
+	}
+	o.mu.Lock()
+	acks := maps.Clone(o.mu.conf.acks)
+	o.mu.Unlock()
+	for _, n := range []string{"n2", "n3"} {
+		a, ok := acks[n]
+		if !ok {
+			t.Fatalf("no ack of %s", n)
+		}
+		if age := time.Since(a.at); age > idleTestWait+time.Second {
+			t.Fatalf("%s's ack is %v old after %v asleep; want at most an idle wait and a second", n, age, 2*idleTestWait)
+		}
+	}
+}
+
+// TestIdleFollowerFollowsTheOwnersRetention: an idle follower keeps what
+// its owner keeps: its host wait names the owner's head it knows, and the
+// owner wakes it when its head differs, so it learns the head within about
+// an idle wait, as it did when each copy long polled on its own. Without
+// the known head the owner never named it (its tail is not below the new
+// head) and it kept every record until the next publish.
+func TestIdleFollowerFollowsTheOwnersRetention(t *testing.T) {
+	retained := assignment("ret", 7, 1, "n1", []string{"n2", "n3"})
+	// Kept long enough for the followers to sleep on host waits first.
+	retained.Retention = wire.Retention{MaxAgeMS: 6000}
+	c := newMiniCluster(t)
+	c.assign(retained)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait, cfg.ReplIdleWait = 50*time.Millisecond, time.Second
+			cfg.RetentionInterval = 20 * time.Millisecond
+		})
+	}
+	c.waitCopy("n1", "ret", "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	for i := range 5 {
+		c.mustPublish("ret", payload(i))
+	}
+	waitIdle(t, c, 1) // asleep on host waits
+	if tl := c.hosts["n1"].h.store.Get("ret").Tails(); tl.Head != 0 {
+		t.Fatalf("owner trimmed to %d before its followers slept", tl.Head)
+	}
+	trimmed := func(tl streamlog.Tails) bool { return tl.Head == 5 }
+	c.waitTails("n1", "ret", "owner trimmed by age", trimmed)
+	for _, n := range []string{"n2", "n3"} {
+		c.waitTails(n, "ret", "follower trimmed to the owner's head", trimmed)
+	}
+}
