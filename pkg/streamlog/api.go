@@ -160,7 +160,10 @@ func (s *Store) Create(stream string, streamID uint64, ret wire.Retention) (*Cop
 	return s.create(stream, streamID, ret)
 }
 
-// Delete removes every key of the copy of stream.
+// Delete removes every key of the copy of stream; deleting a name with no
+// copy does nothing. Get and Copies still find the copy until its
+// deletion is durable; a Create or Delete of the same name meanwhile
+// waits for it.
 func (s *Store) Delete(stream string) error { return s.delete(stream) }
 
 // Stream and StreamID name the copy.

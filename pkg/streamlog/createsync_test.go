@@ -21,8 +21,59 @@ func within(t *testing.T, what string, f func()) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s waited for a create's fsync", what)
+		t.Fatalf("%s waited for a held fsync", what)
 	}
+}
+
+// openSyncHeld opens a store in dir whose WAL fsyncs are held, once
+// hold.on is set, until hold.release is closed.
+func openSyncHeld(t *testing.T, dir string) (*Store, *walFault) {
+	t.Helper()
+	hold := &walFault{kinds: []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
+		held: make(chan struct{}, 1), release: make(chan struct{})}
+	s, err := Open(Options{Dir: dir, Logger: quietLogger(), CursorSyncInterval: time.Hour,
+		FS: errorfs.Wrap(vfs.Default, hold)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, hold
+}
+
+// lookupsGoOn checks, while an fsync is held, that Get finds each of
+// found and none of missing, and that Copies holds copies copies.
+func lookupsGoOn(t *testing.T, s *Store, found, missing []string, copies int) {
+	t.Helper()
+	within(t, "Get", func() {
+		for _, name := range found {
+			if s.Get(name) == nil {
+				t.Errorf("Get(%s) = nil", name)
+			}
+		}
+		for _, name := range missing {
+			if s.Get(name) != nil {
+				t.Errorf("Get(%s) found a copy not yet durable", name)
+			}
+		}
+	})
+	within(t, "Copies", func() {
+		if n := len(s.Copies()); n != copies {
+			t.Errorf("Copies() holds %d, want %d", n, copies)
+		}
+	})
+}
+
+// copyIDs maps each copy's key prefix to its stream, failing the test if
+// two copies share one.
+func copyIDs(t *testing.T, s *Store) map[uint64]string {
+	t.Helper()
+	ids := map[uint64]string{}
+	for _, c := range s.Copies() {
+		if prev, ok := ids[c.id]; ok {
+			t.Fatalf("%s and %s share the key prefix %d", prev, c.Stream(), c.id)
+		}
+		ids[c.id] = c.Stream()
+	}
+	return ids
 }
 
 // TestCreateDoesNotHoldTheStoreAcrossItsSync: while a Create waits for its
@@ -35,13 +86,7 @@ func within(t *testing.T, what string, f func()) {
 // with an id of its own and new copies get fresh ids.
 func TestCreateDoesNotHoldTheStoreAcrossItsSync(t *testing.T) {
 	dir := t.TempDir()
-	hold := &walFault{kinds: []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
-		held: make(chan struct{}, 1), release: make(chan struct{})}
-	s, err := Open(Options{Dir: dir, Logger: quietLogger(), CursorSyncInterval: time.Hour,
-		FS: errorfs.Wrap(vfs.Default, hold)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, hold := openSyncHeld(t, dir)
 	mustCreate(t, s, "before", 1)
 
 	hold.on.Store(true)
@@ -63,19 +108,7 @@ func TestCreateDoesNotHoldTheStoreAcrossItsSync(t *testing.T) {
 	go create("a", 2)
 	<-hold.held // a's fsync is held
 
-	within(t, "Get", func() {
-		if s.Get("before") == nil {
-			t.Error("Get(before) = nil")
-		}
-		if s.Get("a") != nil {
-			t.Error("Get(a) found the copy before its fsync")
-		}
-	})
-	within(t, "Copies", func() {
-		if n := len(s.Copies()); n != 1 {
-			t.Errorf("Copies() holds %d, want 1 (the durable one)", n)
-		}
-	})
+	lookupsGoOn(t, s, []string{"before"}, []string{"a"}, 1)
 	for i, name := range []string{"b", "c", "d"} {
 		wg.Add(1)
 		go create(name, uint64(3+i))
@@ -95,13 +128,7 @@ func TestCreateDoesNotHoldTheStoreAcrossItsSync(t *testing.T) {
 	if err := <-other; !errors.Is(err, ErrExists) {
 		t.Fatalf("a create of a with another stream id: %v, want ErrExists", err)
 	}
-	ids := map[uint64]string{}
-	for _, c := range s.Copies() {
-		if prev, ok := ids[c.id]; ok {
-			t.Fatalf("%s and %s share the key prefix %d", prev, c.Stream(), c.id)
-		}
-		ids[c.id] = c.Stream()
-	}
+	ids := copyIDs(t, s)
 	if len(ids) != 5 {
 		t.Fatalf("%d copies after the creates, want 5: %v", len(ids), ids)
 	}

@@ -69,6 +69,15 @@
 // persisted counter only grows), then waits for a synced commit without
 // it: concurrent creates share their fsyncs, and lookups (Get, Copies) do
 // not wait behind them. The copy is found by lookups once it is durable.
+// That unsynced commit under the lock almost never waits on the disk; it
+// can when it rotates the WAL (about once per 64 MB written) or meets a
+// write stall.
+//
+// A Delete marks the name as being deleted and runs without the copy-set
+// lock: lookups go on and still find the copy until its deletion is
+// durable, and a Create or another Delete of the same name waits for it
+// (so a Create is never handed the dying copy, and its keys follow the
+// deletion in the WAL).
 //
 // Metadata changes (seal, epochs, cuts, retention, reset, delete) run as
 // exclusive operations on their copy: new writes to that copy wait, writes

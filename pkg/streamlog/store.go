@@ -46,14 +46,24 @@ type impl struct {
 	// (UncleanStart); set by load, read-only after.
 	uncleanStart bool
 
-	// mu guards the copy set and the id counter. It is never held across
-	// an fsync.
+	// mu guards the copy set, the id counter and the marks below. It is
+	// not held across a wait for an fsync: a delete drops it for its
+	// synced batch, a create for its WAL sync. A create's batch is
+	// committed under it without fsync (so that ids reach the WAL in
+	// order); such a commit almost never waits on the disk, but can when
+	// it rotates the WAL (about once per 64 MB written, the memtable
+	// size) or meets a write stall.
 	mu     sync.Mutex
 	byName map[string]*Copy
 	nextID uint64
 	// creating holds the creates written and waiting for their fsync, by
 	// stream name; the channel is closed when the create ends.
 	creating map[string]chan struct{}
+	// deleting holds the deletes in progress (waiting for the copy's
+	// writes and for their own synced batch), by stream name; the channel
+	// is closed when the delete ends. The copy stays in byName until its
+	// deletion is durable.
+	deleting map[string]chan struct{}
 
 	// life guards closed and active: every public operation enters and
 	// leaves, so Close can wait for operations in progress (including
@@ -217,6 +227,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	s.holdMax = defaultHoldMax
 	s.byName = make(map[string]*Copy)
 	s.creating = make(map[string]chan struct{})
+	s.deleting = make(map[string]chan struct{})
 	s.lifeCond = sync.NewCond(&s.life)
 	s.kick = make(chan struct{}, 1)
 	s.committed = make(chan struct{})
@@ -436,12 +447,13 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 	s.mu.Lock()
 	// A create of the same name still waiting for its sync is waited for:
 	// then it is held (the same stream id is handed that copy, another is
-	// ErrExists) or it failed.
-	for s.creating[stream] != nil {
-		done := s.creating[stream]
+	// ErrExists) or it failed. So is a delete of the name: the dying copy
+	// is not handed out, and the new copy's batch follows the deletion's.
+	s.awaitMarksLocked(stream)
+	if err := s.failure(); err != nil {
+		// What it waited for may have failed (the store is broken for good).
 		s.mu.Unlock()
-		<-done
-		s.mu.Lock()
+		return nil, fmt.Errorf("streamlog: create %s: store failed: %w", stream, err)
 	}
 	if c := s.byName[stream]; c != nil {
 		s.mu.Unlock()
@@ -463,7 +475,8 @@ func (s *impl) create(stream string, streamID uint64, ret wire.Retention) (*Copy
 	binary.BigEndian.PutUint64(next[:], id+1)
 	_ = b.Set(nextIDKey, next[:], nil)
 	// Written under s.mu without fsync, so the batches, and the id
-	// counter in them, reach the WAL in id order; the fsync is waited for
+	// counter in them, reach the WAL in id order (the commit almost never
+	// waits on the disk; see impl.mu); the fsync is waited for
 	// without s.mu (issue 17: a create held it across its own fsync, so a
 	// host's creates took one fsync each in turn and every Get, Copies and
 	// heartbeat waited behind them). The copy is not handed out before it
@@ -502,26 +515,52 @@ func (s *impl) syncWAL() error {
 	return s.guard(func() error { return b.Commit(pebble.Sync) })
 }
 
+// awaitMarksLocked waits, with s.mu held on entry and on return (dropped
+// while waiting), until no create and no delete of stream is in progress.
+func (s *impl) awaitMarksLocked(stream string) {
+	for {
+		done := s.creating[stream]
+		if done == nil {
+			done = s.deleting[stream]
+		}
+		if done == nil {
+			return
+		}
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
+}
+
 func (s *impl) delete(stream string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.leave()
-	// s.mu is held throughout, so a Create of the same name waits until the
-	// old copy is gone instead of being handed the dying copy.
+	// A create of the name waiting for its fsync ends first, and so does
+	// another delete of it (then the copy is gone, or the store failed).
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.creating[stream] != nil {
-		// A create of the name waiting for its fsync ends first.
-		done := s.creating[stream]
+	s.awaitMarksLocked(stream)
+	if err := s.failure(); err != nil {
+		// The delete waited for failed (the store is broken for good).
 		s.mu.Unlock()
-		<-done
-		s.mu.Lock()
+		return fmt.Errorf("streamlog: delete %s: store failed: %w", stream, err)
 	}
 	c := s.byName[stream]
 	if c == nil {
+		s.mu.Unlock()
 		return nil
 	}
+	// The mark makes a Create of the same name wait until the old copy
+	// is gone instead of being handed the dying copy; s.mu itself is not
+	// held while the copy's queued writes commit and the deletion syncs
+	// (issue 17: every Get, Copies and Create on the host waited behind
+	// each delete's fsync). Meanwhile the copy is still found, as it is
+	// on disk until the deletion is durable.
+	done := make(chan struct{})
+	s.deleting[stream] = done
+	s.mu.Unlock()
+
 	err := c.exclusive(func() error {
 		b := s.db.NewBatch()
 		defer releaseBatch(b)
@@ -536,6 +575,11 @@ func (s *impl) delete(stream string) error {
 		c.mu.Unlock()
 		return nil
 	})
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.deleting, stream)
+	close(done)
 	if err != nil {
 		return fmt.Errorf("streamlog: delete %s: %w", stream, err)
 	}
