@@ -738,11 +738,21 @@ func (o *owner) expire() {
 // stopIntake stops taking publishes, fetches and cursor commits; queued
 // publishes that are not written yet fail with code. Followers are still
 // served and written publishes may still be confirmed.
+//
+// The subscriptions are drained, not unsubscribed: an Unsubscribe drops
+// the messages NATS has already handed to the subscription (or sent
+// before it heard of the unsubscribe) whose callback has not run yet, and
+// a publish among them would get no answer at all, its client waiting out
+// its request timeout (TestPublishesAcrossTheSealAnswered). Drained, each
+// still reaches its callback, which now refuses it with code (closing is
+// set first): a retryable refusal the client acts on at once. Drain does
+// not wait; the callbacks that run after stop returns only refuse.
 func (o *owner) stopIntake(code string) {
 	o.closing.CompareAndSwap(nil, &code)
 	for _, s := range o.subs {
-		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
-			o.log.Warn("unsubscribe", "subject", s.Subject, "err", err)
+		if err := s.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) &&
+			!errors.Is(err, nats.ErrConnectionDraining) {
+			o.log.Warn("drain", "subject", s.Subject, "err", err)
 		}
 	}
 	o.inMu.Lock()
