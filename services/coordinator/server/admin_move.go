@@ -323,7 +323,7 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}}
+	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}, Staying: []wire.DrainStayer{}}
 	if !st.DrainRequested(req.Node) {
 		// Not live (draining already, or expired or left: its streams
 		// fail over anyway), or undrained or restarted since the begin:
@@ -331,9 +331,17 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 		return out, nil
 	}
 	for _, name := range st.SortedStreams() {
-		if a := st.Streams[name].Assignment; a.Owner == req.Node && len(a.Copies()) >= 2 {
-			out.Moving = append(out.Moving, name)
+		if st.Streams[name].Assignment.Owner != req.Node {
+			continue
 		}
+		if why := s.drainStays(st, name); why != "" {
+			out.Staying = append(out.Staying, wire.DrainStayer{Stream: name, Reason: why})
+			continue
+		}
+		out.Moving = append(out.Moving, name)
+	}
+	if len(out.Staying) > 0 {
+		s.log.Warn("node drain: streams no planned move can take stay on the node", "node", req.Node, "staying", out.Staying)
 	}
 	if !s.startDrain(req.Node) {
 		return out, nil // this replica's drain of the node goes on
@@ -348,6 +356,27 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, out.Moving)
 	}()
 	return out, nil
+}
+
+// drainStays says why no planned move can take stream (owned by a node
+// being drained, read from st) from its owner now (a wire.DrainStay*
+// reason), or "" when one can: it has one copy, a recovery of it is
+// pending, or none of its followers is up.
+func (s *Server) drainStays(st *state.State, stream string) string {
+	ss := st.Streams[stream]
+	if len(ss.Assignment.Copies()) < 2 {
+		return wire.DrainStayOneCopy
+	}
+	if ss.Recovery != nil {
+		return wire.DrainStayRecovering
+	}
+	view := s.moveView(st, stream)
+	for _, f := range ss.Assignment.Followers {
+		if f != ss.Assignment.Owner && view.Up(f) {
+			return ""
+		}
+	}
+	return wire.DrainStayNoLiveFollower
 }
 
 // finishDrain moves names (streams node, at incarnation inc, owned when

@@ -230,3 +230,57 @@ func TestConcurrentDrainsPlanFromFreshState(t *testing.T) {
 		t.Fatalf("%s's drain handed streams off to %s after %s's drain was recorded: %v", x, y, y, toY)
 	}
 }
+
+// TestDrainReplySaysWhatStays: node.drain's reply lists, besides the
+// streams it moves, those no planned move can take from the node, with
+// why: a one-copy stream (no follower), and one whose only follower is
+// draining (no live follower). Before, both were only logged once the
+// drain's moves ended, and the one-copy stream not even then.
+func TestDrainReplySaysWhatStays(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
+	hosts := c.scriptedStreams([]string{"h1", "h2"}, []string{"pair"}, 2, 0)
+	s := c.servers[c.leader()]
+	if c.info("pair").Assignment.Owner != "h1" {
+		t.Skip("pair is not owned by h1") // ties go to the lowest node id: not expected
+	}
+	drainNode(t, s, "h2")
+	c.nodeStateIs("h2", wire.NodeDraining)
+	hosts["h1"].setTails("one", 10, 0)
+	if i := c.create("one", 1); i.Assignment.Owner != "h1" {
+		t.Fatalf("one is on %s, want h1 (the only live node not draining)", i.Assignment.Owner)
+	}
+	h3 := c.host("h3")
+	h3.answerHandoffs()
+	for _, n := range []string{"moved", "pair"} {
+		hosts["h1"].setTails(n, 10, 0)
+		h3.setTails(n, 10, 0)
+	}
+	c.liveHosts(2)
+	moved := c.create("moved", 2)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.NodeRef{Node: "h1"})
+	r, err := s.nodeDrainMoves(ctx, body)
+	if err != nil {
+		t.Fatalf("drain h1: %v", err)
+	}
+	reply := r.(*wire.NodeDrainReply)
+	wantMoving := []string{}
+	if moved.Assignment.Owner == "h1" {
+		wantMoving = append(wantMoving, "moved")
+	}
+	wantStaying := []wire.DrainStayer{{Stream: "one", Reason: wire.DrainStayOneCopy}, {Stream: "pair", Reason: wire.DrainStayNoLiveFollower}}
+	if !slices.Equal(reply.Moving, wantMoving) || !slices.Equal(reply.Staying, wantStaying) {
+		t.Fatalf("drain of h1: moving %v staying %v; want moving %v staying %v", reply.Moving, reply.Staying, wantMoving, wantStaying)
+	}
+	c.nodeStateIs("h1", wire.NodeDraining)
+	for _, n := range []string{"one", "pair"} {
+		if o := c.info(n).Assignment.Owner; o != "h1" {
+			t.Fatalf("%s moved to %s", n, o)
+		}
+	}
+	if o := c.info("moved").Assignment.Owner; o != "h3" {
+		t.Fatalf("moved is owned by %s after the drain, want h3", o)
+	}
+}
