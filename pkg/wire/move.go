@@ -68,8 +68,10 @@ const (
 // let it wait for the node), no_live_follower (none of its followers is on
 // a live node, so no move and no recovery may take it), recovery_pending
 // (a recovery decides its owner), not_moved (attention only: a live
-// follower exists but the drain's move did not complete; node.drain again
-// retries it, and a recovery takes it off a draining owner anyway).
+// follower exists but the drain's move did not complete; node.drain
+// again does nothing for a node already draining: stream.move to a live
+// follower moves it, or node.undrain then node.drain tries every stream
+// again, and a recovery takes it off a draining owner anyway).
 type DrainStayer struct {
 	Stream string `json:"stream"`
 	Reason string `json:"reason"`

@@ -515,7 +515,8 @@ func (j *judging) nodesHoldingCopies() []found {
 // one copy; a recovery pending (it decides the owner); no follower on a
 // live node; else not_moved (a live follower exists: the drain's move
 // failed, and the recovery the controller starts for a draining owner
-// has not come yet; node.drain again retries the move).
+// has not come yet; node.drain again does nothing for a draining node:
+// stream.move, or node.undrain then node.drain, retries the move).
 func (j *judging) drainsStuck() []found {
 	state := map[string]string{}
 	for _, ni := range j.v.Nodes {
