@@ -46,8 +46,11 @@ type StreamMoveReply struct {
 // drain_requested on the node while the moves run, then state draining.
 //
 // Staying lists the streams the node owns that no planned move can take
-// from it, each with why (DrainStay*); they stay on the node once it is
-// draining, and attention lists them (drain_stuck) until they are gone.
+// from it when the drain replies, each with why (DrainStay*). The drain
+// still tries each with a follower (no_live_follower, recovery_pending),
+// planned from a fresh read at its turn: a follower up by then takes it.
+// What is left stays on the node once it is draining, or fails over by
+// recovery, and attention lists it (drain_stuck) until it is gone.
 type NodeDrainReply struct {
 	OK      bool          `json:"ok"`
 	Version uint64        `json:"version"`

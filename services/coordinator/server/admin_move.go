@@ -294,9 +294,10 @@ func (s *Server) endDrain(node string) {
 
 // nodeDrainMoves is the admin verb node.drain. It records the drain in the
 // Raft state (state.NodeDrainBegin: from then on no copy and no ownership
-// moves to the node, on any coordinator) and replies with the replicated
-// streams the node owns, which this replica then moves to other hosts by
-// planned moves in the background (at most maxDrainMoves at once, each
+// moves to the node, on any coordinator) and replies with the streams the
+// node owns (moving, or staying with why), which this replica then tries
+// to move, every one with a follower, to other hosts by planned moves in
+// the background (at most maxDrainMoves at once, each
 // within drainMoveTimeout), so the reply does not wait for many moves.
 // Each move plans from a fresh read; node.undrain, a restart, or the node
 // expiring or leaving stops the moves not yet begun (finishDrain). Once
@@ -330,11 +331,20 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 		// nothing to move, nothing to mark.
 		return out, nil
 	}
+	// The drain tries every stream the node owns with a follower, each
+	// planned from a fresh read (finishDrain): one with no follower up or
+	// a recovery pending now may be movable by its turn. The reply says
+	// how each stands now.
+	var try []string
 	for _, name := range st.SortedStreams() {
 		if st.Streams[name].Assignment.Owner != req.Node {
 			continue
 		}
-		if why := s.drainStays(st, name); why != "" {
+		why := s.drainStays(st, name)
+		if why != wire.DrainStayOneCopy {
+			try = append(try, name)
+		}
+		if why != "" {
 			out.Staying = append(out.Staying, wire.DrainStayer{Stream: name, Reason: why})
 			continue
 		}
@@ -353,7 +363,7 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	go func() {
 		defer s.handlers.Done()
 		defer s.endDrain(req.Node)
-		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, out.Moving)
+		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, try)
 	}()
 	return out, nil
 }
@@ -379,9 +389,10 @@ func (s *Server) drainStays(st *state.State, stream string) string {
 	return wire.DrainStayNoLiveFollower
 }
 
-// finishDrain moves names (streams node, at incarnation inc, owned when
-// its drain began) elsewhere, then marks node draining if its drain is
-// still requested. Each move plans from a state read just before it (not
+// finishDrain moves names (streams node, at incarnation inc, owned with
+// a follower when its drain began, whether the reply said moving or
+// staying) elsewhere, then marks node draining if its drain is still
+// requested. Each move plans from a state read just before it (not
 // the one read at the drain's start: another drain, a move or a failover
 // may have come since), and none starts once the read shows the drain no
 // longer requested of that incarnation (node.undrain, a restart, the node
