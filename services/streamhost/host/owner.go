@@ -66,6 +66,9 @@ type owner struct {
 	ahead   chan struct{}
 	// closing holds the error code publishes get once intake stopped.
 	closing atomic.Pointer[string]
+	// drainFrom is the NATS connection's reconnect count when intake
+	// stopped (stopIntake sets it before closing).
+	drainFrom atomic.Uint64
 
 	dd *dedupe.Window // the appender goroutine's only
 	// ddFilled: fillDedupe gave dd the log's window (window.go); until
@@ -751,10 +754,14 @@ func (o *owner) expire() {
 // reconnect during the drain leaves the server subscribed for the rest of
 // the connection; watchDrain ends that connection.
 func (o *owner) stopIntake(code string) {
-	if !o.closing.CompareAndSwap(nil, &code) {
+	if o.closing.Load() != nil {
 		return // stopped before: the subscriptions drain already
 	}
 	reconnects := o.h.nc.Stats().Reconnects
+	o.drainFrom.Store(reconnects) // before closing: unlessSuperseded reads it after
+	if !o.closing.CompareAndSwap(nil, &code) {
+		return
+	}
 	drained := make([]*nats.Subscription, 0, len(o.subs))
 	for _, s := range o.subs {
 		err := s.Drain()
@@ -777,17 +784,21 @@ func (o *owner) stopIntake(code string) {
 	o.inMu.Unlock()
 }
 
-// unlessSuperseded wraps an intake callback: once the role has stopped
-// and the copy plays another role (a newer owner or follower role, on
-// this host), the callback drops the message unanswered. A drained
-// subscription that a reconnect made the server route to again
-// (watchDrain) gets the publishes the new role, or the new owner
-// elsewhere, gets too: a refusal from the ended role ("not confirmed",
-// retried by a client) of a publish the new role writes and confirms
-// would make it be written twice.
+// unlessSuperseded wraps an intake callback: once the role has stopped,
+// the connection has reconnected since, and the copy plays another role
+// (a newer owner or follower role, on this host), the callback drops the
+// message unanswered. A drained subscription that a reconnect made the
+// server route to again (watchDrain) gets the publishes the new role, or
+// the new owner elsewhere, gets too: a refusal from the ended role ("not
+// confirmed", retried by a client) of a publish the new role writes and
+// confirms would make it be written twice. With no reconnect the drain's
+// UNSUB reached the server before the role's end was answered (the seal
+// reply goes out after it on the same connection), so before any newer
+// role subscribed: what the drained subscription still gets went to it
+// alone, and is refused, never dropped.
 func (o *owner) unlessSuperseded(cb nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		if o.closing.Load() != nil && o.superseded() {
+		if o.closing.Load() != nil && o.h.nc.Stats().Reconnects != o.drainFrom.Load() && o.superseded() {
 			return
 		}
 		cb(m)
