@@ -12,6 +12,7 @@ const (
 	AttentionOwnerOnly    = "owner_only_stream_waiting"
 	AttentionStoreFailed  = "host_store_failed"
 	AttentionUnderRepl    = "under_replicated"
+	AttentionDrainStuck   = "drain_stuck"
 )
 
 // Severities.

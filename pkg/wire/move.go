@@ -44,10 +44,40 @@ type StreamMoveReply struct {
 // its restart) and whatever it still owns fails over by recovery when a
 // follower may take it, else stays there. cluster.info shows
 // drain_requested on the node while the moves run, then state draining.
+//
+// Staying lists the streams the node owns that no planned move can take
+// from it when the drain replies, each with why (DrainStay*). The drain
+// still tries each with a follower (no_live_follower, recovery_pending),
+// planned from a fresh read at its turn: a follower up by then takes it.
+// What is left stays on the node once it is draining, or fails over by
+// recovery, and attention lists it (drain_stuck) until it is gone.
 type NodeDrainReply struct {
-	OK      bool     `json:"ok"`
-	Version uint64   `json:"version"`
-	Moving  []string `json:"moving"`
+	OK      bool          `json:"ok"`
+	Version uint64        `json:"version"`
+	Moving  []string      `json:"moving"`
+	Staying []DrainStayer `json:"staying"`
+}
+
+// The reasons of DrainStayer (also the drain_stuck entry's figures).
+const (
+	DrainStayOneCopy        = "one_copy"
+	DrainStayNoLiveFollower = "no_live_follower"
+	DrainStayRecovering     = "recovery_pending"
+	DrainStayNotMoved       = "not_moved"
+)
+
+// DrainStayer is a stream a drain leaves on its node, and why: one_copy
+// (E = 1: no follower to move it to; add copies with stream.update, or
+// let it wait for the node), no_live_follower (none of its followers is on
+// a live node, so no move and no recovery may take it), recovery_pending
+// (a recovery decides its owner), not_moved (attention only: a live
+// follower exists but the drain's move did not complete; node.drain
+// again does nothing for a node already draining: stream.move to a live
+// follower moves it, or node.undrain then node.drain tries every stream
+// again, and a recovery takes it off a draining owner anyway).
+type DrainStayer struct {
+	Stream string `json:"stream"`
+	Reason string `json:"reason"`
 }
 
 // HandoffRequest asks the owner of Stream at Epoch to hand its ownership

@@ -166,7 +166,10 @@ func validExamples() []exampleCase {
 			Version: 88, AnsweredBy: 2}},
 		{"ok.reply.schema.json", wire.OK{OK: true, Version: 90}},
 		{"stream-move.reply.schema.json", wire.StreamMoveReply{Stream: "orders", From: "node-a", To: "node-b", Epoch: 5, HeldMS: 3, TookMS: 21, Version: 91}},
-		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 92, Moving: []string{"orders"}}},
+		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 92, Moving: []string{"orders"}, Staying: []wire.DrainStayer{}}},
+		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 93, Moving: []string{}, Staying: []wire.DrainStayer{
+			{Stream: "audit", Reason: wire.DrainStayOneCopy}, {Stream: "orders", Reason: wire.DrainStayNoLiveFollower}}}},
+		{def("drain_stayer"), wire.DrainStayer{Stream: "audit", Reason: wire.DrainStayNotMoved}},
 		{"handoff.request.schema.json", wire.HandoffRequest{Stream: "orders", StreamID: 17, Epoch: 4, Target: "node-b", TimeoutMS: 2000, HoldMS: 4000}},
 		{"handoff.request.schema.json", wire.HandoffRequest{Stream: "orders", StreamID: 17, Epoch: 4, Target: "node-b", Resume: true}},
 		{"handoff.reply.schema.json", wire.HandoffReply{Node: "node-a", Stream: "orders", Epoch: 4, RecordTail: 9250, CursorTail: 320, Digest: "9f86d081884c7d65", TookMS: 2}},

@@ -91,6 +91,7 @@ func Judge(cfg Config, v View, hbs map[string]HeartbeatSeen, mem *Memory, now ti
 		all = append(all, j.stream(s, mem)...)
 	}
 	all = append(all, j.nodesHoldingCopies()...)
+	all = append(all, j.drainsStuck()...)
 	all = append(all, j.storeFailures()...)
 	mem.endRound()
 

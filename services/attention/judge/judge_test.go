@@ -669,3 +669,37 @@ func TestUnderReplicated(t *testing.T) {
 		stream(short(full, 2))
 	none(t, f.judge(nil))
 }
+
+// TestDrainStuck: a draining node that still owns streams is listed once,
+// with each stream and why it stays: one copy, a recovery pending, no
+// follower on a live node, or not moved (a live follower exists). A node
+// whose drain is still running (live) or that owns nothing is not listed.
+func TestDrainStuck(t *testing.T) {
+	one := serving(assign(1, "", "C"))
+	one.Stream, one.Assignment.Stream = "one", "one"
+	stuck := serving(assign(1, "", "C", "B"))
+	stuck.Stream, stuck.Assignment.Stream = "stuck", "stuck"
+	left := serving(assign(1, "", "C", "A"))
+	left.Stream, left.Assignment.Stream = "left", "left"
+	rec := serving(assign(1, "", "C", "A"))
+	rec.Stream, rec.Assignment.Stream = "rec", "rec"
+	rec.Recovery = &wire.PendingRecovery{Transition: 2, Reason: "move"}
+	other := serving(assign(1, "", "A", "C"))
+	other.Stream, other.Assignment.Stream = "other", "other"
+	f := newFixture().
+		node("A", wire.NodeLive).node("B", wire.NodeExpired).node("C", wire.NodeDraining).node("D", wire.NodeDraining).
+		stream(one).stream(stuck).stream(left).stream(rec).stream(other)
+	f.view.ListeningSince = f.now
+	es := filter(f.judge(nil), wire.AttentionDrainStuck)
+	if len(es) != 1 || es[0].Node != "C" || es[0].Severity != wire.SeverityWarning {
+		t.Fatalf("entries %v, want one warning for C", kinds(es))
+	}
+	wantFigures(t, es[0], map[string]any{
+		"owner_of": []string{"left", "one", "rec", "stuck"},
+		"why": map[string]string{"one": wire.DrainStayOneCopy, "stuck": wire.DrainStayNoLiveFollower,
+			"left": wire.DrainStayNotMoved, "rec": wire.DrainStayRecovering},
+	})
+	if want := "node C is draining and still owns 4 streams: 1 no_live_follower, 1 not_moved, 1 one_copy, 1 recovery_pending"; es[0].Headline != want {
+		t.Errorf("headline %q, want %q", es[0].Headline, want)
+	}
+}

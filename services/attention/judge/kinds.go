@@ -509,6 +509,77 @@ func (j *judging) nodesHoldingCopies() []found {
 	return out
 }
 
+// drainsStuck: a draining node (its node.drain ended) that still owns
+// streams: no planned move took them and no recovery may, or not yet.
+// Each stream is listed with why (wire.DrainStay*), judged from the state:
+// one copy; a recovery pending (it decides the owner); no follower on a
+// live node; else not_moved (a live follower exists: the drain's move
+// failed, and the recovery the controller starts for a draining owner
+// has not come yet; node.drain again does nothing for a draining node:
+// stream.move, or node.undrain then node.drain, retries the move).
+func (j *judging) drainsStuck() []found {
+	state := map[string]string{}
+	for _, ni := range j.v.Nodes {
+		state[ni.Node] = ni.State
+	}
+	var out []found
+	for _, ni := range j.v.Nodes {
+		if ni.State != wire.NodeDraining {
+			continue
+		}
+		why := map[string]string{}
+		var owned []string
+		for _, s := range j.v.Streams {
+			a := s.Assignment
+			if a.Owner != ni.Node {
+				continue
+			}
+			owned = append(owned, s.Stream)
+			switch {
+			case len(a.Copies()) < 2:
+				why[s.Stream] = wire.DrainStayOneCopy
+			case s.Recovery != nil:
+				why[s.Stream] = wire.DrainStayRecovering
+			case !slices.ContainsFunc(a.Followers, func(f string) bool { return f != a.Owner && state[f] == wire.NodeLive }):
+				why[s.Stream] = wire.DrainStayNoLiveFollower
+			default:
+				why[s.Stream] = wire.DrainStayNotMoved
+			}
+		}
+		if len(owned) == 0 {
+			continue
+		}
+		slices.Sort(owned)
+		out = append(out, found{
+			entry: wire.AttentionEntry{
+				Kind:     wire.AttentionDrainStuck,
+				Severity: wire.SeverityWarning,
+				Node:     ni.Node,
+				Headline: fmt.Sprintf("node %s is draining and still owns %s: %s", ni.Node, plural(len(owned), "stream", "streams"), drainWhy(owned, why)),
+				Figures: map[string]any{
+					"owner_of": owned,
+					"why":      why,
+				},
+			},
+			key: entryKey(wire.AttentionDrainStuck, "", 0, ni.Node),
+		})
+	}
+	return out
+}
+
+// drainWhy says, for a headline, how many of owned stay for each reason.
+func drainWhy(owned []string, why map[string]string) string {
+	count := map[string]int{}
+	for _, s := range owned {
+		count[why[s]]++
+	}
+	var parts []string
+	for _, r := range sortedKeys(count) {
+		parts = append(parts, fmt.Sprintf("%d %s", count[r], r))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -22,7 +22,7 @@ var knownKinds = []string{
 	wire.AttentionWaitPrefix, wire.AttentionWaitAnswers, wire.AttentionBelowPolicy,
 	wire.AttentionSealedLeft, wire.AttentionAcceptedLoss, wire.AttentionNodeHolds,
 	wire.AttentionFollowerLag, wire.AttentionOwnerOnly, wire.AttentionStoreFailed,
-	wire.AttentionUnderRepl,
+	wire.AttentionUnderRepl, wire.AttentionDrainStuck,
 }
 
 // metrics hold the entries of the latest judging by kind, read by the

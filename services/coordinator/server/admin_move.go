@@ -294,9 +294,10 @@ func (s *Server) endDrain(node string) {
 
 // nodeDrainMoves is the admin verb node.drain. It records the drain in the
 // Raft state (state.NodeDrainBegin: from then on no copy and no ownership
-// moves to the node, on any coordinator) and replies with the replicated
-// streams the node owns, which this replica then moves to other hosts by
-// planned moves in the background (at most maxDrainMoves at once, each
+// moves to the node, on any coordinator) and replies with the streams the
+// node owns (moving, or staying with why), which this replica then tries
+// to move, every one with a follower, to other hosts by planned moves in
+// the background (at most maxDrainMoves at once, each
 // within drainMoveTimeout), so the reply does not wait for many moves.
 // Each move plans from a fresh read; node.undrain, a restart, or the node
 // expiring or leaving stops the moves not yet begun (finishDrain). Once
@@ -323,17 +324,34 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}}
+	out := &wire.NodeDrainReply{OK: true, Version: max(r.Version, st.Version), Moving: []string{}, Staying: []wire.DrainStayer{}}
 	if !st.DrainRequested(req.Node) {
 		// Not live (draining already, or expired or left: its streams
 		// fail over anyway), or undrained or restarted since the begin:
 		// nothing to move, nothing to mark.
 		return out, nil
 	}
+	// The drain tries every stream the node owns with a follower, each
+	// planned from a fresh read (finishDrain): one with no follower up or
+	// a recovery pending now may be movable by its turn. The reply says
+	// how each stands now.
+	var try []string
 	for _, name := range st.SortedStreams() {
-		if a := st.Streams[name].Assignment; a.Owner == req.Node && len(a.Copies()) >= 2 {
-			out.Moving = append(out.Moving, name)
+		if st.Streams[name].Assignment.Owner != req.Node {
+			continue
 		}
+		why := s.drainStays(st, name)
+		if why != wire.DrainStayOneCopy {
+			try = append(try, name)
+		}
+		if why != "" {
+			out.Staying = append(out.Staying, wire.DrainStayer{Stream: name, Reason: why})
+			continue
+		}
+		out.Moving = append(out.Moving, name)
+	}
+	if len(out.Staying) > 0 {
+		s.log.Warn("node drain: streams no planned move can take stay on the node", "node", req.Node, "staying", out.Staying)
 	}
 	if !s.startDrain(req.Node) {
 		return out, nil // this replica's drain of the node goes on
@@ -345,14 +363,36 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	go func() {
 		defer s.handlers.Done()
 		defer s.endDrain(req.Node)
-		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, out.Moving)
+		s.finishDrain(s.reqCtx, req.Node, st.Nodes[req.Node].Incarnation, try)
 	}()
 	return out, nil
 }
 
-// finishDrain moves names (streams node, at incarnation inc, owned when
-// its drain began) elsewhere, then marks node draining if its drain is
-// still requested. Each move plans from a state read just before it (not
+// drainStays says why no planned move can take stream (owned by a node
+// being drained, read from st) from its owner now (a wire.DrainStay*
+// reason), or "" when one can: it has one copy, a recovery of it is
+// pending, or none of its followers is up.
+func (s *Server) drainStays(st *state.State, stream string) string {
+	ss := st.Streams[stream]
+	if len(ss.Assignment.Copies()) < 2 {
+		return wire.DrainStayOneCopy
+	}
+	if ss.Recovery != nil {
+		return wire.DrainStayRecovering
+	}
+	view := s.moveView(st, stream)
+	for _, f := range ss.Assignment.Followers {
+		if f != ss.Assignment.Owner && view.Up(f) {
+			return ""
+		}
+	}
+	return wire.DrainStayNoLiveFollower
+}
+
+// finishDrain moves names (streams node, at incarnation inc, owned with
+// a follower when its drain began, whether the reply said moving or
+// staying) elsewhere, then marks node draining if its drain is still
+// requested. Each move plans from a state read just before it (not
 // the one read at the drain's start: another drain, a move or a failover
 // may have come since), and none starts once the read shows the drain no
 // longer requested of that incarnation (node.undrain, a restart, the node

@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
+	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
 // drainNode runs node.drain of n on s (the verb's handler, so the test
@@ -228,5 +229,136 @@ func TestConcurrentDrainsPlanFromFreshState(t *testing.T) {
 	defer mu.Unlock()
 	if len(toY) > 0 {
 		t.Fatalf("%s's drain handed streams off to %s after %s's drain was recorded: %v", x, y, y, toY)
+	}
+}
+
+// TestDrainReplySaysWhatStays: node.drain's reply lists, besides the
+// streams it moves, those no planned move can take from the node, with
+// why: a one-copy stream (no follower), and one whose only follower is
+// draining (no live follower). Before, both were only logged once the
+// drain's moves ended, and the one-copy stream not even then.
+func TestDrainReplySaysWhatStays(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.Balance.Off = true })
+	hosts := c.scriptedStreams([]string{"h1", "h2"}, []string{"pair"}, 2, 0)
+	s := c.servers[c.leader()]
+	if c.info("pair").Assignment.Owner != "h1" {
+		t.Skip("pair is not owned by h1") // ties go to the lowest node id: not expected
+	}
+	drainNode(t, s, "h2")
+	c.nodeStateIs("h2", wire.NodeDraining)
+	hosts["h1"].setTails("one", 10, 0)
+	if i := c.create("one", 1); i.Assignment.Owner != "h1" {
+		t.Fatalf("one is on %s, want h1 (the only live node not draining)", i.Assignment.Owner)
+	}
+	h3 := c.host("h3")
+	h3.answerHandoffs()
+	for _, n := range []string{"moved", "pair"} {
+		hosts["h1"].setTails(n, 10, 0)
+		h3.setTails(n, 10, 0)
+	}
+	c.liveHosts(2)
+	moved := c.create("moved", 2)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(wire.NodeRef{Node: "h1"})
+	r, err := s.nodeDrainMoves(ctx, body)
+	if err != nil {
+		t.Fatalf("drain h1: %v", err)
+	}
+	reply := r.(*wire.NodeDrainReply)
+	wantMoving := []string{}
+	if moved.Assignment.Owner == "h1" {
+		wantMoving = append(wantMoving, "moved")
+	}
+	wantStaying := []wire.DrainStayer{{Stream: "one", Reason: wire.DrainStayOneCopy}, {Stream: "pair", Reason: wire.DrainStayNoLiveFollower}}
+	if !slices.Equal(reply.Moving, wantMoving) || !slices.Equal(reply.Staying, wantStaying) {
+		t.Fatalf("drain of h1: moving %v staying %v; want moving %v staying %v", reply.Moving, reply.Staying, wantMoving, wantStaying)
+	}
+	c.nodeStateIs("h1", wire.NodeDraining)
+	for _, n := range []string{"one", "pair"} {
+		if o := c.info(n).Assignment.Owner; o != "h1" {
+			t.Fatalf("%s moved to %s", n, o)
+		}
+	}
+	if o := c.info("moved").Assignment.Owner; o != "h3" {
+		t.Fatalf("moved is owned by %s after the drain, want h3", o)
+	}
+}
+
+// TestDrainTriesAStreamStayingAtItsReply: the drain tries every stream
+// the node owns with a follower, each planned from a fresh read, not only
+// those its reply lists as moving. "zz" has its only follower on h2, whose
+// drain is requested when h1's drain replies (zz staying,
+// no_live_follower); h2 is undrained while h1's slower moves run, so by
+// the time zz's turn comes a planned move can take it to h2. Before, the
+// drain was given the reply's moving streams only and zz never had a
+// planned move (a recovery took it once h1 was draining).
+func TestDrainTriesAStreamStayingAtItsReply(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		o.Balance.Off = true
+		o.SealTimeout = 3 * time.Second
+	})
+	hosts := c.scriptedStreams([]string{"h1", "h2"}, []string{"zz"}, 2, 0)
+	if c.info("zz").Assignment.Owner != "h1" {
+		t.Skip("zz is not owned by h1") // ties go to the lowest node id: not expected
+	}
+	var mu sync.Mutex
+	handoffs := 0
+	if _, err := c.client.Subscribe(wire.HandoffSubject("h1"), func(m *nats.Msg) {
+		var req wire.HandoffRequest
+		if json.Unmarshal(m.Data, &req) == nil && req.Stream == "zz" {
+			mu.Lock()
+			handoffs++
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := c.servers[c.leader()]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := check(s.store.Propose(ctx, state.NodeDrainBegin("h2", s.opt.Now().UnixMilli()))); err != nil {
+		t.Fatal(err)
+	}
+	// Streams sorted before zz, on h1 and h3 (h2 takes no copy now), whose
+	// moves take a while.
+	h3 := c.host("h3")
+	h3.answerHandoffs()
+	names := streamNames(16) // s00..s15
+	for _, n := range names {
+		hosts["h1"].setTails(n, 10, 0)
+		h3.setTails(n, 10, 0)
+	}
+	c.liveHosts(3)
+	for _, n := range names {
+		c.create(n, 2)
+	}
+	for _, h := range []*host{hosts["h1"], h3} {
+		h.mu.Lock()
+		h.sealDelay = 150 * time.Millisecond
+		h.mu.Unlock()
+	}
+	body, _ := json.Marshal(wire.NodeRef{Node: "h1"})
+	r, err := s.nodeDrainMoves(ctx, body)
+	if err != nil {
+		t.Fatalf("drain h1: %v", err)
+	}
+	reply := r.(*wire.NodeDrainReply)
+	if !slices.Contains(reply.Staying, wire.DrainStayer{Stream: "zz", Reason: wire.DrainStayNoLiveFollower}) {
+		t.Fatalf("drain of h1: staying %v, want zz no_live_follower", reply.Staying)
+	}
+	if len(reply.Moving) <= maxDrainMoves {
+		t.Skipf("h1 owns %d streams to move: too few to keep the drain busy", len(reply.Moving))
+	}
+	if err := c.admin(wire.VerbNodeUndrain, wire.NodeRef{Node: "h2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.nodeStateIs("h1", wire.NodeDraining)
+	mu.Lock()
+	n := handoffs
+	mu.Unlock()
+	if n == 0 {
+		t.Fatalf("the drain of h1 never tried a planned move of zz (owner now %s)", c.info("zz").Assignment.Owner)
 	}
 }

@@ -426,3 +426,24 @@ func TestNoNewCopyOrOwnershipOnADrainRequestedNode(t *testing.T) {
 	refused(t, s, RecoveryBegin("s", st.Version, p, ReasonMove, "", "", 30), wire.CodeConflict)
 	refused(t, s, StreamCreate("q", 2, "", wire.Retention{}, wire.Assignment{Stream: "q", Owner: "h1", Followers: []string{"h2"}}, 31), wire.CodeConflict)
 }
+
+// TestDrainAgainOnADrainingNode pins what the not_moved advice
+// (wire.DrainStayNotMoved) says: node.drain on a node already draining
+// requests nothing (so no drain runs and nothing moves), and node.undrain
+// then node.drain requests a drain again.
+func TestDrainAgainOnADrainingNode(t *testing.T) {
+	s := New()
+	mustApply(t, s, NodeSeen("h1", 1, 10))
+	mustApply(t, s, NodeDrainBegin("h1", 20))
+	mustApply(t, s, NodeDrainRequested("h1", 30))
+	if n := s.Nodes["h1"]; n.State != wire.NodeDraining {
+		t.Fatalf("h1 after its drain: %+v", n)
+	}
+	if r := s.Apply(NodeDrainBegin("h1", 40)); r.Changed || s.DrainRequested("h1") {
+		t.Fatalf("node.drain again on a draining node requested a drain: %+v, node %+v", r, s.Nodes["h1"])
+	}
+	mustApply(t, s, NodeUndrain("h1", 50))
+	if r := s.Apply(NodeDrainBegin("h1", 60)); !r.Changed || !s.DrainRequested("h1") {
+		t.Fatalf("node.drain after node.undrain requested no drain: %+v, node %+v", r, s.Nodes["h1"])
+	}
+}

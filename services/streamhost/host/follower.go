@@ -38,6 +38,19 @@ const (
 	// (its store's fsync and the request's round trip overlap), and waits
 	// for the oldest to be durable once this many are outstanding.
 	followerAhead = 4
+	// noOwnerRetry is how soon a follower asks again, its first
+	// noOwnerRetries times in a row, when nobody answers its epoch's
+	// replication subject (no responders): after a failover or a planned
+	// move the followers apply the commit at about the time the new owner
+	// does, and the new owner subscribes only once promoted (a few ms
+	// later: its epoch's fsync, its window). The exponential backoff from
+	// backoffMin made the first follower ack to the new owner, which its
+	// first confirm needs, wait 10 to 30 ms more. No responders is answered
+	// by the NATS server at once, so these retries cost the owner nothing
+	// and the server one short request each, at most noOwnerRetries per
+	// follower and epoch; after them the backoff goes on as before.
+	noOwnerRetry   = 2 * time.Millisecond
+	noOwnerRetries = 10
 )
 
 // follower is the follower role of one copy at one epoch: a worker that
@@ -128,6 +141,7 @@ func (f *follower) run(ctx context.Context) {
 	}()
 	backoff := backoffMin
 	fails := 0
+	noOwner := 0 // no responders in a row, from the start of the role
 	wait := f.h.cfg.ReplWait
 	// idle: the last request, of the whole idle wait, came back empty,
 	// so the copy sleeps on its host's one long poll of the owner's host
@@ -176,6 +190,15 @@ func (f *follower) run(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, nats.ErrNoResponders) && noOwner < noOwnerRetries && fails == 0 {
+				noOwner++
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(noOwnerRetry):
+				}
+				continue
 			}
 			if !fail(slog.LevelDebug, "owner did not answer", "err", err, "fails", fails+1) {
 				return

@@ -261,7 +261,9 @@ type Host struct {
 	conn     *conngen.Generation
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
-	reqs     tracker // request goroutines (seals, hand-offs)
+	reqs     tracker // request goroutines (seals, hand-offs, watchDrain)
+	// drainForces counts the reconnects watchDrain asked for.
+	drainForces atomic.Uint64
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among

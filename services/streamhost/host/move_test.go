@@ -2,10 +2,13 @@ package host
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -262,4 +265,76 @@ func (c *miniCluster) resumeOtherThenHolder(t *testing.T, other, holder wire.Han
 		t.Fatal(e)
 	}
 	c.mustPublish(holder.Stream, payload(10))
+}
+
+// TestPublishesAcrossTheSealAnswered: publishes that reach the owner's
+// subscriptions while a planned move's seal ends its role are all
+// answered (confirmed, or refused with a retryable code), and promptly:
+// none is left for the client's request timeout (found by the balance
+// bench: a publish across a move waited the client's whole timeout, the
+// role's Unsubscribe having dropped the messages NATS had already handed
+// to the subscription but its callback had not yet run).
+func TestPublishesAcrossTheSealAnswered(t *testing.T) {
+	const stream, id = "moves", 10
+	const requestTimeout = 3 * time.Second // the balance bench's client
+	c := startPair(t, stream, id, nil)
+	c.mustPublish(stream, payload(0))
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: stream, StreamID: id, Epoch: 1, Target: "n2", TimeoutMS: 2000, HoldMS: 60_000, MoveID: "m"}); e != nil {
+		t.Fatal(e)
+	}
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nats.NewInbox()
+	var answered atomic.Int64
+	var bad atomic.Value
+	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) {
+		if e := replyError(m); e != nil && e.Code != wire.CodeSealed && e.Code != wire.CodeNotOwner {
+			bad.Store(e.Code + ": " + e.Message)
+		}
+		answered.Add(1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A burst of publishes keeps the owner's subscription queue full while
+	// the seal stops the role.
+	const n = 5000
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range n {
+			if err := nc.PublishRequest(wire.PublishSubject(stream), fmt.Sprintf("%s.%d", inbox, i), payload(i)); err != nil {
+				t.Error(err)
+				return
+			}
+			if i == n/4 {
+				_ = nc.Flush()
+			}
+		}
+		_ = nc.Flush()
+	}()
+	testEventually(t, "some publishes answered", func() bool { return answered.Load() > 0 })
+	if _, e := c.seal("n1", stream, id, 2, 1); e != nil {
+		t.Fatalf("seal the owner: %v", e)
+	}
+	<-sent
+	// Every publish is answered: by n1 while it subscribes, and with no
+	// responders (a status reply from the server) once nobody does.
+	deadline := time.Now().Add(requestTimeout / 3)
+	for answered.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := bad.Load(); v != nil {
+		t.Fatalf("a publish refused with a code that is not retryable across a move: %v", v)
+	}
+	if got := answered.Load(); got < n {
+		t.Fatalf("%d of %d publishes sent across the seal answered within %v", got, n, requestTimeout/3)
+	}
 }

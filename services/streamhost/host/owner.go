@@ -66,6 +66,9 @@ type owner struct {
 	ahead   chan struct{}
 	// closing holds the error code publishes get once intake stopped.
 	closing atomic.Pointer[string]
+	// drainFrom is the NATS connection's reconnect count when intake
+	// stopped (stopIntake sets it before closing).
+	drainFrom atomic.Uint64
 
 	dd *dedupe.Window // the appender goroutine's only
 	// ddFilled: fillDedupe gave dd the log's window (window.go); until
@@ -181,7 +184,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 			{wire.CommitSubject(a.Stream), o.onCommit},
 		} {
 			var sub *nats.Subscription
-			if sub, err = h.nc.Subscribe(s.subj, s.cb); err != nil {
+			if sub, err = h.nc.Subscribe(s.subj, o.unlessSuperseded(s.cb)); err != nil {
 				err = fmt.Errorf("subscribe %s: %w", s.subj, err)
 				break
 			}
@@ -739,12 +742,40 @@ func (o *owner) expire() {
 // stopIntake stops taking publishes, fetches and cursor commits; queued
 // publishes that are not written yet fail with code. Followers are still
 // served and written publishes may still be confirmed.
+//
+// The subscriptions are drained, not unsubscribed: an Unsubscribe drops
+// the messages NATS has already handed to the subscription (or sent
+// before it heard of the unsubscribe) whose callback has not run yet, and
+// a publish among them would get no answer at all, its client waiting out
+// its request timeout (TestPublishesAcrossTheSealAnswered). Drained, each
+// still reaches its callback, which now refuses it with code (closing is
+// set first): a retryable refusal the client acts on at once. Drain does
+// not wait; the callbacks that run after stop returns only refuse, or
+// stay silent once the copy has a newer role (unlessSuperseded). A
+// reconnect during the drain leaves the server subscribed for the rest of
+// the connection; watchDrain ends that connection.
 func (o *owner) stopIntake(code string) {
-	o.closing.CompareAndSwap(nil, &code)
+	if o.closing.Load() != nil {
+		return // stopped before: the subscriptions drain already
+	}
+	reconnects := o.h.nc.Stats().Reconnects
+	o.drainFrom.Store(reconnects) // before closing: unlessSuperseded reads it after
+	if !o.closing.CompareAndSwap(nil, &code) {
+		return
+	}
+	drained := make([]*nats.Subscription, 0, len(o.subs))
 	for _, s := range o.subs {
-		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
-			o.log.Warn("unsubscribe", "subject", s.Subject, "err", err)
+		err := s.Drain()
+		switch {
+		case err == nil:
+			drained = append(drained, s)
+		case !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) &&
+			!errors.Is(err, nats.ErrConnectionDraining):
+			o.log.Warn("drain", "subject", s.Subject, "err", err)
 		}
+	}
+	if len(drained) > 0 && !o.h.reqs.Go(func() { o.h.watchDrain(drained, reconnects) }) {
+		o.log.Debug("host stopping: drain not watched")
 	}
 	o.inMu.Lock()
 	if !o.inClosed {
@@ -752,6 +783,37 @@ func (o *owner) stopIntake(code string) {
 		close(o.in)
 	}
 	o.inMu.Unlock()
+}
+
+// unlessSuperseded wraps an intake callback: once the role has stopped,
+// the connection has reconnected since, and the copy plays another role
+// (a newer owner or follower role, on this host), the callback drops the
+// message unanswered. A drained subscription that a reconnect made the
+// server route to again (watchDrain) gets the publishes the new role, or
+// the new owner elsewhere, gets too: a refusal from the ended role ("not
+// confirmed", retried by a client) of a publish the new role writes and
+// confirms would make it be written twice. With no reconnect the drain's
+// UNSUB reached the server before the role's end was answered (the seal
+// reply goes out after it on the same connection), so before any newer
+// role subscribed: what the drained subscription still gets went to it
+// alone, and is refused, never dropped.
+func (o *owner) unlessSuperseded(cb nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if o.closing.Load() != nil && o.h.nc.Stats().Reconnects != o.drainFrom.Load() && o.superseded() {
+			return
+		}
+		cb(m)
+	}
+}
+
+// superseded reports whether the copy has a role that is not this one.
+func (o *owner) superseded() bool {
+	r := o.h.lookupReplica(o.stream)
+	if r == nil {
+		return false
+	}
+	st := r.status.Load()
+	return st != nil && st.role != wire.RoleNone && st.own != o
 }
 
 // failPending fails every publish still waiting for its confirm with code,
@@ -777,8 +839,16 @@ func (o *owner) settled() bool {
 	return o.mu.move.inflight == 0 && o.mu.conf.settled(time.Now())
 }
 
-// stop ends the role: no more subjects, waiting publishes fail with code,
-// and every goroutine of the role has returned when it returns.
+// stop ends the role: its intake subscriptions drain (stopIntake) and its
+// replication subscription is gone, waiting publishes fail with code, and
+// when it returns every goroutine the role started (appender, completer,
+// request goroutines) has returned. What it does not wait for, as it is
+// called under the replica's lock and the drain ends after a round trip to
+// the server: the drained subscriptions' callbacks, which run on NATS's
+// goroutines after it returns and only refuse (closing is set, the intake
+// closed, goTracked refuses) or stay silent (unlessSuperseded), and
+// watchDrain, which runs in the host's request tracker (reqs) that the
+// host's shutdown waits for.
 func (o *owner) stop(code string) {
 	// Host waits naming the stream learn at once that it is not owned
 	// here any more (idlewait.go).
