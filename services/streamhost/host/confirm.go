@@ -140,6 +140,15 @@ func (c *confirmer) stillAt(node string, record, cursor uint64, at time.Time) {
 	}
 }
 
+// ackedAt reports whether node's last counted ack is at exactly these
+// tails. A copy asleep on a host wait naming other tails has an ack the
+// owner never counted (a standalone ack lost on the way): it is woken, and
+// its own request carries the ack again, with its digest.
+func (c *confirmer) ackedAt(node string, record, cursor uint64) bool {
+	a, ok := c.acks[node]
+	return ok && a.record == record && a.cursor == cursor
+}
+
 // wait adds a publish waiting for its record: a first write (offsets
 // ascending, as appended) or a repeat of an earlier one.
 func (c *confirmer) wait(w *waiter) {

@@ -85,7 +85,10 @@
 //     closes the intake channel and cancels the role's context, which
 //     also ends an Append waiting for its group commit); each replication,
 //     fetch or long-poll commit request in a request goroutine of the
-//     owner within the host's budget for its kind (goRequest): an idle one
+//     owner within the host's budget for its kind (goRequest; a follower's
+//     standalone ack, a replication request without a reply subject, is
+//     counted in the subscription's callback instead: a digest read and
+//     owner.mu, never a wait): an idle one
 //     if one waits, else a new one, which after its request waits
 //     workerIdle for another (so stacks grown by one request serve the
 //     next); tracked by the owner's WaitGroup, which stop waits for, and
@@ -95,7 +98,10 @@
 //     the seals' budget.
 //   - per follower, its worker (startFollower; ends on stop, which cancels
 //     it and waits, or when the store closes). Asleep on a host wait it
-//     deregisters when its context ends.
+//     deregisters when its context ends. Beside it its syncer, which waits
+//     for each written batch to be durable and sends the standalone ack;
+//     the worker closes its queue when it returns and waits for it before
+//     closing done, so stop waits for both.
 //   - per owner node with sleeping follower copies, the host-wait loop
 //     (idlewait.go, started by the first copy to sleep there): one host
 //     wait at a time; it ends when no copy sleeps there any more (every

@@ -20,7 +20,7 @@ import (
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
-// copy sleeping there with the tails its next request would carry; the
+// copy sleeping there with its durable tails (what it acked last); the
 // owner host parks it and answers (frame.HostWake) at once with the
 // copies that have something to ask for, or as soon as one of them
 // changes, or with nothing at the end of the wait. The copies named wake
@@ -378,10 +378,12 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 // hostWakeIDs returns the stream ids of req's copies that have something
 // to ask for on their own: the copy's stream is not owned here at its
 // epoch with its node as a follower (its own request learns stale_epoch or
-// not_found), or its own request would not wait (the owner has records or
-// cursor events past its tails, or its tails are off the owner's), or the
+// not_found), or its tails are not the owner's written ones (the owner has
+// records or cursor events past them, or they are off the owner's), or the
 // owner's retained head is not the one the copy knows (its own request
-// brings the new head, and the copy trims what the owner no longer keeps).
+// brings the new head, and the copy trims what the owner no longer keeps),
+// or the tails it names are not the ack the owner counted for it last (its
+// standalone ack was lost: its own request carries the ack again).
 func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
 	var ids []uint64
 	for i := range req.Copies {
@@ -393,7 +395,7 @@ func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
 		}
 		t := o.c.Tails()
 		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten ||
-			c.KnownHead != t.Head {
+			c.KnownHead != t.Head || !o.ackedAt(req.Node, c.RecordTail, c.CursorTail) {
 			ids = append(ids, c.StreamID)
 		}
 	}

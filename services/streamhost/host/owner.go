@@ -894,6 +894,14 @@ func (o *owner) stillAt(node string, record, cursor uint64) {
 	o.mu.Unlock()
 }
 
+// ackedAt reports whether follower node's counted ack is at exactly these
+// tails (confirmer.ackedAt).
+func (o *owner) ackedAt(node string, record, cursor uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.conf.ackedAt(node, record, cursor)
+}
+
 // isFollower reports whether node follows this copy in the assignment.
 func (o *owner) isFollower(node string) bool {
 	o.mu.Lock()
