@@ -182,8 +182,18 @@ func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
 		t.Fatalf("host wait naming n2 on n3's subject answered %v; want bad_request", e)
 	}
 	// On its own subject it is answered: stream 9 at epoch 1 is owned
-	// here and n2 follows it, and nothing is past its tails, so the wait
-	// ends with nothing; a copy at another epoch is woken at once.
+	// here and n2 follows it, nothing is past its tails and they are the
+	// ack the owner counted (n2 acks them first, as its own request
+	// would), so the wait ends with nothing; a copy at another epoch is
+	// woken at once.
+	d0, err := c.hosts["n1"].h.store.Get("hw").DigestAt(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: 9, TailDigest: d0, WaitMS: 10, MaxBytes: 1 << 10}
+	if resp, err := c.nc.Request(wire.ReplicationSubject("hw", 1, "n2"), frame.AppendReplRequest(nil, &ack), 5*time.Second); err != nil || replyError(resp) != nil {
+		t.Fatalf("n2's ack: %v %v", err, replyError(resp))
+	}
 	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), req, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
