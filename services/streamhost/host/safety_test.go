@@ -224,31 +224,8 @@ func TestReplRequestOnAnotherNodesSubjectRefused(t *testing.T) {
 // so its later requests pass the log matching check and its acks count.
 func TestResetFollowerMatchesOwnerDigest(t *testing.T) {
 	const stream, id = "reset", 5
-	c := newMiniCluster(t)
-	as := assignment(stream, id, 1, "n1", []string{"n2", "n3"})
-	as.Retention = wire.Retention{MaxRecords: 5}
-	c.assign(as)
-	adjust := func(cfg *Config) {
-		cfg.ConfirmTimeout = 3 * time.Second
-		cfg.RetentionInterval = 20 * time.Millisecond
-	}
-	n1 := c.start("n1", adjust)
-	n2 := c.start("n2", adjust)
-	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
-	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower })
-	for i := range 20 {
-		c.mustPublish(stream, payload(i))
-	}
+	c, n1, n2, adjust := startTrimmed(t, stream, id)
 	owned := n1.h.store.Get(stream)
-	deadline := time.After(10 * time.Second)
-	for owned.Tails().Head < 15 {
-		select {
-		case <-owned.Changed():
-		case <-deadline:
-			t.Fatalf("owner head %d, want 15", owned.Tails().Head)
-		}
-	}
-
 	n3 := c.start("n3", adjust)
 	c.waitCopy("n3", stream, "reset and caught up", func(cs wire.CopyStatus) bool { return cs.RecordTail == 20 })
 	n3.log.waitFor(t, "behind the owner's head; resetting the copy")
@@ -434,4 +411,37 @@ func TestFollowerKeepsTheDuplicateWindow(t *testing.T) {
 	if pc, e := c.publish(stream, []byte("new"), "p", 20); e != nil || pc.Offset != 20 || pc.Duplicate {
 		t.Fatalf("new p/20: %+v, %v; want offset 20", pc, e)
 	}
+}
+
+// startTrimmed starts n1 owning stream (copies n1, n2, n3; retention of 5
+// records) and its follower n2, publishes 20 records and waits until the
+// owner's retention moved its head to 15. n3 is not started; adjust is the
+// hosts' configuration, for starting it.
+func startTrimmed(t *testing.T, stream string, id uint64) (c *miniCluster, n1, n2 *testHost, adjust func(*Config)) {
+	t.Helper()
+	c = newMiniCluster(t)
+	as := assignment(stream, id, 1, "n1", []string{"n2", "n3"})
+	as.Retention = wire.Retention{MaxRecords: 5}
+	c.assign(as)
+	adjust = func(cfg *Config) {
+		cfg.ConfirmTimeout = 3 * time.Second
+		cfg.RetentionInterval = 20 * time.Millisecond
+	}
+	n1 = c.start("n1", adjust)
+	n2 = c.start("n2", adjust)
+	c.waitCopy("n1", stream, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	c.waitCopy("n2", stream, "follower", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower })
+	for i := range 20 {
+		c.mustPublish(stream, payload(i))
+	}
+	owned := n1.h.store.Get(stream)
+	deadline := time.After(10 * time.Second)
+	for owned.Tails().Head < 15 {
+		select {
+		case <-owned.Changed():
+		case <-deadline:
+			t.Fatalf("owner head %d, want 15", owned.Tails().Head)
+		}
+	}
+	return c, n1, n2, adjust
 }
