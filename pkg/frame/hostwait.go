@@ -3,6 +3,8 @@ package frame
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // Host-pair wait frame kinds (schemas/frames.md). They came with version 2
@@ -25,7 +27,7 @@ const (
 	MaxHostWaitCopies = MaxHostWaitBytes / minHostWaitCopyLen
 	// HostWaitHeaderMax is the most a host wait's fields before its
 	// entries take (header, node, wait, count).
-	HostWaitHeaderMax = headerLen + 1 + 64 + 2*binary.MaxVarintLen64
+	HostWaitHeaderMax = headerLen + 1 + wire.MaxNameLen + 2*binary.MaxVarintLen64
 
 	minHostWaitCopyLen = 5 // five one-byte uvarints
 )

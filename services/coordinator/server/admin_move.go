@@ -336,11 +336,12 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 	// a recovery pending now may be movable by its turn. The reply says
 	// how each stands now.
 	var try []string
+	up := s.balanceUp(s.opt.Now())
 	for _, name := range st.SortedStreams() {
 		if st.Streams[name].Assignment.Owner != req.Node {
 			continue
 		}
-		why := s.drainStays(st, name)
+		why := drainStays(st, name, up)
 		if why != wire.DrainStayOneCopy {
 			try = append(try, name)
 		}
@@ -371,8 +372,8 @@ func (s *Server) nodeDrainMoves(ctx context.Context, body []byte) (any, error) {
 // drainStays says why no planned move can take stream (owned by a node
 // being drained, read from st) from its owner now (a wire.DrainStay*
 // reason), or "" when one can: it has one copy, a recovery of it is
-// pending, or none of its followers is up.
-func (s *Server) drainStays(st *state.State, stream string) string {
+// pending, or none of its followers is up (by up, a move target's rule).
+func drainStays(st *state.State, stream string, up func(*state.State, string) bool) string {
 	ss := st.Streams[stream]
 	if len(ss.Assignment.Copies()) < 2 {
 		return wire.DrainStayOneCopy
@@ -380,9 +381,8 @@ func (s *Server) drainStays(st *state.State, stream string) string {
 	if ss.Recovery != nil {
 		return wire.DrainStayRecovering
 	}
-	view := s.moveView(st, stream)
 	for _, f := range ss.Assignment.Followers {
-		if f != ss.Assignment.Owner && view.Up(f) {
+		if up(st, f) {
 			return ""
 		}
 	}

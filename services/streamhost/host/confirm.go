@@ -134,7 +134,7 @@ func (c *confirmer) acked(node string, record, cursor uint64, at time.Time) {
 // without asking on its own. It acks nothing new: the host wait carries no
 // tail digest, so only a tail already acked on the per-copy path counts.
 func (c *confirmer) stillAt(node string, record, cursor uint64, at time.Time) {
-	if a, ok := c.acks[node]; ok && a.record == record && a.cursor == cursor && at.After(a.at) {
+	if a := c.acks[node]; c.ackedAt(node, record, cursor) && at.After(a.at) {
 		a.at = at
 		c.acks[node] = a
 	}

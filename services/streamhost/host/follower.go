@@ -175,7 +175,7 @@ func (f *follower) run(ctx context.Context) {
 		// Records come from the written tail, past batches whose fsync
 		// still runs (syncer acks them as they land).
 		req.ReadFrom, req.ReadDigest = t.RecordWritten, t.WrittenDigest
-		f.noteSent(t.Record)
+		f.raiseSent(t.Record)
 		msg := nats.NewMsg(subj)
 		msg.Data = frame.AppendReplRequest(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
@@ -324,13 +324,16 @@ func (f *follower) syncer(ctx context.Context, subj string, pending <-chan writt
 	}
 }
 
-// noteSent records that a request carrying durable record tail tail is
-// being sent.
-func (f *follower) noteSent(tail uint64) {
+// raiseSent records that a request carrying durable record tail tail is
+// being sent; false when one already sent carries it or a later one.
+func (f *follower) raiseSent(tail uint64) bool {
 	for {
 		s := f.sentAck.Load()
-		if tail <= s || f.sentAck.CompareAndSwap(s, tail) {
-			return
+		if tail <= s {
+			return false
+		}
+		if f.sentAck.CompareAndSwap(s, tail) {
+			return true
 		}
 	}
 }
@@ -343,14 +346,8 @@ func (f *follower) noteSent(tail uint64) {
 // poll to end.
 func (f *follower) ackDurable(subj string) {
 	t := f.c.Tails()
-	for {
-		s := f.sentAck.Load()
-		if t.Record <= s {
-			return
-		}
-		if f.sentAck.CompareAndSwap(s, t.Record) {
-			break
-		}
+	if !f.raiseSent(t.Record) {
+		return
 	}
 	req := f.ack(t)
 	if err := f.h.nc.Publish(subj, frame.AppendReplRequest(nil, &req)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
