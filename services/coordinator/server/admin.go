@@ -405,10 +405,10 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeUnavailable, "read the created stream: %v", err)
 	}
-	if sv.Stream == nil {
-		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", req.Stream)
+	info, err := s.infoOf(req.Stream, sv)
+	if err != nil {
+		return nil, err
 	}
-	info := s.info(sv.Stream, sv.Status, s.live.ViewStream(req.Stream), s.opt.Now())
 	if !served && info.StreamID == r.StreamID && info.Status == wire.StatusServing {
 		s.log.Warn("stream created but its owner does not serve it yet", "stream", req.Stream,
 			"stream_id", r.StreamID, "owner", owner, "waited", ownerServeWait.String())
@@ -451,9 +451,18 @@ func (s *Server) infoAfter(ctx context.Context, stream string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sv := v.(state.StreamView)
+	info, err := s.infoOf(stream, v.(state.StreamView))
+	if err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// infoOf is stream's info from sv (read from the state) and this replica's
+// liveness view, or not_found when sv holds no such stream.
+func (s *Server) infoOf(stream string, sv state.StreamView) (wire.StreamInfo, error) {
 	if sv.Stream == nil {
-		return nil, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", stream)
+		return wire.StreamInfo{}, wire.Errorf(wire.CodeNotFound, "stream %s does not exist", stream)
 	}
 	return s.info(sv.Stream, sv.Status, s.live.ViewStream(stream), s.opt.Now()), nil
 }
