@@ -263,6 +263,15 @@ func (c *Copy) Tails() Tails { return c.tails() }
 // long polls.
 func (c *Copy) Changed() <-chan struct{} { return c.changed() }
 
+// WrittenChanged returns a channel closed at the next change of the tails
+// other than the durable record tail moving up over records already
+// written (a group commit of records only): records or cursor events
+// written or applied, cursor events made durable, the head, a cut, a
+// reset, a seal or a failure. An owner's replication long poll, which
+// serves written records, waits on it, so that it is woken once per
+// append, not again when the append becomes durable.
+func (c *Copy) WrittenChanged() <-chan struct{} { return c.writtenChanged() }
+
 // LogEpochs returns which owner history each range of the logs followed.
 func (c *Copy) LogEpochs() []wire.LogEpoch { return c.logEpochs() }
 
@@ -309,6 +318,21 @@ func (c *Copy) CutToHistory(target uint64, starts []wire.HistoryStart) (CutResul
 // epoch is newer than the copy's. Call CutToHistory first. An epoch below
 // the seal's fence is ErrStaleFence.
 func (c *Copy) BeginEpoch(epoch uint64) error { return c.beginEpoch(epoch) }
+
+// BeginEpochAsync is BeginEpoch without the wait for its write to be
+// durable: the copy is at the new epoch (its seal released) when it
+// returns, its write is in the store's WAL ahead of every later write (so
+// any later synced write of the store, a record's group commit included,
+// makes it durable too), and durable is closed once it is durable. A
+// failed sync fails the store and leaves durable open. The caller must
+// let nothing of the new epoch leave the host before durable is closed: a
+// crash before then may lose the begin while keeping nothing written
+// after it (docs/failover.md, "The new owner's epoch begins before it is
+// durable"). A call that changes nothing returns the pending channel of
+// an earlier async begin, if any, else a closed one.
+func (c *Copy) BeginEpochAsync(epoch uint64) (durable <-chan struct{}, err error) {
+	return c.beginEpochWith(epoch, true)
+}
 
 // EnforceRetention advances the head by the copy's retention. It never
 // removes a record at or above keepFrom (the caller passes the lowest offset

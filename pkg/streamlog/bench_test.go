@@ -386,3 +386,51 @@ func (ic *idealCommitter) close() {
 	<-ic.done
 	_ = ic.f.Close()
 }
+
+// BenchmarkAppendWrittenPipelined measures an owner's appender on its own:
+// one goroutine writes batches of 64 records of 256 bytes with
+// AppendWritten and keeps up to 6 written and not yet durable, waiting for
+// the oldest when it has 6 (the stream host's appender and completer,
+// maxWrittenAhead).
+// With one copy and one writer, every group commit holds one or a few of
+// its batches, so the rate shows how close the committer's fsyncs run to
+// each other.
+func BenchmarkAppendWrittenPipelined(b *testing.B) {
+	const batch, ahead = 64, 6
+	s := openTest(b, b.TempDir(), nil)
+	c := mustCreate(b, s, "bench", 1)
+	data := make([][]byte, batch)
+	for i := range data {
+		data[i] = bytes.Repeat([]byte{'x'}, benchRecordSize)
+	}
+	ctx := context.Background()
+	var queued []func(context.Context) error
+	g0 := s.stats.groups.Load()
+	b.SetBytes(batch * benchRecordSize)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if len(queued) == ahead {
+			if err := queued[0](ctx); err != nil {
+				b.Fatal(err)
+			}
+			queued = queued[1:]
+		}
+		_, durable, err := c.AppendWritten(ctx, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		queued = append(queued, durable)
+	}
+	for _, d := range queued {
+		if err := d(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch)/elapsed.Seconds(), "records/s")
+	if groups := s.stats.groups.Load() - g0; groups > 0 {
+		b.ReportMetric(float64(b.N)/float64(groups), "batches/group")
+	}
+}

@@ -28,6 +28,9 @@ type request struct {
 	evs                       bool
 	evEnd                     uint64
 	snap                      bool // the request writes a cursor snapshot at evEnd
+	// announced: its records were signalled when written (appendWritten),
+	// so their group commit need not wake WrittenChanged's waiters again.
+	announced bool
 
 	done chan error // buffered: the committer never blocks on a caller that gave up
 }
@@ -210,17 +213,27 @@ func (s *impl) completeGroup(group []*request, err error) {
 			}
 		}
 		// Signal on failure too: exclusive operations waiting for
-		// in-flight writes must wake up and see the failure.
+		// in-flight writes must wake up and see the failure. Records
+		// made durable alone wake only Changed's waiters: those of
+		// WrittenChanged saw them when they were written.
 		if !c.signalPending {
 			c.signalPending = true
 			touched = append(touched, c)
+		}
+		if err != nil || r.evs || !r.recs || !r.announced {
+			c.signalAll = true
 		}
 		c.mu.Unlock()
 	}
 	for _, c := range touched {
 		c.mu.Lock()
 		c.signalPending = false
-		c.signalLocked()
+		if c.signalAll {
+			c.signalAll = false
+			c.signalLocked()
+		} else {
+			c.signalDurableLocked()
+		}
 		c.mu.Unlock()
 	}
 	for _, r := range group {

@@ -50,14 +50,22 @@ type copyImpl struct {
 	snapBoundary, snapNext uint64
 	// cursors is the fold of the snapshot and the events above it.
 	cursors map[string]uint64
+	// beginDurable is closed once the copy's last BeginEpochAsync is
+	// durable (nil if there was none).
+	beginDurable <-chan struct{}
 	// gate is non-nil while an exclusive operation runs; writers wait for
 	// it to close.
 	gate      chan struct{}
 	changedCh chan struct{}
+	// writtenCh is changedCh less the changes that only make written
+	// records durable (WrittenChanged).
+	writtenCh chan struct{}
 	deleted   bool
 	// signalPending is set while the completer has this copy on its list
-	// of copies to wake.
-	signalPending bool
+	// of copies to wake; signalAll when that wake-up is more than the
+	// record tail reaching records already written (signalLocked, not
+	// signalDurableLocked).
+	signalPending, signalAll bool
 }
 
 func newCopy(s *impl, id uint64, m meta, cursorTail uint64) *Copy {
@@ -74,6 +82,7 @@ func newCopy(s *impl, id uint64, m meta, cursorTail uint64) *Copy {
 	c.snapBoundary, c.snapNext = cursorTail, cursorTail
 	c.cursors = make(map[string]uint64)
 	c.changedCh = make(chan struct{})
+	c.writtenCh = make(chan struct{})
 	return c
 }
 
@@ -212,9 +221,19 @@ func clampCursors(state map[string]uint64, tail uint64) bool {
 	return clamped
 }
 
-// signalLocked wakes everyone waiting on Changed, and tells
-// Options.OnChange.
+// signalLocked wakes everyone waiting on Changed or WrittenChanged, and
+// tells Options.OnChange.
 func (c *copyImpl) signalLocked() {
+	close(c.writtenCh)
+	c.writtenCh = make(chan struct{})
+	c.signalDurableLocked()
+}
+
+// signalDurableLocked wakes those waiting on Changed, not those on
+// WrittenChanged, and tells Options.OnChange: for a group commit that only
+// made written records durable, which adds nothing a reader of written
+// records has not been woken for already (appendWritten signalled them).
+func (c *copyImpl) signalDurableLocked() {
 	close(c.changedCh)
 	c.changedCh = make(chan struct{})
 	if c.s.onChange != nil {
@@ -361,6 +380,7 @@ func (c *copyImpl) appendWritten(ctx context.Context, data [][]byte) (uint64, fu
 	}
 	first := c.next
 	r.assign(c.id, first, c.nextDigest, c.nextCum)
+	r.announced = true // signalled below, once queued
 	if err := c.s.enqueue(r); err != nil {
 		c.mu.Unlock()
 		c.s.leave()
@@ -519,6 +539,7 @@ func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) 
 	if snap {
 		c.snapBoundary, c.snapNext = off+1, off+1
 	}
+	c.s.markUnsynced(c)
 	c.signalLocked()
 	return off, nil
 }
@@ -665,16 +686,48 @@ func (s *impl) cursorSyncLoop(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		s.mu.Lock()
-		cs := make([]*copyImpl, 0, len(s.byName))
-		for _, c := range s.byName {
-			cs = append(cs, &c.copyImpl)
+		cs := s.takeUnsynced()
+		if len(cs) == 0 {
+			continue
 		}
-		s.mu.Unlock()
-		if err := s.syncCursorsOf(context.Background(), cs); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Warn("periodic cursor sync failed", "err", err)
+		if err := s.syncCursorsOf(context.Background(), cs); err != nil {
+			// Not marked again: a failed synced write fails the store for
+			// good (fail-stop, see Failure), so a retry at the next tick
+			// could only fail again and log it every interval.
+			if !errors.Is(err, ErrClosed) {
+				s.log.Warn("periodic cursor sync failed", "err", err)
+			}
 		}
 	}
+}
+
+// markUnsynced records that c has owner cursor events written without a
+// sync, for the next tick of cursorSyncLoop.
+func (s *impl) markUnsynced(c *copyImpl) {
+	s.unsyncedMu.Lock()
+	if s.unsynced == nil {
+		s.unsynced = map[*copyImpl]struct{}{}
+	}
+	s.unsynced[c] = struct{}{}
+	s.unsyncedMu.Unlock()
+}
+
+// takeUnsynced returns the copies marked since the last call and clears
+// the set. A copy marked again while its sync runs is in the next set;
+// one made durable meanwhile by another synced write is skipped by
+// syncCursorsOf, which looks at each copy's tails.
+func (s *impl) takeUnsynced() []*copyImpl {
+	s.unsyncedMu.Lock()
+	defer s.unsyncedMu.Unlock()
+	if len(s.unsynced) == 0 {
+		return nil
+	}
+	cs := make([]*copyImpl, 0, len(s.unsynced))
+	for c := range s.unsynced {
+		cs = append(cs, c)
+	}
+	clear(s.unsynced)
+	return cs
 }
 
 func (c *copyImpl) cursor(name string) (uint64, bool) {
@@ -708,6 +761,12 @@ func (c *copyImpl) changed() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.changedCh
+}
+
+func (c *copyImpl) writtenChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writtenCh
 }
 
 func (c *copyImpl) logEpochs() []wire.LogEpoch {

@@ -46,7 +46,11 @@
 // committer writes everything queued, across all copies, in one batch
 // committed with pebble.Sync, then publishes tails in queue order. A caller
 // is answered only after its batch is durable, and a copy's durable tail
-// never passes a hole. Before taking the next group the committer waits
+// never passes a hole. The committer runs no code of its callers but
+// Options.OnGroupCommit and OnChange, which must return at once: whatever
+// a caller does once its write is durable (a follower's ack over NATS) it
+// does on a goroutine of its own, so that nothing it waits for can hold
+// up the next group of every copy. Before taking the next group the committer waits
 // briefly (at most 300µs) for as many requests as the previous group had,
 // since those callers usually come straight back; otherwise closed-loop
 // writers split into cohorts that take turns at the disk.
@@ -54,9 +58,19 @@
 // Owner cursor events (AppendCursor) are written with pebble.NoSync. Pebble
 // has one write-ahead log, so any later synced commit makes them durable:
 // a background loop issues one every Options.CursorSyncInterval while some
-// copy has unsynced events, and Seal, BeginEpoch, CutToHistory and Close
+// copy has unsynced events (it looks only at the copies AppendCursor wrote
+// since its last tick, not at every copy held), and Seal, BeginEpoch, CutToHistory and Close
 // sync as part of their own writes. Tails reports CursorWritten and
 // CursorDurable separately.
+//
+// BeginEpochAsync writes an epoch's begin like BeginEpoch but does not
+// wait for its WAL sync (pebble's ApplyNoSyncWait): the copy is at the new
+// epoch when it returns, and one goroutine per such call waits for the
+// sync, closes the returned channel once it is durable, and holds the
+// store open (Close waits for it) until then. Every later synced write of
+// the store makes the begin durable too, since it is earlier in the one
+// WAL; what the caller may let leave the host before the channel closes
+// is its business (the stream host lets nothing of the epoch leave).
 //
 // Every few cursor events (1024) the fold of all cursor events, one
 // position per cursor, is written as the cursor snapshot in the same batch

@@ -40,6 +40,15 @@ func (c *copyImpl) seal(fence, transition uint64) (SealState, error) {
 		c.mu.Lock()
 		m := c.meta.clone()
 		written := c.cWritten
+		if m.Sealed && fence == m.Seal.FenceEpoch && transition == m.Seal.Transition &&
+			written == c.cDurable && c.next == c.tail {
+			// The same seal again (a recovery round retried after a
+			// timeout seals every copy anew), with nothing written since:
+			// the seal and everything it reports are durable already.
+			st = c.sealStateLocked()
+			c.mu.Unlock()
+			return nil
+		}
 		c.mu.Unlock()
 		epoch := lastEpoch(m.LogEpochs)
 		switch {
@@ -90,11 +99,44 @@ func ownEpoch(m meta) uint64 {
 }
 
 func (c *copyImpl) beginEpoch(epoch uint64) error {
-	if err := c.s.enter(); err != nil {
-		return err
+	_, err := c.beginEpochWith(epoch, false)
+	return err
+}
+
+// closedCh is a closed channel: a begin that is durable already.
+var closedCh = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	defer c.s.leave()
-	err := c.exclusive(func() error {
+}
+
+// beginEpochWith is BeginEpoch, or with async BeginEpochAsync: the batch
+// is then applied without waiting for its WAL sync, and durable is closed
+// by a goroutine of this call once the sync has ended (never, if it
+// failed: the store has failed then). That goroutine holds the store open
+// (enter/leave) until the sync ends, and is the only one per begin.
+func (c *copyImpl) beginEpochWith(epoch uint64, async bool) (durable <-chan struct{}, err error) {
+	if err := c.s.enter(); err != nil {
+		return nil, err
+	}
+	left := false
+	defer func() {
+		if !left {
+			c.s.leave()
+		}
+	}()
+	durable = closedCh
+	err = c.exclusive(func() error {
 		c.mu.Lock()
 		m := c.meta.clone()
 		tail, written := c.tail, c.cWritten
@@ -119,24 +161,77 @@ func (c *copyImpl) beginEpoch(epoch uint64) error {
 		// records the new owner writes there.
 		clamped := clampCursors(state, tail)
 		if !changed && !clamped {
-			return nil
+			c.mu.Lock()
+			pending := c.beginDurable
+			c.mu.Unlock()
+			if pending == nil || isClosed(pending) {
+				return nil
+			}
+			if async {
+				durable = pending // an earlier async begin's sync still runs
+				return nil
+			}
+			// A synchronous begin returns durable: the synced write
+			// below makes the earlier async one durable too.
 		}
-		return c.commitMeta(m, func(b *pebble.Batch) {
+		ops := func(b *pebble.Batch) {
 			if clamped {
 				_ = b.Set(snapshotKey(c.id), encodeSnapshot(written, state), nil)
 			}
-		}, func() {
-			c.cDurable = written
+		}
+		then := func() {
 			if clamped {
 				c.cursors = state
 				c.snapBoundary, c.snapNext = written, written
 			}
-		})
+		}
+		if !async {
+			return c.commitMeta(m, ops, func() {
+				// The synced commit also makes every cursor event written
+				// so far durable.
+				c.cDurable = written
+				then()
+			})
+		}
+		ch, err := c.commitMetaAsync(m, ops, then)
+		if err != nil {
+			return err
+		}
+		durable, left = ch, true
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("streamlog: begin epoch %d on %s: %w", epoch, c.name, err)
+		return nil, fmt.Errorf("streamlog: begin epoch %d on %s: %w", epoch, c.name, err)
 	}
-	return nil
+	return durable, nil
+}
+
+// commitMetaAsync is commitMeta without the wait for the WAL sync: the
+// batch is in the WAL ahead of every later write of the store, and visible,
+// when it returns, and the returned channel is closed once it is durable.
+// It takes over the caller's enter: its goroutine leaves once the sync
+// has ended. A failed sync fails the store (guard) and leaves the channel
+// open.
+func (c *copyImpl) commitMetaAsync(m meta, ops func(b *pebble.Batch), then func()) (<-chan struct{}, error) {
+	b := c.metaBatch(m, ops)
+	if err := c.s.guard(func() error { return c.s.db.ApplyNoSyncWait(b, pebble.Sync) }); err != nil {
+		releaseBatch(b)
+		return nil, err
+	}
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.beginDurable = ch
+	c.installMetaLocked(m, then)
+	c.mu.Unlock()
+	go func() {
+		defer c.s.leave()
+		err := c.s.guard(b.SyncWait)
+		releaseBatch(b)
+		if err == nil {
+			close(ch)
+		}
+	}()
+	return ch, nil
 }
 
 // cutPoint returns where a copy at own epoch is cut for target: the
@@ -410,21 +505,34 @@ func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 // before waking waiters, so the copy's state in memory never runs ahead of
 // what is on disk. Callers hold the copy exclusively (see exclusive).
 func (c *copyImpl) commitMeta(m meta, ops func(b *pebble.Batch), then func()) error {
-	b := c.s.db.NewBatch()
+	b := c.metaBatch(m, ops)
 	defer releaseBatch(b)
-	if ops != nil {
-		ops(b)
-	}
-	_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
 	if err := c.s.commitSync(b); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.installMetaLocked(m, then)
+	return nil
+}
+
+// metaBatch is a batch of ops and the copy's meta m (commitMeta,
+// commitMetaAsync).
+func (c *copyImpl) metaBatch(m meta, ops func(b *pebble.Batch)) *pebble.Batch {
+	b := c.s.db.NewBatch()
+	if ops != nil {
+		ops(b)
+	}
+	_ = b.Set(metaKey(c.id), encodeMeta(m), nil)
+	return b
+}
+
+// installMetaLocked makes m the copy's meta once its batch is written, runs
+// then and wakes the copy's waiters; c.mu is held.
+func (c *copyImpl) installMetaLocked(m meta, then func()) {
 	c.meta = m
 	if then != nil {
 		then()
 	}
 	c.signalLocked()
-	return nil
 }

@@ -93,6 +93,12 @@ type impl struct {
 
 	stopSync chan struct{}
 	syncDone chan struct{}
+	// unsynced holds the copies whose owner cursor events may not be
+	// durable yet (AppendCursor adds them), for cursorSyncLoop: what it
+	// visits follows the copies written, not the copies held. A leaf
+	// lock: taken under a copy's mu, nothing is taken under it.
+	unsyncedMu sync.Mutex
+	unsynced   map[*copyImpl]struct{}
 
 	stats commitStats
 	// beforeCommit, if set, runs in the committer before each group

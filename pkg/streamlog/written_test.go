@@ -6,6 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // TestReadWrittenBeforeDurable holds the committer so that appends stay
@@ -209,5 +215,138 @@ func TestApplyWrittenReturnsBeforeDurable(t *testing.T) {
 	// A batch past the written tail is a gap.
 	if _, err := c.ApplyWritten(ctx, recs(9, 1)); !errors.Is(err, ErrGap) {
 		t.Fatalf("apply past the tail: %v, want ErrGap", err)
+	}
+}
+
+// TestWrittenChangedNotWokenByDurable: WrittenChanged is closed when
+// records are written (an owner's append), not again when their group
+// commit makes them durable (Changed is); it is closed by the group commit
+// of records applied unannounced (a follower's) and by cursor events made
+// durable.
+func TestWrittenChangedNotWokenByDurable(t *testing.T) {
+	c, hold := gatedCopy(t)
+	ctx := context.Background()
+	hold.Lock()
+	wch := c.WrittenChanged()
+	_, durable, err := c.AppendWritten(ctx, payloads("a", 0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isClosedCh(wch) {
+		t.Fatal("WrittenChanged not closed by an append's written records")
+	}
+	wch, ch := c.WrittenChanged(), c.Changed()
+	hold.Unlock()
+	if err := durable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosedCh(ch) {
+		t.Fatal("Changed not closed by the append's group commit")
+	}
+	if isClosedCh(wch) {
+		t.Fatal("WrittenChanged closed again by the group commit of records it was woken for when written")
+	}
+
+	// Cursor events made durable wake it.
+	if _, err := c.AppendCursor("r", 1); err != nil {
+		t.Fatal(err)
+	}
+	wch = c.WrittenChanged()
+	if err := c.SyncCursors(); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosedCh(wch) {
+		t.Fatal("WrittenChanged not closed by cursor events made durable")
+	}
+
+	// A follower's apply does not signal when written: its group commit
+	// does, on both.
+	f, fhold := gatedCopy(t)
+	fhold.Lock()
+	fdurable, err := f.ApplyWritten(ctx, []Record{{Offset: 2, TimeNS: 1, Data: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch = f.WrittenChanged()
+	fhold.Unlock()
+	if err := fdurable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosedCh(wch) {
+		t.Fatal("WrittenChanged not closed by the group commit of applied records")
+	}
+}
+
+// isClosedCh reports whether ch is closed.
+func isClosedCh(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestWrittenChangedOnFailedCommit: an owner's append whose group commit
+// fails closes WrittenChanged again, although its records were announced
+// when written: a long poll parked on it must wake and see the failure.
+func TestWrittenChangedOnFailedCommit(t *testing.T) {
+	fault := &walFault{kinds: []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}}
+	hold := &sync.Mutex{}
+	s, err := openWith(Options{Dir: t.TempDir(), Logger: quietLogger(), CursorSyncInterval: time.Hour, FS: errorfs.Wrap(vfs.Default, fault)},
+		func(s *impl) { s.beforeCommit = func() { hold.Lock(); hold.Unlock() } }) //nolint:staticcheck // a gate, not a critical section
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	c := mustCreate(t, s, "w", 1)
+	ctx := context.Background()
+	hold.Lock()
+	_, durable, err := c.AppendWritten(ctx, payloads("a", 0, 2))
+	if err != nil {
+		hold.Unlock()
+		t.Fatal(err)
+	}
+	wch := c.WrittenChanged() // after the append's own signal
+	fault.on.Store(true)
+	hold.Unlock()
+	if err := durable(ctx); err == nil {
+		t.Fatal("append durable with its WAL sync failing")
+	}
+	if !isClosedCh(wch) {
+		t.Fatal("WrittenChanged not closed by the failed group commit of an announced append")
+	}
+}
+
+// TestWrittenChangedOnMetadataChanges: a cut, a reset and a seal each
+// close WrittenChanged (and Changed).
+func TestWrittenChangedOnMetadataChanges(t *testing.T) {
+	s := openTest(t, t.TempDir(), nil)
+	c := mustCreate(t, s, "m", 1)
+	if err := c.BeginEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, c, payloads("old", 0, 6))
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"cut", func() error {
+			res, err := c.CutToHistory(2, []wire.HistoryStart{{Epoch: 1, Node: "n1"}, {Epoch: 2, RecordTail: 4, Node: "n2"}})
+			if err == nil && (!res.Cut || c.Tails().Record != 4) {
+				return fmt.Errorf("cut %+v, tails %+v: want a cut to 4", res, c.Tails())
+			}
+			return err
+		}},
+		{"reset", func() error { return c.ResetTo(10, 0) }},
+		{"seal", func() error { _, err := c.Seal(3, 1); return err }},
+	} {
+		wch, ch := c.WrittenChanged(), c.Changed()
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if !isClosedCh(wch) || !isClosedCh(ch) {
+			t.Fatalf("%s: WrittenChanged closed %v, Changed closed %v; want both", step.name, isClosedCh(wch), isClosedCh(ch))
+		}
 	}
 }
