@@ -207,7 +207,7 @@ func TestEveryAdminVerbHasSchemasAndIsDocumented(t *testing.T) {
 	}
 	for _, subj := range []string{
 		wire.HeartbeatSubject("<node>"), wire.AssignNoticeSubject("<node>"), wire.AssignPull,
-		wire.SealSubject("<node>"), wire.HandoffSubject("<node>"), wire.PublishSubject("<stream>"), wire.PublishBatchSubject("<stream>"), wire.FetchSubject("<stream>"),
+		wire.SealSubject("<node>"), wire.SealBatchSubject("<node>"), wire.HandoffSubject("<node>"), wire.PublishSubject("<stream>"), wire.PublishBatchSubject("<stream>"), wire.FetchSubject("<stream>"),
 		wire.CommitSubject("<stream>"), wire.OwnerNoticeSubject("<stream>", "<node>"), "brook.s.<stream>.repl.<epoch>.<node>", wire.HostLeaveSubject("<node>"),
 		wire.HostReplSubject("<owner>", "<node>"),
 		wire.AttentionList,

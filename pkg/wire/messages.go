@@ -212,6 +212,36 @@ type SealReply struct {
 	Confirmed uint64 `json:"confirmed,omitempty"`
 }
 
+// MaxSealBatch is the most seals one SealBatch may hold; a host answers a
+// larger batch bad_request.
+const MaxSealBatch = 1024
+
+// SealBatch asks a host for several seals at once, each as SealRequest
+// asks it (brook.host.<node>.seals).
+type SealBatch struct {
+	Seals []SealRequest `json:"seals"`
+	// TimeoutMs, when set, is how long the host may take to answer: a
+	// seal still running then is answered timeout in the reply (it may
+	// still complete later; a seal is idempotent at its fence), so one
+	// slow seal does not hold its batch-mates' answers past their
+	// callers' deadlines. Unset, the host answers once every seal ended.
+	TimeoutMs uint64 `json:"timeout_ms,omitempty"`
+}
+
+// SealBatchReply answers a SealBatch: one result per seal, in the
+// batch's order. A batch refused as a whole (malformed, too large, the
+// host stopping) is answered with an ErrorReply instead.
+type SealBatchReply struct {
+	Replies []SealResult `json:"replies"`
+}
+
+// SealResult is one seal's answer in a SealBatchReply: exactly one of
+// Reply and Error is set.
+type SealResult struct {
+	Reply *SealReply `json:"reply,omitempty"`
+	Error *Error     `json:"error,omitempty"`
+}
+
 // CursorCommit asks the owner to record that cursor has consumed everything
 // below Offset.
 type CursorCommit struct {

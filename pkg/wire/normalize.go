@@ -46,6 +46,13 @@ func (r SealReply) MarshalJSON() ([]byte, error) {
 	return json.Marshal(p)
 }
 
+func (r SealBatchReply) MarshalJSON() ([]byte, error) {
+	type plain SealBatchReply
+	p := plain(r)
+	p.Replies = orEmpty(p.Replies)
+	return json.Marshal(p)
+}
+
 func (i StreamInfo) MarshalJSON() ([]byte, error) {
 	type plain StreamInfo
 	p := plain(i)

@@ -9,7 +9,7 @@ import (
 func TestNilListsMarshalEmpty(t *testing.T) {
 	for name, v := range map[string]any{
 		"assignment": Assignment{}, "snapshot": AssignmentSnapshot{Assignments: []AssignedStream{{}}},
-		"heartbeat": Heartbeat{}, "seal": SealReply{}, "info": StreamInfo{}, "list": StreamList{},
+		"heartbeat": Heartbeat{}, "seal": SealReply{}, "seals": SealBatchReply{Replies: []SealResult{{Reply: &SealReply{}}}}, "info": StreamInfo{}, "list": StreamList{},
 		"cluster": ClusterInfo{}, "attention": AttentionListReply{Entries: []AttentionEntry{{}}},
 		"pointer": &AssignedStream{},
 	} {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -202,6 +203,13 @@ func validExamples() []exampleCase {
 		{"seal.reply.schema.json", wire.SealReply{Node: "node-a", Stream: "orders", FenceEpoch: 5, Transition: 12,
 			RecordHead: 100, RecordTail: 9301, CursorTail: 320, LogEpochs: []wire.LogEpoch{{Epoch: 4, RecordStart: 9120, CursorStart: 311}},
 			Digest: "00ff", Confirmed: 9249}},
+		{"seal-batch.request.schema.json", wire.SealBatch{Seals: []wire.SealRequest{
+			{Stream: "orders", StreamID: 17, FenceEpoch: 5, Transition: 12, TraceParent: tp},
+			{Stream: "audit", StreamID: 3, FenceEpoch: 2, Transition: 13}}, TimeoutMs: 900}},
+		{"seal-batch.reply.schema.json", wire.SealBatchReply{Replies: []wire.SealResult{
+			{Reply: &wire.SealReply{Node: "node-c", Stream: "orders", FenceEpoch: 5, Transition: 12, Digest: "00ff"}},
+			{Error: wire.Errorf(wire.CodeNotFound, "node node-c holds no copy of stream audit with id 3")}}}},
+		{"seal-batch.reply.schema.json#/$defs/seal_result", wire.SealResult{Error: wire.Errorf(wire.CodeStaleEpoch, "stale")}},
 		// Stream data plane, JSON parts.
 		{"fetch.request.schema.json", wire.FetchRequest{Cursor: "billing", MaxRecords: 500, MaxBytes: 1 << 20, WaitMS: 2000}},
 		{"fetch.request.schema.json", wire.FetchRequest{Start: "offset", Offset: 9000}},
@@ -404,6 +412,11 @@ func TestMalformedExamplesAreRejected(t *testing.T) {
 		{"seal: fence epoch zero", "seal.request.schema.json", mutate(t, seal, set("fence_epoch", 0))},
 		{"seal: missing transition", "seal.request.schema.json", mutate(t, seal, del("transition"))},
 		{"seal: unknown field", "seal.request.schema.json", mutate(t, seal, set("force", true))},
+		{"seal batch: empty", "seal-batch.request.schema.json", mutate(t, wire.SealBatch{Seals: []wire.SealRequest{seal}}, set("seals", []any{}))},
+		{"seal batch: bad entry", "seal-batch.request.schema.json", mutate(t, wire.SealBatch{Seals: []wire.SealRequest{seal}}, first("seals", del("stream")))},
+		{"seal batch: too many", "seal-batch.request.schema.json", marshal(t, wire.SealBatch{Seals: slices.Repeat([]wire.SealRequest{seal}, wire.MaxSealBatch+1)})},
+		{"seal batch reply: both", "seal-batch.reply.schema.json", marshal(t, wire.SealBatchReply{Replies: []wire.SealResult{{Reply: &sealReply, Error: errReply.Error}}})},
+		{"seal batch reply: neither", "seal-batch.reply.schema.json", marshal(t, wire.SealBatchReply{Replies: []wire.SealResult{{}}})},
 		{"seal reply: uppercase digest", "seal.reply.schema.json", mutate(t, sealReply, set("digest", "00FF"))},
 		{"seal reply: null log epochs", "seal.reply.schema.json", mutate(t, sealReply, set("log_epochs", nil))},
 		{"seal reply: missing log epoch field", "seal.reply.schema.json", mutate(t, sealReply, first("log_epochs", del("cursor_start")))},

@@ -87,6 +87,19 @@ func AssignNoticeSubject(node string) string { return "brook.assign." + node }
 // SealSubject is answered by the stream host node with SealReply.
 func SealSubject(node string) string { return "brook.host." + node + ".seal" }
 
+// SealBatchSubject is answered by the stream host node with a
+// SealBatchReply: several seals in one request (SealBatch), so that a
+// failover of thousands of streams sends one request per host and batch
+// rather than one per copy.
+func SealBatchSubject(node string) string { return "brook.host." + node + ".seals" }
+
+// HostProbeSubject is answered by the stream host node with a liveness
+// beat (a Heartbeat with Live set, no copies): the coordinator leader asks
+// it before it expires the host by TTL (docs/failover.md). Only host node
+// may subscribe to it, so no other client answers in its name, and a dead
+// host's request gets "no responders".
+func HostProbeSubject(node string) string { return "brook.host." + node + ".probe" }
+
 // Stream data-plane subjects; only the stream's current owner subscribes.
 func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" }
 func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }

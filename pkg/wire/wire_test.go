@@ -108,6 +108,8 @@ func TestSubjects(t *testing.T) {
 		wire.HeartbeatSubject("n1"):                    "brook.hb.n1",
 		wire.AssignNoticeSubject("n1"):                 "brook.assign.n1",
 		wire.SealSubject("n1"):                         "brook.host.n1.seal",
+		wire.SealBatchSubject("n1"):                    "brook.host.n1.seals",
+		wire.HostProbeSubject("n1"):                    "brook.host.n1.probe",
 		wire.PublishSubject("orders"):                  "brook.s.orders.pub",
 		wire.FetchSubject("orders"):                    "brook.s.orders.fetch",
 		wire.CommitSubject("orders"):                   "brook.s.orders.commit",
