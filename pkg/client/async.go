@@ -179,7 +179,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
 		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
 	})
-	pd.watched = p.c.watchAttempt(p.stream, func() {
+	pd.watched = p.c.watchAttempt(p.stream, o.hasSeq, func() {
 		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
 	})
 	// A reconnect loses the attempt (or its reply): retry it at once.

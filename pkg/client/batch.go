@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,7 +230,7 @@ func (b *batcher) sendLocked() sendResult {
 	fl.timer = time.AfterFunc(timeout, func() {
 		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
 	})
-	fl.watched = b.c.watchAttempt(b.stream, func() {
+	fl.watched = b.c.watchAttempt(b.stream, !slices.ContainsFunc(items, func(it *batchItem) bool { return it.rec.Producer == "" }), func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
 	})
 	// A reconnect loses the batch (or its reply): retry it at once.

@@ -50,7 +50,9 @@ const (
 	DefaultMaxRetryTime   = 30 * time.Second
 	DefaultBackoffMin     = 5 * time.Millisecond
 	DefaultBackoffMax     = 250 * time.Millisecond
-	DefaultInfoInterval   = 250 * time.Millisecond
+	// DefaultInfoInterval is how long a retrying request waits after its
+	// first stream.info before the next; the wait doubles, up to 8 times.
+	DefaultInfoInterval = 250 * time.Millisecond
 )
 
 // options are the settings of a Client.
@@ -177,6 +179,9 @@ type Client struct {
 	// notices are the new owners' announcements requests retrying wait
 	// for (notices.go).
 	notices notices
+
+	// stats counts requests by kind (Stats).
+	stats stats
 
 	// gen ends with each connection Connect made (a reconnect); requests
 	// in flight on it are retried at once.

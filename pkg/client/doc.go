@@ -17,18 +17,29 @@
 // serves the stream, with a fetch that reads nothing; once an owner at a
 // newer epoch than the one the attempt reached answers, the attempt is
 // abandoned (ErrOwnerLost) instead of waiting out the request timeout (see
-// ownerwatch.go for how the owner an attempt reached is bounded). The
+// ownerwatch.go for how the owner an attempt reached is bounded); an
+// attempt with a producer id (WithProducer) is abandoned once an owner at a
+// newer epoch than the client knew when it sent the attempt answers, as its
+// retry cannot be written twice. It asks every 100 ms; while it hears the
+// stream's new-owner notices (which have it ask at once) and finds a live
+// owner that has not been replaced, at waits doubling up to 800 ms, back to
+// 100 ms once a probe finds nobody serving or gets no answer. The
 // client retries such a request with a bounded exponential backoff with
 // jitter, bounded by the caller's context and by the retry limits of the
 // Client (see WithRetry).
 // While it retries it asks a coordinator (admin stream.info) about the
-// stream, so a caller that runs out of patience gets ErrRecovering ("the
-// stream is failing over; retry later") when the stream is recovering or
-// waiting, and ErrNoSuchStream at once when the stream does not exist. It
-// asks only before a retry: once the limits have run out it gives up
-// without another request, so with WithRetry(1, 0) a failed attempt is the
+// stream, at the first retry and then after 250 ms, 500 ms, 1 s and every
+// 2 s (so the thousands of publishers of a mass failover do not flood the
+// coordinators recovering their streams), so a caller that runs out of
+// patience gets ErrRecovering ("the stream is failing over; retry later")
+// when the stream was recovering or waiting at the last check (up to 2 s
+// old), and ErrNoSuchStream when the stream does not exist (at once when
+// it did not exist at the first retry). It asks only before a retry: once the
+// limits have run out it gives up without another request, so with
+// WithRetry(1, 0) a failed attempt is the
 // only request made (and ErrRecovering then needs the host's recovering
-// answer).
+// answer). Stats counts the requests by kind (publish attempts, retries,
+// probes, stream.info) and the owner notices heard.
 //
 // # Batching
 //

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,18 +25,34 @@ import (
 // retry and while publishes are in flight (the stream's owner watch runs),
 // and dropped noticeLinger after the last of them, so a burst of retries
 // shares one subscription and steady publishing does not subscribe and
-// unsubscribe with every request.
+// unsubscribe with every request. Once sharedNoticesAt streams wait at
+// once, the next ones share one wildcard subscription of all streams'
+// notices, held until no stream waits.
 
 // noticeLinger is how long a stream's notice subscription outlives its last
 // waiting request.
 const noticeLinger = 2 * time.Second
 
+// sharedNoticesAt is how many streams must be waiting (holding notice
+// subscriptions) before the next ones share one wildcard subscription of
+// every stream's notices instead of subscribing each: a mass failover has
+// thousands of streams wait at once, and each subscription made and dropped
+// costs every nats-server of the cluster (the interest is routed). The
+// shared subscription hears every stream's notices, and those of streams
+// nobody waits for are dropped on arrival; it is held until no stream waits.
+const sharedNoticesAt = 64
+
 // noticeSub is the notice subscription of one stream.
 type noticeSub struct {
+	// sub is the stream's own subscription; nil when the stream's notices
+	// come through the shared one (notices.shared).
 	sub   *nats.Subscription
 	users int
 	// next is closed at the next notice (and then replaced).
 	next chan struct{}
+	// seq counts the notices heard, so that a retry can tell whether one
+	// came during its attempt (noticeMark).
+	seq uint64
 	// idle is the pending drop after the last user left; nil while used.
 	idle *time.Timer
 }
@@ -43,6 +61,13 @@ type noticeSub struct {
 type notices struct {
 	mu   sync.Mutex
 	subs map[string]*noticeSub
+	// shared is the wildcard subscription of every stream's notices, held
+	// from when sharedNoticesAt streams wait until none does.
+	shared *nats.Subscription
+	// held is len(subs), kept under mu, read without it by noticeMark:
+	// with no subscription at all (no request is retrying, the usual
+	// case) a publish's mark takes no lock.
+	held atomic.Int32
 }
 
 // awaitOwner returns a channel closed when the next owner notice of stream
@@ -56,16 +81,31 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 	s := n.subs[stream]
 	if s == nil {
 		s = &noticeSub{next: make(chan struct{})}
-		sub, err := c.nc.Subscribe(wire.OwnerNoticeWildcard(stream), func(*nats.Msg) { c.onOwnerNotice(stream) })
-		if err != nil {
-			c.log.Debug("owner notices not heard", "stream", stream, "err", err)
-			return nil, func() {}
+		if n.shared == nil && len(n.subs) >= sharedNoticesAt {
+			// The subscription goes out before any later request on the
+			// connection, as a stream's own would.
+			sub, err := c.nc.Subscribe(wire.OwnerNoticeWildcard("*"), c.onSharedNotice)
+			if err != nil {
+				c.log.Debug("owner notices not heard", "err", err)
+			} else {
+				n.shared = sub
+				c.stats.noticeSubscribes.Add(1)
+			}
 		}
-		s.sub = sub
+		if n.shared == nil {
+			sub, err := c.nc.Subscribe(wire.OwnerNoticeWildcard(stream), func(*nats.Msg) { c.onOwnerNotice(stream) })
+			if err != nil {
+				c.log.Debug("owner notices not heard", "stream", stream, "err", err)
+				return nil, func() {}
+			}
+			s.sub = sub
+			c.stats.noticeSubscribes.Add(1)
+		}
 		if n.subs == nil {
 			n.subs = make(map[string]*noticeSub)
 		}
 		n.subs[stream] = s
+		n.held.Add(1)
 	}
 	if s.idle != nil {
 		s.idle.Stop()
@@ -74,6 +114,44 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 	s.users++
 	var once sync.Once
 	return s.next, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
+}
+
+// noticeMark is where stream's notices stand: its subscription (nil while
+// none is held) and the notices it heard. A retry marks the start of each
+// attempt and, after a failed one, asks noticedSince: a notice that came
+// during the attempt (often the cause of its failure: it has the attempt
+// probed and abandoned) was heard before the retry began to wait for one.
+func (c *Client) noticeMark(stream string) noticeMark {
+	n := &c.notices
+	if n.held.Load() == 0 {
+		return noticeMark{}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.subs[stream]; s != nil {
+		return noticeMark{sub: s, seq: s.seq}
+	}
+	return noticeMark{}
+}
+
+// noticeMark is a stream's notice subscription and its count of notices
+// at one moment.
+type noticeMark struct {
+	sub *noticeSub
+	seq uint64
+}
+
+// noticedSince reports whether a notice of stream was heard after m.
+func (c *Client) noticedSince(stream string, m noticeMark) bool {
+	now := c.noticeMark(stream)
+	if now.sub == nil {
+		return false
+	}
+	if now.sub != m.sub {
+		// Subscribed after the mark: every notice it heard is later.
+		return now.seq > 0
+	}
+	return now.seq > m.seq
 }
 
 // releaseNotice ends one wait on s; the last one schedules the drop.
@@ -92,20 +170,50 @@ func (c *Client) releaseNotice(stream string, s *noticeSub) {
 			return
 		}
 		delete(n.subs, stream)
-		if err := s.sub.Unsubscribe(); err != nil {
-			c.log.Debug("drop owner notices", "stream", stream, "err", err)
+		n.held.Add(-1)
+		if s.sub != nil {
+			if err := s.sub.Unsubscribe(); err != nil {
+				c.log.Debug("drop owner notices", "stream", stream, "err", err)
+			}
+		}
+		if len(n.subs) == 0 && n.shared != nil {
+			if err := n.shared.Unsubscribe(); err != nil {
+				c.log.Debug("drop the shared owner notices", "err", err)
+			}
+			n.shared = nil
 		}
 	})
+}
+
+// onSharedNotice takes a notice heard on the shared subscription
+// (brook.s.<stream>.owner.<node>; a stream name holds no dot) to its
+// stream, if a request waits on it.
+func (c *Client) onSharedNotice(m *nats.Msg) {
+	tokens := strings.Split(m.Subject, ".")
+	if len(tokens) != 5 {
+		return
+	}
+	stream := tokens[2]
+	n := &c.notices
+	n.mu.Lock()
+	s := n.subs[stream]
+	n.mu.Unlock()
+	if s != nil && s.sub == nil {
+		// A stream with a subscription of its own hears it there.
+		c.onOwnerNotice(stream)
+	}
 }
 
 // onOwnerNotice wakes the requests waiting to retry on stream and has the
 // stream's owner watch probe at once.
 func (c *Client) onOwnerNotice(stream string) {
+	c.stats.notices.Add(1)
 	n := &c.notices
 	n.mu.Lock()
 	if s := n.subs[stream]; s != nil {
 		close(s.next)
 		s.next = make(chan struct{})
+		s.seq++
 	}
 	n.mu.Unlock()
 	c.watchMu.Lock()

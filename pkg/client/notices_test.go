@@ -3,8 +3,12 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -39,10 +43,12 @@ func TestRetryWakesOnOwnerNotice(t *testing.T) {
 		_ = s.Unsubscribe()
 	}
 	_ = quiet.nc.Flush()
+	// The late subscription comes back over a channel: the goroutine
+	// does not touch quiet.subs, which this one reads.
+	resubscribed := make(chan *nats.Subscription, 1)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		quiet.subs = append(quiet.subs[:0], subscribe(t, quiet.nc, wire.PublishSubject("s"), quiet.onPublish))
-		_ = quiet.nc.Flush()
+		resubscribed <- subscribe(t, quiet.nc, wire.PublishSubject("s"), quiet.onPublish)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err := c.Publish(ctx, "s", []byte("unheard"))
@@ -50,9 +56,7 @@ func TestRetryWakesOnOwnerNotice(t *testing.T) {
 	if err == nil {
 		t.Fatal("a publish retried without a notice was confirmed within 1s; its backoff is at least 5s")
 	}
-	for _, s := range quiet.subs {
-		_ = s.Unsubscribe()
-	}
+	_ = (<-resubscribed).Unsubscribe()
 	_ = quiet.nc.Flush()
 
 	// With a notice: the retry goes out at once.
@@ -80,34 +84,128 @@ func TestRetryWakesOnOwnerNotice(t *testing.T) {
 // notice makes the client probe at once, abandon the attempt and retry it
 // at the new owner, long before the 3 s request timeout.
 func TestOwnerNoticeAbandonsAHeldAttempt(t *testing.T) {
-	url := startNATS(t)
-	a := startOwner(t, url, 1)
-	c := connectClient(t, url, WithRequestTimeout(3*time.Second), WithOwnerProbe(10*time.Second))
-	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {
-		t.Fatalf("first publish: %+v %v", pc, err)
-	}
-	a.mu.Lock()
-	a.hold = true
-	a.mu.Unlock()
-	started := make(chan *standInOwner, 1)
-	go func() {
-		<-a.held
-		time.Sleep(150 * time.Millisecond)
+	publishAcrossAnnouncedOwner(t, "the notice should have had the held attempt abandoned well before the 3s request timeout",
+		WithOwnerProbe(10*time.Second))
+}
+
+// A notice that itself ends the attempt (it has the held attempt probed
+// and abandoned) must still wake the retry: the notice came before the
+// retry began to wait for one, and with a backoff of at least 5 s only
+// the notice can bring the publish to the new owner within 2 s.
+func TestOwnerNoticeThatAbandonsTheAttemptWakesItsRetry(t *testing.T) {
+	publishAcrossAnnouncedOwner(t, "the notice that abandoned the attempt should have woken its retry, not left it its backoff",
+		WithOwnerProbe(10*time.Second), WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
+}
+
+// publishAcrossAnnouncedOwner has the owner die holding a publish and a
+// new owner announce itself 150 ms later (publishAfterOwnerIsReplaced),
+// and fails with why unless the publish is confirmed at the new owner,
+// once, within 2 s.
+func publishAcrossAnnouncedOwner(t *testing.T, why string, opts ...Option) {
+	t.Helper()
+	pc, took, _, b, err := publishAfterOwnerIsReplaced(t, 150*time.Millisecond, func(url string) *standInOwner {
 		b := startOwner(t, url, 2)
 		announce(t, b, "h2")
-		started <- b
-	}()
-	start := time.Now()
-	pc, err := c.Publish(ctxTimeout(t, 20*time.Second), "s", []byte("two"))
-	took := time.Since(start)
-	b := <-started
+		return b
+	}, opts...)
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v", pc, err)
 	}
 	if took > 2*time.Second {
-		t.Fatalf("publish took %v; the notice should have had the held attempt abandoned well before the 3s request timeout", took)
+		t.Fatalf("publish took %v; %s", took, why)
 	}
-	if b.pubs.Load() < 1 {
-		t.Fatalf("the new owner saw %d publishes", b.pubs.Load())
+	if n := b.pubs.Load(); n != 1 {
+		t.Fatalf("the new owner saw %d publishes, want 1", n)
+	}
+}
+
+// A notice that arrives while the client asks the coordinators about the
+// stream (its status check after a failed attempt) wakes the retry as one
+// arriving during the backoff does: here the new owner starts and announces
+// itself while the stand-in coordinator holds its stream.info answer, and
+// the backoff is 10 s, so only the notice can bring the retry within 3 s.
+func TestOwnerNoticeDuringTheStatusCheck(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	started := make(chan *standInOwner, 1)
+	var once sync.Once
+	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+		once.Do(func() {
+			o := startOwner(t, url, 2)
+			announce(t, o, "h2")
+			started <- o
+			// The client is still waiting for this answer when the
+			// notice reaches it.
+			time.Sleep(50 * time.Millisecond)
+		})
+		respondJSON(t, m, wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusRecovering})
+	})
+	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
+
+	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced during the check"))
+	if err != nil {
+		t.Fatalf("publish whose new owner announced itself during the status check: %v (the retry waited its backoff)", err)
+	}
+	if pc.Epoch != 2 {
+		t.Fatalf("confirm %+v, want epoch 2", pc)
+	}
+	if n := (<-started).pubs.Load(); n != 1 {
+		t.Fatalf("the new owner saw %d publishes, want 1", n)
+	}
+}
+
+// Many streams waiting for a new owner at once (a mass failover) share one
+// wildcard notice subscription instead of one each: subscribing and
+// dropping thousands costs every nats-server of the cluster. A notice of
+// one of them still wakes its retry at once (the backoff is 10 s).
+func TestManyWaitingStreamsShareOneNoticeSubscription(t *testing.T) {
+	url := startNATS(t)
+	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
+	const n = 3 * sharedNoticesAt
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const stream = "m-150"
+	announced := make(chan error, 1)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := fmt.Sprintf("m-%03d", i)
+			_, err := c.Publish(ctx, s, []byte("waits"))
+			if s == stream {
+				announced <- err
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	// Every publish found nobody and waits for its backoff or a notice.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().PublishAttempts < n || c.Stats().StatusChecks < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %+v after 10 s", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := c.Stats().NoticeSubscribes; got > sharedNoticesAt+1 {
+		t.Fatalf("%d streams waiting hold %d notice subscriptions, want at most %d", n, got, sharedNoticesAt+1)
+	}
+
+	// One of them gets an owner, which announces itself.
+	owner := responderConn(t, url)
+	subscribe(t, owner, wire.PublishSubject(stream), func(m *nats.Msg) {
+		respondJSON(t, m, wire.PublishConfirm{StreamID: 1, Offset: 0, Epoch: 2, Copies: 2, W: 2})
+	})
+	data, _ := json.Marshal(wire.OwnerNotice{Stream: stream, StreamID: 1, Epoch: 2, Node: "h2"})
+	if err := owner.Publish(wire.OwnerNoticeSubject(stream, "h2"), data); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-announced:
+		if err != nil {
+			t.Fatalf("publish to the announced stream: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the publish to %s was not woken by its notice within 3 s (its backoff is 10 s): %+v", stream, c.Stats())
 	}
 }

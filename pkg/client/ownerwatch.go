@@ -48,11 +48,29 @@ import (
 // id the client's confirms carried, so that an owner of another stream of
 // the same name (one deleted, or created again) never bounds or abandons
 // an attempt with an epoch of its own history.
+//
+// An attempt whose records all carry a producer id (WithProducer) is also
+// abandoned once an owner at an epoch above the newest the client knew
+// when it sent the attempt answers a probe, whichever owner the attempt
+// reached: the owner changed since, and a retry cannot write the record
+// twice (an owner drops a repeat within its duplicate window, filled from
+// the copy's log before it takes publishes, and answers it with the first
+// write's offset once that is confirmed). The rules above cannot settle an
+// attempt sent in the moment the owner changed (a planned move's seal): a
+// probe after it is answered by the new owner, which began serving too
+// soon after the attempt (within sendGuard) for the attempt to be ruled out
+// as its own, so the attempt stayed bounded by the new owner's epoch. Lost
+// on its way (the old owner's subscription gone from one NATS server while
+// another still routed to it), such an attempt waited out the request
+// timeout.
 
 // Defaults of WithOwnerProbe.
 const (
 	DefaultProbeAfter = 250 * time.Millisecond
 	probeEvery        = 100 * time.Millisecond
+	// probeEveryNoticed bounds how far the probes of attempts that keep
+	// waiting back off while the stream's owner notices are heard (run).
+	probeEveryNoticed = 800 * time.Millisecond
 	probeTimeout      = 500 * time.Millisecond
 	// sendGuard: an attempt is registered just before it is sent, so only
 	// a probe started this long after the registration is taken to have
@@ -86,7 +104,14 @@ type watched struct {
 	// unknown, and such an attempt is never abandoned.
 	bound   uint64
 	bounded bool
-	abandon func()
+	// known is the newest epoch the client knew when the attempt was
+	// sent (0: none), of the stream id knownID, and idempotent whether
+	// every record of the attempt carries a producer id: such an attempt
+	// is abandoned once an owner of knownID above known answers (see the
+	// comment at the top).
+	known, knownID uint64
+	idempotent     bool
+	abandon        func()
 }
 
 // ownerWatch watches the attempts in flight to one stream; its goroutine
@@ -112,11 +137,12 @@ type ownerWatch struct {
 	dropped bool      // removed from Client.watches: take the stream's current watch
 }
 
-// watchAttempt registers an attempt to stream that abandon cancels; the
+// watchAttempt registers an attempt to stream that abandon cancels;
+// idempotent says that every record of it carries a producer id. The
 // caller must call the returned done once the attempt ended, with its
 // confirm (zero if none). Calling done again only records the confirm's
 // stream id and epoch.
-func (c *Client) watchAttempt(stream string, abandon func()) (done func(wire.PublishConfirm)) {
+func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (done func(wire.PublishConfirm)) {
 	if c.opts.probeAfter <= 0 {
 		return func(wire.PublishConfirm) {}
 	}
@@ -128,7 +154,7 @@ func (c *Client) watchAttempt(stream string, abandon func()) (done func(wire.Pub
 			w.mu.Unlock()
 			continue
 		}
-		a := &watched{sent: time.Now(), abandon: abandon}
+		a := &watched{sent: time.Now(), known: w.epoch, knownID: w.streamID, idempotent: idempotent, abandon: abandon}
 		w.attempts[a] = struct{}{}
 		if !w.running {
 			w.running = true
@@ -185,9 +211,18 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 func (w *ownerWatch) run() {
 	// While attempts are in flight, a new owner's notice has the watch
 	// probe at once (notices.go).
-	_, release := w.c.awaitOwner(w.stream)
+	notice, release := w.c.awaitOwner(w.stream)
 	defer release()
-	t := time.NewTicker(probeEvery)
+	// every is the wait before the next probe: probeEvery, doubling up to
+	// probeEveryNoticed after each probe that met a serving owner and
+	// abandoned nothing while the notices are heard (a slow live owner: a
+	// new owner's notice kicks a probe at once), and back to probeEvery
+	// after a kick, after a probe that found nobody serving or was
+	// inconclusive (a failover under way, whose notice may be lost, refused
+	// or never sent, as by an owner that only reconnected), and once no
+	// attempt waits longer than probeAfter.
+	every := probeEvery
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		kicked := false
@@ -195,6 +230,7 @@ func (w *ownerWatch) run() {
 		case <-t.C:
 		case <-w.kick:
 			kicked = true
+			t.Stop()
 		}
 		w.mu.Lock()
 		var oldest time.Time
@@ -211,55 +247,82 @@ func (w *ownerWatch) run() {
 		id := w.streamID
 		w.mu.Unlock()
 		if !kicked && time.Since(oldest) < w.c.opts.probeAfter {
+			every = probeEvery
+			t.Reset(every)
 			continue
 		}
-		at := time.Now()
-		epoch, servingFor, gone, err := w.probe(id)
-		if err != nil {
-			continue // inconclusive (a slow owner): the request timeout decides
+		lost, live := w.probeOnce(id)
+		switch {
+		case kicked || !live:
+			// A notice, nobody serving or an inconclusive probe (an
+			// overloaded new owner): the failover is under way, probe
+			// at the first pace again.
+			every = probeEvery
+		case len(lost) == 0 && notice != nil:
+			every = min(2*every, probeEveryNoticed)
 		}
-		w.mu.Lock()
-		var lost []*watched
-		for a := range w.attempts {
-			if !a.bounded {
-				if at.Sub(a.sent) < sendGuard {
-					continue
-				}
-				a.bounded = true
-				a.bound = epoch
-				if gone {
-					a.bound = w.epoch
-				}
-			}
-			if !gone && a.bound != 0 && epoch > a.bound {
-				lost = append(lost, a)
-				delete(w.attempts, a)
-				continue
-			}
-			// The owner that answered began serving (took the role, or
-			// reconnected) after the attempt went out: the attempt did
-			// not reach it, so it went to an owner since replaced or
-			// was lost with a connection. Without this, an attempt whose
-			// first probe already met the new owner waited out its
-			// request timeout. (servingFor is measured at the owner,
-			// after the probe left: the owner began no earlier than
-			// at - servingFor.)
-			if !gone && servingFor >= 0 && a.sent.Add(sendGuard).Before(at.Add(-servingFor)) {
-				lost = append(lost, a)
-				delete(w.attempts, a)
-			}
-		}
-		if !gone {
-			w.epoch = max(w.epoch, epoch)
-		}
-		w.mu.Unlock()
-		if len(lost) > 0 {
-			w.c.log.Debug("owner lost: abandoning publishes that wait for it", "stream", w.stream, "gone", gone, "epoch", epoch, "attempts", len(lost))
-		}
+		t.Reset(every)
 		for _, a := range lost {
 			a.abandon()
 		}
 	}
+}
+
+// probeOnce probes who serves the stream with streamID (any, if 0) and
+// removes and returns the attempts it proves lost; live reports that the
+// probe met an owner that serves.
+func (w *ownerWatch) probeOnce(id uint64) (lost []*watched, live bool) {
+	at := time.Now()
+	epoch, servingFor, gone, err := w.probe(id)
+	if err != nil {
+		return nil, false // inconclusive (a slow owner): the request timeout decides
+	}
+	w.mu.Lock()
+	for a := range w.attempts {
+		// An owner above the one the client knew when it sent an
+		// attempt with producer ids answered: retried, the attempt
+		// cannot be written twice, wherever it went.
+		if !gone && a.idempotent && a.known != 0 && id == a.knownID && epoch > a.known {
+			lost = append(lost, a)
+			delete(w.attempts, a)
+			continue
+		}
+		if !a.bounded {
+			if at.Sub(a.sent) < sendGuard {
+				continue
+			}
+			a.bounded = true
+			a.bound = epoch
+			if gone {
+				a.bound = w.epoch
+			}
+		}
+		if !gone && a.bound != 0 && epoch > a.bound {
+			lost = append(lost, a)
+			delete(w.attempts, a)
+			continue
+		}
+		// The owner that answered began serving (took the role, or
+		// reconnected) after the attempt went out: the attempt did
+		// not reach it, so it went to an owner since replaced or
+		// was lost with a connection. Without this, an attempt whose
+		// first probe already met the new owner waited out its
+		// request timeout. (servingFor is measured at the owner,
+		// after the probe left: the owner began no earlier than
+		// at - servingFor.)
+		if !gone && servingFor >= 0 && a.sent.Add(sendGuard).Before(at.Add(-servingFor)) {
+			lost = append(lost, a)
+			delete(w.attempts, a)
+		}
+	}
+	if !gone {
+		w.epoch = max(w.epoch, epoch)
+	}
+	w.mu.Unlock()
+	if len(lost) > 0 {
+		w.c.log.Debug("owner lost: abandoning publishes that wait for it", "stream", w.stream, "gone", gone, "epoch", epoch, "attempts", len(lost))
+	}
+	return lost, !gone
 }
 
 // probeNow has the watch probe at once if attempts are in flight: a new
@@ -315,6 +378,7 @@ func (c *Client) servingEpoch(ctx context.Context, stream string, opts ...ReadOp
 func (w *ownerWatch) probe(streamID uint64) (epoch uint64, servingFor time.Duration, gone bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
+	w.c.stats.probes.Add(1)
 	epoch, servingFor, served, err := w.c.servingEpoch(ctx, w.stream, FromStreamID(streamID))
 	return epoch, servingFor, err == nil && !served, err
 }

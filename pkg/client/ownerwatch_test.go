@@ -76,10 +76,28 @@ func (o *standInOwner) onPublish(m *nats.Msg) {
 // newOwnerAfter, and returns the second publish's confirm and time, the
 // two owners, and the second publish's error.
 func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Option) (wire.PublishConfirm, time.Duration, *standInOwner, *standInOwner, error) {
+	return publishAfterOwnerIsReplaced(t, newOwnerAfter, func(url string) *standInOwner { return startOwner(t, url, 2) }, opts...)
+}
+
+// publishAfterOwnerIsReplaced is publishAfterOwnerDies with the new owner
+// started by newOwner (at epoch 2).
+func publishAfterOwnerIsReplaced(t *testing.T, newOwnerAfter time.Duration, newOwner func(url string) *standInOwner, opts ...Option) (wire.PublishConfirm, time.Duration, *standInOwner, *standInOwner, error) {
+	return publishAsProducerAfterOwnerIsReplaced(t, newOwnerAfter, newOwner, "", opts...)
+}
+
+// publishAsProducerAfterOwnerIsReplaced is publishAfterOwnerIsReplaced
+// with both publishes under producer id producer ("": none).
+func publishAsProducerAfterOwnerIsReplaced(t *testing.T, newOwnerAfter time.Duration, newOwner func(url string) *standInOwner, producer string, opts ...Option) (wire.PublishConfirm, time.Duration, *standInOwner, *standInOwner, error) {
 	url := startNATS(t)
 	a := startOwner(t, url, 1)
 	c := connectClient(t, url, append([]Option{WithRequestTimeout(3 * time.Second)}, opts...)...)
-	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {
+	as := func(seq uint64) []PublishOption {
+		if producer == "" {
+			return nil
+		}
+		return []PublishOption{WithProducer(producer, seq)}
+	}
+	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one"), as(1)...); err != nil || pc.Epoch != 1 {
 		t.Fatalf("first publish: %+v %v", pc, err)
 	}
 	a.mu.Lock()
@@ -89,10 +107,10 @@ func publishAfterOwnerDies(t *testing.T, newOwnerAfter time.Duration, opts ...Op
 	go func() {
 		<-a.held
 		time.Sleep(newOwnerAfter)
-		started <- startOwner(t, url, 2)
+		started <- newOwner(url)
 	}()
 	start := time.Now()
-	pc, err := c.Publish(ctxTimeout(t, 20*time.Second), "s", []byte("two"))
+	pc, err := c.Publish(ctxTimeout(t, 20*time.Second), "s", []byte("two"), as(2)...)
 	took := time.Since(start)
 	return pc, took, a, <-started, err
 }
@@ -142,6 +160,29 @@ func TestPublishAbandonsAnAttemptToAGoneOwner(t *testing.T) {
 	}
 	if took > 2500*time.Millisecond {
 		t.Fatalf("publish took %v; want the new owner's confirm soon after it started (700ms)", took)
+	}
+}
+
+// An attempt with a producer id lost as the owner changed (the balance
+// bench: a publish sent as a planned move's seal ended the old owner's
+// role, lost between NATS servers): the new owner began serving a moment
+// after the attempt was sent, too soon for the probe to rule the attempt
+// out as the new owner's, so the rules without producer ids keep it to the
+// request timeout (5 s here). With a producer id it is abandoned once the
+// new owner's epoch, above the one the client knew, answers a probe, and
+// its retry is confirmed by the new owner.
+func TestPublishAbandonsAnIdempotentAttemptAcrossAnOwnerChange(t *testing.T) {
+	// The new owner starts at once: within sendGuard of the attempt.
+	pc, took, a, b, err := publishAsProducerAfterOwnerIsReplaced(t, 0, func(url string) *standInOwner { return startOwner(t, url, 2) },
+		"p", WithRequestTimeout(5*time.Second))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 2500*time.Millisecond {
+		t.Fatalf("publish took %v; the lost attempt should be abandoned well before the 5s request timeout", took)
+	}
+	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
 	}
 }
 
@@ -245,12 +286,12 @@ func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 func TestIdleWatchesAreDropped(t *testing.T) {
 	c := connectClient(t, startNATS(t))
 	for i := range minWatchPrune {
-		done := c.watchAttempt(fmt.Sprintf("s%d", i), func() {})
+		done := c.watchAttempt(fmt.Sprintf("s%d", i), false, func() {})
 		done(wire.PublishConfirm{Epoch: 7})
 	}
 	// Everything but s0 has been idle long enough; s1 still has an
 	// attempt in flight.
-	busy := c.watchAttempt("s1", func() {})
+	busy := c.watchAttempt("s1", false, func() {})
 	defer busy(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	for name, w := range c.watches {
@@ -281,7 +322,7 @@ func TestIdleWatchesAreDropped(t *testing.T) {
 			t.Fatalf("%d watches still run with no attempt", running)
 		}
 	}
-	c.watchAttempt("new", func() {})(wire.PublishConfirm{})
+	c.watchAttempt("new", false, func() {})(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	var kept []string
 	for name := range c.watches {
@@ -298,7 +339,7 @@ func TestIdleWatchesAreDropped(t *testing.T) {
 	if !dropped {
 		t.Fatal("the dropped watch of s2 is not marked dropped")
 	}
-	c.watchAttempt("s2", func() {})(wire.PublishConfirm{})
+	c.watchAttempt("s2", false, func() {})(wire.PublishConfirm{})
 	c.watchMu.Lock()
 	renewed := c.watches["s2"]
 	c.watchMu.Unlock()
@@ -358,5 +399,30 @@ func TestProbeNamesTheStreamID(t *testing.T) {
 	}
 	if _, ok := probeIDs.Load("2"); !ok {
 		t.Fatal("no probe named stream id 2")
+	}
+}
+
+// A publish held for 3 s by a slow owner that still serves: while the
+// client holds the stream's owner-notice subscription, a new owner would
+// announce itself and have the watch probe at once, so probing every
+// 100 ms finds nothing a notice would not; the probes back off (here about
+// 6 instead of about 28).
+func TestSlowOwnerIsProbedLessWhileNoticesAreHeld(t *testing.T) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(5*time.Second))
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.delay = 3 * time.Second
+	a.mu.Unlock()
+	before := c.Stats()
+	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two"))
+	if err != nil || pc.Offset != 2 || a.pubs.Load() != 2 {
+		t.Fatalf("publish: %+v %v after %d publishes; want offset 2 from the only attempt", pc, err, a.pubs.Load())
+	}
+	if n := c.Stats().Sub(before).Probes; n < 1 || n > 10 {
+		t.Fatalf("%d probes of a slow live owner over 3 s, want between 1 and 10", n)
 	}
 }

@@ -100,6 +100,7 @@ func (c *Client) publishRetry(ctx context.Context, r *retrier, stream string, da
 // publishOnce makes one publish attempt, abandoned with ErrOwnerLost if
 // the owner watch finds that its owner no longer serves the stream.
 func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o publishOpts) (wire.PublishConfirm, error) {
+	c.stats.publishAttempts.Add(1)
 	b, err := c.batcherFor(stream, data, o)
 	if err != nil {
 		return wire.PublishConfirm{}, err
@@ -113,7 +114,7 @@ func (c *Client) publishOnce(ctx context.Context, stream string, data []byte, o 
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	done := c.watchAttempt(stream, func() { cancel(ErrOwnerLost) })
+	done := c.watchAttempt(stream, o.hasSeq, func() { cancel(ErrOwnerLost) })
 	explicit := o.streamID
 	o.streamID = c.idFor(stream, explicit)
 	reply, err := c.request(actx, publishMsg(stream, data, o), c.opts.requestTimeout, replyJSON)

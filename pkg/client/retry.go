@@ -77,15 +77,30 @@ type retrier struct {
 	// "" while unknown.
 	status    string
 	checkedAt time.Time
+	// checks is how many times the coordinators were asked (infoWait).
+	checks int
 	// explicit is the stream id the request names of its own
 	// (WithStreamID, FromStreamID); the client's pin counts otherwise.
 	explicit uint64
+	// attemptMark is where the stream's owner notices stood when the
+	// current attempt began (noticeMark).
+	attemptMark noticeMark
 }
 
 // newRetrier drives a request about stream ("" for none) that names the
 // stream id explicit of its own (0: the client's pin counts).
 func (c *Client) newRetrier(op, stream string, explicit uint64) *retrier {
-	return &retrier{c: c, stream: stream, op: op, start: time.Now(), explicit: explicit}
+	r := &retrier{c: c, stream: stream, op: op, start: time.Now(), explicit: explicit}
+	r.markAttempt()
+	return r
+}
+
+// markAttempt records where the stream's owner notices stand as an
+// attempt begins.
+func (r *retrier) markAttempt() {
+	if r.stream != "" {
+		r.attemptMark = r.c.noticeMark(r.stream)
+	}
 }
 
 // next is called after a failed attempt. It returns nil after having waited
@@ -116,10 +131,31 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
 		return r.giveUp(nil)
 	}
-	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= r.c.opts.infoInterval) {
+	// A new owner's notice heard during the failed attempt (its probe may
+	// be what abandoned the attempt) is one the wait below would miss:
+	// the retry goes at once, without the status check, since a new owner
+	// has announced itself.
+	if r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark) {
+		r.markAttempt()
+		r.c.stats.retries.Add(1)
+		return nil
+	}
+	// A new owner's notice ends the wait early (notices.go). The wait
+	// starts before the status check: a notice that arrives while the
+	// coordinators are asked (a round trip, longer on a busy cluster, and
+	// the first retry always asks) must wake the retry too, not leave it
+	// its whole backoff.
+	var notice <-chan struct{}
+	if r.stream != "" {
+		var release func()
+		notice, release = r.c.awaitOwner(r.stream)
+		defer release()
+	}
+	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= infoWait(r.c.opts.infoInterval, r.checks)) {
 		// The coordinators know whether this is a failover or a stream
 		// that does not exist; ask them now and then while retrying.
 		r.checkedAt = time.Now()
+		r.checks++
 		info, ierr := r.c.streamStatus(ctx, r.stream)
 		switch {
 		case errors.Is(ierr, ErrNoSuchStream):
@@ -131,24 +167,35 @@ func (r *retrier) next(ctx context.Context, err error) error {
 			r.status = info.Status
 		}
 	}
-	// A new owner's notice ends the wait early (notices.go).
-	var notice <-chan struct{}
-	if r.stream != "" {
-		var release func()
-		notice, release = r.c.awaitOwner(r.stream)
-		defer release()
-	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return r.giveUp(ctx.Err())
 	case <-t.C:
-		return nil
 	case <-notice:
-		return nil
 	}
+	r.markAttempt()
+	r.c.stats.retries.Add(1)
+	return nil
 }
+
+// infoWait is how long a retrying request waits after its checks-th
+// question to the coordinators before the next: interval after the first,
+// then twice as long each time, up to 8 times interval. A
+// failover of thousands of streams has as many publishers retrying at
+// once; asking every interval, they sent the coordinators that were
+// recovering those streams thousands of stream.info requests a second.
+// The first question still goes at the first retry (a stream that does
+// not exist is reported at once), and an owner's notice ends a retry's
+// wait whatever the interval.
+func infoWait(interval time.Duration, checks int) time.Duration {
+	return interval << min(max(checks-1, 0), maxInfoDoublings)
+}
+
+// maxInfoDoublings bounds infoWait: at most 8 times the interval (2 s
+// with DefaultInfoInterval).
+const maxInfoDoublings = 3
 
 func (r *retrier) wrap(err error) error {
 	if r.stream == "" {
@@ -182,6 +229,7 @@ func (r *retrier) giveUp(ctxErr error) error {
 func (c *Client) streamStatus(ctx context.Context, stream string) (wire.StreamInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(c.opts.adminTimeout, time.Second))
 	defer cancel()
+	c.stats.statusChecks.Add(1)
 	var info wire.StreamInfo
 	err := c.adminOnce(ctx, wire.VerbStreamInfo, wire.StreamRef{Stream: stream}, &info)
 	if err != nil {

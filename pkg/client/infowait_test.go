@@ -1,0 +1,61 @@
+package client
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+func TestInfoWait(t *testing.T) {
+	const iv = 250 * time.Millisecond
+	for checks, want := range []time.Duration{iv, iv, 2 * iv, 4 * iv, 8 * iv, 8 * iv, 8 * iv} {
+		if got := infoWait(iv, checks); got != want {
+			t.Errorf("infoWait(%v, %d) = %v, want %v", iv, checks, got, want)
+		}
+	}
+	if got := infoWait(0, 5); got != 0 {
+		t.Errorf("infoWait(0, 5) = %v, want 0 (ask on every retry)", got)
+	}
+}
+
+// A publish that keeps failing over asks the coordinators less and less
+// often: a failover of thousands of streams has as many publishers
+// retrying, and asking at a fixed interval they flooded the coordinators
+// recovering those streams with stream.info requests. The stream is
+// recovering (its host answers recovering) for 600 ms of retries every
+// millisecond or two; at a fixed 10 ms interval that was a question for
+// about every tenth attempt, with the doubling wait it is a handful.
+func TestRetryAsksCoordinatorsLessOften(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	var attempts, infos atomic.Int32
+	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
+		attempts.Add(1)
+		respondError(t, m, wire.Errorf(wire.CodeRecovering, "stream s is recovering"))
+	})
+	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+		infos.Add(1)
+		respondJSON(t, m, wire.StreamInfo{Stream: "s", Status: wire.StatusRecovering})
+	})
+	c := connectClient(t, url, WithRetry(0, 600*time.Millisecond), WithBackoff(time.Millisecond, 2*time.Millisecond),
+		WithBatching(0, 0, 0))
+	c.opts.infoInterval = 10 * time.Millisecond
+
+	_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r"))
+	if err == nil {
+		t.Fatal("publish to a stream that never serves: confirmed")
+	}
+	a, i := attempts.Load(), infos.Load()
+	t.Logf("%d attempts, %d stream.info requests", a, i)
+	if a < 50 {
+		t.Skipf("only %d attempts in 600 ms: too slow a machine to tell", a)
+	}
+	// 10, 20, 40, then every 80 ms: at most 3 + 600/80 + 1 questions.
+	if i < 2 || i > 12 {
+		t.Fatalf("%d stream.info requests for %d attempts, want 2 to 12 (a doubling wait from 10 ms up to 80 ms)", i, a)
+	}
+}

@@ -1,0 +1,57 @@
+package client
+
+import "sync/atomic"
+
+// Stats counts the requests a Client sent and the owner notices it heard
+// since it was made, by kind: what a failover costs the client (and the
+// cluster it asks). Counting is one atomic add per request.
+type Stats struct {
+	// PublishAttempts counts the attempts of publishes that may retry:
+	// every attempt of Publish, and an AsyncPublisher's retries (its first
+	// sends are not counted).
+	PublishAttempts uint64
+	// Retries counts the failed attempts of requests about a stream that
+	// were tried again (publishes, fetches, commits).
+	Retries uint64
+	// Probes counts the owner watch's probes (ownerwatch.go): fetches
+	// that read nothing, asking who serves a stream a publish waits on.
+	Probes uint64
+	// StatusChecks counts the stream.info requests a retrying request sent
+	// the coordinators.
+	StatusChecks uint64
+	// NoticeSubscribes counts the owner-notice subscriptions made, and
+	// Notices the owner notices heard on them (notices.go).
+	NoticeSubscribes uint64
+	Notices          uint64
+}
+
+// stats are the live counters of Stats.
+type stats struct {
+	publishAttempts, retries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
+}
+
+// Stats returns the client's counts so far; the difference of two calls is
+// what happened between them.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		PublishAttempts:  s.publishAttempts.Load(),
+		Retries:          s.retries.Load(),
+		Probes:           s.probes.Load(),
+		StatusChecks:     s.statusChecks.Load(),
+		NoticeSubscribes: s.noticeSubscribes.Load(),
+		Notices:          s.notices.Load(),
+	}
+}
+
+// Sub returns s less an earlier snapshot: the counts between the two.
+func (s Stats) Sub(earlier Stats) Stats {
+	return Stats{
+		PublishAttempts:  s.PublishAttempts - earlier.PublishAttempts,
+		Retries:          s.Retries - earlier.Retries,
+		Probes:           s.Probes - earlier.Probes,
+		StatusChecks:     s.StatusChecks - earlier.StatusChecks,
+		NoticeSubscribes: s.NoticeSubscribes - earlier.NoticeSubscribes,
+		Notices:          s.Notices - earlier.Notices,
+	}
+}
