@@ -45,6 +45,7 @@ type Config struct {
 	HostKeys        string        `koanf:"host-keys"`
 	TTL             time.Duration `koanf:"ttl"`
 	DisconnectGrace time.Duration `koanf:"disconnect-grace"`
+	ProbeTimeout    time.Duration `koanf:"probe-timeout"`
 	DefaultPolicy   string        `koanf:"default-policy"`
 	ReplaceAfter    time.Duration `koanf:"replace-after"`
 	SealTimeout     time.Duration `koanf:"seal-timeout"`
@@ -88,8 +89,9 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("nats-system-url", "", "NATS URL(s) of the system account; enables disconnect advisories")
 	fs.String("nats-system-nkey", "", "nkey seed file of the system-account connection (e.g. .brook-auth/coordinator-sys.nk); TLS as --nats-ca etc.")
 	fs.String("host-keys", "", "JSON file of each node's host public nkey ({\"h1\":\"U...\"}); when set, a disconnect advisory counts only for the node's own key")
-	fs.Duration("ttl", wire.DefaultHostTTL, "a stream host unheard for this long is expired (hosts send a liveness beat every 100 ms)")
+	fs.Duration("ttl", wire.DefaultHostTTL, "a stream host unheard for this long is probed, and expired if it does not answer (hosts send a liveness beat every 100 ms)")
 	fs.Duration("disconnect-grace", wire.DefaultDisconnectGrace, "after a disconnect advisory, how long to wait for a heartbeat or liveness beat")
+	fs.Duration("probe-timeout", wire.DefaultProbeTimeout, "before a ttl expiry the leader asks the host whether it is alive: the longest it waits for the answer (the wait adapts to how late beats arrive lately, from a small floor on a quiet machine up to this; no responders expires at once)")
 	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
 	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
@@ -215,6 +217,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("--nats-url is required"))
 	}
 	for name, d := range map[string]time.Duration{"--ttl": c.TTL, "--disconnect-grace": c.DisconnectGrace,
+		"--probe-timeout": c.ProbeTimeout,
 		"--replace-after": c.ReplaceAfter, "--seal-timeout": c.SealTimeout, "--balance-interval": c.BalanceInterval} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))

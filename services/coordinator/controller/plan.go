@@ -93,6 +93,15 @@ type Liveness struct {
 	// nobody, since the silence it sees is its own.
 	Deaf  bool
 	Nodes map[string]liveness.Seen
+	// Probing are the nodes whose TTL expiry waits for the answer to a
+	// liveness probe (see ExpireAfterProbe): no TTL expiry is planned for
+	// them meanwhile, so neither are the failovers that would follow it.
+	// A disconnect advisory or a leave still counts.
+	Probing map[string]bool
+	// Grace is the disconnect grace this round gives a host whose
+	// connection closed, when longer than Params.DisconnectGrace
+	// (AdvisoryGrace: it stretches with how late beats arrive now).
+	Grace time.Duration
 }
 
 // Stamp is the policy stamp for st's assignments: what its create named, or
@@ -250,7 +259,7 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 		// those hosts instead.
 		if heard && !seen.DisconnectedAt.IsZero() && !seen.HeardSinceDisconnect() &&
 			!seen.DisconnectedAt.Before(live.HeardSince) &&
-			now.Sub(seen.DisconnectedAt) >= p.DisconnectGrace {
+			now.Sub(seen.DisconnectedAt) >= max(p.DisconnectGrace, live.Grace) {
 			acts = append(acts, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectAdvisory})
 			continue
 		}
@@ -265,7 +274,7 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 		if heard && seen.Incarnation == n.Incarnation && seen.LastSeen.After(last) {
 			last = seen.LastSeen
 		}
-		if now.Sub(last) >= p.TTL {
+		if now.Sub(last) >= p.TTL && !live.Probing[id] {
 			ttl = append(ttl, Action{Kind: ActExpire, Node: id, Incarnation: n.Incarnation, Reason: DetectTTL})
 		}
 	}

@@ -605,3 +605,27 @@ func TestDrainingOwnerWithNoUpFollowerStays(t *testing.T) {
 		t.Fatalf("a recovery of s to a follower being drained: %+v", *a)
 	}
 }
+
+// TestAdvisoryGraceStretchesWithLateness: on a loaded machine the grace
+// after a disconnect advisory is the one the round was given
+// (Liveness.Grace, from AdvisoryGrace) when it is longer than the
+// configured one: a kicked host whose reconnect took 137 ms was expired at
+// the 100 ms grace while make test loaded the machine (e2e
+// TestHostConnectionKicked).
+func TestAdvisoryGraceStretchesWithLateness(t *testing.T) {
+	f := newFixture(t, "h1", "h2")
+	seen := f.live.Nodes["h1"]
+	seen.DisconnectedAt = t0.Add(100 * time.Millisecond)
+	f.live.Nodes["h1"] = seen
+	f.live.Grace = 600 * time.Millisecond
+	if acts := f.plan(t0.Add(400 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("past the configured grace, within the stretched one: %s", kinds(acts))
+	}
+	if a := find(f.plan(t0.Add(700*time.Millisecond)), ActExpire, "h1"); a == nil || a.Reason != DetectAdvisory {
+		t.Fatal("after the stretched grace: no advisory expiry")
+	}
+	f.live.Grace = 50 * time.Millisecond // shorter than the configured one: the configured one counts
+	if acts := f.plan(t0.Add(300 * time.Millisecond)); len(acts) != 0 {
+		t.Fatalf("within the configured grace: %s", kinds(acts))
+	}
+}

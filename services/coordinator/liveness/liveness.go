@@ -1,7 +1,10 @@
 // Package liveness keeps what one coordinator has heard from the stream
 // hosts: the time of each host's latest heartbeat, its incarnation, whether
 // it announced it is leaving, the tails it published per copy, and
-// disconnect advisories from the NATS system account.
+// disconnect advisories from the NATS system account; and how late beats
+// arrived lately (lateness.go), which sets how long the leader waits for a
+// liveness probe's answer. All of it is under Tracker's one mutex, held
+// for no I/O.
 //
 // Heartbeats are not written to Raft: every coordinator keeps its own view
 // in memory, and only the leader's controller acts on it. A new leader
@@ -80,11 +83,16 @@ type Tracker struct {
 	// reports rebuild each node's copies from its reports; Seen.Copies
 	// is the map of the node's entry.
 	reports map[string]*heartbeat.Copies
+	// late is each host's part of the lateness, recent the largest
+	// lateness noted lately (lateness.go).
+	late   map[string]*lateness
+	recent extreme
 }
 
 // New returns an empty tracker.
 func New() *Tracker {
-	return &Tracker{nodes: map[string]*Seen{}, parts: heartbeat.NewAssembler(), reports: map[string]*heartbeat.Copies{}}
+	return &Tracker{nodes: map[string]*Seen{}, parts: heartbeat.NewAssembler(), reports: map[string]*heartbeat.Copies{},
+		late: map[string]*lateness{}, recent: extreme{width: lateWidth}}
 }
 
 // Heartbeat records hb, received at at; hb may be one part of a beat split
@@ -132,6 +140,7 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if hb.AtMS >= s.LastAtMS {
 		s.LastAtMS, s.LastDecoded = hb.AtMS, at
 	}
+	t.noteLate(hb, at)
 	switch {
 	case reconnected:
 		s.DisconnectedAt, s.DisconnectedConn, s.StaleUntil = time.Time{}, Conn{}, time.Time{}
@@ -229,4 +238,15 @@ func (t *Tracker) view(copies func(map[string]wire.CopyStatus) map[string]wire.C
 		out[id] = c
 	}
 	return out
+}
+
+// Incarnation returns node's incarnation as its latest decoded heartbeat
+// named it, and whether the node is known.
+func (t *Tracker) Incarnation(node string) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.nodes[node]; s != nil {
+		return s.Incarnation, true
+	}
+	return 0, false
 }

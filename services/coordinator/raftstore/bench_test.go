@@ -118,7 +118,7 @@ func BenchmarkRestart10k(b *testing.B) {
 // (Dragonboat saves every entry proposed since the last step in one
 // write), the rate at 64 in flight is many times the rate at 1.
 func BenchmarkCreateInFlight(b *testing.B) {
-	for _, n := range []int{1000, 5000} {
+	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) { createInFlight(b, n) })
 	}
 }

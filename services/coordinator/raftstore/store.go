@@ -190,7 +190,7 @@ func Open(cfg Config) (*Store, error) {
 	for id, addr := range cfg.Peers {
 		members[id] = addr
 	}
-	if err := nh.StartReplica(members, false, newMachine, rc); err != nil {
+	if err := nh.StartConcurrentReplica(members, false, newMachine, rc); err != nil {
 		nh.Close()
 		return nil, fmt.Errorf("raftstore: start replica %d: %w", cfg.ReplicaID, err)
 	}

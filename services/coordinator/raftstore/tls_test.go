@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -179,7 +177,7 @@ func TestTLSFilesChecked(t *testing.T) {
 		}
 	}
 
-	var buf lockedBuffer
+	var buf testutil.LockedBuffer
 	s, err := Open(Config{ReplicaID: 1, RaftAddr: addr, Peers: map[uint64]string{1: addr}, DataDir: t.TempDir(), TLS: ok,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if err != nil {
@@ -189,21 +187,4 @@ func TestTLSFilesChecked(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, "raft transport uses mutual TLS") || !strings.Contains(out, "mutual_tls=true") {
 		t.Fatalf("no mutual TLS in the log:\n%s", out)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

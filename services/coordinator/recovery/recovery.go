@@ -29,6 +29,14 @@ type Answer struct {
 	Reply *wire.SealReply
 	Err   error
 	Took  time.Duration
+
+	// incarnation is the node's incarnation as Worker.Incarnation told
+	// it just before the seal was sent (incKnown false: unknown).
+	incarnation uint64
+	incKnown    bool
+	// kept marks an answer of an earlier round reused in this one
+	// (runState.kept): never promoted without sealing its copy again.
+	kept bool
 }
 
 // Decision kinds.
@@ -73,7 +81,12 @@ type CopyTails struct {
 
 // Sealer sends one seal and waits for the answer.
 type Sealer interface {
-	Seal(ctx context.Context, node string, req wire.SealRequest) (*wire.SealReply, error)
+	// Seal sends req to node and waits for its answer. budget is the
+	// seal's time once it is sent: a Sealer that queues seals before
+	// sending them (the coordinator's batcher under a mass failover)
+	// starts it when the seal leaves, so time spent in its queue is not
+	// taken from the host's. ctx bounds the whole call, queue included.
+	Seal(ctx context.Context, node string, req wire.SealRequest, budget time.Duration) (*wire.SealReply, error)
 }
 
 // State is the coordinator's replicated state as the worker needs it.
@@ -112,6 +125,16 @@ type Worker struct {
 	// (the pending recovery as read for the round) and when; metrics
 	// count failovers and their duration with it.
 	Committed func(pr wire.PendingRecovery, at time.Time)
+	// Incarnation, if set, reports node's incarnation as the liveness
+	// view last heard it (ok false: not known). A seal answer kept from
+	// an earlier round (see runState) is dropped once the node's
+	// incarnation is not the one it had when it was asked: a restarted
+	// host may have lost what it answered. Nil: unknown for every node.
+	Incarnation func(node string) (incarnation uint64, ok bool)
+	// Waits, if set, takes the repeated "recovery: waiting" lines of
+	// this worker (a wait of the kind it logged last) into its periodic
+	// summary; nil logs every round's wait.
+	Waits *WaitLog
 
 	// sleep replaces the backoff wait in tests.
 	sleep func(ctx context.Context, d time.Duration) error

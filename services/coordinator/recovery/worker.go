@@ -26,6 +26,16 @@ const (
 // DefaultSealTimeout is used when Worker.SealTimeout is not set.
 const DefaultSealTimeout = 2 * time.Second
 
+// SealQueueAllowance is how long, at most, a seal may wait in its
+// Sealer's queue before it is sent, as a multiple of its timeout: a seal
+// call is bounded by (1 + SealQueueAllowance) times its timeout, the
+// timeout itself counting from when the seal is sent (Sealer.Seal's
+// budget). Under a mass failover a node's seals queue behind the batches
+// in flight to it; a bound counted from the call left the seals queued
+// longest a few milliseconds at the host, and they timed out although
+// the hosts answered (issue 17).
+const SealQueueAllowance = 1
+
 func (w *Worker) logger() *slog.Logger {
 	if w.Logger != nil {
 		return w.Logger
@@ -45,6 +55,14 @@ func (w *Worker) now() time.Time {
 		return w.Now()
 	}
 	return time.Now()
+}
+
+// incarnation is w.Incarnation's answer for node, or unknown without one.
+func (w *Worker) incarnation(node string) (uint64, bool) {
+	if w.Incarnation == nil {
+		return 0, false
+	}
+	return w.Incarnation(node)
 }
 
 func (w *Worker) sealTimeout() time.Duration {
@@ -71,7 +89,7 @@ func (w *Worker) pause(ctx context.Context, d time.Duration) error {
 
 // Run drives the pending recovery of stream to its commit. Each round reads
 // the state afresh, seals every copy of the old assignment at Old.Epoch+1 in
-// parallel (each bounded by SealTimeout), decides, and either commits with
+// parallel (each given SealTimeout from when it is sent), decides, and either commits with
 // one guarded write or records why it waits and tries again after a backoff
 // (50ms doubling to 2s). It returns nil when the recovery is committed, or
 // when a read shows it gone or replaced by another transition (whoever
@@ -86,6 +104,7 @@ func (w *Worker) Run(ctx context.Context, stream string) error {
 		started    bool // transition is set; 0 may be a real transition
 	)
 	backoff := minBackoff
+	rs := &runState{}
 	for round := 1; ; round++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -118,7 +137,7 @@ func (w *Worker) Run(ctx context.Context, stream string) error {
 			return nil
 		}
 
-		done, waited, err := w.round(ctx, log, round, *pr, starts, leaving, version, backoff)
+		done, waited, err := w.round(ctx, log, round, *pr, starts, leaving, version, backoff, rs)
 		if done {
 			return nil
 		}
@@ -141,7 +160,7 @@ func (w *Worker) Run(ctx context.Context, stream string) error {
 // failover's trace. It reports done when the commit succeeded, and waited
 // when it already paused for the backoff inside its "wait" span (so the
 // round's span covers the wait).
-func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.PendingRecovery, starts []wire.HistoryStart, leaving map[string]bool, version uint64, backoff time.Duration) (done, waited bool, err error) {
+func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.PendingRecovery, starts []wire.HistoryStart, leaving map[string]bool, version uint64, backoff time.Duration, rs *runState) (done, waited bool, err error) {
 	tr := w.tracer()
 	ctx, span := tr.Start(tracecontext.WithTraceParent(ctx, pr.TraceParent), "recovery.round", trace.WithAttributes(
 		attribute.String("stream", pr.Stream),
@@ -159,13 +178,23 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 	promotes := func(got []Answer) bool {
 		return Decide(pr, starts, got, leaving, w.now()).Kind == Promote
 	}
-	answers := w.sealAll(ctx, pr, promotes)
+	rs.prune(log, pr, w.incarnation, w.Gone)
+	answers := w.sealAll(ctx, pr, rs, promotes)
 	if err := ctx.Err(); err != nil {
 		// Leadership lost mid-round: the answers say nothing about the copies.
 		return false, false, err
 	}
+	// A node may have restarted or gone while the round sealed the others:
+	// decide only on kept answers that still hold (this round's new
+	// answers are checked at the next round's start).
+	rs.prune(log, pr, w.incarnation, w.Gone)
+	rs.current(answers)
+	rs.keep(pr, answers, w.sealTimeout())
 
-	d := Decide(pr, starts, answers, leaving, w.now())
+	d, err := w.decideFresh(ctx, tr, log, pr, starts, answers, leaving, rs)
+	if err != nil {
+		return false, false, err
+	}
 	answered := 0
 	for _, a := range answers {
 		if a.Reply != nil && a.Err == nil {
@@ -194,7 +223,15 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 			attribute.Int64("backoff_ms", backoff.Milliseconds()),
 		))
 		defer ws.End()
-		log.Info("recovery: waiting", "kind", d.Kind, "reason", d.Reason, "backoff", backoff)
+		rs.waits++
+		// A wait of another kind than the last logged is logged; a repeat goes to the
+		// summary of Waits when there is one (logs in proportion to change).
+		if w.Waits == nil || d.Kind != rs.logged {
+			log.Info("recovery: waiting", "kind", d.Kind, "reason", d.Reason, "backoff", backoff)
+			rs.logged = d.Kind
+		} else {
+			w.Waits.Note(pr.Stream, d.Kind)
+		}
 		// Store the wait only when it says something new, so a long wait
 		// does not write to the replicated state on every round.
 		if d.Wait != nil && !sameWait(pr.Wait, d.Wait) {
@@ -231,8 +268,45 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 	}
 	log.Info("recovery: committed", "epoch", d.Assignment.Epoch, "owner", d.Assignment.Owner,
 		"followers", d.Assignment.Followers, "start_record_tail", d.Start.RecordTail,
-		"start_cursor_tail", d.Start.CursorTail, "reason", d.Reason)
+		"start_cursor_tail", d.Start.CursorTail, "reason", d.Reason, "waited_rounds", rs.waits)
 	return true, false, nil
+}
+
+// decideFresh decides on answers and, while the decision would promote a
+// copy whose answer was kept from an earlier round, seals that copy again
+// and decides anew: a kept answer counts toward R and toward the furthest
+// tails, but the promoted owner has answered in this round, as every
+// answer did before answers were kept. Its node may have died since its
+// answer without being gone yet (not silent for a TTL); promoting it would
+// make its tails the latest history start, which only it (and the copies
+// the recovery left behind) might hold, so a second failover after it
+// would wait for it to come back (docs/failover.md, "Seal answers kept
+// across rounds"). A re-seal at the same fence is cheap (the host answers
+// from its fenced copy's metadata); one that fails leaves the copy
+// unanswered, and the loop ends within the copies' count, each re-sealed
+// at most once.
+func (w *Worker) decideFresh(ctx context.Context, tr trace.Tracer, log *slog.Logger, pr wire.PendingRecovery, starts []wire.HistoryStart, answers []Answer, leaving map[string]bool, rs *runState) (Decision, error) {
+	for {
+		d := Decide(pr, starts, answers, leaving, w.now())
+		if d.Kind != Promote {
+			return d, nil
+		}
+		owner := d.Assignment.Owner
+		i := slices.IndexFunc(answers, func(a Answer) bool { return a.Node == owner && a.kept })
+		if i < 0 {
+			return d, nil
+		}
+		log.Info("recovery: sealing the chosen copy again before promoting it (its answer is from an earlier round)", "node", owner)
+		inc, known := w.incarnation(owner)
+		a := w.sealOne(ctx, tr, pr, owner, rs.timeout(owner, w.sealTimeout()))
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		a.incarnation, a.incKnown = inc, known
+		answers[i] = a
+		delete(rs.kept, owner)
+		rs.keep(pr, []Answer{a}, w.sealTimeout())
+	}
 }
 
 // sameWait compares two waits ignoring when they were seen.
@@ -267,7 +341,7 @@ func sameWait(a, b *wire.RecoveryWait) bool {
 // waited for, so a slow but live copy still becomes a follower; and while
 // the answers wait for the confirmed prefix, a gone node's copy (often the
 // one holding it) is waited for too.
-func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery, promotes func([]Answer) bool) []Answer {
+func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery, rs *runState, promotes func([]Answer) bool) []Answer {
 	tr := w.tracer()
 	ctx, fan := tr.Start(ctx, "seal.fanout", trace.WithAttributes(
 		attribute.Int64("fence_epoch", int64(pr.Old.Epoch+1)),
@@ -282,16 +356,28 @@ func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery, promotes 
 		a Answer
 	}
 	results := make(chan result, len(nodes)) // buffered: abandoned seals never block
-	for i, node := range nodes {
-		go func() { results <- result{i, w.sealOne(sctx, tr, pr, node)} }()
-	}
 	answers := make([]Answer, len(nodes))
 	outstanding := make(map[int]bool, len(nodes))
-	for i := range nodes {
+	var got []Answer // the answers in: kept ones first, then in arrival order
+	n, reused := 0, 0
+	for i, node := range nodes {
+		if k, ok := rs.kept[node]; ok {
+			k.kept = true
+			answers[i] = k
+			got = append(got, k)
+			n++
+			reused++
+			continue
+		}
 		outstanding[i] = true
+		inc, known := w.incarnation(node)
+		timeout := rs.timeout(node, w.sealTimeout())
+		go func() {
+			a := w.sealOne(sctx, tr, pr, node, timeout)
+			a.incarnation, a.incKnown = inc, known
+			results <- result{i, a}
+		}()
 	}
-	var got []Answer // the answers in, in arrival order
-	n := 0
 	for len(outstanding) > 0 {
 		res := <-results
 		answers[res.i] = res.a
@@ -312,7 +398,7 @@ func (w *Worker) sealAll(ctx context.Context, pr wire.PendingRecovery, promotes 
 		answers[i] = Answer{Node: nodes[i], Err: fmt.Errorf("seal %s: %w", nodes[i], errGoneNotWaited)}
 	}
 	slices.Sort(skipped)
-	fan.SetAttributes(attribute.Int("copies", len(nodes)), attribute.Int("answered", n))
+	fan.SetAttributes(attribute.Int("copies", len(nodes)), attribute.Int("answered", n), attribute.Int("kept", reused))
 	if len(skipped) > 0 {
 		fan.SetAttributes(attribute.StringSlice("not_waited_for", skipped))
 		w.logger().Info("recovery: seal round ends without copies on gone nodes", "stream", pr.Stream,
@@ -338,10 +424,12 @@ func (w *Worker) allGone(nodes []string, outstanding map[int]bool) bool {
 	return true
 }
 
-func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRecovery, node string) Answer {
-	ctx, span := tr.Start(ctx, "seal "+node, trace.WithAttributes(attribute.String("node", node)))
+func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRecovery, node string, timeout time.Duration) Answer {
+	ctx, span := tr.Start(ctx, "seal "+node, trace.WithAttributes(attribute.String("node", node), attribute.Int64("timeout_ms", timeout.Milliseconds())))
 	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, w.sealTimeout())
+	// timeout counts from when the seal is sent (the Sealer keeps it);
+	// this bounds the call, queue included, for a Sealer that does not.
+	ctx, cancel := context.WithTimeout(ctx, (1+SealQueueAllowance)*timeout)
 	defer cancel()
 	req := wire.SealRequest{
 		Stream:      pr.Stream,
@@ -357,7 +445,7 @@ func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRe
 	ch := make(chan result, 1) // buffered: a late reply must not block its goroutine
 	began := time.Now()
 	go func() {
-		r, err := w.Sealer.Seal(ctx, node, req)
+		r, err := w.Sealer.Seal(ctx, node, req, timeout)
 		ch <- result{r, err}
 	}()
 	a := Answer{Node: node}

@@ -97,6 +97,8 @@ type fakeSealer struct {
 	tails map[string][2]uint64
 	// act, if set for a node, replaces the plain answer.
 	act map[string]func(ctx context.Context, req wire.SealRequest, call int) (*wire.SealReply, error)
+	// budgets are the budgets of every seal, in call order.
+	budgets []time.Duration
 }
 
 func newSealer(tails map[string][2]uint64) *fakeSealer {
@@ -110,8 +112,9 @@ func (f *fakeSealer) reply(node string, req wire.SealRequest) *wire.SealReply {
 	return &wire.SealReply{Node: node, Stream: req.Stream, FenceEpoch: req.FenceEpoch, Transition: req.Transition, RecordTail: t[0], CursorTail: t[1]}
 }
 
-func (f *fakeSealer) Seal(ctx context.Context, node string, req wire.SealRequest) (*wire.SealReply, error) {
+func (f *fakeSealer) Seal(ctx context.Context, node string, req wire.SealRequest, budget time.Duration) (*wire.SealReply, error) {
 	f.mu.Lock()
+	f.budgets = append(f.budgets, budget)
 	f.reqs[node] = append(f.reqs[node], req)
 	call := len(f.reqs[node])
 	act := f.act[node]
@@ -380,8 +383,12 @@ func TestWorkerStopsWhenWithdrawnOrReplaced(t *testing.T) {
 					t.Errorf("sealed for transition %d; the worker must leave the new one alone", req.Transition)
 				}
 			}
-			if n := len(se.calls("b")); n != 2 {
-				t.Errorf("sealed b %d times, want 2 (rounds before the change)", n)
+			// b answered in round 1: round 2 seals only a and c again.
+			if n := len(se.calls("b")); n != 1 {
+				t.Errorf("sealed b %d times, want 1 (its answer is kept for round 2)", n)
+			}
+			if n := len(se.calls("a")); n != 2 {
+				t.Errorf("sealed a %d times, want 2 (rounds before the change)", n)
 			}
 		})
 	}
@@ -411,8 +418,15 @@ func TestWorkerConflictRereads(t *testing.T) {
 	if st.attempts[0].version != 3 || st.attempts[1].version != 4 {
 		t.Errorf("commit versions %d, %d; want 3 then the re-read 4", st.attempts[0].version, st.attempts[1].version)
 	}
-	if len(se.calls("b")) != 2 {
-		t.Errorf("b sealed %d times, want 2 (a fresh round after the conflict)", len(se.calls("b")))
+	// The round after the conflict decides afresh on the new state, with
+	// the answers kept: the copies are fenced, their tails cannot grow.
+	// Only the chosen b is sealed again, as a kept answer is never the
+	// promoted one (Worker.decideFresh).
+	if len(se.calls("b")) != 2 || len(se.calls("c")) != 1 {
+		t.Errorf("b, c sealed %d, %d times, want 2 (chosen again) and 1 (answer kept across the conflict)", len(se.calls("b")), len(se.calls("c")))
+	}
+	if len(se.calls("a")) != 2 {
+		t.Errorf("a sealed %d times, want 2 (unanswered, asked again)", len(se.calls("a")))
 	}
 }
 
@@ -640,5 +654,53 @@ func TestWorkerWaitsForAGoneCopyWhileBelowThePrefix(t *testing.T) {
 	}
 	if len(st.waits) != 0 || len(se.calls("a")) != 1 {
 		t.Errorf("waits %+v, seals of a %d; want one round that waited for a", st.waits, len(se.calls("a")))
+	}
+}
+
+// TestWorkerSealQueueTimeIsNotItsBudget (issue 17): SealTimeout is a
+// seal's time once it is sent; a Sealer that queues seals (the
+// coordinator's batcher, under a mass failover) may hold one for a while
+// before sending it. Here every copy's seal waits in such a queue for
+// longer than SealTimeout and is then answered at once: the round gets
+// the answers and commits in one round. Bounded by SealTimeout from the
+// call, every seal timed out in the queue, and the next rounds' too.
+func TestWorkerSealQueueTimeIsNotItsBudget(t *testing.T) {
+	pr := pending("majority_durable", "a", "b", "c")
+	st := &fakeState{pr: &pr, version: 30}
+	se := newSealer(map[string][2]uint64{"a": {10, 0}, "b": {10, 3}, "c": {12, 1}})
+	const timeout = 100 * time.Millisecond
+	queued := func(node string) func(context.Context, wire.SealRequest, int) (*wire.SealReply, error) {
+		return func(ctx context.Context, req wire.SealRequest, _ int) (*wire.SealReply, error) {
+			select {
+			case <-time.After(timeout * 3 / 2):
+				return se.reply(node, req), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		se.act[n] = queued(n)
+	}
+	sl := &sleeps{then: func(n int) error {
+		if n >= 3 {
+			return errors.New("still waiting after 3 rounds")
+		}
+		return nil
+	}}
+	w := newWorker(st, se, sl)
+	w.SealTimeout = timeout
+	if err := w.Run(testCtx(t), "s"); err != nil {
+		t.Fatalf("Run: %v (backoffs %v)", err, sl.d)
+	}
+	if len(st.applied) != 1 || len(sl.d) != 0 {
+		t.Errorf("applied %d commits after %d waits, want 1 in the first round", len(st.applied), len(sl.d))
+	}
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	for _, b := range se.budgets {
+		if b != timeout {
+			t.Errorf("a seal's budget was %v, want SealTimeout %v", b, timeout)
+		}
 	}
 }

@@ -573,13 +573,15 @@ func (m *movedRecoveryState) Read(ctx context.Context, stream string) (*wire.Pen
 // newWorker is a recovery worker over this server's NATS and Raft store.
 func (s *Server) newWorker() *recovery.Worker {
 	return &recovery.Worker{
-		Sealer:      natsSealer{nc: s.nc},
+		Sealer:      s.seals,
 		State:       recoveryState{s: s},
 		SealTimeout: s.opt.SealTimeout,
 		Logger:      s.log.With("component", "recovery"),
 		Tracer:      s.tracer,
 		Now:         s.opt.Now,
 		Gone:        s.nodeGone,
+		Incarnation: s.live.Incarnation,
+		Waits:       s.waits,
 		Committed:   s.metrics.failoverCommitted,
 	}
 }

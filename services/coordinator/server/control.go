@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,7 @@ func (s *Server) controlLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-s.kick:
 		}
+		s.flushWaits()
 		leading := s.store.IsLeader()
 		s.mu.Lock()
 		was := s.leading
@@ -66,6 +68,20 @@ func (s *Server) controlLoop(ctx context.Context) {
 				s.poke() // something changed: plan again on the new state
 			}
 		}
+	}
+}
+
+// waitSummaryEvery is how often the recovery workers' repeated waits are
+// summarized in one log line (recovery.WaitLog).
+const waitSummaryEvery = 5 * time.Second
+
+// flushWaits logs the summary of the workers' repeated waits once per
+// waitSummaryEvery. Called by the control loop's goroutine only.
+func (s *Server) flushWaits() {
+	now := s.opt.Now()
+	if now.Sub(s.waitsFlushed) >= waitSummaryEvery {
+		s.waitsFlushed = now
+		s.waits.Flush(now)
 	}
 }
 
@@ -99,7 +115,8 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	} else {
 		nodes = s.live.ViewStream("") // every host's liveness, no copies (no stream is named "")
 	}
-	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: nodes}
+	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: nodes, Probing: s.probingNodes(),
+		Grace: s.advisoryGrace(now)}
 	losing := func(st *state.State) []string { return controller.Losing(st, live, now, s.params) }
 	sealed := s.sealed
 	var q state.Query = state.QueryControl{Losing: losing, Extra: sealed}
@@ -192,20 +209,36 @@ const maxConcurrentActions = 64
 // executeAll carries out a round's actions and reports whether any changed
 // the state. Node actions go first and in order: the stream actions were
 // planned against the state they leave (an expiry fails the node's streams
-// over). Stream actions are independent guarded writes, each on its own
+// over). A TTL expiry is not proposed here but handed to a liveness probe
+// (startProbe), which proposes it or withdraws it on its own; the stream
+// actions of the streams with a copy on that node are left out, as they
+// rest on an expiry not made yet (once it is, the next round plans them). Stream actions are independent guarded writes, each on its own
 // stream's version, so they run concurrently: a host that owned hundreds
 // of streams has them all recorded for recovery in about one Raft round
 // trip (Dragonboat batches concurrent proposals), not one after another.
 func (s *Server) executeAll(ctx context.Context, st *state.State, acts []controller.Action, now time.Time) bool {
 	changed := false
 	i := 0
+	var probed map[string]bool
 	for ; i < len(acts) && acts[i].Stream == ""; i++ {
 		if ctx.Err() != nil {
 			return changed
 		}
+		if a := acts[i]; a.Kind == controller.ActExpire && a.Reason == controller.DetectTTL {
+			s.startProbe(ctx, a, now)
+			if probed == nil {
+				probed = map[string]bool{}
+			}
+			probed[a.Node] = true
+			continue
+		}
 		if s.execute(ctx, st, acts[i], now) {
 			changed = true
 		}
+	}
+	if probed != nil {
+		acts = slices.DeleteFunc(slices.Clone(acts[i:]), func(a controller.Action) bool { return restsOn(st, a, probed) })
+		i = 0
 	}
 	// The plan makes at most one action per stream (and were there two,
 	// the second would read a version the first moved, and be refused).
@@ -228,6 +261,22 @@ func (s *Server) executeAll(ctx context.Context, st *state.State, acts []control
 	}
 	wg.Wait()
 	return changed || streamChanged.Load()
+}
+
+// restsOn reports whether stream action a involves one of nodes: it names
+// it (the lost owner of a recovery) or the stream has a copy there.
+func restsOn(st *state.State, a controller.Action, nodes map[string]bool) bool {
+	if nodes[a.Node] {
+		return true
+	}
+	if cur := st.Streams[a.Stream]; cur != nil {
+		for n := range nodes {
+			if cur.Assignment.Includes(n) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // heardSincePlan reports whether node expiry a, planned at now, is to be

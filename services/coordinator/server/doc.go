@@ -53,6 +53,15 @@
 //     connect and reconnect callbacks and by stallWatch, read by each
 //     control round (hearing.view).
 //   - node.drain's drainMoves has a mutex of its own for its reply's lists.
+//   - sealBatcher.mu guards the batcher's closed flag and its per-node
+//     queues of seals (sealbatch.go); it is never held across a request.
+//     next answers the queued seals shutting_down under it once the
+//     batcher is closed: a send on a channel with room for the one
+//     answer, which never blocks.
+//   - waits (recovery.WaitLog) has a mutex of its own, taken by the
+//     workers to count a repeated wait and by the control loop to log
+//     the summary (flushWaits, every waitSummaryEvery, and shutdown
+//     once more after the workers ended).
 //
 // Goroutines, who starts them and how they stop:
 //
@@ -81,7 +90,32 @@
 //     worker for a newer transition cancels the older one, losing
 //     leadership and shutdown cancel all (stopWorkers). They are counted
 //     by workerWG, which shutdown waits for once the control loop has
-//     ended, so no worker is added after that wait begins.
+//     ended, so no worker is added after that wait begins. Each worker's
+//     seals run in goroutines of its round, each bounded by its timeout;
+//     the round returns when they answered, timed out, or were left out
+//     (recovery.Worker.sealAll).
+//   - seal batches (sealBatcher, the recovery workers' and moves'
+//     Sealer): at most maxSealSenders (8) send goroutines per host with
+//     seals queued or in flight, so up to 8 batches in flight per host,
+//     each started by a seal that finds fewer running and ended when the
+//     host's queue is empty. Each sends one batch request at a time, on
+//     the batcher's context bounded by the latest deadline among the
+//     batch's callers (at most maxSealBatchWait), and answers each caller
+//     on a channel of one, so a caller that left never blocks it. When
+//     no host answers the batch subject (an older host), the send
+//     goroutine sends the batch's seals alone on .seal, a goroutine each
+//     (at most maxSealBatch per send goroutine, so maxSealSenders x
+//     maxSealBatch per host), and waits for them. Seals
+//     wait in a queue of at most maxSealQueue per host (past it a seal
+//     fails overloaded). Shutdown closes the batcher once the workers
+//     and requests have ended: queued seals fail shutting_down, the batch
+//     in flight is cancelled, and the goroutines are waited for.
+//   - liveness probes before a TTL expiry (startProbe, from executeAll):
+//     one goroutine per probed node at a time (probing, under mu), on the
+//     leader context, bounded by its wait (controller.ProbeWait, at most
+//     Options.ProbeTimeout) and then by the
+//     expiry's 5 s proposal; counted by workerWG. Probing is read by each
+//     round (probingNodes); no lock is held across the probe's request.
 //   - balancer moves (balance, from the control loop): one goroutine per
 //     move, within Balance.MaxMoves moves in flight (operators' moves
 //     included), on the leader context bounded by requestTimeout, counted
@@ -121,6 +155,6 @@
 // workers and wait for workerWG (the workers and the balancer's moves,
 // whose leader context ended with the loop); unsubscribe; let requests in
 // flight finish (graceful only), then cancel reqCtx and wait for their
-// replies; wait for reportLoop; hand leadership over (graceful only); close
+// replies; close the seal batcher; wait for reportLoop; hand leadership over (graceful only); close
 // both NATS connections, the health endpoint and the Raft node host.
 package server

@@ -287,6 +287,9 @@ func (h *host) start(inc uint64) {
 	if _, err := nc.Subscribe(wire.SealSubject(h.node), h.onSeal); err != nil {
 		h.t.Fatal(err)
 	}
+	if _, err := nc.Subscribe(wire.SealBatchSubject(h.node), h.onSeals); err != nil {
+		h.t.Fatal(err)
+	}
 	pull := make(chan struct{}, 1)
 	if _, err := nc.Subscribe(wire.AssignNoticeSubject(h.node), func(*nats.Msg) {
 		h.mu.Lock()
@@ -465,22 +468,49 @@ func (h *host) onSeal(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		return
 	}
+	reply, delay, silent := h.sealOf(req)
+	if silent {
+		return
+	}
+	time.Sleep(delay)
+	data, _ := json.Marshal(reply)
+	_ = m.Respond(data)
+}
+
+// onSeals answers a batch of seals (brook.host.<node>.seals) as onSeal
+// answers each, after one delay.
+func (h *host) onSeals(m *nats.Msg) {
+	var b wire.SealBatch
+	if err := json.Unmarshal(m.Data, &b); err != nil {
+		return
+	}
+	out := wire.SealBatchReply{Replies: make([]wire.SealResult, len(b.Seals))}
+	var delay time.Duration
+	silent := false
+	for i, req := range b.Seals {
+		out.Replies[i].Reply, delay, silent = h.sealOf(req)
+	}
+	if silent {
+		return
+	}
+	time.Sleep(delay)
+	data, _ := json.Marshal(out)
+	_ = m.Respond(data)
+}
+
+// sealOf notes a seal and returns its reply, the delay before it and
+// whether the host answers no seal.
+func (h *host) sealOf(req wire.SealRequest) (*wire.SealReply, time.Duration, bool) {
 	h.mu.Lock()
-	silent, delay := h.silentSeals, h.sealDelay
+	defer h.mu.Unlock()
 	t := h.tails[req.Stream]
 	h.seals = append(h.seals, req)
 	if c, ok := h.copies[req.Stream]; ok {
 		c.Sealed = true
 		h.copies[req.Stream] = c
 	}
-	h.mu.Unlock()
-	if silent {
-		return
-	}
-	time.Sleep(delay)
-	data, _ := json.Marshal(wire.SealReply{Node: h.node, Stream: req.Stream, FenceEpoch: req.FenceEpoch,
-		Transition: req.Transition, RecordTail: t[0], CursorTail: t[1], LogEpochs: []wire.LogEpoch{}})
-	_ = m.Respond(data)
+	return &wire.SealReply{Node: h.node, Stream: req.Stream, FenceEpoch: req.FenceEpoch,
+		Transition: req.Transition, RecordTail: t[0], CursorTail: t[1], LogEpochs: []wire.LogEpoch{}}, h.sealDelay, h.silentSeals
 }
 
 func (h *host) setTails(stream string, record, cursor uint64) {
@@ -509,6 +539,32 @@ func (h *host) setSilent(silent bool) {
 	h.mu.Lock()
 	h.silentSeals = silent
 	h.mu.Unlock()
+}
+
+// probeOn subscribes the host to its liveness probe subject: it answers
+// each probe naming its incarnation when answer is set, and lets every
+// probe go unanswered otherwise (a host cut off, or stalled past the
+// probe's bound). Without it, a probe finds no responders, as a dead
+// host's would.
+func (h *host) probeOn(answer bool) {
+	h.t.Helper()
+	h.mu.Lock()
+	nc := h.nc
+	h.mu.Unlock()
+	if _, err := nc.Subscribe(wire.HostProbeSubject(h.node), func(m *nats.Msg) {
+		if !answer {
+			return
+		}
+		h.mu.Lock()
+		data, _ := json.Marshal(wire.Heartbeat{Node: h.node, Incarnation: h.inc, Copies: []wire.CopyStatus{}, Live: true})
+		h.mu.Unlock()
+		_ = m.Respond(data)
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // stopBeats stops the host's heartbeats; it still answers seals.

@@ -96,11 +96,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestStallIsOwnSilence: a gap in this process's own running (its watch's
 // ticks received far apart) counts as not hearing: the controller expires
 // no host for a silence that began before the stall until a TTL after
-// it; ticks at their pace change nothing.
+// it, and the stall is lateness the liveness probe's wait allows for;
+// ticks at their pace change nothing.
 func TestStallIsOwnSilence(t *testing.T) {
 	fake := time.UnixMilli(5_000_000)
 	s := &Server{opt: Options{TTL: 800 * time.Millisecond, Now: func() time.Time { return fake }},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), live: liveness.New()}
 	var mono atomic.Int64 // the watch's clock, in ms
 	clock := func() time.Time { return time.UnixMilli(mono.Load()) }
 	ticks := make(chan time.Time)
@@ -124,9 +125,15 @@ func TestStallIsOwnSilence(t *testing.T) {
 	if since := heardSince(); !since.IsZero() || s.stalls.Load() != 0 {
 		t.Fatalf("ticks at their pace noted a stall: since %v, %d stalls", since, s.stalls.Load())
 	}
+	if l := s.live.RecentLateness(fake); l != 0 {
+		t.Fatalf("ticks at their pace noted lateness %v", l)
+	}
 	tick(stallGap(s.opt.TTL).Milliseconds() + 1)
 	if since := heardSince(); !since.Equal(fake) || s.stalls.Load() != 1 {
 		t.Fatalf("after a stall: since %v, %d stalls; want %v, 1", since, s.stalls.Load(), fake)
+	}
+	if l, want := s.live.RecentLateness(fake), stallGap(s.opt.TTL)+time.Millisecond; l != want {
+		t.Fatalf("after a stall: recent lateness %v, want %v", l, want)
 	}
 }
 

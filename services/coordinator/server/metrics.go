@@ -26,6 +26,8 @@ const (
 	attrErrorType   = attribute.Key("error.type")
 	attrMoveBy      = attribute.Key("brook.move.by")
 	attrMoveOutcome = attribute.Key("brook.move.outcome")
+	attrProbeResult = attribute.Key("brook.probe.outcome")
+	attrProbeExpire = attribute.Key("brook.probe.expired")
 	proposeFailure  = "unavailable"
 )
 
@@ -39,6 +41,7 @@ type metrics struct {
 	started   metric.Int64Counter
 	completed metric.Int64Counter
 	moves     metric.Int64Counter
+	probes    metric.Int64Counter
 	duration  metric.Float64Histogram
 	proposal  metric.Float64Histogram
 
@@ -68,6 +71,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	add(err)
 	m.moves, err = mt.Int64Counter("brook.coordinator.move.count", metric.WithUnit("{move}"),
 		metric.WithDescription("Planned owner moves run by this coordinator, by who asked (admin, drain, balance) and outcome (started, completed, aborted)."))
+	add(err)
+	m.probes, err = mt.Int64Counter("brook.coordinator.node.probe", metric.WithUnit("{probe}"),
+		metric.WithDescription("Liveness probes this leader sent before a TTL expiry, by outcome (no_responders, answered, timeout, aborted) and whether the host was expired (false: the expiry was withdrawn, or the probe aborted)."))
 	add(err)
 	m.duration, err = mt.Float64Histogram("brook.coordinator.failover.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from a failover's detection (its pending recovery's since) to its commit, by reason."),
@@ -121,6 +127,15 @@ func (m *metrics) failoverCommitted(pr wire.PendingRecovery, at time.Time) {
 	if pr.Since > 0 {
 		m.duration.Record(ctx, max(at.Sub(time.UnixMilli(pr.Since)).Seconds(), 0), opt)
 	}
+}
+
+// probed counts a liveness probe before a TTL expiry by its outcome and
+// whether the host was expired after it.
+func (m *metrics) probed(outcome string, expired bool) {
+	if m == nil {
+		return
+	}
+	m.probes.Add(context.Background(), 1, metric.WithAttributes(attrProbeResult.String(outcome), attrProbeExpire.Bool(expired)))
 }
 
 // proposed is raftstore.Config.OnPropose.

@@ -12,18 +12,25 @@ import (
 	"github.com/brook-streams/brook/services/coordinator/internal/testutil"
 )
 
-// TestCoordinatorMetrics runs one coordinator with metrics, fails a
-// stream's owner over and reads /metrics: the failover is counted started
-// and completed with its duration, the stream is serving and
-// under-replicated, the lost node counts as expired, the coordinator leads
-// and its proposals are timed.
-func TestCoordinatorMetrics(t *testing.T) {
+// testMetrics returns metrics with a Prometheus handler, exported nowhere
+// else, shut down when the test ends.
+func testMetrics(t *testing.T) *telemetry.Metrics {
 	t.Setenv(telemetry.EndpointEnv, "")
 	m, err := telemetry.NewMetrics(context.Background(), telemetry.Options{Service: "brook-coordinator"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	return m
+}
+
+// TestCoordinatorMetrics runs one coordinator with metrics, fails a
+// stream's owner over and reads /metrics: the failover is counted started
+// and completed with its duration, the stream is serving and
+// under-replicated, the lost node counts as expired, the coordinator leads
+// and its proposals are timed.
+func TestCoordinatorMetrics(t *testing.T) {
+	m := testMetrics(t)
 	c := newCluster(t, 1, func(o *Options) {
 		o.TTL = 5 * time.Second
 		o.MeterProvider = m.MeterProvider()

@@ -85,34 +85,6 @@ func (r recoveryState) RecordWait(ctx context.Context, stream string, transition
 	return nil
 }
 
-// natsSealer is recovery.Sealer over NATS request-reply.
-type natsSealer struct{ nc *nats.Conn }
-
-var _ recovery.Sealer = natsSealer{}
-
-// Seal requests a seal from node and decodes its reply; an error reply comes
-// back as a *wire.Error.
-func (z natsSealer) Seal(ctx context.Context, node string, req wire.SealRequest) (*wire.SealReply, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode seal: %w", err)
-	}
-	msg := nats.NewMsg(wire.SealSubject(node))
-	msg.Data = data
-	if req.TraceParent != "" {
-		msg.Header.Set("traceparent", req.TraceParent)
-	}
-	resp, err := z.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("seal %s of %s at epoch %d: %w", node, req.Stream, req.FenceEpoch, err)
-	}
-	var reply wire.SealReply
-	if err := decodeReply(resp, &reply); err != nil {
-		return nil, fmt.Errorf("seal %s of %s at epoch %d: %w", node, req.Stream, req.FenceEpoch, err)
-	}
-	return &reply, nil
-}
-
 // decodeReply reads a JSON reply into v, or returns the *wire.Error of an
 // error reply.
 func decodeReply(m *nats.Msg, v any) error {

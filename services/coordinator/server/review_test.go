@@ -179,8 +179,10 @@ func TestStraySealSubscriberOnAGoneNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stray.Close()
-	if _, err := stray.Subscribe(wire.SealSubject("h1"), func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
+	for _, subj := range []string{wire.SealSubject("h1"), wire.SealBatchSubject("h1")} {
+		if _, err := stray.Subscribe(subj, func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := stray.Flush(); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
 	"github.com/brook-streams/brook/services/coordinator/raftstore"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
 
@@ -59,9 +60,14 @@ type Options struct {
 
 	TTL             time.Duration
 	DisconnectGrace time.Duration
-	ReplaceAfter    time.Duration
-	SealTimeout     time.Duration
-	DefaultPolicy   string
+	// ProbeTimeout bounds the wait for a host's answer to the liveness
+	// probe the leader sends before a TTL expiry (default
+	// wire.DefaultProbeTimeout): the wait adapts to how late beats arrive
+	// lately, from controller.ProbeWaitFloor up to this (probe.go).
+	ProbeTimeout  time.Duration
+	ReplaceAfter  time.Duration
+	SealTimeout   time.Duration
+	DefaultPolicy string
 	// MaxStreams and MaxCopiesPerHost limit creates (default
 	// state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost).
 	MaxStreams       int
@@ -81,6 +87,8 @@ type Options struct {
 	// profiles under /debug/pprof/.
 	HTTPAddr string
 	PProf    bool
+	// prober replaces the NATS liveness probe (tests).
+	prober prober
 	// ControlInterval is the leader's planning period (default 100ms); the
 	// loop also runs at once on notable heartbeats and advisories.
 	ControlInterval time.Duration
@@ -102,6 +110,9 @@ func (o *Options) defaults() error {
 	}
 	if o.DisconnectGrace <= 0 {
 		o.DisconnectGrace = wire.DefaultDisconnectGrace
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = wire.DefaultProbeTimeout
 	}
 	if o.ReplaceAfter <= 0 {
 		o.ReplaceAfter = 30 * time.Second
@@ -165,6 +176,9 @@ type Server struct {
 	stalls atomic.Uint64
 	nc     *nats.Conn
 	sysnc  *nats.Conn
+	// seals batches the recovery workers' seals per host (sealbatch.go);
+	// set with nc.
+	seals  *sealBatcher
 	subs   []*nats.Subscription
 	params controller.Params
 	// hearing tracks this coordinator's own NATS connections, so that it
@@ -186,9 +200,16 @@ type Server struct {
 	limits     shutdownLimits
 	closeStore func()
 	workerWG   sync.WaitGroup
-	httpSrv    *http.Server
-	httpAddr   string
-	metrics    *metrics
+	// prober asks a host whether it is alive before a TTL expiry
+	// (probe.go): Options.prober, or one over nc.
+	prober   prober
+	httpSrv  *http.Server
+	httpAddr string
+	metrics  *metrics
+
+	// waits summarizes the workers' repeated waits (recovery.WaitLog, its
+	// own mutex); the control loop flushes it every waitSummaryEvery.
+	waits *recovery.WaitLog
 
 	mu      sync.Mutex
 	workers map[string]*workerRun
@@ -199,7 +220,9 @@ type Server struct {
 	// movesSeen is, per stream, when this leader first saw its planned
 	// move's pending recovery (moverRuns).
 	movesSeen map[string]seenMove
-	leading   bool
+	// probing are the nodes whose liveness probe runs (startProbe).
+	probing map[string]bool
+	leading bool
 	// leaderSince is when this replica last became leader.
 	leaderSince time.Time
 	// noticed is the AssignVersion last announced by this leader.
@@ -214,6 +237,9 @@ type Server struct {
 	lastFullPlan   time.Time
 	lastSealedScan time.Time
 	sealed         []string
+	// waitsFlushed belongs to the control loop too: when it last logged
+	// the summary of waits (flushWaits).
+	waitsFlushed time.Time
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -274,10 +300,12 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		kick:        make(chan struct{}, 1),
 		workers:     map[string]*workerRun{},
 		movesSeen:   map[string]seenMove{},
+		probing:     map[string]bool{},
 		params: controller.Params{TTL: opt.TTL, DisconnectGrace: opt.DisconnectGrace,
 			ReplaceAfter: opt.ReplaceAfter, DefaultPolicy: opt.DefaultPolicy},
 		limits: defaultShutdownLimits,
 	}
+	s.waits = &recovery.WaitLog{Logger: s.log.With("component", "recovery")}
 	met, err := newMetrics(opt.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator metrics: %w", err)
@@ -310,6 +338,10 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			s.shutdown(context.Background(), false)
 			return nil, err
 		}
+	}
+	s.prober = opt.prober
+	if s.prober == nil {
+		s.prober = natsProber{nc: s.nc}
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -422,6 +454,7 @@ func (s *Server) stallWatch(ctx context.Context, ticks <-chan time.Time, clock f
 		now := clock()
 		if d := now.Sub(last); d > gap {
 			s.hearing.stalled(s.opt.Now())
+			s.live.Stalled(d, s.opt.Now())
 			if n := s.stalls.Add(1); n == 1 || n%20 == 0 {
 				s.log.Warn("this coordinator was stalled (not scheduled); no host is expired for the silence until a ttl after it",
 					"stalled", d.Round(time.Millisecond).String(), "stalls_so_far", n)
@@ -458,6 +491,7 @@ func (s *Server) connect() error {
 		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
 	}
 	s.nc = nc
+	s.seals = newSealBatcher(nc, s.log.With("component", "seals"))
 	// Every coordinator hears every heartbeat (no queue group). Admin
 	// requests and pulls go to any one of them: see serveWhenReady.
 	if err := s.subscribe("heartbeats", wire.HeartbeatWildcard, "", s.onHeartbeat); err != nil {
@@ -521,6 +555,13 @@ func (s *Server) serveWhenReady(ctx context.Context) {
 	}
 	if err := s.subscribe("host leaves", wire.HostLeaveWildcard, wire.AdminQueue, s.onHostLeave); err != nil {
 		s.log.Error("host leaves not served", "err", err)
+	}
+	// Serving means the server has the interest: a subscription is sent
+	// by the connection's flusher, and a request that reached the server
+	// before it found no responders (TestHostLeaveSubject did, now and
+	// then, right after Serving).
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("subscriptions not yet confirmed by the server", "err", err)
 	}
 	s.serving.Store(true)
 	s.log.Info("serving admin requests, assignment pulls and host leaves")
@@ -696,7 +737,13 @@ func (s *Server) onDisconnect(m *nats.Msg) {
 	// advisory was stamped (above); a millisecond's slack is enough for
 	// the timer to fire after it, and every millisecond here is one of
 	// the failover's write gap.
-	time.AfterFunc(s.opt.DisconnectGrace+time.Millisecond, s.poke)
+	time.AfterFunc(s.advisoryGrace(s.opt.Now())+time.Millisecond, s.poke)
+}
+
+// advisoryGrace is the disconnect grace at now: --disconnect-grace,
+// stretched with how late beats arrive lately (controller.AdvisoryGrace).
+func (s *Server) advisoryGrace(now time.Time) time.Duration {
+	return controller.AdvisoryGrace(s.opt.DisconnectGrace, s.live.RecentLateness(now), s.opt.ProbeTimeout)
 }
 
 // poke wakes the control loop without blocking.
@@ -825,6 +872,7 @@ func (s *Server) shutdown(ctx context.Context, graceful bool) {
 		}
 		s.stopWorkers()
 		step(ctx, "recovery workers", lim.step, s.workerWG.Wait)
+		s.waits.Flush(s.opt.Now()) // the last summary of waits, not lost
 		// Stop taking requests; those in flight still reply below.
 		s.mu.Lock()
 		for _, sub := range s.subs {
@@ -839,6 +887,10 @@ func (s *Server) shutdown(ctx context.Context, graceful bool) {
 		// not bounded by ctx, so that they go out even if ctx has ended.
 		s.reqCancel()
 		step(context.Background(), "replies of cancelled requests", lim.cancelled, s.handlers.Wait)
+		// No worker or move seals any more: end the seal batches.
+		if s.seals != nil {
+			step(ctx, "seal batches", lim.step, s.seals.close)
+		}
 		step(ctx, "heartbeat decoding", lim.step, func() { <-s.reportsDone })
 		if graceful && s.store != nil {
 			tctx, cancel := context.WithTimeout(ctx, lim.transfer)

@@ -302,22 +302,28 @@ func TestEagerFailoverOnLeaveAndDrainOwnerOnlyWaits(t *testing.T) {
 	if info.Assignment.Owner == b.Owner || time.Since(start) > 700*time.Millisecond {
 		t.Fatalf("drain: owner %s after %v", info.Assignment.Owner, time.Since(start))
 	}
-	var ci wire.ClusterInfo
-	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
-		t.Fatal(e)
-	}
-	for _, n := range ci.Nodes {
-		want := wire.NodeLive
-		switch n.Node {
-		case a.Owner:
-			want = wire.NodeLeft
-		case b.Owner:
-			want = wire.NodeDraining
+	// The drain marks its node draining once its moves are done, which
+	// is after the move's commit made b's epoch 2.
+	testutil.Eventually(t, 3*time.Second, "the leaving node left, the drained one draining, the rest live", func() bool {
+		var ci wire.ClusterInfo
+		if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil {
+			return false
 		}
-		if n.State != want {
-			t.Fatalf("node %s is %s, want %s", n.Node, n.State, want)
+		for _, n := range ci.Nodes {
+			want := wire.NodeLive
+			switch n.Node {
+			case a.Owner:
+				want = wire.NodeLeft
+			case b.Owner:
+				want = wire.NodeDraining
+			}
+			if n.State != want {
+				t.Logf("node %s is %s, want %s", n.Node, n.State, want)
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	// The owner-only stream's owner dies: it waits, and serves again when
 	// the owner comes back; it never moves.

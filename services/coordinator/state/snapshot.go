@@ -17,6 +17,29 @@ type snapshotFile struct {
 	State  *State `json:"state"`
 }
 
+// SnapshotCopy is a deep copy of what Save writes (no index, no change
+// log): the state machine takes it with applies held off, and saves the
+// copy while applies go on (raftstore's concurrent snapshot), so a
+// snapshot holds applies for a copy, not for an encoding and a write.
+func (s *State) SnapshotCopy() *State {
+	c := &State{
+		Version:        s.Version,
+		AssignVersion:  s.AssignVersion,
+		NextStreamID:   s.NextStreamID,
+		NextTransition: s.NextTransition,
+		Nodes:          make(map[string]*Node, len(s.Nodes)),
+		Streams:        make(map[string]*Stream, len(s.Streams)),
+	}
+	for k, n := range s.Nodes {
+		nn := *n
+		c.Nodes[k] = &nn
+	}
+	for k, st := range s.Streams {
+		c.Streams[k] = st.Clone()
+	}
+	return c
+}
+
 // Save writes the whole state. encoding/json writes map keys in order, so
 // equal states give equal snapshots.
 func (s *State) Save(w io.Writer) error {

@@ -19,9 +19,11 @@
 //
 // # Locks and goroutines
 //
-// State has no lock and starts no goroutine. raftstore's state machine
-// runs Apply under Dragonboat's write lock and every Query's Run under its
-// read lock, several at once: a query must not write, which is why the
+// State has no lock and starts no goroutine. raftstore's state machine (a
+// Dragonboat concurrent state machine) runs Apply under its own mutex
+// (machine.mu) and every Query's Run under that mutex's read lock, several
+// at once; a snapshot is saved from a Clone taken under the read lock, so
+// Apply goes on while it is encoded. A query must not write, which is why the
 // index is built by New, Load, Clone and Partial and never on a query's
 // first use, and why QueryControl's Losing callback must only read.
 package state
@@ -135,21 +137,7 @@ func (s *State) Clone() *State {
 
 // cloneStreams is Clone without the change log.
 func (s *State) cloneStreams() *State {
-	c := &State{
-		Version:        s.Version,
-		AssignVersion:  s.AssignVersion,
-		NextStreamID:   s.NextStreamID,
-		NextTransition: s.NextTransition,
-		Nodes:          make(map[string]*Node, len(s.Nodes)),
-		Streams:        make(map[string]*Stream, len(s.Streams)),
-	}
-	for k, n := range s.Nodes {
-		nn := *n
-		c.Nodes[k] = &nn
-	}
-	for k, st := range s.Streams {
-		c.Streams[k] = st.Clone()
-	}
+	c := s.SnapshotCopy()
 	c.idx = s.ix().clone()
 	return c
 }

@@ -89,6 +89,7 @@ func run(args []string) int {
 		HostKeys:         hostKeys,
 		TTL:              cfg.TTL,
 		DisconnectGrace:  cfg.DisconnectGrace,
+		ProbeTimeout:     cfg.ProbeTimeout,
 		ReplaceAfter:     cfg.ReplaceAfter,
 		MaxStreams:       cfg.MaxStreams,
 		MaxCopiesPerHost: cfg.MaxCopiesPerHost,
