@@ -39,7 +39,8 @@ type Config struct {
 	DedupeRebuildBytes   int64 `koanf:"dedupe-rebuild-bytes"`
 	// MaxFetchWaits caps the long-poll fetches waiting at once on the
 	// host; MaxInflight caps the request goroutines of each kind apart:
-	// readers' (fetches, commit waits), replication, seals. Past a cap a
+	// readers' (fetches, commit waits), host waits, seals (followers'
+	// replication requests are bounded per owned stream). Past a cap a
 	// request is answered overloaded.
 	MaxFetchWaits int `koanf:"max-fetch-waits"`
 	MaxInflight   int `koanf:"max-inflight"`
@@ -66,7 +67,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Int("dedupe-rebuild-records", 64<<10, "on promotion, rebuild the duplicate window from at most this many of the newest records")
 	fs.Int64("dedupe-rebuild-bytes", 64<<20, "on promotion, rebuild the duplicate window from about this many bytes of the newest records")
 	fs.Int("max-fetch-waits", 1024, "most long-poll fetches waiting for records at once on this host; more are answered overloaded")
-	fs.Int("max-inflight", 4096, "most request goroutines at once on this host of each kind apart: readers' (fetches, commit waits), followers' replication requests, seals; more are answered overloaded")
+	fs.Int("max-inflight", 4096, "most request goroutines at once on this host of each kind apart: readers' (fetches, commit waits), host waits, seals (followers' replication requests are bounded per owned stream); more are answered overloaded")
 	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs

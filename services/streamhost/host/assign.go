@@ -193,14 +193,21 @@ func (h *Host) pullLoop(ctx context.Context) {
 		// notices that arrive meanwhile share the next pull (of the
 		// changes since the last one).
 		gap.Reset(h.cfg.PullGap)
-		err := h.pullAndApply(ctx, recheck || h.recheck.Swap(false))
+		all := recheck || h.recheck.Swap(false)
+		err := h.pullAndApply(ctx, all)
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("pull assignment snapshot", "err", err)
 		}
+		if err != nil && all {
+			// The re-apply asked for did not happen: the next pull does it
+			// (a pull of changes alone would skip the roles in trouble).
+			h.recheck.Store(true)
+		}
 		wait := t.C
 		var again <-chan time.Time
-		if err != nil && !h.ready.Load() {
-			// Nothing is served before the first snapshot: retry soon.
+		if err != nil && (!h.ready.Load() || all) {
+			// Nothing is served before the first snapshot, and a role
+			// in trouble waits for the re-apply it asked for: retry soon.
 			again = time.After(retry)
 			retry = min(retry*2, time.Second)
 		}
@@ -480,8 +487,12 @@ func (h *Host) pullPage(ctx context.Context, req wire.AssignmentPull) (wire.Assi
 }
 
 // maxConcurrentApplies bounds the streams one apply brings in line at
-// once.
-const maxConcurrentApplies = 16
+// once. A follower's seal release is a synced write, and concurrent synced
+// writes share Pebble's WAL syncs: a pull that re-follows a thousand
+// copies after a failover waits for about copies/maxConcurrentApplies
+// fsyncs one after another (it was 16: some 75 fsyncs for 1,200 copies;
+// BenchmarkHostFailover).
+const maxConcurrentApplies = 256
 
 // apply brings the copies in line with snap: it applies todo (the
 // assignments to bring in line, see pullAndApply) and leaves out the copies
@@ -693,7 +704,7 @@ func (h *Host) applyLocked(ctx context.Context, r *replica, as *wire.AssignedStr
 			r.publishStatus(as.Retention)
 			return err
 		}
-		if err := h.release(ctx, log, r, c, a.Epoch, sealed, seal); err != nil {
+		if err := h.release(ctx, log, r, c, a.Epoch, sealed, seal, a.Owner == h.cfg.Node); err != nil {
 			r.publishStatus(as.Retention)
 			return err
 		}
@@ -782,16 +793,32 @@ func (h *Host) cut(ctx context.Context, log *slog.Logger, c *streamlog.Copy, epo
 		attribute.Int64("brook.cursor_tail", int64(res.CursorTail)),
 		attribute.Int64("brook.removed", int64(res.Removed)),
 	)
-	log.Info("history cut", "cut", res.Cut, "record_tail", res.RecordTail, "cursor_tail", res.CursorTail, "removed", res.Removed)
+	// Only a cut that removed something is news at info: in a mass
+	// failover nearly every copy is on the new history already, and a
+	// line per copy told nothing (debug keeps it).
+	level := slog.LevelDebug
+	if res.Cut {
+		level = slog.LevelInfo
+	}
+	log.Log(ctx, level, "history cut", "cut", res.Cut, "record_tail", res.RecordTail, "cursor_tail", res.CursorTail, "removed", res.Removed)
 	return nil
 }
 
 // release begins the epoch on the copy, which releases a seal at or below
-// it.
-func (h *Host) release(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, epoch uint64, sealed bool, seal streamlog.Seal) error {
+// it. A copy about to be promoted (owning) begins it without waiting for
+// the write to be durable: the owner role starts meanwhile and serves its
+// followers nothing until it is (owner.begun; docs/failover.md, "The new
+// owner's epoch begins before it is durable").
+func (h *Host) release(ctx context.Context, log *slog.Logger, r *replica, c *streamlog.Copy, epoch uint64, sealed bool, seal streamlog.Seal, owning bool) error {
 	_, span := h.tracer.Start(ctx, "release")
 	defer span.End()
-	if err := c.BeginEpoch(epoch); err != nil {
+	var err error
+	if owning {
+		_, err = c.BeginEpochAsync(epoch)
+	} else {
+		err = c.BeginEpoch(epoch)
+	}
+	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		if errors.Is(err, streamlog.ErrStaleFence) {
@@ -810,9 +837,11 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, r *replica, c *str
 }
 
 // fenceEarlierOwner seals, at the next epoch, a copy this host owns at an
-// epoch an earlier process of the host began, when that process did not
-// close the store (it crashed, or its store failed), instead of serving it
-// again. That process replicated records as soon as it had written them,
+// epoch an earlier process of the host durably began, when that process
+// did not close the store (it crashed, or its store failed), instead of
+// serving it again. (A begin the crash lost leaves the copy at its earlier
+// epoch, so it is not fenced here: that process served its followers
+// nothing of the epoch, owner.begun, and the copy begins it again.) That process replicated records as soon as it had written them,
 // before its own fsync (owner.go): a follower may hold records this copy
 // lost in the crash. (A process that closed the store synced everything
 // it wrote, so its successor serves on.) Were this copy to write again at
@@ -883,7 +912,15 @@ func (h *Host) promote(ctx context.Context, log *slog.Logger, r *replica, c *str
 	// wrote into it leaves the copy none rather than one whose tail and
 	// digest no longer say what it holds.
 	r.win = nil
-	o, err := startOwner(h, c, a, minCopies, floor, pre)
+	// The epoch's begin (release) may not be durable yet: a no-op that
+	// returns its pending sync, or a closed channel for a begin that is.
+	begun, err := c.BeginEpochAsync(a.Epoch)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("promote: %w", err)
+	}
+	o, err := startOwner(h, c, a, minCopies, floor, pre, begun)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

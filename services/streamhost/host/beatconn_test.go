@@ -106,7 +106,7 @@ type beatFixture struct {
 	beats []wire.Heartbeat
 }
 
-func newBeatFixture(t *testing.T, ownBeatConn bool) *beatFixture {
+func newBeatFixture(t *testing.T, ownBeatConn bool, adjust ...func(*Config)) *beatFixture {
 	t.Helper()
 	ns := startNATS(t, server.Options{})
 	f := &beatFixture{proxy: newStallProxy(t, ns.Addr().String()), done: make(chan error, 1)}
@@ -143,7 +143,7 @@ func newBeatFixture(t *testing.T, ownBeatConn bool) *beatFixture {
 		}
 		t.Cleanup(f.beatNC.Close)
 	}
-	f.host, err = New(Config{
+	cfg := Config{
 		Node:              "n1",
 		DataDir:           t.TempDir(),
 		HeartbeatInterval: 200 * time.Millisecond,
@@ -152,7 +152,11 @@ func newBeatFixture(t *testing.T, ownBeatConn bool) *beatFixture {
 		AckWait:           50 * time.Millisecond,
 		SealLinger:        100 * time.Millisecond,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, f.mainNC)
+	}
+	for _, a := range adjust {
+		a(&cfg)
+	}
+	f.host, err = New(cfg, f.mainNC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,5 +312,37 @@ func TestBeatConnClosedOnShutdown(t *testing.T) {
 	}
 	if last := f.last(); !last.Leaving {
 		t.Fatalf("the last beat heard does not say leaving: %+v", last)
+	}
+}
+
+// TestReconnectBeatsAtOnce: a reconnect of the main connection publishes
+// a liveness beat naming it at once, even while a heartbeat's report is
+// being built (beatMu held) and long before the next periodic beat: the
+// coordinators expire a host not heard on its new connection within the
+// disconnect grace after the server's advisory about the old one.
+func TestReconnectBeatsAtOnce(t *testing.T) {
+	f := newBeatFixture(t, true, func(c *Config) {
+		c.HeartbeatInterval = time.Minute
+		c.LivenessInterval = 30 * time.Second
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !f.host.reported.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("no first heartbeat in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := f.liveBeats()
+	f.host.beatMu.Lock() // a report being built
+	defer f.host.beatMu.Unlock()
+	f.host.Disconnected()
+	f.host.Reconnected()
+	f.waitLive(t, before+1)
+	wantID, err := f.mainNC.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := f.last(); !last.Live || last.ConnID != wantID || last.ConnServer != f.mainNC.ConnectedServerId() {
+		t.Fatalf("beat after the reconnect %+v, want a liveness beat naming the main connection %d", last, wantID)
 	}
 }

@@ -28,7 +28,7 @@ import (
 // nats-server, with the test standing in for the coordinators: it answers
 // assignment pulls from assignments it controls and records heartbeats.
 type miniCluster struct {
-	t   *testing.T
+	t   testing.TB
 	url string
 	nc  *nats.Conn
 	dir string
@@ -96,7 +96,7 @@ func (b *logBuffer) waitFor(t *testing.T, s string) {
 	}
 }
 
-func newMiniCluster(t *testing.T) *miniCluster {
+func newMiniCluster(t testing.TB) *miniCluster {
 	t.Helper()
 	ns := startNATS(t, server.Options{})
 	c := &miniCluster{
@@ -168,6 +168,13 @@ func (c *miniCluster) start(node string, adjust func(*Config)) *testHost {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(nc.Close)
+	return c.startOn(node, nc, adjust)
+}
+
+// startOn runs a Host for node on the connection nc (which the test
+// closes); adjust may change its configuration.
+func (c *miniCluster) startOn(node string, nc *nats.Conn, adjust func(*Config)) *testHost {
+	c.t.Helper()
 	lb := newLogBuffer()
 	cfg := Config{
 		Node:              node,

@@ -96,10 +96,21 @@
 //     expiry timer's callback takes owner.mu and sends after it.
 //   - per seal request, a goroutine of the host's request group within
 //     the seals' budget.
+//   - per seal batch (seals.go), one goroutine of the request group that
+//     holds no budget slot (it runs even when every seal was refused),
+//     and per admitted seal of it a goroutine of the request group within
+//     the seals' budget; the batch's goroutine collects their answers and
+//     replies once all have ended or the batch's timeout_ms has passed
+//     (those still running are answered timeout and go on alone, holding
+//     their slots until they end; shutdown waits for them as for any
+//     request goroutine).
 //   - per follower, its worker (startFollower; ends on stop, which cancels
 //     it and waits, or when the store closes). Asleep on a host wait it
 //     deregisters when its context ends. Beside it its syncer, which waits
-//     for each written batch to be durable and sends the standalone ack;
+//     for each written batch to be durable and sends the standalone ack
+//     (a publish, which can wait for the connection: never on the store's
+//     committer goroutine, which every copy's writes on the host wait
+//     for; TestStuckAckPublishHoldsNoGroupCommit);
 //     the worker closes its queue when it returns and waits for it before
 //     closing done, so stop waits for both.
 //   - per owner node with sleeping follower copies, the host-wait loop
@@ -112,18 +123,33 @@
 //     cancels that host wait (a no-op once it ended) and takes no lock.
 //   - per follower host's host wait at this host, one goroutine of the
 //     host's request group within the replication budget (onHostWait);
-//     it takes owner.mu alone per named copy to keep its ack live
-//     (owner.stillAt) and ends when it answers, when a newer host wait
+//     it looks the named copies' owners up under ownerIndex.mu once per
+//     pass, then takes owner.mu alone once per named copy per pass to
+//     check it and, on the first pass, keep its ack live
+//     (owner.hostWaitQuiet), and ends when it answers, when a newer host wait
 //     of the same host replaces it, or when Run closes the parked waits
 //     (answered shutting_down) before it closes the request group.
 //   - per seal, a prebuild of the duplicate window in the host's
 //     background group (ends when done or at shutdown, which cancels it).
+//   - per pull (and per batch of create notices), up to
+//     maxConcurrentApplies goroutines that apply one stream each under its
+//     replica.mu (applies); the pull loop waits for them all before it
+//     goes on, so pulls never overlap. Per recovery notice that carries
+//     its assignment, one goroutine of the request group applies it under
+//     the replica's mu (applyNoticed). A seal of the same copy waits for
+//     the apply, or the apply for the seal; a seal batch logs one line
+//     for all its seals.
 //   - the host's pull, heartbeat, liveness and retention loops in the same
 //     background group, and with a beat connection of their own
 //     (Config.BeatConn) the connection watch that keeps mainSeen, the
 //     main connection's state the beats name, current: the beats read
 //     that atomic, never the main connection's lock, which a write to a
 //     full socket holds.
+//   - the coordinator leader's liveness probe (onProbe) is answered on
+//     its subscription's goroutine with a liveness beat: it reads mainSeen
+//     (or the shared connection's state) and the store's failure, holds no
+//     lock of the host's. A reconnect's beat (Reconnected) goes out the
+//     same way on the NATS client's callback goroutine.
 //   - the store's committer and cursor-sync goroutines belong to
 //     streamlog and end when the store closes.
 //   - a planned move's hand-off (move.go) runs in the request group and

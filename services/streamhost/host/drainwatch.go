@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,60 +42,149 @@ const (
 // drain ending within one look (drainWatchEvery), and one forced
 // reconnect serves every drain that ended before it was asked for
 // (drainForces).
+//
+// One goroutine watches every drain of the host (drainWatch): a host
+// expired with 2,500 owned streams ends 2,500 owner roles at once, and a
+// watcher each, looking every drainWatchEvery for up to drainWatchLimit,
+// was 125,000 wake-ups a second on a machine already short of CPU. The
+// goroutine of the first drain while none is watched runs the watch, in
+// the host's request tracker (reqs); a later drain joins it and returns.
+// It ends once no drain is left, or with the host.
 func (h *Host) watchDrain(subs []*nats.Subscription, reconnects uint64) {
-	deadline := time.Now().Add(drainWatchLimit)
+	w := &h.drains
+	w.mu.Lock()
+	w.mu.sets = append(w.mu.sets, &drainSet{
+		subs: slices.Clone(subs), reconnects: reconnects,
+		deadline: time.Now().Add(drainWatchLimit), subject: subs[0].Subject,
+	})
+	if w.mu.running {
+		w.mu.Unlock()
+		return
+	}
+	w.mu.running = true
+	w.mu.Unlock()
+
 	t := time.NewTicker(drainWatchEvery)
 	defer t.Stop()
-	open := slices.Clone(subs) // not yet seen removed before any reconnect
-	valid := make([]bool, len(open))
 	for {
-		if h.leaving.Load() || h.nc.IsClosed() {
-			return // the connection ends with the host
-		}
+		w.mu.Lock()
+		sets := w.mu.sets
+		w.mu.sets = nil
+		w.mu.Unlock()
+		ending := h.leaving.Load() || h.nc.IsClosed() // the connection ends with the host
+		// One look at every drain, then at most one forced reconnect for
+		// all those found gone in it: a force sends the connection to
+		// reconnecting at once, and drains deciding one after another
+		// forced one reconnect each.
 		forces := h.drainForces.Load()
-		for i, s := range open {
-			valid[i] = s.IsValid()
-		}
-		// Read after the subscriptions: one removed while this still
-		// reads reconnects was removed before any resend.
-		reconnected := h.nc.Stats().Reconnects != reconnects
-		if reconnected && !h.nc.IsConnected() {
-			<-t.C // unsubscribe once the connection is back
-			continue
-		}
-		gone := false
-		next := open[:0]
-		for i, s := range open {
-			switch {
-			case !valid[i]:
-				gone = gone || reconnected
-			case !reconnected:
-				next = append(next, s)
-			default:
-				err := s.Unsubscribe()
-				switch {
-				case errors.Is(err, nats.ErrBadSubscription):
-					gone = true // the drain removed it in between
-				case err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrConnectionDraining):
-					h.log.Warn("unsubscribe after a reconnect", "subject", s.Subject, "err", err)
+		var keep []*drainSet
+		expired, first, gone := 0, "", ""
+		for _, d := range sets {
+			if ending {
+				continue
+			}
+			switch h.lookAtDrain(d) {
+			case drainWatched:
+				keep = append(keep, d)
+			case drainGone:
+				if gone == "" {
+					gone = d.subject
 				}
+			case drainExpired:
+				if expired == 0 {
+					first = d.subject
+				}
+				expired++
 			}
 		}
-		open = next
-		valid = valid[:len(open)]
-		if gone {
-			h.forceReconnect(forces, subs[0].Subject)
+		if gone != "" {
+			h.forceReconnect(forces, gone)
+		}
+		if expired > 0 {
+			h.log.Warn("drained subscriptions still open; not watched any further", "subject", first, "roles", expired)
+		}
+		w.mu.Lock()
+		w.mu.sets = append(keep, w.mu.sets...)
+		if ending || len(w.mu.sets) == 0 {
+			w.mu.sets, w.mu.running = nil, false
+			w.mu.Unlock()
 			return
 		}
-		if len(open) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.log.Warn("drained subscriptions still open; not watched any further", "subject", subs[0].Subject)
-			return
-		}
+		w.mu.Unlock()
 		<-t.C
 	}
+}
+
+// drainWatch holds the drains of ended roles the host still watches
+// (watchDrain).
+type drainWatch struct {
+	mu struct {
+		sync.Mutex
+		sets    []*drainSet
+		running bool // a goroutine runs the watch
+	}
+}
+
+// drainSet is one ended role's drained subscriptions.
+type drainSet struct {
+	subs       []*nats.Subscription // not yet seen removed before any reconnect
+	valid      []bool               // scratch of lookAtDrain
+	reconnects uint64               // the connection's reconnects when the drain began
+	deadline   time.Time            // watched until then at most
+	subject    string               // the first subscription's, for the log
+}
+
+// What lookAtDrain found of a drain.
+const (
+	drainWatched = iota // still draining: looked at again
+	drainDone           // removed or unsubscribed
+	drainGone           // removed on the client alone after a reconnect: the connection is to be replaced
+	drainExpired        // still open at its deadline: no longer watched
+)
+
+// lookAtDrain looks at drain d once: it unsubscribes, after a reconnect,
+// the subscriptions still draining, and reports drainGone when one was
+// removed on the client alone after a reconnect (watchDrain replaces the
+// connection).
+func (h *Host) lookAtDrain(d *drainSet) int {
+	d.valid = d.valid[:0]
+	for _, s := range d.subs {
+		d.valid = append(d.valid, s.IsValid())
+	}
+	// Read after the subscriptions: one removed while this still reads
+	// reconnects was removed before any resend.
+	reconnected := h.nc.Stats().Reconnects != d.reconnects
+	if reconnected && !h.nc.IsConnected() {
+		return drainWatched // unsubscribe once the connection is back
+	}
+	gone := false
+	next := d.subs[:0]
+	for i, s := range d.subs {
+		switch {
+		case !d.valid[i]:
+			gone = gone || reconnected
+		case !reconnected:
+			next = append(next, s)
+		default:
+			err := s.Unsubscribe()
+			switch {
+			case errors.Is(err, nats.ErrBadSubscription):
+				gone = true // the drain removed it in between
+			case err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrConnectionDraining):
+				h.log.Warn("unsubscribe after a reconnect", "subject", s.Subject, "err", err)
+			}
+		}
+	}
+	d.subs = next
+	switch {
+	case gone:
+		return drainGone
+	case len(d.subs) == 0:
+		return drainDone
+	case time.Now().After(d.deadline):
+		return drainExpired
+	}
+	return drainWatched
 }
 
 // forceReconnect replaces the host's NATS connection unless a reconnect

@@ -121,11 +121,14 @@ type Config struct {
 	MaxFetchWaits int
 	// MaxInflight caps the request goroutines of each of three kinds at
 	// once on this host: readers' requests (fetches and cursor commits
-	// waiting for the watermark), followers' replication requests, and
-	// the coordinators' seals. The kinds are counted apart, so that
-	// readers never take the slots followers need to confirm publishes,
-	// and followers' long polls never hold off the seals of a failover.
-	// One more of a kind is answered overloaded.
+	// waiting for the watermark), other hosts' host waits, and the
+	// coordinators' seals. The kinds are counted apart, so that readers
+	// never take the slots followers need to confirm publishes, and
+	// followers' waits never hold off the seals of a failover. One more
+	// of a kind is answered overloaded. Followers' replication requests
+	// are bounded per owned stream instead (replSlotsPerFollower per
+	// follower): each follower copy parks a long poll at its owner, so
+	// their number grows with the streams owned.
 	MaxInflight int
 	Logger      *slog.Logger
 	// TracerProvider makes the "host.apply" spans; nil means no tracing.
@@ -264,6 +267,8 @@ type Host struct {
 	reqs     tracker // request goroutines (seals, hand-offs, watchDrain)
 	// drainForces counts the reconnects watchDrain asked for.
 	drainForces atomic.Uint64
+	// drains are the ended roles' drains watchDrain still watches.
+	drains drainWatch
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among
@@ -421,12 +426,24 @@ func (h *Host) storeFailed(err error) {
 	h.requestBeat()
 }
 
-// Reconnected tells the host its NATS connection came back: it pulls the
+// Reconnected tells the host its NATS connection came back: it publishes
+// a liveness beat naming the new connection at once, and pulls the
 // assignment snapshot at once, since the streams it owned may have moved
 // while it was cut off, and it must not keep serving them for a whole
 // PullInterval.
+//
+// The beat is what ends the disconnect on the coordinators: the server
+// that closed the old connection published an advisory, and a host not
+// heard on a newer connection within the disconnect grace (100 ms) is
+// expired. The full heartbeat requestBeat asks for waits for minBeatGap
+// after the previous one and for beatMu (a report being built), and the
+// next periodic liveness beat up to LivenessInterval (100 ms): on a loaded
+// machine the first beat naming the new connection came after the grace
+// (e2e TestHostConnectionKicked), so this one goes out from here, on
+// neither path.
 func (h *Host) Reconnected() {
 	h.seeMainConn()
+	h.publishLiveness(h.leaving.Load())
 	h.conn.Replaced()
 	h.requestPull()
 	h.requestBeat()
@@ -508,27 +525,26 @@ func (h *Host) Run(ctx context.Context) error {
 	// Seals are answered from the start, before the first snapshot: a seal
 	// only fences storage, and a restarted host that can answer one lets a
 	// waiting recovery finish.
-	sealSub, err := h.nc.Subscribe(wire.SealSubject(h.cfg.Node), h.onSeal)
-	if err != nil {
-		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.SealSubject(h.cfg.Node), err))
-	}
-	noticeSub, err := h.nc.Subscribe(wire.AssignNoticeSubject(h.cfg.Node), h.onNotice)
-	if err != nil {
-		_ = sealSub.Unsubscribe()
-		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.AssignNoticeSubject(h.cfg.Node), err))
-	}
-	handoffSub, err := h.nc.Subscribe(wire.HandoffSubject(h.cfg.Node), h.onHandoff)
-	if err != nil {
-		_ = sealSub.Unsubscribe()
-		_ = noticeSub.Unsubscribe()
-		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HandoffSubject(h.cfg.Node), err))
-	}
-	hostWaitSub, err := h.nc.Subscribe(wire.HostReplWildcard(h.cfg.Node), h.onHostWait)
-	if err != nil {
-		_ = sealSub.Unsubscribe()
-		_ = noticeSub.Unsubscribe()
-		_ = handoffSub.Unsubscribe()
-		return h.closeStore(fmt.Errorf("subscribe %s: %w", wire.HostReplWildcard(h.cfg.Node), err))
+	// The leader's liveness probe is answered from the start too: it asks
+	// only about an incarnation that has beaten.
+	var subs []*nats.Subscription
+	for _, sub := range []struct {
+		subject string
+		handle  nats.MsgHandler
+	}{
+		{wire.SealSubject(h.cfg.Node), h.onSeal},
+		{wire.SealBatchSubject(h.cfg.Node), h.onSeals},
+		{wire.HostProbeSubject(h.cfg.Node), h.onProbe},
+		{wire.AssignNoticeSubject(h.cfg.Node), h.onNotice},
+		{wire.HandoffSubject(h.cfg.Node), h.onHandoff},
+		{wire.HostReplWildcard(h.cfg.Node), h.onHostWait},
+	} {
+		s, err := h.nc.Subscribe(sub.subject, sub.handle)
+		if err != nil {
+			unsubscribeAll(subs)
+			return h.closeStore(fmt.Errorf("subscribe %s: %w", sub.subject, err))
+		}
+		subs = append(subs, s)
 	}
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	if h.beatNC != h.nc {
@@ -544,10 +560,7 @@ func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()
 	h.shutdown()
 
-	_ = hostWaitSub.Unsubscribe()
-	_ = handoffSub.Unsubscribe()
-	_ = noticeSub.Unsubscribe()
-	_ = sealSub.Unsubscribe()
+	unsubscribeAll(subs)
 	h.parked.close()
 	h.reqs.Close()
 	h.bgCancel()
@@ -564,6 +577,29 @@ func (h *Host) Run(ctx context.Context) error {
 	h.closeBeatConn()
 	h.log.Info("stream host stopped")
 	return h.closeStore(nil)
+}
+
+// unsubscribeAll unsubscribes subs, the last first.
+func unsubscribeAll(subs []*nats.Subscription) {
+	for i := len(subs) - 1; i >= 0; i-- {
+		_ = subs[i].Unsubscribe()
+	}
+}
+
+// onProbe answers the coordinator leader's liveness probe
+// (wire.HostProbeSubject), sent when this host's TTL ran out there, with a
+// liveness beat naming this incarnation. It waits for no lock held across
+// the store's I/O (LivenessBeat reads the main connection's state, and
+// store.Failure, which takes the store's life lock briefly), so a host
+// that runs at all answers at once.
+func (h *Host) onProbe(m *nats.Msg) {
+	data, err := json.Marshal(h.LivenessBeat(h.leaving.Load()))
+	if err != nil {
+		return
+	}
+	if err := m.Respond(data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Debug("answer liveness probe", "err", err)
+	}
 }
 
 // closeBeatConn flushes and closes the beat connection if it is not the

@@ -44,6 +44,10 @@ type fixture struct {
 	deltas    int
 	served    map[uint64]wire.AssignmentSnapshot
 	fullPulls bool
+	// failPulls is how many of the next pulls are answered unavailable;
+	// pullFailed is signalled after each such answer.
+	failPulls  int
+	pullFailed chan struct{}
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, fixtureOptions{}) }
@@ -68,7 +72,7 @@ type fixtureOptions struct {
 // startNATS starts an embedded nats-server on a free local port with opts
 // (their host, port, logging and signals set here), stopped at the end of
 // the test.
-func startNATS(t *testing.T, opts server.Options) *server.Server {
+func startNATS(t testing.TB, opts server.Options) *server.Server {
 	t.Helper()
 	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
 	ns, err := server.NewServer(&opts)
@@ -87,7 +91,7 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	t.Helper()
 	ns := startNATS(t, server.Options{MaxPayload: opts.maxPayload})
 	f := &fixture{t: t, rec: tracetest.NewSpanRecorder(), done: make(chan error, 1), hbCh: make(chan struct{}),
-		served: map[uint64]wire.AssignmentSnapshot{}}
+		served: map[uint64]wire.AssignmentSnapshot{}, pullFailed: make(chan struct{}, 16)}
 	f.snap = wire.AssignmentSnapshot{Node: "n1", Streams: map[string]uint64{}}
 	for name, id := range opts.streams {
 		f.snap.Streams[name] = id
@@ -103,6 +107,14 @@ func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 			t.Error(err)
 		}
 		f.mu.Lock()
+		if f.failPulls > 0 {
+			f.failPulls--
+			f.mu.Unlock()
+			data, _ := json.Marshal(wire.ErrorReply{Error: &wire.Error{Code: wire.CodeUnavailable, Message: "test: pull refused"}})
+			_ = m.Respond(data)
+			f.pullFailed <- struct{}{}
+			return
+		}
 		reply := f.delta(req)
 		if reply.Since == 0 {
 			reply = page(f.snap, wire.AssignmentPull{Node: req.Node, After: req.After, Limit: req.Limit})

@@ -257,7 +257,7 @@ func (h *Host) wakeIdle(p *peerWait, ids map[uint64]struct{}) {
 // hostWaiters is the owner host's side: at most one parked host wait per
 // follower node; a newer one replaces the older, which ends unanswered.
 type hostWaiters struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	closed bool
 	parked map[string]*parkedWait // by follower node
 	n      atomic.Int32           // len(parked), read without mu by changed
@@ -305,7 +305,7 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	if w.closed {
 		w.mu.Unlock()
 		h.replReqs.give()
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+		h.replyErr(m.Reply, h.stopping())
 		return
 	}
 	if old := w.parked[req.Node]; old != nil {
@@ -323,8 +323,21 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	}) {
 		h.replReqs.give()
 		w.remove(req.Node, pw)
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+		h.replyErr(m.Reply, h.stopping())
 	}
+}
+
+// hostWaitWatch is the set of streams whose change may answer req: those
+// of the copies it names that this host owns now. It returns no owner, so
+// that no pass can use an owner looked up before the watch was set.
+func (h *Host) hostWaitWatch(req *frame.HostWait) map[string]struct{} {
+	watch := make(map[string]struct{}, len(req.Copies))
+	for _, o := range h.ownedIDs.getCopies(req.Copies, nil) {
+		if o != nil {
+			watch[o.stream] = struct{}{}
+		}
+	}
+	return watch
 }
 
 // serveHostWait answers pw when any of its copies has something to ask
@@ -333,31 +346,28 @@ func (h *Host) onHostWait(m *nats.Msg) {
 func (h *Host) serveHostWait(pw *parkedWait) {
 	w := &h.parked
 	defer w.remove(pw.req.Node, pw)
-	watch := make(map[string]struct{}, len(pw.req.Copies))
-	for i := range pw.req.Copies {
-		c := &pw.req.Copies[i]
-		if o := h.ownedIDs.get(c.StreamID); o != nil {
-			watch[o.stream] = struct{}{}
-			// A copy asleep on a host wait is live (for retention and a
-			// graceful shutdown's settling) as long as it names the
-			// tails it last acked.
-			if o.epoch == c.Epoch {
-				o.stillAt(pw.req.Node, c.RecordTail, c.CursorTail)
-			}
-		}
-	}
-	// The watch is in place before the tails are read: a change after the
-	// read signals wake.
+	watch := h.hostWaitWatch(pw.req)
+	// The watch is in place before the owners and tails are read: a role
+	// that stops or a stream that changes after the read signals wake, and
+	// one that stopped before it is not found (so every pass, the first
+	// too, looks the owners up again after the watch is set; owners looked
+	// up before it could name a role stopped in between, whose change
+	// signalled no one: review R6).
 	w.mu.Lock()
 	pw.watch = watch
 	w.mu.Unlock()
 	timer := time.NewTimer(wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait))
 	defer timer.Stop()
+	// The first pass also keeps the copies live (hostWakeIDs' refresh).
+	refresh := true
+	var owners []*owner
 	for {
-		if ids := h.hostWakeIDs(pw.req); len(ids) > 0 {
+		owners = h.ownedIDs.getCopies(pw.req.Copies, owners)
+		if ids := hostWakeIDs(pw.req, owners, refresh); len(ids) > 0 {
 			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: ids}))
 			return
 		}
+		refresh = false
 		select {
 		case <-pw.wake:
 		case <-timer.C:
@@ -368,7 +378,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			closing := pw.closing
 			w.mu.Unlock()
 			if closing {
-				h.replyErr(pw.reply, wire.Errorf(wire.CodeShuttingDown, "host %s is stopping", h.cfg.Node))
+				h.replyErr(pw.reply, h.stopping())
 			}
 			return
 		}
@@ -384,22 +394,41 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 // brings the new head, and the copy trims what the owner no longer keeps),
 // or the tails it names are not the ack the owner counted for it last (its
 // standalone ack was lost: its own request carries the ack again).
-func (h *Host) hostWakeIDs(req *frame.HostWait) []uint64 {
+// owners[i] is the owner role running here of req.Copies[i]'s stream, or
+// nil. With refresh, each copy at its owner's epoch naming the tails it
+// last acked stays live (owner.hostWaitQuiet): a copy asleep on a host
+// wait is live (for retention and a graceful shutdown's settling) as long
+// as it names the tails it last acked. One owner lock per copy (issue 17:
+// three before, with the liveness pass).
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) []uint64 {
 	var ids []uint64
 	for i := range req.Copies {
 		c := &req.Copies[i]
-		o := h.ownedIDs.get(c.StreamID)
-		if o == nil || o.epoch != c.Epoch || !o.isFollower(req.Node) {
+		o := owners[i]
+		if o == nil || o.epoch != c.Epoch || !o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh) {
 			ids = append(ids, c.StreamID)
 			continue
 		}
 		t := o.c.Tails()
 		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten ||
-			c.KnownHead != t.Head || !o.ackedAt(req.Node, c.RecordTail, c.CursorTail) {
+			c.KnownHead != t.Head {
 			ids = append(ids, c.StreamID)
 		}
 	}
 	return ids
+}
+
+// hostWaitQuiet reports whether node follows this copy and its counted ack
+// is at exactly these tails, under one lock; with refresh it also
+// refreshes that ack's time (confirmer.stillAt) when it is (a copy asleep
+// on a host wait stays live). The caller checked the copy's epoch.
+func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if refresh {
+		o.mu.conf.stillAt(node, record, cursor, time.Now())
+	}
+	return o.mu.conf.isFollower(node) && o.mu.conf.ackedAt(node, record, cursor)
 }
 
 // changed wakes the parked host waits that watch stream. The store calls it
@@ -409,7 +438,10 @@ func (w *hostWaiters) changed(stream string) {
 	if w.n.Load() == 0 {
 		return
 	}
-	w.mu.Lock()
+	// Every append of the host comes here: shared, so appends of
+	// different streams do not queue on one another (a wake is a send
+	// that never blocks, and watch is written only under the lock).
+	w.mu.RLock()
 	for _, pw := range w.parked {
 		if _, ok := pw.watch[stream]; ok {
 			select {
@@ -418,7 +450,7 @@ func (w *hostWaiters) changed(stream string) {
 			}
 		}
 	}
-	w.mu.Unlock()
+	w.mu.RUnlock()
 }
 
 // remove forgets node's parked wait if it is still pw.
@@ -467,6 +499,22 @@ func (x *ownerIndex) remove(o *owner) {
 		delete(x.m, o.id)
 	}
 	x.mu.Unlock()
+}
+
+// getCopies returns the owner indexed under each copy's stream id (nil
+// for none), in dst when it is long enough: one lock for a host wait's
+// whole set.
+func (x *ownerIndex) getCopies(copies []frame.HostWaitCopy, dst []*owner) []*owner {
+	if cap(dst) < len(copies) {
+		dst = make([]*owner, len(copies))
+	}
+	dst = dst[:len(copies)]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i := range copies {
+		dst[i] = x.m[copies[i].StreamID]
+	}
+	return dst
 }
 
 func (x *ownerIndex) get(id uint64) *owner {

@@ -2,12 +2,14 @@ package host
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
@@ -348,5 +350,118 @@ func TestIdleFollowerFollowsTheOwnersRetention(t *testing.T) {
 	c.waitTails("n1", "ret", "owner trimmed by age", trimmed)
 	for _, n := range []string{"n2", "n3"} {
 		c.waitTails(n, "ret", "follower trimmed to the owner's head", trimmed)
+	}
+}
+
+// benchHostWaitOwner returns a host owning n empty copies (a real Pebble
+// store in memory) followed by n2 and n3, n2's ack counted at their tails,
+// and n2's host wait naming every copy quiet.
+func benchHostWaitOwner(b testing.TB, n int) (*Host, *frame.HostWait) {
+	b.Helper()
+	st, err := streamlog.Open(streamlog.Options{Dir: "bench", FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	h := &Host{}
+	req := &frame.HostWait{Node: "n2", WaitMS: 4000}
+	for i := range n {
+		id := uint64(100 + i)
+		stream := fmt.Sprintf("s%d", i)
+		cp, err := st.Create(stream, id, wire.Retention{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := &owner{h: h, c: cp, stream: stream, id: id, epoch: 1}
+		o.mu.conf = newConfirmer(stream, id, 1, time.Second, 0)
+		o.mu.conf.setAssignment("n1", []string{"n2", "n3"}, 2, 1)
+		t := cp.Tails()
+		o.mu.conf.acked("n2", t.RecordWritten, t.CursorWritten, time.Now())
+		h.ownedIDs.put(o)
+		req.Copies = append(req.Copies, frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: t.RecordWritten, CursorTail: t.CursorWritten, KnownHead: t.Head})
+	}
+	return h, req
+}
+
+// hostWaitFirstPass is serveHostWait's first pass over req (the benchmark's
+// unit).
+func hostWaitFirstPass(h *Host, req *frame.HostWait) []uint64 {
+	return hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+}
+
+// BenchmarkServeHostWaitPerJoin is the owner host's work for one host wait
+// (a follower's resend when a copy joins its idle set): the first pass of
+// serveHostWait over every copy named, with the liveness refresh. Issue 17.
+func BenchmarkServeHostWaitPerJoin(b *testing.B) {
+	for _, n := range []int{1000, 7000} {
+		b.Run(fmt.Sprintf("copies=%d", n), func(b *testing.B) {
+			h, req := benchHostWaitOwner(b, n)
+			b.ResetTimer()
+			for b.Loop() {
+				if ids := hostWaitFirstPass(h, req); len(ids) != 0 {
+					b.Fatalf("%d copies woken, want none", len(ids))
+				}
+			}
+		})
+	}
+}
+
+// TestHostWakeIDsOneLockPerCopy checks the one-lock check of a host wait's
+// copies against each reason to wake, and that only a refreshing pass
+// keeps a quiet copy's ack fresh.
+func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
+	h, req := benchHostWaitOwner(t, 5)
+	owners := h.ownedIDs.getCopies(req.Copies, nil)
+	if ids := hostWakeIDs(req, owners, false); len(ids) != 0 {
+		t.Fatalf("quiet copies woken: %v", ids)
+	}
+	ackAt := func(o *owner) time.Time {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.mu.conf.acks["n2"].at
+	}
+	before := ackAt(owners[0])
+	time.Sleep(time.Millisecond)
+	hostWakeIDs(req, owners, false)
+	if !ackAt(owners[0]).Equal(before) {
+		t.Fatal("a pass without refresh refreshed the ack")
+	}
+	hostWakeIDs(req, owners, true)
+	if !ackAt(owners[0]).After(before) {
+		t.Fatal("a refreshing pass did not refresh the quiet copy's ack")
+	}
+	req.Copies[1].Epoch = 2      // another epoch
+	req.Copies[2].RecordTail = 7 // not the owner's tail nor the counted ack
+	req.Copies[3].KnownHead = 3  // not the owner's head
+	owners[4] = nil              // not owned here
+	ids := hostWakeIDs(req, owners, true)
+	if want := []uint64{101, 102, 103, 104}; fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("woken %v, want %v", ids, want)
+	}
+	other := *req
+	other.Node = "n4" // not a follower
+	other.Copies = other.Copies[:1]
+	if ids := hostWakeIDs(&other, owners[:1], true); len(ids) != 1 {
+		t.Fatalf("a copy of a node that does not follow was not woken: %v", ids)
+	}
+}
+
+// A role stopped between the host wait's watch and its first pass (its
+// stop removed it from the index and signalled a change no watch heard
+// yet) wakes the copy on the first pass: the pass looks the owners up
+// after the watch is set. Review R6: the first pass reused owners looked
+// up before the watch, found the stopped role still following and acked,
+// and left the copy asleep for the whole wait.
+func TestHostWaitFirstPassAfterAStop(t *testing.T) {
+	h, req := benchHostWaitOwner(t, 3)
+	watch := h.hostWaitWatch(req)
+	if len(watch) != 3 {
+		t.Fatalf("watch %v, want the 3 owned streams", watch)
+	}
+	stopped := h.ownedIDs.getCopies(req.Copies[1:2], nil)[0]
+	h.ownedIDs.remove(stopped) // owner.stop's first step
+	ids := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	if len(ids) != 1 || ids[0] != stopped.id {
+		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
 	}
 }

@@ -212,3 +212,43 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("after a give: in use %d, want one more slot and no other", b.inUse())
 	}
 }
+
+// TestReplicationNotCappedByHostBudget: each follower copy keeps one
+// replication long poll at its owner, so at scale the host's replication
+// requests are its owned streams times their followers (5,000 and more
+// per host at 10,000 streams), past MaxInflight (4,096): a 10,000-stream
+// run refused them overloaded, and the followers' backoff held confirms
+// back for a minute. Followers' long polls are bounded per owned stream
+// instead; MaxInflight still caps the host waits. Here n2 follows two of
+// n1's streams with a host cap of 1: both long polls park at n1 at once,
+// nothing is refused, and publishes to both are confirmed by both copies.
+func TestReplicationNotCappedByHostBudget(t *testing.T) {
+	c := twoStreams(t, func(cfg *Config) { cfg.MaxInflight = 1 })
+	n1 := c.hosts["n1"]
+	for i := range 3 {
+		for _, s := range []string{"busy", "idle"} {
+			if pc := c.mustPublish(s, payload(i)); pc.Copies != 2 {
+				t.Fatalf("publish %d to %s: %+v, want 2 copies", i, s, pc)
+			}
+		}
+	}
+	// Both copies' long polls park at n1 at once, past the host's cap.
+	for _, s := range []string{"busy", "idle"} {
+		waitInUse(t, ownerRole(t, n1.h, s).replReqs, 1)
+	}
+	if strings.Contains(n1.log.String(), "overloaded: refusing requests") {
+		t.Fatalf("n1 refused requests:\n%s", n1.log.String())
+	}
+}
+
+// ownerRole returns h's owner role of stream.
+func ownerRole(t *testing.T, h *Host, stream string) *owner {
+	t.Helper()
+	for _, o := range h.owners() {
+		if o.stream == stream {
+			return o
+		}
+	}
+	t.Fatalf("%s owns no %s", h.cfg.Node, stream)
+	return nil
+}

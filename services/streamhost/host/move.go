@@ -156,7 +156,7 @@ func (h *Host) onHandoff(m *nats.Msg) {
 		}
 		h.replyJSON(m.Reply, reply)
 	}) {
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node))
+		h.replyErr(m.Reply, h.stopping())
 	}
 }
 

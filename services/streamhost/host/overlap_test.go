@@ -17,9 +17,11 @@ import (
 
 // syncHold holds the store's WAL syncs once armed: the first one to come
 // closes held, and each waits for release and then fails, so that nothing
-// written after arming becomes durable.
+// written after arming becomes durable; with pass set (before arming) they
+// succeed after the release instead.
 type syncHold struct {
 	armed   atomic.Bool
+	pass    atomic.Bool
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
@@ -40,10 +42,25 @@ func (h *syncHold) MaybeError(op errorfs.Op) error {
 	}
 	h.once.Do(func() { close(h.held) })
 	<-h.release
+	if h.pass.Load() {
+		return nil
+	}
 	return errorfs.ErrInjected
 }
 
 func (h *syncHold) String() string { return "hold WAL syncs" }
+
+// releaser returns a release of the held syncs that may be called more
+// than once, and registers it as t's cleanup: a failure before the test
+// releases them must not leave the store stuck in its sync, nor its close,
+// which waits for it (cleanups run last first: this one before the
+// hosts' stop).
+func (h *syncHold) releaser(t *testing.T) func() {
+	var once sync.Once
+	release := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(release)
+	return release
+}
 
 // waitTails waits until node's copy of stream has tails pred accepts.
 func (c *miniCluster) waitTails(node, stream, what string, pred func(streamlog.Tails) bool) streamlog.Tails {
@@ -197,11 +214,7 @@ func TestOwnerCrashBeforeItsFsync(t *testing.T) {
 func TestOwnerWritesWhileItsFsyncRuns(t *testing.T) {
 	const stream, id, confirmed = "pipelined", 12, 3
 	c, n1, _, hold := startHeldOwner(t, stream, id, confirmed)
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	// A failure below must not leave the owner's store stuck in its sync
-	// (cleanups run last first: this one before n1's stop).
-	t.Cleanup(release)
+	release := hold.releaser(t)
 
 	hold.armed.Store(true)
 	answers := make(chan *wire.Error, 2)

@@ -48,6 +48,13 @@ type owner struct {
 	idHeader string
 	// started is when the role began serving (wire.HeaderServingFor).
 	started time.Time
+	// begun is closed once the copy's begin of this epoch is durable
+	// (streamlog.Copy.BeginEpochAsync). Until then the role serves its
+	// followers nothing (serveRepl): a crash before it may lose the begin,
+	// and the copy, back sealed at this epoch, serves it again
+	// (docs/failover.md, "The new owner's epoch begins before it is
+	// durable"), which is safe only if nothing it wrote at it left the host.
+	begun <-chan struct{}
 
 	ctx    context.Context // cancelled when the role stops
 	cancel context.CancelFunc
@@ -74,6 +81,11 @@ type owner struct {
 	// ddFilled: fillDedupe gave dd the log's window (window.go); until
 	// then dd describes nothing and is never left to the copy.
 	ddFilled bool
+
+	// replReqs counts the followers' replication requests this role
+	// serves at once (long polls parked included); its limit follows the
+	// assignment's followers (replSlots).
+	replReqs *budget
 
 	// work hands a request to an idle request goroutine (goRequest);
 	// unbuffered, so a send succeeds only when one waits.
@@ -123,8 +135,9 @@ type owner struct {
 
 // startOwner starts the owner role of c at a's epoch, at the copy's own
 // tails, under the stream's floor of copies minCopies; pre is the
-// duplicate window its last seal began to build, if any (window.go).
-func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, floor uint64, pre *prebuilt) (*owner, error) {
+// duplicate window its last seal began to build, if any (window.go); begun
+// is closed once the epoch's begin is durable (owner.begun).
+func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, floor uint64, pre *prebuilt, begun <-chan struct{}) (*owner, error) {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	o := &owner{
 		h:        h,
@@ -133,6 +146,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		id:       a.StreamID,
 		idHeader: strconv.FormatUint(a.StreamID, 10),
 		started:  time.Now(),
+		begun:    begun,
 		epoch:    a.Epoch,
 		log:      h.log.With("stream", a.Stream, "epoch", a.Epoch, "role", wire.RoleOwner),
 		ctx:      ctx,
@@ -141,6 +155,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		written:  make(chan *writtenAppend, maxWrittenAhead),
 		ahead:    make(chan struct{}, maxWrittenAhead),
 		work:     make(chan func()),
+		replReqs: newBudget("replication requests of stream "+a.Stream, "in flight", replSlots(0)),
 		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
 	}
 	tail := c.Tails().Record
@@ -224,6 +239,7 @@ func (o *owner) announce(a wire.Assignment) {
 func (o *owner) setAssignmentLocked(a wire.Assignment, minCopies int) {
 	o.mu.conf.setAssignment(a.Owner, a.Followers, policy.StampW(a.Policy, len(a.Copies())), minCopies)
 	o.short.Store(o.mu.conf.short())
+	o.replReqs.setLimit(replSlots(len(o.mu.conf.followers)))
 }
 
 // update applies an assignment change at the same epoch (a follower added
@@ -884,22 +900,6 @@ func (o *owner) ack(node string, record, cursor uint64) {
 	out := o.releaseLocked()
 	o.mu.Unlock()
 	o.send(out)
-}
-
-// stillAt keeps follower node live while its copy sleeps on a host wait
-// naming the tails it acked last (confirmer.stillAt).
-func (o *owner) stillAt(node string, record, cursor uint64) {
-	o.mu.Lock()
-	o.mu.conf.stillAt(node, record, cursor, time.Now())
-	o.mu.Unlock()
-}
-
-// ackedAt reports whether follower node's counted ack is at exactly these
-// tails (confirmer.ackedAt).
-func (o *owner) ackedAt(node string, record, cursor uint64) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.mu.conf.ackedAt(node, record, cursor)
 }
 
 // isFollower reports whether node follows this copy in the assignment.

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -76,24 +78,29 @@ func (r *replica) publishStatus(ret wire.Retention) {
 
 // stopRole stops whatever role the copy plays; publishes waiting for a
 // confirm fail with code. Call with mu held.
-func (r *replica) stopRole(code string) {
+func (r *replica) stopRole(code string) { r.stopRoleAt(code, slog.LevelInfo) }
+
+// stopRoleAt is stopRole logging at level; it returns the role it
+// stopped ("" for none).
+func (r *replica) stopRoleAt(code string, level slog.Level) (stopped string) {
 	if r.own == nil && r.fol == nil {
-		return
+		return ""
 	}
 	ret := r.status.Load().retention
 	if r.own != nil {
 		r.own.stop(code)
 		r.win = r.own.window()
-		r.h.log.Info("owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
-		r.own = nil
+		r.h.log.Log(context.Background(), level, "owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
+		r.own, stopped = nil, wire.RoleOwner
 	}
 	if r.fol != nil {
 		r.fol.stop()
-		r.h.log.Info("follower role stopped", "stream", r.stream, "epoch", r.fol.epoch, "reason", code)
-		r.fol = nil
+		r.h.log.Log(context.Background(), level, "follower role stopped", "stream", r.stream, "epoch", r.fol.epoch, "reason", code)
+		r.fol, stopped = nil, wire.RoleFollower
 	}
 	r.publishStatus(ret)
 	r.h.requestBeat()
+	return stopped
 }
 
 // hasBound reports whether a retention bounds anything.

@@ -1,7 +1,10 @@
 package host
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -31,7 +34,7 @@ func (h *Host) onSeal(m *nats.Msg) {
 	})
 	if !started {
 		h.sealReqs.give()
-		e := wire.Errorf(wire.CodeShuttingDown, "node %s is stopping", h.cfg.Node)
+		e := h.stopping()
 		h.metrics.sealAnswered(e)
 		h.replyErr(m.Reply, e)
 	}
@@ -57,28 +60,45 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 	if e := decodeStrict(body, &req); e != nil {
 		return nil, e
 	}
+	reply, _, e := h.sealCopy(req, slog.LevelInfo)
+	return reply, e
+}
+
+// sealCopy is seal of a decoded request: one seal alone or one of a batch
+// (seals.go). It logs the seal, and the role it stopped, at level: a seal
+// alone at info; a batch's seals at debug, which the batch's one line
+// counts instead (thousands of copies are sealed in a mass failover, and
+// each recovery round seals them again). sp says what the seal stopped
+// and how long its steps took.
+func (h *Host) sealCopy(req wire.SealRequest, level slog.Level) (reply *wire.SealReply, sp sealSpent, e *wire.Error) {
 	c := h.store.Get(req.Stream)
 	if c == nil || c.StreamID() != req.StreamID {
-		return nil, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
+		return nil, sp, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
 	}
 	r := h.replica(req.Stream)
+	began := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	sp.lock = time.Since(began)
 	// The copy may have been replaced while this request waited for mu.
 	if c = h.store.Get(req.Stream); c == nil || c.StreamID() != req.StreamID {
-		return nil, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
+		return nil, sp, wire.Errorf(wire.CodeNotFound, "node %s holds no copy of stream %s with id %d", h.cfg.Node, req.Stream, req.StreamID)
 	}
+	began = time.Now()
 	st, err := c.Seal(req.FenceEpoch, req.Transition)
+	sp.fence = time.Since(began)
 	if errors.Is(err, streamlog.ErrStaleFence) {
-		return nil, wire.Errorf(wire.CodeStaleEpoch, "stream %s: fence %d transition %d is stale: %v", req.Stream, req.FenceEpoch, req.Transition, err)
+		return nil, sp, wire.Errorf(wire.CodeStaleEpoch, "stream %s: fence %d transition %d is stale: %v", req.Stream, req.FenceEpoch, req.Transition, err)
 	}
 	if err != nil {
 		h.log.Error("seal", "stream", req.Stream, "fence", req.FenceEpoch, "err", err)
-		return nil, wire.Errorf(wire.CodeInternal, "stream %s: seal: %v", req.Stream, err)
+		return nil, sp, wire.Errorf(wire.CodeInternal, "stream %s: seal: %v", req.Stream, err)
 	}
 	if s := r.status.Load(); s.role != wire.RoleNone && s.epoch < req.FenceEpoch {
 		own := r.own
-		r.stopRole(wire.CodeSealed)
+		began = time.Now()
+		sp.stopped = r.stopRoleAt(wire.CodeSealed, level)
+		sp.stop = time.Since(began)
 		// The owner of the epoch being sealed tells what it confirmed,
 		// read after its role stopped: stop fails every waiting publish
 		// and waits for the role's goroutines, so no confirm is sent
@@ -100,7 +120,7 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 	if b := r.sealed; b.streamID == req.StreamID && b.fence == req.FenceEpoch {
 		confirmed = b.bound
 	}
-	h.log.Info("sealed", "stream", req.Stream, "fence", req.FenceEpoch, "transition", req.Transition,
+	h.log.Log(context.Background(), level, "sealed", "stream", req.Stream, "fence", req.FenceEpoch, "transition", req.Transition,
 		"record_tail", st.Tails.Record, "cursor_tail", st.Tails.CursorDurable, "confirmed", confirmed)
 	h.requestBeat()
 	return &wire.SealReply{
@@ -114,5 +134,15 @@ func (h *Host) seal(body []byte) (*wire.SealReply, *wire.Error) {
 		LogEpochs:  st.LogEpochs,
 		Digest:     st.Digest,
 		Confirmed:  confirmed,
-	}, nil
+	}, sp, nil
+}
+
+// sealSpent is what one seal stopped and how long its steps took, for the
+// batch's log line: waiting for the copy's lock (held by an apply or
+// another seal of the copy), the fence's synced write (which waits for
+// the copy's writes in flight first) and stopping the role (which waits
+// for its goroutines).
+type sealSpent struct {
+	stopped           string // the role stopped, "" for none
+	lock, fence, stop time.Duration
 }

@@ -121,7 +121,7 @@ func (o *owner) onRepl(m *nats.Msg) {
 		o.serveRepl(m)
 		return
 	}
-	o.goRequest(m, o.h.replReqs, func() { o.serveRepl(m) })
+	o.goRequest(m, o.replReqs, func() { o.serveRepl(m) })
 }
 
 // serveRepl answers a follower: records below the owner's written tail
@@ -226,10 +226,25 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	wait := wire.WaitUpTo(int64(req.WaitMS), maxReplWait)
 	deadline := time.Now().Add(wait)
 	var timer *time.Timer
+	begun := false
 	for {
-		ch := o.c.Changed()
+		// Woken once per append, when its records are written: not
+		// again when they become durable, which gives the follower
+		// nothing to read (its ack of them comes on its own).
+		ch := o.c.WrittenChanged()
 		t = o.c.Tails()
-		if readFrom < t.Head || readFrom < t.RecordWritten || req.CursorTail < t.CursorDurable {
+		// Nothing is served before the epoch's begin is durable
+		// (owner.begun): the request waits for it like for new data.
+		var beginning <-chan struct{}
+		if !begun {
+			select {
+			case <-o.begun:
+				begun = true
+			default:
+				beginning = o.begun
+			}
+		}
+		if begun && (readFrom < t.Head || readFrom < t.RecordWritten || req.CursorTail < t.CursorDurable) {
 			break
 		}
 		left := time.Until(deadline)
@@ -242,6 +257,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 		select {
 		case <-ch:
+		case <-beginning:
 		case <-timer.C:
 			deadline = time.Now()
 		case <-o.ctx.Done():
@@ -251,6 +267,10 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	}
 
 	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: readFrom}
+	if !begun {
+		o.replyBatch(m.Reply, b) // nothing yet: the follower asks again
+		return
+	}
 	if readFrom < t.Head {
 		// The follower is behind the retained head: it restarts there.
 		b.Next = t.Head

@@ -1,0 +1,99 @@
+package host
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/streamlog"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// floodUntilStuck publishes large messages on nc, whose proxy is paused,
+// in a goroutine until a publish blocks in its socket write (holding the
+// connection's lock, as its flusher or a publish does on a saturated
+// connection); it returns once the count of publishes has stopped moving,
+// and stops publishing at the end of the test.
+func floodUntilStuck(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	var sent atomic.Int64
+	var stop atomic.Bool
+	t.Cleanup(func() { stop.Store(true) })
+	big := make([]byte, 512<<10)
+	go func() {
+		for i := 0; i < 400 && !stop.Load(); i++ {
+			if nc.Publish("flood", big) != nil {
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	last, still := int64(-1), 0
+	for deadline := time.Now().Add(10 * time.Second); still < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("publishes on a paused connection never blocked (%d sent)", sent.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n := sent.Load(); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
+	if last >= 400 {
+		t.Fatalf("every publish on the paused connection went through")
+	}
+}
+
+// TestStuckAckPublishHoldsNoGroupCommit: a follower's standalone ack is
+// stuck in its publish on a saturated connection (the host's connection
+// stalls while a batch's fsync runs); an owner's append of an unrelated
+// stream on the same host still becomes durable. Nothing on the store's
+// committer goroutine waits for NATS (review r4, finding 1: with the ack
+// sent from the committer, no write of the host became durable any more).
+func TestStuckAckPublishHoldsNoGroupCommit(t *testing.T) {
+	const stream, id, other, otherID = "ackstall", 41, "ackstall-other", 42
+	c := newMiniCluster(t)
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}), assignment(other, otherID, 1, "n2", nil))
+	c.start("n1", nil)
+	p := newStallProxy(t, strings.TrimPrefix(c.url, "nats://"))
+	nc, err := nats.Connect(p.url(), nats.Name("brook-streamhost:n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	hold := newSyncHold()
+	hold.pass.Store(true)
+	n2 := c.startOn("n2", nc, func(cfg *Config) { cfg.StoreFS = errorfs.Wrap(vfs.Default, hold) })
+	c.waitCopy("n2", stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
+	c.waitCopy("n2", other, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c.mustPublish(stream, payload(0))
+	c.waitTails("n2", stream, "the first record durable", func(t streamlog.Tails) bool { return t.Record == 1 })
+
+	// The next batch is written at n2, its fsync held.
+	release := releaser(t, hold)
+	hold.armed.Store(true)
+	out := make(chan published, 2)
+	c.publishTo(stream, 1, out)
+	<-hold.held
+	c.waitTails("n2", stream, "the second record written", func(t streamlog.Tails) bool { return t.RecordWritten == 2 })
+	if got := n2.h.store.Get(stream).Tails().Record; got != 1 {
+		t.Fatalf("durable tail %d with the fsync held, want 1", got)
+	}
+
+	// n2's connection stalls; its ack of the batch will wait for it.
+	p.pause()
+	t.Cleanup(p.resume) // before the hosts stop
+	floodUntilStuck(t, nc)
+	release()
+
+	// An owner's append on the same host becomes durable all the same
+	// (its confirm, published on the stalled connection, waits).
+	c.publishTo(other, 0, out)
+	c.waitTails("n2", other, "an unrelated owner's append durable while an ack publish is stuck", func(t streamlog.Tails) bool { return t.Record == 1 })
+}
