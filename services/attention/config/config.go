@@ -19,6 +19,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
 )
 
 // EnvPrefix is stripped from environment variables: BROOK_LAG_WINDOW sets
@@ -33,6 +34,9 @@ type Config struct {
 	HTTPAddr  string
 	TTL       time.Duration // heartbeat TTL: how long a heartbeat keeps a node live
 	LagWindow time.Duration // how long a follower's tail may stand still below its owner's
+	// LateGrace is how long past the TTL the latest heartbeat of a node
+	// the coordinators still count present stands (judge.Config.LateGrace).
+	LateGrace time.Duration
 	// Refresh is the period of the pull of stream.list and cluster.info
 	// (a change notice pulls at once).
 	Refresh time.Duration
@@ -40,6 +44,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	LogFormat      string // text or json
 	LogLevel       slog.Level
+	// PProf serves Go's runtime profiles under /debug/pprof/ on HTTPAddr.
+	PProf bool
 }
 
 // FlagSet returns the service's flags with their defaults; the flag names
@@ -51,9 +57,11 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.String("http-addr", "127.0.0.1:8090", "HTTP address for /, /attention, /healthz and /metrics (empty: off)")
 	fs.Duration("ttl", wire.DefaultHostTTL, "heartbeat TTL: a node unheard for longer is down")
 	fs.Duration("lag-window", 10*time.Second, "how long a follower's tail may stand still below its owner's")
+	fs.Duration("late-grace", judge.DefaultLateGrace, "how long past the ttl a node's latest heartbeat still stands while the coordinators have not expired the node (its beats are late, not missing: the leader probes such a host before it expires it)")
 	fs.Duration("refresh", time.Second, "period of the pull of the coordinator's stream list and cluster info")
 	fs.Duration("request-timeout", 2*time.Second, "timeout of each request to the coordinators")
 	svcconfig.AddLoggingFlags(fs)
+	svcconfig.AddPProfFlag(fs)
 	return fs
 }
 
@@ -74,6 +82,7 @@ func fromKoanf(k *koanf.Koanf) (Config, error) {
 		NATSURL:   k.String("nats-url"),
 		HTTPAddr:  k.String("http-addr"),
 		LogFormat: k.String("log-format"),
+		PProf:     k.Bool("pprof"),
 		NATSAuth: svcconfig.NATSAuth{
 			Nkey: k.String("nats-nkey"),
 			CA:   k.String("nats-ca"),
@@ -83,18 +92,22 @@ func fromKoanf(k *koanf.Koanf) (Config, error) {
 	}
 	var errs []error
 	for _, d := range []struct {
-		key string
-		dst *time.Duration
-	}{{"ttl", &c.TTL}, {"lag-window", &c.LagWindow}, {"refresh", &c.Refresh}, {"request-timeout", &c.RequestTimeout}} {
-		key, dst := d.key, d.dst
-		d, err := duration(k.Get(key))
-		if err == nil && d <= 0 {
+		key    string
+		dst    *time.Duration
+		zeroOK bool
+	}{{"ttl", &c.TTL, false}, {"lag-window", &c.LagWindow, false}, {"late-grace", &c.LateGrace, true}, {"refresh", &c.Refresh, false}, {"request-timeout", &c.RequestTimeout, false}} {
+		v, err := duration(k.Get(d.key))
+		switch {
+		case err != nil:
+		case d.zeroOK && v < 0:
+			err = errors.New("must not be negative")
+		case !d.zeroOK && v <= 0:
 			err = errors.New("must be positive")
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			errs = append(errs, fmt.Errorf("%s: %w", d.key, err))
 		}
-		*dst = d
+		*d.dst = v
 	}
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("nats-url: must be set"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -31,7 +32,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		NATSURL: "nats://brook:brook@127.0.0.1:4222", HTTPAddr: "127.0.0.1:8090",
-		TTL: wire.DefaultHostTTL, LagWindow: 10 * time.Second, Refresh: time.Second, RequestTimeout: 2 * time.Second,
+		TTL: wire.DefaultHostTTL, LagWindow: 10 * time.Second, LateGrace: judge.DefaultLateGrace, Refresh: time.Second, RequestTimeout: 2 * time.Second,
 		LogFormat: "text", LogLevel: slog.LevelInfo,
 	}
 	if c != want {
@@ -45,7 +46,7 @@ func TestPrecedence(t *testing.T) {
 	t.Setenv("BROOK_LAG_WINDOW", "30s")
 	t.Setenv("BROOK_REFRESH", "400ms")
 	t.Setenv("BROOK_DATA_DIR", "/elsewhere") // another service's key: ignored
-	c, err := Load("brook-attention", []string{"--config", path, "--refresh", "100ms", "--log-level", "debug"})
+	c, err := Load("brook-attention", []string{"--config", path, "--refresh", "100ms", "--log-level", "debug", "--late-grace", "0s", "--pprof"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +58,9 @@ func TestPrecedence(t *testing.T) {
 	}
 	if c.Refresh != 100*time.Millisecond { // flag over env
 		t.Errorf("refresh %v", c.Refresh)
+	}
+	if c.LateGrace != 0 || !c.PProf { // zero: no grace
+		t.Errorf("late-grace %v pprof %v", c.LateGrace, c.PProf)
 	}
 	if c.LogFormat != "json" || c.LogLevel != slog.LevelDebug || c.RequestTimeout != 2*time.Second {
 		t.Errorf("config %+v", c)
@@ -83,6 +87,7 @@ func TestRejects(t *testing.T) {
 		"unknown file key": {file: "ttl: 2s\nnode: h1\n", want: `unknown key "node"`},
 		"bad duration":     {args: []string{"--lag-window", "0s"}, want: "lag-window: must be positive"},
 		"bare number":      {file: "ttl: 5\n", want: "ttl: 5 is not a duration"},
+		"negative grace":   {args: []string{"--late-grace", "-1s"}, want: "late-grace: must not be negative"},
 		"bad env duration": {env: "soon", want: `ttl: parse "soon"`},
 		"bad log format":   {args: []string{"--log-format", "xml"}, want: "log-format"},
 		"bad log level":    {args: []string{"--log-level", "loud"}, want: "log-level"},

@@ -32,7 +32,25 @@ type Config struct {
 	// LagWindow is how long a follower's tail may stand still below its
 	// owner's before the follower is listed as not catching up.
 	LagWindow time.Duration
+	// LateGrace is how long past the TTL a node whose beats stopped
+	// arriving, and that the coordinators still count present (live or
+	// draining), stays live for the judge with the copies of its latest
+	// heartbeat: its beats are late, not missing. The coordinators'
+	// leader does not expire such a host before it has probed it (up to
+	// wire.DefaultProbeTimeout), and on a loaded machine every host's
+	// beats arrive late at once: judged at the TTL alone, every copy
+	// on a live host was listed as down and cleared again a second
+	// later, for each stream, many times over a mass failover. An expiry
+	// the coordinators decide, or a silence longer than TTL + LateGrace,
+	// is down. Zero: no grace, the TTL alone.
+	LateGrace time.Duration
 }
+
+// DefaultLateGrace is Config.LateGrace of brook-attention's --late-grace:
+// the coordinators' leader probes a host whose TTL ran out for up to
+// wire.DefaultProbeTimeout before it expires it, and attention learns of
+// the expiry at its next pull (--refresh, a second).
+const DefaultLateGrace = wire.DefaultProbeTimeout + time.Second
 
 // View is the coordinator's state as the service last pulled it.
 type View struct {

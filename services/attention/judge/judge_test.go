@@ -703,3 +703,38 @@ func TestDrainStuck(t *testing.T) {
 		t.Errorf("headline %q, want %q", es[0].Headline, want)
 	}
 }
+
+// A heartbeat past the TTL stands for LateGrace more while the coordinators
+// count its node live or draining; their expiry, a silence past the
+// grace, or a node they do not know is down at once.
+func TestLateHeartbeatStandsForTheGrace(t *testing.T) {
+	a := assign(5, "majority_durable", "A", "B", "C") // W = 2
+	g := Config{TTL: 2 * time.Second, LagWindow: 10 * time.Second, LateGrace: 2 * time.Second}
+	judgeWith := func(state string, age time.Duration) []wire.AttentionEntry {
+		f := newFixture().node("A", wire.NodeLive).node("B", state).node("C", wire.NodeExpired).
+			hb("A", cp("s", wire.RoleOwner, 5, 50)).
+			hb("B", cp("s", wire.RoleFollower, 5, 50)).
+			stream(serving(a))
+		if state == "" {
+			f.view.Nodes = f.view.Nodes[:1]
+		}
+		f.hbs["B"] = HeartbeatSeen{Heartbeat: f.hbs["B"].Heartbeat, At: f.now.Add(-age)}
+		return filter(Judge(g, f.view, f.hbs, nil, f.now), wire.AttentionBelowPolicy)
+	}
+	for _, tc := range []struct {
+		state string
+		age   time.Duration
+		down  bool
+	}{
+		{wire.NodeLive, 3 * time.Second, false},
+		{wire.NodeDraining, 4 * time.Second, false},
+		{wire.NodeLive, 4100 * time.Millisecond, true},
+		{wire.NodeExpired, 3 * time.Second, true},
+		{wire.NodeLeft, time.Second, true},
+		{"", 3 * time.Second, true},
+	} {
+		if got := len(judgeWith(tc.state, tc.age)) == 1; got != tc.down {
+			t.Errorf("B %q, heard %v ago: down %v, want %v", tc.state, tc.age, got, tc.down)
+		}
+	}
+}

@@ -296,7 +296,7 @@ func underReplicated(s wire.StreamInfo) found {
 // neither the assignment nor a pending recovery.
 func (j *judging) sealedLeftOut(s wire.StreamInfo) []found {
 	var out []found
-	for _, n := range sortedKeys(j.hbs) {
+	for _, n := range j.heard {
 		if s.Assignment.Includes(n) {
 			continue
 		}
@@ -596,17 +596,18 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// storeFailures: a host that is heard (a heartbeat within the TTL) reports
-// that its store failed. It confirms and serves nothing; its streams fail
-// over as from a leaving host, but the host needs an operator: a full or
+// storeFailures: a host that is heard (a heartbeat that still stands:
+// judging.fresh) reports that its store failed. It confirms and serves
+// nothing; its streams fail over as from a leaving host, but the host
+// needs an operator: a full or
 // broken disk, then a restart. Once it stops beating the entry goes, and
 // node_gone_holding_copies takes over while assignments still place
 // copies on it.
 func (j *judging) storeFailures() []found {
 	var out []found
-	for _, n := range sortedKeys(j.hbs) {
+	for _, n := range j.heard {
 		hs := j.hbs[n]
-		if hs.Heartbeat.StoreError == "" || j.now.Sub(hs.At) > j.cfg.TTL {
+		if hs.Heartbeat.StoreError == "" || !j.fresh(n, hs) {
 			continue
 		}
 		var owned, held []string

@@ -1,12 +1,16 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,23 +115,71 @@ func (s *Service) List() (reply wire.AttentionListReply, st watch.Status, ok boo
 	return wire.AttentionListReply{Entries: entries, Version: v.Version, AtMS: now.UnixMilli()}, st, true
 }
 
+// logDetailMax is the most entries appearing and clearing in one judging
+// that are logged a line each; past it, logChanges logs a line per event
+// and kind with the count and a few examples. A mass failover lists and
+// clears thousands of entries in one judging, and a line each cost CPU on a
+// machine whose coordinators were starved (issue 17: a cost in proportion
+// to what changed, once, not per entry of it).
+const logDetailMax = 16
+
+// logExamples is how many entries a summary line names.
+const logExamples = 3
+
 // logChanges logs entries that appeared and cleared since the last judging.
 func (s *Service) logChanges(entries []wire.AttentionEntry) {
 	now := make(map[string]wire.AttentionEntry, len(entries))
+	var appeared, cleared []wire.AttentionEntry
 	for _, e := range entries {
 		k := e.Kind + "/" + e.Stream + "/" + e.Node
 		now[k] = e
 		if _, had := s.listed[k]; !had {
-			s.log.Info("attention", "event", "listed", "kind", e.Kind, "severity", e.Severity,
-				"stream", e.Stream, "node", e.Node, "headline", e.Headline)
+			appeared = append(appeared, e)
 		}
 	}
 	for k, e := range s.listed {
 		if _, has := now[k]; !has {
-			s.log.Info("attention", "event", "cleared", "kind", e.Kind, "stream", e.Stream, "node", e.Node)
+			cleared = append(cleared, e)
 		}
 	}
 	s.listed = now
+	if len(appeared)+len(cleared) <= logDetailMax {
+		for _, e := range appeared {
+			s.log.Info("attention", "event", "listed", "kind", e.Kind, "severity", e.Severity,
+				"stream", e.Stream, "node", e.Node, "headline", e.Headline)
+		}
+		for _, e := range cleared {
+			s.log.Info("attention", "event", "cleared", "kind", e.Kind, "stream", e.Stream, "node", e.Node)
+		}
+		return
+	}
+	s.logSummary("listed", appeared, len(entries))
+	s.logSummary("cleared", cleared, len(entries))
+}
+
+// logSummary logs, for each kind of es (the entries of one event), how many
+// there were, the first few by stream and node, and the first one's
+// headline; listed is the length of the list now.
+func (s *Service) logSummary(event string, es []wire.AttentionEntry, listed int) {
+	byKind := map[string][]wire.AttentionEntry{}
+	for _, e := range es {
+		byKind[e.Kind] = append(byKind[e.Kind], e)
+	}
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		group := byKind[kind]
+		slices.SortFunc(group, func(a, b wire.AttentionEntry) int {
+			return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Node, b.Node))
+		})
+		examples := make([]string, 0, logExamples)
+		for _, e := range group[:min(len(group), logExamples)] {
+			examples = append(examples, strings.Trim(e.Stream+"/"+e.Node, "/"))
+		}
+		args := []any{"event", event, "kind", kind, "count", len(group), "examples", examples, "listed_now", listed}
+		if event == "listed" {
+			args = append(args, "severity", group[0].Severity, "headline", group[0].Headline)
+		}
+		s.log.Info("attention", args...)
+	}
 }
 
 // Ready reports whether the service can answer: the coordinator's state has
@@ -168,6 +220,14 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return <-watchDone
 		case err := <-watchDone:
+			// Both channels are ready when ctx ends and the watch has
+			// already returned; that is a clean stop, not a failure.
+			if ctx.Err() != nil {
+				return err
+			}
+			if err == nil {
+				return errors.New("watch ended before its context")
+			}
 			return fmt.Errorf("watch: %w", err)
 		case <-tick.C:
 			s.List()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/attention/judge"
 )
 
 func asg(stream string, id, epoch uint64, pol, owner string, followers ...string) wire.Assignment {
@@ -327,5 +329,29 @@ func TestFigureLines(t *testing.T) {
 	want := []string{"nodes=[h1, h2]", "not_current={h2=at epoch 1, h3=node expired}", "policy=majority_durable", "w=2"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestRunEndsCleanly cancels Run many times: when its context ends, Run
+// returns nil even if the watch has returned first (it once answered
+// "watch: %!w(<nil>)" whenever select picked the watch's channel).
+func TestRunEndsCleanly(t *testing.T) {
+	ns := startNATS(t)
+	for i := 0; i < 200; i++ {
+		nc := connect(t, ns, "brook-attention")
+		svc := New(nc, Options{
+			Judge:          judge.Config{TTL: testTTL, LagWindow: 10 * time.Second},
+			Refresh:        testRefresh,
+			RequestTimeout: time.Second,
+			Logger:         testLogger(t),
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		time.Sleep(time.Duration(i%4) * time.Millisecond)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: Run returned %v after its context ended, want nil", i, err)
+		}
 	}
 }

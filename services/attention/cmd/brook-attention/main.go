@@ -108,7 +108,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	defer nc.Close()
 
 	svc := server.New(nc, server.Options{
-		Judge:          judge.Config{TTL: cfg.TTL, LagWindow: cfg.LagWindow},
+		Judge:          judge.Config{TTL: cfg.TTL, LagWindow: cfg.LagWindow, LateGrace: cfg.LateGrace},
 		Refresh:        cfg.Refresh,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         log,
@@ -124,14 +124,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 		}
-		httpSrv = &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		handler := svc.Handler()
+		if cfg.PProf {
+			mux := http.NewServeMux()
+			svcconfig.HandlePProf(mux)
+			mux.Handle("/", handler)
+			handler = mux
+		}
+		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		log.Info("http listening", "addr", ln.Addr().String())
 		if listening != nil {
 			listening(ln.Addr())
 		}
 	}
-	log.Info("brook-attention started", "nats_url", redact(cfg.NATSURL), "ttl", cfg.TTL, "lag_window", cfg.LagWindow, "refresh", cfg.Refresh)
+	log.Info("brook-attention started", "nats_url", redact(cfg.NATSURL), "ttl", cfg.TTL, "lag_window", cfg.LagWindow, "late_grace", cfg.LateGrace, "refresh", cfg.Refresh, "pprof", cfg.PProf)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestServeAndHealthcheck(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := config.Load(name, []string{"--nats-url", ns.ClientURL(), "--http-addr", "127.0.0.1:0", "--refresh", "100ms"})
+	cfg, err := config.Load(name, []string{"--nats-url", ns.ClientURL(), "--http-addr", "127.0.0.1:0", "--refresh", "100ms", "--pprof"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,19 @@ func TestServeAndHealthcheck(t *testing.T) {
 	// A wildcard listen address is checked on loopback.
 	if code := healthcheck([]string{"--http-addr", ":" + port}, io.Discard); code != 0 {
 		t.Errorf("healthcheck on :%s = %d", port, code)
+	}
+
+	// --pprof serves the runtime profiles next to the service's pages.
+	for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/attention": "entries"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %s %.200q", path, resp.Status, body)
+		}
 	}
 
 	connz, err := ns.Connz(&natsserver.ConnzOptions{})
