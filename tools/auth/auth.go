@@ -267,8 +267,8 @@ func HostPermissions(node string) Permissions {
 		},
 		PubDeny: clone(noInbox),
 		SubAllow: []string{
-			"brook.s.>", "brook.assign." + node, "brook.host." + node + ".seal", "brook.host." + node + ".handoff", "_INBOX.host." + node + ".>",
-			"brook.hostrepl." + node + ".*",
+			"brook.s.>", "brook.assign." + node, wire.SealSubject(node), wire.SealBatchSubject(node), "brook.host." + node + ".handoff", "_INBOX.host." + node + ".>",
+			"brook.hostrepl." + node + ".*", wire.HostProbeSubject(node),
 		},
 		AllowResponses: true,
 	}
@@ -277,7 +277,7 @@ func HostPermissions(node string) Permissions {
 // CoordinatorPermissions are the coordinators' (all replicas share them).
 func CoordinatorPermissions() Permissions {
 	return Permissions{
-		PubAllow: []string{"brook.assign.*", "brook.host.*.seal", "brook.host.*.handoff", "brook.s.*.fetch"},
+		PubAllow: []string{"brook.assign.*", wire.SealSubject("*"), wire.SealBatchSubject("*"), "brook.host.*.handoff", wire.HostProbeSubject("*"), "brook.s.*.fetch"},
 		PubDeny:  clone(noInbox),
 		SubAllow: []string{
 			"brook.admin.>", "brook.assignments.pull", "brook.hb.*", "brook.host.*.leave", "_INBOX.coord.>",

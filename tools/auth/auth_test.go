@@ -192,7 +192,7 @@ func TestPermissions(t *testing.T) {
 	tb.req(client, "brook.admin.stream.create", refused, coord)
 	tb.pub(client, "brook.s.x.pub", allowed, w)
 	for _, s := range []string{
-		"brook.host.h1.seal", "brook.hb.h1", "brook.admin.stream.delete", "brook.admin.node.leave",
+		"brook.host.h1.seal", "brook.host.h1.seals", "brook.hb.h1", "brook.admin.stream.delete", "brook.admin.node.leave",
 		"brook.assign.h1", "brook.assignments.pull", "brook.host.h1.leave", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.hostrepl.h1.h2",
 		"_INBOX.anything", "_INBOX.client.x", "_INBOX.coord.x", "$SYS.REQ.SERVER.PING",
 	} {
@@ -213,7 +213,7 @@ func TestPermissions(t *testing.T) {
 	}
 	tb.req(admin, "brook.s.x.pub", allowed, h1)
 	tb.req(admin, "brook.s.x.pubb", allowed, h1)
-	for _, s := range []string{"brook.hb.h1", "brook.host.h1.seal", "brook.assign.h1", "_INBOX.admin.x", "_INBOX.x"} {
+	for _, s := range []string{"brook.hb.h1", "brook.host.h1.seal", "brook.host.h1.seals", "brook.assign.h1", "_INBOX.admin.x", "_INBOX.x"} {
 		tb.pub(admin, s, refused, w)
 	}
 	tb.sub(admin, "_INBOX.admin.>", "_INBOX.admin.abc", allowed, w)
@@ -229,6 +229,8 @@ func TestPermissions(t *testing.T) {
 	tb.sub(h1, "brook.s.>", "brook.s.x.pub", allowed, w)
 	tb.sub(h1, "brook.assign.h1", "brook.assign.h1", allowed, w)
 	tb.sub(h1, "brook.host.h1.seal", "brook.host.h1.seal", allowed, w)
+	tb.sub(h1, "brook.host.h1.seals", "brook.host.h1.seals", allowed, w)
+	tb.sub(h1, "brook.host.h1.probe", "brook.host.h1.probe", allowed, w)
 	tb.sub(h1, "_INBOX.host.h1.>", "_INBOX.host.h1.abc", allowed, w)
 
 	// host h2 may not speak for h1.
@@ -237,14 +239,16 @@ func TestPermissions(t *testing.T) {
 	tb.pub(h2, "brook.hostrepl.h1.h2", allowed, w)
 	for _, s := range []string{
 		"brook.hostrepl.h1.h1", "brook.hostrepl.h3.h1", "brook.hostrepl.h2.h1",
-		"brook.hb.h1", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.host.h1.leave", "brook.assign.h1", "brook.host.h1.seal",
+		"brook.hb.h1", "brook.s.x.repl.1.h1", "brook.s.x.owner.h1", "brook.host.h1.leave", "brook.assign.h1", "brook.host.h1.seal", "brook.host.h1.seals",
 		"brook.s.x.pub", "brook.s.x.fetch", "brook.admin.node.leave", "brook.admin.stream.list", "_INBOX.client.x",
 		"_INBOX.host.h2.x",
 	} {
 		tb.pub(h2, s, refused, w)
 	}
 	for _, s := range [][2]string{
-		{"brook.host.h1.seal", "brook.host.h1.seal"}, {"brook.assign.h1", "brook.assign.h1"},
+		{"brook.host.h1.seal", "brook.host.h1.seal"}, {"brook.host.h1.seals", "brook.host.h1.seals"},
+		{"brook.host.*.seals", "brook.host.h1.seals"}, {"brook.assign.h1", "brook.assign.h1"},
+		{"brook.host.h1.probe", "brook.host.h1.probe"}, {"brook.host.*.probe", "brook.host.h1.probe"},
 		{"brook.assign.*", "brook.assign.h1"}, {"brook.hb.*", "brook.hb.h1"}, {"_INBOX.host.h1.>", "_INBOX.host.h1.abc"},
 		{"brook.hostrepl.h1.*", "brook.hostrepl.h1.h3"}, {"brook.hostrepl.>", "brook.hostrepl.h1.h3"},
 		{"_INBOX.client.>", "_INBOX.client.abc"}, {"brook.admin.>", "brook.admin.stream.create"},
@@ -256,6 +260,8 @@ func TestPermissions(t *testing.T) {
 	// subscriptions.
 	tb.pub(coord, "brook.assign.h1", allowed, w)
 	tb.req(coord, "brook.host.h1.seal", allowed, h1)
+	tb.req(coord, "brook.host.h1.seals", allowed, h1)
+	tb.req(coord, "brook.host.h1.probe", allowed, h1)
 	tb.req(coord, "brook.s.x.fetch", allowed, h1)
 	for _, s := range []string{"brook.s.x.pub", "brook.s.x.commit", "brook.hb.h1", "brook.admin.stream.delete", "brook.s.x.repl.1.h1", "_INBOX.client.x"} {
 		tb.pub(coord, s, refused, w)
@@ -269,6 +275,8 @@ func TestPermissions(t *testing.T) {
 	}
 	tb.sub(coord, "brook.s.>", "brook.s.x.pub", refused, w)
 	tb.sub(coord, "brook.host.*.seal", "brook.host.h1.seal", refused, w)
+	tb.sub(coord, "brook.host.*.seals", "brook.host.h1.seals", refused, w)
+	tb.sub(coord, "brook.host.*.probe", "brook.host.h1.probe", refused, w)
 
 	// attention: reads heartbeats and notices, pulls the list.
 	tb.req(att, "brook.admin.stream.list", allowed, coord)
@@ -311,26 +319,29 @@ func TestForgedReplies(t *testing.T) {
 	h1, h2 := c.as(auth.HostPrincipal("h1")), c.as(auth.HostPrincipal("h2"))
 	tb := &table{t: t, p: authcheck.Prober{Timeout: time.Second}}
 
-	// A seal request to h1: h2 and a client cannot answer it, h1 can, once.
-	inbox := coord.NC.NewInbox()
-	seals, err := h1.NC.SubscribeSync("brook.host.h1.seal")
-	if err != nil {
-		t.Fatal(err)
+	// A seal request to h1, alone or batched: h2 and a client cannot
+	// answer it, h1 can, once.
+	for _, subj := range []string{"brook.host.h1.seal", "brook.host.h1.seals"} {
+		inbox := coord.NC.NewInbox()
+		seals, err := h1.NC.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h1.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := coord.NC.PublishRequest(subj, inbox, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		req, err := seals.NextMsg(time.Second)
+		if err != nil {
+			t.Fatalf("h1 got no request on %s: %v", subj, err)
+		}
+		tb.pub(h2, inbox, refused, coord)
+		tb.pub(client, inbox, refused, coord)
+		tb.pub(h1, req.Reply, allowed, coord)
+		tb.pub(h1, req.Reply, refused, coord) // allow_responses: one reply
 	}
-	if err := h1.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := coord.NC.PublishRequest("brook.host.h1.seal", inbox, []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
-	req, err := seals.NextMsg(time.Second)
-	if err != nil {
-		t.Fatalf("h1 got no seal request: %v", err)
-	}
-	tb.pub(h2, inbox, refused, coord)
-	tb.pub(client, inbox, refused, coord)
-	tb.pub(h1, req.Reply, allowed, coord)
-	tb.pub(h1, req.Reply, refused, coord) // allow_responses: one reply
 
 	// An admin request of one application: another cannot answer it.
 	admin, err := coord.NC.SubscribeSync("brook.admin.stream.info")
@@ -603,7 +614,7 @@ func TestGeneratedFiles(t *testing.T) {
 	design := map[string]perm{
 		auth.Client: {"BROOK", client, inbox, []string{"_INBOX.client.>", "brook.s.*.owner.*"}, false},
 		auth.Admin:  {"BROOK", append(append([]string{}, client...), "brook.admin.>"), inbox, []string{"_INBOX.admin.>", "brook.s.*.owner.*"}, false},
-		auth.Coordinator: {"BROOK", []string{"brook.assign.*", "brook.host.*.seal", "brook.host.*.handoff", "brook.s.*.fetch"}, inbox,
+		auth.Coordinator: {"BROOK", []string{"brook.assign.*", "brook.host.*.seal", "brook.host.*.seals", "brook.host.*.handoff", "brook.host.*.probe", "brook.s.*.fetch"}, inbox,
 			[]string{"brook.admin.>", "brook.assignments.pull", "brook.hb.*", "brook.host.*.leave", "_INBOX.coord.>"}, true},
 		auth.CoordinatorSys: {"SYS", nil, []string{">"}, []string{"$SYS.ACCOUNT.BROOK.DISCONNECT", "$SYS.ACCOUNT.BROOK.CONNECT"}, false},
 		auth.Attention: {"BROOK", []string{"brook.admin.stream.list", "brook.admin.cluster.info"}, inbox,
@@ -613,8 +624,8 @@ func TestGeneratedFiles(t *testing.T) {
 		design[auth.HostPrincipal(n)] = perm{"BROOK",
 			[]string{"brook.hb." + n, "brook.assignments.pull", "brook.host." + n + ".leave", "brook.s.*.repl.*." + n, "brook.s.*.owner." + n,
 				"brook.hostrepl.*." + n}, inbox,
-			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "brook.host." + n + ".handoff", "_INBOX.host." + n + ".>",
-				"brook.hostrepl." + n + ".*"}, true}
+			[]string{"brook.s.>", "brook.assign." + n, "brook.host." + n + ".seal", "brook.host." + n + ".seals", "brook.host." + n + ".handoff", "_INBOX.host." + n + ".>",
+				"brook.hostrepl." + n + ".*", "brook.host." + n + ".probe"}, true}
 	}
 	opts, err := server.ProcessConfigFile(d2.NATSConf)
 	if err != nil {

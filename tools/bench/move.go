@@ -70,13 +70,21 @@ func (m *movingTarget) After(ctx context.Context) map[string]any {
 		out["move"] = "failed: " + m.err.Error()
 	}
 	out["move_took_ms"] = m.answered.Sub(m.began).Milliseconds()
-	out["move_write_gap_ms"] = longestGap(m.done, m.began.Add(-time.Second), m.answered.Add(time.Second)).Milliseconds()
+	gap, at := longestGap(m.done, m.began.Add(-time.Second), m.answered.Add(time.Second))
+	out["move_write_gap_ms"] = gap.Milliseconds()
+	// Where the gap lies against the move's request (its last confirm
+	// before, its first after), and the wall clock of its start, so that
+	// it can be laid against the hosts' and coordinators' logs.
+	out["move_write_gap_from_ms"] = at.Sub(m.began).Milliseconds()
+	out["move_write_gap_to_ms"] = at.Add(gap).Sub(m.began).Milliseconds()
+	out["move_write_gap_began_at"] = at.UTC().Format("15:04:05.000")
 	return out
 }
 
 // longestGap is the longest time between two consecutive times of ts
-// within [from, to], the window's ends counting as times.
-func longestGap(ts []time.Time, from, to time.Time) time.Duration {
+// within [from, to], the window's ends counting as times, and when it
+// began (the earlier of the two).
+func longestGap(ts []time.Time, from, to time.Time) (gap time.Duration, at time.Time) {
 	in := []time.Time{from, to}
 	for _, t := range ts {
 		if t.After(from) && t.Before(to) {
@@ -84,9 +92,11 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 		}
 	}
 	slices.SortFunc(in, func(a, b time.Time) int { return a.Compare(b) })
-	var gap time.Duration
+	at = from
 	for i := 1; i < len(in); i++ {
-		gap = max(gap, in[i].Sub(in[i-1]))
+		if d := in[i].Sub(in[i-1]); d > gap {
+			gap, at = d, in[i-1]
+		}
 	}
-	return gap
+	return gap, at
 }

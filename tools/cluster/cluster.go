@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/client"
@@ -370,23 +371,64 @@ func (c *Cluster) TLS() bool { return c.auth != nil && c.auth.TLS }
 
 // PlainConnections lists the client connections nats-server holds that
 // are not TLS, as "name (ip:port)", and how many it holds in all.
+//
+// A connection still in its TLS handshake shows no TLS version and has
+// sent no CONNECT yet: it is not counted as plain at once (a process that
+// reconnects at the moment of the check would fail it), but looked at
+// again until it has completed or gone; one still there after the
+// server's TLS handshake timeout is reported. A plain client that got as
+// far as CONNECT is reported at once.
 func (c *Cluster) PlainConnections() (plain []string, total int, err error) {
-	for _, ns := range c.natsAll {
-		if !ns.Running() {
+	deadline := time.Now().Add(handshakeGrace)
+	for {
+		plain, total = nil, 0
+		handshaking := 0
+		late := time.Now().After(deadline)
+		for _, ns := range c.natsAll {
+			if !ns.Running() {
+				continue
+			}
+			connz, err := ns.connz()
+			if err != nil {
+				return nil, 0, fmt.Errorf("connz: %w", err)
+			}
+			p, h := plainConns(connz.Conns)
+			plain = append(plain, p...)
+			handshaking += len(h)
+			if late {
+				plain = append(plain, h...)
+			}
+			total += len(connz.Conns)
+		}
+		if handshaking == 0 || late {
+			return plain, total, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// handshakeGrace is how long PlainConnections waits for connections in
+// their handshake: longer than nats-server's TLS handshake timeout (2 s
+// by default), after which the server closes them.
+const handshakeGrace = 3 * time.Second
+
+// plainConns sorts the connections that are not TLS into those that sent
+// CONNECT in plain text (plain) and those that have sent nothing yet
+// (handshaking, perhaps still in their TLS handshake), each as
+// "name (ip:port)".
+func plainConns(conns []*server.ConnInfo) (plain, handshaking []string) {
+	for _, ci := range conns {
+		if ci.TLSVersion != "" {
 			continue
 		}
-		connz, err := ns.connz()
-		if err != nil {
-			return nil, 0, fmt.Errorf("connz: %w", err)
+		d := fmt.Sprintf("%s (%s:%d)", ci.Name, ci.IP, ci.Port)
+		if ci.Lang == "" && ci.Version == "" && ci.AuthorizedUser == "" {
+			handshaking = append(handshaking, d)
+			continue
 		}
-		for _, ci := range connz.Conns {
-			if ci.TLSVersion == "" {
-				plain = append(plain, fmt.Sprintf("%s (%s:%d)", ci.Name, ci.IP, ci.Port))
-			}
-		}
-		total += len(connz.Conns)
+		plain = append(plain, d)
 	}
-	return plain, total, nil
+	return plain, handshaking
 }
 
 // Auth returns the generated deployment: every principal's seed file,

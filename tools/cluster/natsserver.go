@@ -296,6 +296,15 @@ func (n *NATS) URL() string { return userURL(BrookUser, BrookPassword, n.Addr())
 // SysURL is the system account's URL (user sys).
 func (n *NATS) SysURL() string { return userURL(SysUser, SysPassword, n.Addr()) }
 
+// Pid is the process of a server run as a process (StartNATSProcesses), 0
+// for one embedded in this process.
+func (n *NATS) Pid() int {
+	if n.proc == nil {
+		return 0
+	}
+	return n.proc.Pid()
+}
+
 // Server returns the embedded server (nil for a server process).
 func (n *NATS) Server() *server.Server { return n.srv }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -109,7 +110,10 @@ type balanceLoad struct {
 	// confirmed at a new epoch (it spanned the move or failover).
 	epoch  map[string]uint64
 	across map[string]time.Duration
-	mark   time.Time
+	// acrossAt is when each stream's publish in across began, so that
+	// the slowest can be found in the hosts' logs.
+	acrossAt map[string]time.Time
+	mark     time.Time
 }
 
 // publish publishes to stream every balancePeriod until ctx ends, each
@@ -136,8 +140,8 @@ func (l *balanceLoad) publish(ctx context.Context, c *client.Client, stream stri
 		l.confirmed[stream] = seq
 		if !l.mark.IsZero() && began.After(l.mark) {
 			l.longest[stream] = max(l.longest[stream], took)
-			if pc.Epoch > l.epoch[stream] {
-				l.across[stream] = max(l.across[stream], took)
+			if pc.Epoch > l.epoch[stream] && took >= l.across[stream] {
+				l.across[stream], l.acrossAt[stream] = took, began
 			}
 		}
 		l.epoch[stream] = max(l.epoch[stream], pc.Epoch)
@@ -183,7 +187,7 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 		return res, err
 	}
 	load := &balanceLoad{confirmed: map[string]uint64{}, longest: map[string]time.Duration{},
-		epoch: map[string]uint64{}, across: map[string]time.Duration{}}
+		epoch: map[string]uint64{}, across: map[string]time.Duration{}, acrossAt: map[string]time.Time{}}
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var wg sync.WaitGroup
@@ -267,6 +271,7 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 			res.Stayed = append(res.Stayed, d)
 		}
 	}
+	logSlowestAcross(load, before, last, log)
 	slices.Sort(res.Moved)
 	slices.Sort(res.Stayed)
 	slices.Sort(res.Across)
@@ -282,6 +287,23 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 		err = fmt.Errorf("owners not within %.0f%% of the even share %v after the restart", 100*balanceMargin, balanceWait)
 	}
 	return res, err
+}
+
+// logSlowestAcross logs the moved streams whose publish across the move
+// took longest, with when it began and the owners before and after, so
+// that they can be laid against the hosts' logs (--dir).
+func logSlowestAcross(load *balanceLoad, before, last map[string]string, log *slog.Logger) {
+	var moved []string
+	for s, d := range load.across {
+		if d > 0 && before[s] != last[s] {
+			moved = append(moved, s)
+		}
+	}
+	slices.SortFunc(moved, func(a, b string) int { return cmp.Compare(load.across[b], load.across[a]) })
+	for _, s := range moved[:min(len(moved), 5)] {
+		log.Info("slow publish across a move", "stream", s, "took", load.across[s],
+			"began", load.acrossAt[s].UTC().Format("15:04:05.000"), "owner_before", before[s], "owner_after", last[s])
+	}
 }
 
 // ownersOf lists the streams that serve with no recovery pending, each

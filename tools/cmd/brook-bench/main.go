@@ -17,7 +17,10 @@
 // The --failover-streams form measures a mass failover instead: many
 // streams, the host that owns the most of them killed, and how soon each
 // serves again; with the creation rate (per 1,000 streams), each process's
-// idle CPU and RSS and the heartbeats' bytes per second (issue 17); with
+// idle CPU and RSS and the heartbeats' bytes per second (issue 17), and
+// over the failover (the kill to the last stream confirmed) each process's
+// CPU, the bench process's own (its client, and the nats-servers unless
+// --nats-processes), the machine's and the client's requests by kind; with
 // --target jetstream, the same with R3 file streams on three nats-servers. The --catchup-records form fills a stream and times one
 // reader reading it all from the start (issue 16). The --balance-streams
 // form measures the owner balancer (issue 15): many streams under light
@@ -140,7 +143,7 @@ func main() {
 	flag.DurationVar(&o.linger, "linger", client.DefaultLinger, "brook client: how long a publish may wait for others to share its batch (0: no batching, one request per record)")
 	flag.IntVar(&o.batchRecords, "batch-records", client.DefaultBatchRecords, "brook client: most records per publish batch")
 	flag.IntVar(&o.batchBytes, "batch-bytes", client.DefaultBatchBytes, "brook client: most bytes per publish batch")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof); with --failover-streams: the bench process (its client and embedded nats-servers) over the failover window, to <this>.failover.pprof")
 	flag.StringVar(&o.timeline, "timeline", "", "brook workloads on the local cluster, without --cpuprofile: over the middle half of each run, the client's batches and where a batch's confirm went (client round trip, the owner's intake, append and wait for a follower, a follower's poll and apply), to <this>.<run dir>.batches.txt and the log")
 	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
 	flag.BoolVar(&o.natsProcesses, "nats-processes", false, "local cluster: run each of brook's nats-servers as a process of its own (the --nats-server binary, default: build it), as the JetStream target's are, instead of embedded in this process, where they share its scheduler and garbage collector with the bench's publishers and readers")

@@ -38,6 +38,9 @@ type massResult struct {
 	// --idle-window).
 	Create createTiming
 	Idle   idleFigures
+	// Cost is what the failover window cost the processes, and the
+	// client's requests in it.
+	Cost failoverCost
 	// CoordRestart is how long a coordinator follower, SIGKILLed once
 	// every stream was read back, took from its restart until its
 	// /healthz answered ok (it knows the Raft leader, having loaded its
@@ -57,6 +60,7 @@ func (r massResult) write(w io.Writer) {
 	ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
+	r.Cost.write(w)
 	if r.CoordRestarted != "" {
 		ignoreWrite(fmt.Fprintf(w, "coordinator restart (%s, a follower, SIGKILL): serving again %d ms after its start\n",
 			r.CoordRestarted, r.CoordRestart.Milliseconds()))
@@ -127,6 +131,14 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if victim == nil {
 		return res, fmt.Errorf("no process for node %s", res.Killed)
 	}
+	profile := ""
+	if o.cpuProfile != "" {
+		profile = o.cpuProfile + ".failover.pprof"
+	}
+	meter, err := startCost(cl, victim, c, profile)
+	if err != nil {
+		return res, fmt.Errorf("failover cost: %w", err)
+	}
 	log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
 	killed := time.Now()
 	if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
@@ -136,6 +148,10 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
 		return err
 	})
+	var cerr error
+	if res.Cost, cerr = meter.end(); cerr != nil {
+		log.Warn("failover cost not measured", "err", cerr)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -140,23 +140,43 @@ func rssMiB(pid int) (float64, error) {
 // sampleIdle measures procs over window: CPU from the difference of their
 // times, RSS at the end.
 func sampleIdle(ctx context.Context, procs []namedPid, window time.Duration) ([]procUsage, error) {
-	before := make([]uint64, len(procs))
-	for i, p := range procs {
-		t, err := cpuTicks(p.Pid)
-		if err != nil {
-			return nil, err
-		}
-		before[i] = t
+	s, err := startSample(procs)
+	if err != nil {
+		return nil, err
 	}
-	start := time.Now()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(window):
 	}
-	elapsed := time.Since(start).Seconds()
-	out := make([]procUsage, len(procs))
+	return s.end()
+}
+
+// cpuSample is a CPU measure of procs begun at start.
+type cpuSample struct {
+	procs  []namedPid
+	before []uint64
+	start  time.Time
+}
+
+// startSample reads procs' CPU times now; end measures from here.
+func startSample(procs []namedPid) (*cpuSample, error) {
+	s := &cpuSample{procs: procs, before: make([]uint64, len(procs)), start: time.Now()}
 	for i, p := range procs {
+		t, err := cpuTicks(p.Pid)
+		if err != nil {
+			return nil, err
+		}
+		s.before[i] = t
+	}
+	return s, nil
+}
+
+// end returns each process's CPU since the start, and its RSS now.
+func (s *cpuSample) end() ([]procUsage, error) {
+	elapsed := time.Since(s.start).Seconds()
+	out := make([]procUsage, len(s.procs))
+	for i, p := range s.procs {
 		t, err := cpuTicks(p.Pid)
 		if err != nil {
 			return nil, err
@@ -165,9 +185,37 @@ func sampleIdle(ctx context.Context, procs []namedPid, window time.Duration) ([]
 		if err != nil {
 			return nil, err
 		}
-		out[i] = procUsage{Name: p.Name, CPU: 100 * float64(t-before[i]) / clockTicks / elapsed, RSSMiB: rss}
+		out[i] = procUsage{Name: p.Name, CPU: 100 * float64(t-s.before[i]) / clockTicks / elapsed, RSSMiB: rss}
 	}
 	return out, nil
+}
+
+// machineBusy reads the machine's busy CPU time over all its cores (the
+// first line of /proc/stat), in clock ticks: what every process on it,
+// this cluster's or not, took.
+func machineBusy() (uint64, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal; the guest times
+	// after them are counted in user already.
+	var busy uint64
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
+		}
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return busy, nil
 }
 
 // byteCounter counts the messages and bytes of a subscription.

@@ -89,3 +89,36 @@ func TestSampleIdleReadsProc(t *testing.T) {
 		t.Fatalf("sample %+v", got)
 	}
 }
+
+// A sample of this process while it spins counts the spin (a share of a
+// core well above nothing), and the machine's busy time grows by at least
+// as much as this process took.
+func TestCPUSampleCountsWork(t *testing.T) {
+	busy0, err := machineBusy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := startSample([]namedPid{{Name: "self", Pid: os.Getpid()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+	}
+	got, err := s.end()
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := machineBusy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].CPU <= 5 {
+		t.Fatalf("a spinning process measured %+v, want more than 5%% of a core", got)
+	}
+	// Ticks are counted in whole units per process and per machine; one
+	// tick of slack each.
+	self := got[0].CPU * clockTicks / 100 * time.Since(s.start).Seconds()
+	if float64(busy-busy0)+2 < self {
+		t.Fatalf("the machine was busy %d ticks, less than this process's %.0f", busy-busy0, self)
+	}
+}
