@@ -189,7 +189,7 @@ func timeCoordinatorRestart(ctx context.Context, cl *cluster.Cluster, log *slog.
 	if err := cl.Restart(ctx, p); err != nil {
 		return p.Name, 0, err
 	}
-	url := "http://" + p.HTTPAddr + "/healthz"
+	url := "http://" + p.HTTPAddr() + "/healthz"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
