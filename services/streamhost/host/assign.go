@@ -261,10 +261,6 @@ func (h *Host) deltaSince() uint64 {
 	return applied
 }
 
-// errStaleSnapshot is a pull answered with an older snapshot than the one
-// applied (by a coordinator behind the leader).
-var errStaleSnapshot = errors.New("older snapshot than the one applied")
-
 // pullAndApply pulls this node's snapshot (in full, or what changed since
 // the version applied), page by page, and applies it unless it is older
 // than the one applied: in full, or with recheck, every assignment known;
@@ -316,11 +312,6 @@ func (h *Host) pullAndApply(ctx context.Context, recheck bool) error {
 	h.mu.Unlock()
 	if stale {
 		h.log.Debug("ignoring an older snapshot", "version", snap.Version, "applied", applied)
-		if recheck {
-			// The re-apply asked for did not happen: an error keeps
-			// the ask for the next pull (pullLoop).
-			return fmt.Errorf("%w: version %d, %d applied", errStaleSnapshot, snap.Version, applied)
-		}
 		return nil
 	}
 	if h.leaving.Load() {
