@@ -20,9 +20,13 @@ import (
 // be read: the kernel hands out ports of that range by itself, to every
 // outgoing connection and every listener on port 0 of any process on the
 // machine, and one of those could take a port meanwhile. A port outside
-// it is taken only by a process that names it. Should that happen to an
-// HTTP port all the same, checkProcs starts the process again on a fresh
-// one.
+// it is taken only by a process that names it, which includes another
+// harness picking from the same range at the same time (make test runs
+// packages in parallel, and e2e, tools/cluster and brook-bench all start
+// clusters): rare, and then the port's holder is likely another brook
+// process whose /healthz answers too. Should an HTTP port be taken,
+// checkProcs starts the process again on a fresh one; a taken Raft, NATS
+// or route port still fails the run.
 type ports struct{ lns []net.Listener }
 
 func (ps *ports) addr() (string, error) {

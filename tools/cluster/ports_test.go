@@ -147,3 +147,38 @@ func TestPortsOutsideEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// A process the test kills after a restart that could not bind its HTTP
+// port (so it had already exited) stays down: the kill still marks its
+// exit as expected, and the next wait does not start it again on a fresh
+// port (review of s27-h3).
+func TestKilledAfterFailedRestartStaysDown(t *testing.T) {
+	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startBuiltCluster(t, ctx, Config{Coordinators: 1, Hosts: 1, NATSServers: 1})
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := c.Host(0)
+	if err := c.Kill(h, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", h.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	if err := c.Restart(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Exited() // it could not bind its HTTP port
+	if err := c.Kill(h, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	starts := h.Starts()
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h.Running() || h.Starts() != starts {
+		t.Fatalf("h1 was killed by the test, yet runs again (%d starts, was %d)", h.Starts(), starts)
+	}
+}
