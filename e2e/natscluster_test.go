@@ -217,12 +217,23 @@ func TestNatsServerLameDuck(t *testing.T) {
 // host owns), and an advisory that is not matched to its connection.
 // BROOK_DISCONNECT_GRACE sets the coordinators' --disconnect-grace, to find
 // the shortest that holds (it fails at 20ms here, passes at 50ms).
-func TestHostConnectionKicked(t *testing.T) {
+func TestHostConnectionKicked(t *testing.T) { hostConnectionKicked(t, 0) }
+
+// TestHostConnectionKickedOneServer is TestHostConnectionKicked with a
+// single nats-server: a kicked host has no other server to go to and
+// reconnects to the one that closed it. It caught a host that waited
+// nats.go's reconnect wait and jitter (100-250 ms) before that attempt, as
+// it does once every server of its list was tried: past the 100 ms
+// disconnect grace, so every kick expired the host and failed its streams
+// over.
+func TestHostConnectionKickedOneServer(t *testing.T) { hostConnectionKicked(t, 1) }
+
+func hostConnectionKicked(t *testing.T, natsServers int) {
 	var args []string
 	if g := os.Getenv("BROOK_DISCONNECT_GRACE"); g != "" {
 		args = []string{"--disconnect-grace", g}
 	}
-	e := newEnv(t, opts{coordArgs: args})
+	e := newEnv(t, opts{coordArgs: args, natsServers: natsServers})
 	stream, before, led, ld := e.steadyLoad("host-kicked")
 	defer func() { _ = ld.Stop() }()
 

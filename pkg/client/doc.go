@@ -38,8 +38,9 @@
 // limits have run out it gives up without another request, so with
 // WithRetry(1, 0) a failed attempt is the
 // only request made (and ErrRecovering then needs the host's recovering
-// answer). Stats counts the requests by kind (publish attempts, retries,
-// probes, stream.info) and the owner notices heard.
+// answer). Stats counts the requests by kind (publish attempts, retries of
+// stream requests and of admin requests apart, probes, stream.info) and
+// the owner notices heard.
 //
 // # Batching
 //

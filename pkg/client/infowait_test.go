@@ -32,15 +32,7 @@ func TestInfoWait(t *testing.T) {
 func TestRetryAsksCoordinatorsLessOften(t *testing.T) {
 	url := startNATS(t)
 	svc := responderConn(t, url)
-	var attempts, infos atomic.Int32
-	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
-		attempts.Add(1)
-		respondError(t, m, wire.Errorf(wire.CodeRecovering, "stream s is recovering"))
-	})
-	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
-		infos.Add(1)
-		respondJSON(t, m, wire.StreamInfo{Stream: "s", Status: wire.StatusRecovering})
-	})
+	attempts, infos := recoveringStream(t, svc)
 	c := connectClient(t, url, WithRetry(0, 600*time.Millisecond), WithBackoff(time.Millisecond, 2*time.Millisecond),
 		WithBatching(0, 0, 0))
 	c.opts.infoInterval = 10 * time.Millisecond
@@ -58,4 +50,19 @@ func TestRetryAsksCoordinatorsLessOften(t *testing.T) {
 	if i < 2 || i > 12 {
 		t.Fatalf("%d stream.info requests for %d attempts, want 2 to 12 (a doubling wait from 10 ms up to 80 ms)", i, a)
 	}
+}
+
+// recoveringStream has svc answer every publish to stream s recovering,
+// and stream.info that s is recovering, counting both.
+func recoveringStream(t *testing.T, svc *nats.Conn) (attempts, infos *atomic.Int32) {
+	attempts, infos = new(atomic.Int32), new(atomic.Int32)
+	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
+		attempts.Add(1)
+		respondError(t, m, wire.Errorf(wire.CodeRecovering, "stream s is recovering"))
+	})
+	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+		infos.Add(1)
+		respondJSON(t, m, wire.StreamInfo{Stream: "s", Status: wire.StatusRecovering})
+	})
+	return attempts, infos
 }

@@ -137,7 +137,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// has announced itself.
 	if r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark) {
 		r.markAttempt()
-		r.c.stats.retries.Add(1)
+		r.countRetry()
 		return nil
 	}
 	// A new owner's notice ends the wait early (notices.go). The wait
@@ -176,8 +176,18 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	case <-notice:
 	}
 	r.markAttempt()
-	r.c.stats.retries.Add(1)
+	r.countRetry()
 	return nil
+}
+
+// countRetry counts the retry about to go: in Stats.Retries for a
+// request about a stream, in Stats.AdminRetries for one about none.
+func (r *retrier) countRetry() {
+	if r.stream == "" {
+		r.c.stats.adminRetries.Add(1)
+		return
+	}
+	r.c.stats.retries.Add(1)
 }
 
 // infoWait is how long a retrying request waits after its checks-th

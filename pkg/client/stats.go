@@ -11,13 +11,16 @@ type Stats struct {
 	// sends are not counted).
 	PublishAttempts uint64
 	// Retries counts the failed attempts of requests about a stream that
-	// were tried again (publishes, fetches, commits).
-	Retries uint64
+	// were tried again (publishes, fetches, commits): what a failover
+	// costs. AdminRetries counts those of admin requests (and the
+	// attention list), which a coordinator's election or overload costs.
+	Retries      uint64
+	AdminRetries uint64
 	// Probes counts the owner watch's probes (ownerwatch.go): fetches
 	// that read nothing, asking who serves a stream a publish waits on.
 	Probes uint64
-	// StatusChecks counts the stream.info requests a retrying request sent
-	// the coordinators.
+	// StatusChecks counts the stream.info requests a retrying request
+	// about a stream sent the coordinators.
 	StatusChecks uint64
 	// NoticeSubscribes counts the owner-notice subscriptions made, and
 	// Notices the owner notices heard on them (notices.go).
@@ -27,7 +30,7 @@ type Stats struct {
 
 // stats are the live counters of Stats.
 type stats struct {
-	publishAttempts, retries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
+	publishAttempts, retries, adminRetries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
 }
 
 // Stats returns the client's counts so far; the difference of two calls is
@@ -37,6 +40,7 @@ func (c *Client) Stats() Stats {
 	return Stats{
 		PublishAttempts:  s.publishAttempts.Load(),
 		Retries:          s.retries.Load(),
+		AdminRetries:     s.adminRetries.Load(),
 		Probes:           s.probes.Load(),
 		StatusChecks:     s.statusChecks.Load(),
 		NoticeSubscribes: s.noticeSubscribes.Load(),
@@ -49,6 +53,7 @@ func (s Stats) Sub(earlier Stats) Stats {
 	return Stats{
 		PublishAttempts:  s.PublishAttempts - earlier.PublishAttempts,
 		Retries:          s.Retries - earlier.Retries,
+		AdminRetries:     s.AdminRetries - earlier.AdminRetries,
 		Probes:           s.Probes - earlier.Probes,
 		StatusChecks:     s.StatusChecks - earlier.StatusChecks,
 		NoticeSubscribes: s.NoticeSubscribes - earlier.NoticeSubscribes,

@@ -1,8 +1,14 @@
 package client
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // Stats counts a failover as it happened: the owner dies holding a
@@ -50,5 +56,50 @@ func TestStatsCountAFailover(t *testing.T) {
 	}
 	if c.Stats().NoticeSubscribes < 1 {
 		t.Errorf("no notice subscription counted: %+v", c.Stats())
+	}
+}
+
+// Stats counts the retries of a request about a stream in Retries and its
+// questions to the coordinators in StatusChecks, each as often as the
+// stand-in services saw them; the retries of an admin request go to
+// AdminRetries, not Retries.
+func TestStatsCountRetriesAndStatusChecks(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	attempts, infos := recoveringStream(t, svc)
+	var clusterInfos atomic.Int32
+	subscribe(t, svc, wire.AdminSubject(wire.VerbClusterInfo), func(m *nats.Msg) {
+		if clusterInfos.Add(1) <= 2 {
+			respondError(t, m, wire.Errorf(wire.CodeUnavailable, "no leader"))
+			return
+		}
+		respondJSON(t, m, wire.ClusterInfo{})
+	})
+	c := connectClient(t, url, WithRetry(4, 0), WithBackoff(time.Millisecond, 2*time.Millisecond),
+		WithBatching(0, 0, 0))
+	c.opts.infoInterval = time.Millisecond
+
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r")); !errors.Is(err, ErrRecovering) {
+		t.Fatalf("publish to a recovering stream: %v, want ErrRecovering after 4 attempts", err)
+	}
+	st := c.Stats()
+	a, i := uint64(attempts.Load()), uint64(infos.Load())
+	if a != 4 || st.PublishAttempts != a || st.Retries != a-1 {
+		t.Errorf("%d attempts reached the host; counted %d attempts and %d retries, want 4 and 3", a, st.PublishAttempts, st.Retries)
+	}
+	if i < 1 || st.StatusChecks != i {
+		t.Errorf("%d stream.info requests reached the coordinator; counted %d, want as many and at least 1", i, st.StatusChecks)
+	}
+	if st.AdminRetries != 0 {
+		t.Errorf("%d admin retries counted before any admin request", st.AdminRetries)
+	}
+
+	before := c.Stats()
+	if _, err := c.ClusterInfo(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("cluster.info after two unavailable answers: %v", err)
+	}
+	d := c.Stats().Sub(before)
+	if d.AdminRetries != 2 || d.Retries != 0 || d.StatusChecks != 0 {
+		t.Errorf("cluster.info answered unavailable twice: %+v, want 2 admin retries and no stream retries or status checks", d)
 	}
 }

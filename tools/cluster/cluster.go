@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -106,29 +105,13 @@ type Cluster struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	// rebindMu serializes checkProcs's restarts on a fresh HTTP port.
+	rebindMu sync.Mutex
 }
 
-// ports hands out free loopback ports. Each port stays bound until
-// release, so two ports it hands out never collide with each other nor with
-// a listener opened meanwhile (such as a host's proxy); release comes right
-// before the processes start and bind them.
-type ports struct{ lns []net.Listener }
-
-func (ps *ports) addr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	ps.lns = append(ps.lns, ln)
-	return ln.Addr().String(), nil
-}
-
-func (ps *ports) release() {
-	for _, ln := range ps.lns {
-		_ = ln.Close()
-	}
-	ps.lns = nil
-}
+// testHookBeforeStart, if set, is called by Start with each process right
+// before it starts (tests take its port there).
+var testHookBeforeStart func(p *Proc)
 
 // Start starts NATS, the coordinators, the stream hosts and, if asked, the
 // attention service. It returns once every process was started; use
@@ -302,6 +285,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	free.release()
 	for _, p := range c.Procs() {
+		if testHookBeforeStart != nil {
+			testHookBeforeStart(p)
+		}
 		if err := p.start(); err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
@@ -621,7 +607,9 @@ func (c *Cluster) Terminate(ctx context.Context, p *Proc) error {
 }
 
 // Restart starts p again with the same arguments (data directory, ports,
-// node id). A p that is still running is terminated first.
+// node id). A p that is still running is terminated first. Should its
+// HTTP port have been taken while it was down, the cluster's next wait
+// starts it again on a fresh one (checkProcs).
 func (c *Cluster) Restart(ctx context.Context, p *Proc) error {
 	if p.Running() {
 		if err := p.terminate(ctx, c.cfg.StopGrace); err != nil {
@@ -713,15 +701,52 @@ func (c *Cluster) terminateAll(procs []*Proc) []error {
 
 // checkProcs returns an error if a process ended that the harness did not
 // stop, with the end of its log: waiting on a cluster with a crashed member
-// would only time out.
+// would only time out. A process that ended because its HTTP port was
+// taken is started again on a fresh port instead (restartOnFreshPort).
 func (c *Cluster) checkProcs() error {
 	var errs []error
 	for _, p := range c.Procs() {
-		if bad, state := p.unexpectedExit(); bad {
+		if bad, state := p.unexpectedExit(); bad && !c.restartOnFreshPort(p) {
 			errs = append(errs, fmt.Errorf("%s exited unexpectedly (%s); log tail:\n%s", p.Name, state, p.LogTail(20)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxRebinds is how many times restartOnFreshPort starts one process
+// again.
+const maxRebinds = 3
+
+// restartOnFreshPort starts the exited p again on a fresh HTTP port if
+// its run ended because it could not bind its HTTP port: the port is free
+// between the harness's pick and the process's bind, and while a process
+// is down before a restart, and another process may take it meanwhile
+// (see ports). Nothing else knows a process's HTTP port, so it can move.
+// It reports whether p runs again.
+func (c *Cluster) restartOnFreshPort(p *Proc) bool {
+	c.rebindMu.Lock()
+	defer c.rebindMu.Unlock()
+	if p.Running() {
+		return true // another poll restarted it meanwhile
+	}
+	old := p.HTTPAddr()
+	if p.Rebinds() >= maxRebinds || !p.httpBindFailed() {
+		return false
+	}
+	var free ports
+	addr, err := free.addr()
+	if err != nil {
+		c.log.Warn("no fresh port for a process whose HTTP port was taken", "proc", p.Name, "err", err)
+		return false
+	}
+	p.moveHTTP(addr)
+	free.release()
+	if err := p.start(); err != nil {
+		c.log.Warn("start again on a fresh HTTP port", "proc", p.Name, "err", err)
+		return false
+	}
+	c.log.Warn("HTTP port was taken: started again on a fresh one", "proc", p.Name, "was", old, "now", addr, "pid", p.Pid())
+	return true
 }
 
 // poll calls try every interval until it returns true or an error, ctx

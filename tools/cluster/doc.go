@@ -11,4 +11,10 @@
 // Every stream host reaches NATS through its own in-process TCP proxy, so a
 // test can cut a host off from NATS and heal it without killing it
 // (CutHost, HealHost).
+//
+// The harness picks the processes' ports (outside the kernel's ephemeral
+// range, which it hands out by itself to every outgoing connection on the
+// machine) and the processes bind them. A process that finds its HTTP port
+// taken all the same, at its start or at a restart, exits; the cluster's
+// next wait starts it again on a fresh port (Proc.HTTPAddr follows).
 package cluster

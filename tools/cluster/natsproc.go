@@ -131,22 +131,17 @@ func natsProcessConf(name, include string, port, monitor int, routePorts []int, 
 // freeLoopbackPorts picks n distinct free loopback ports (free when it
 // returns; the caller binds them soon after).
 func freeLoopbackPorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			_ = l.Close() // held only to keep the ports distinct
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	var free ports
+	defer free.release()
+	out := make([]int, n)
+	for i := range out {
+		p, err := free.port()
 		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+			return nil, err
 		}
-		lns = append(lns, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		out[i] = p
 	}
-	return ports, nil
+	return out, nil
 }
 
 // waitReady waits until the server process takes client connections and

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,8 +33,6 @@ type Proc struct {
 	// Node is the stream host's node id ("h1"), or the coordinator's
 	// replica id ("1").
 	Node string
-	// HTTPAddr serves /healthz.
-	HTTPAddr string
 	// LogPath receives stdout and stderr of every start.
 	LogPath string
 
@@ -49,17 +48,89 @@ type Proc struct {
 	starts   int
 	expected bool // the harness stopped or killed it on purpose
 	paused   bool
+	// httpAddr serves /healthz (HTTPAddr); rebinds counts its moves
+	// to a fresh port (moveHTTP).
+	httpAddr string
+	rebinds  int
 }
 
 func newProc(name, kind, node, bin string, args, env []string, httpAddr, logPath string) *Proc {
 	done := make(chan struct{})
 	close(done) // not started: counts as exited
 	return &Proc{Name: name, Kind: kind, Node: node, bin: bin, args: args, env: env,
-		HTTPAddr: httpAddr, LogPath: logPath, exited: done}
+		httpAddr: httpAddr, LogPath: logPath, exited: done}
 }
 
 // Args returns the command line arguments (without the binary).
-func (p *Proc) Args() []string { return append([]string(nil), p.args...) }
+func (p *Proc) Args() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.args...)
+}
+
+// HTTPAddr is the address the process serves /healthz (and /metrics) on;
+// "" if none. It changes when the harness starts the process again on a
+// fresh port because its own was taken (Cluster.restartOnFreshPort).
+func (p *Proc) HTTPAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.httpAddr
+}
+
+// Rebinds is how many times the process was moved to a fresh HTTP port.
+func (p *Proc) Rebinds() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rebinds
+}
+
+// moveHTTP makes addr the process's HTTP address from its next start on,
+// in its arguments too.
+func (p *Proc) moveHTTP(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i+1 < len(p.args); i++ {
+		if p.args[i] == "--http-addr" && p.args[i+1] == p.httpAddr {
+			p.args[i+1] = addr
+		}
+	}
+	p.httpAddr = addr
+	p.rebinds++
+}
+
+// httpBindFailed reports whether the process's last run could not bind
+// its HTTP address: its log since that start says so.
+func (p *Proc) httpBindFailed() bool {
+	addr := p.HTTPAddr()
+	if addr == "" {
+		return false
+	}
+	b, err := os.ReadFile(p.LogPath)
+	return err == nil && bindFailed(string(b), addr)
+}
+
+// startMarker begins the line start writes to the log before each run.
+const startMarker = "=== cluster harness: start #"
+
+// bindFailed reports whether log, after its last start line, has a line
+// saying addr could not be bound (as Go's net.Listen puts it: "listen tcp
+// 127.0.0.1:8080: bind: address already in use").
+func bindFailed(log, addr string) bool {
+	if i := strings.LastIndex(log, startMarker); i >= 0 {
+		// The start line itself names the address, among the arguments.
+		j := strings.IndexByte(log[i:], '\n')
+		if j < 0 {
+			return false
+		}
+		log = log[i+j+1:]
+	}
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, addr+": ") && strings.Contains(line, "address already in use") {
+			return true
+		}
+	}
+	return false
+}
 
 // start runs the process, appending its output to LogPath.
 func (p *Proc) start() error {
@@ -75,7 +146,7 @@ func (p *Proc) start() error {
 		return fmt.Errorf("start %s: open log: %w", p.Name, err)
 	}
 	p.starts++
-	if _, err := fmt.Fprintf(logf, "=== cluster harness: start #%d of %s at %s: %s %q\n",
+	if _, err := fmt.Fprintf(logf, startMarker+"%d of %s at %s: %s %q\n",
 		p.starts, p.Name, time.Now().Format(time.RFC3339Nano), p.bin, p.args); err != nil {
 		return fmt.Errorf("start %s: write log: %w", p.Name, errors.Join(err, logf.Close()))
 	}
@@ -166,6 +237,12 @@ func (p *Proc) signal(sig syscall.Signal) error {
 	}
 	select {
 	case <-p.exited:
+		// Already gone (a run that could not bind its port, say): a
+		// kill still says the test wants it down, so that no wait
+		// starts it again on a fresh port (checkProcs).
+		if sig == syscall.SIGKILL || sig == syscall.SIGTERM || sig == syscall.SIGINT {
+			p.expected = true
+		}
 		return fmt.Errorf("signal %s: %w", p.Name, os.ErrProcessDone)
 	default:
 	}
@@ -237,12 +314,13 @@ func (p *Proc) LogTail(n int) string {
 
 // Healthy reports whether GET /healthz answers 200 within ctx.
 func (p *Proc) Healthy(ctx context.Context) bool {
-	if p.HTTPAddr == "" {
+	addr := p.HTTPAddr()
+	if addr == "" {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
 	if err != nil {
 		return false
 	}

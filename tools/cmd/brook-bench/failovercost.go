@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -26,16 +28,23 @@ type failoverCost struct {
 	// (the cores' busy time added up), other sessions' included.
 	Machine float64
 	Client  client.Stats
+	// NoCPU says why Procs and Machine are not measured: /proc could
+	// not be read.
+	NoCPU string
 }
 
 // costMeter measures a failoverCost from its start to end.
 type costMeter struct {
+	start time.Time
+	// sample and busy0 are the CPU figures at the start; sample is nil
+	// when /proc could not be read (noCPU says why).
 	sample *cpuSample
 	busy0  uint64
-	c      *client.Client
+	noCPU  string
+	stats  func() client.Stats
 	stats0 client.Stats
 	// profile is the CPU profile of this process being written (nil
-	// without --cpuprofile).
+	// without --cpuprofile, and once stopped).
 	profile *os.File
 }
 
@@ -50,10 +59,9 @@ func selfName(cl *cluster.Cluster) string {
 	return fmt.Sprintf("brook-bench (client, %d nats)", cl.NATSServers())
 }
 
-// startCost starts measuring cl's processes but killed, this process
-// and c's requests; with profile set it also writes this process's CPU
-// profile over the window there.
-func startCost(cl *cluster.Cluster, killed *cluster.Proc, c *client.Client, profile string) (*costMeter, error) {
+// costProcs are the processes a failover's cost is measured on: cl's
+// but killed, its nats-servers if they are processes, and this one.
+func costProcs(cl *cluster.Cluster, killed *cluster.Proc) []namedPid {
 	var procs []namedPid
 	for _, p := range cl.Procs() {
 		if p != killed {
@@ -65,43 +73,83 @@ func startCost(cl *cluster.Cluster, killed *cluster.Proc, c *client.Client, prof
 			procs = append(procs, namedPid{Name: "nats-" + strconv.Itoa(i), Pid: pid})
 		}
 	}
-	procs = append(procs, namedPid{Name: selfName(cl), Pid: os.Getpid()})
-	m := &costMeter{c: c, stats0: c.Stats()}
-	var err error
-	if m.busy0, err = machineBusy(); err != nil {
-		return nil, err
+	return append(procs, namedPid{Name: selfName(cl), Pid: os.Getpid()})
+}
+
+// startCost starts measuring procs and the client's requests (stats);
+// with profile set it also writes this process's CPU profile over the
+// window there. A /proc it cannot read costs the CPU figures only: it
+// warns and measures the rest. Stop the profile on every path (stop, or
+// measure, which ends the meter whatever happens in the window).
+func startCost(procs []namedPid, stats func() client.Stats, profile string, log *slog.Logger) (*costMeter, error) {
+	m := &costMeter{start: time.Now(), stats: stats, stats0: stats()}
+	busy0, err := machineBusy()
+	var sample *cpuSample
+	if err == nil {
+		sample, err = startSample(procs)
 	}
-	if m.sample, err = startSample(procs); err != nil {
-		return nil, err
+	if err != nil {
+		m.noCPU = err.Error()
+		log.Warn("failover cost: no CPU figures; measuring the client's requests alone", "err", err)
+	} else {
+		m.sample, m.busy0 = sample, busy0
 	}
 	if profile != "" {
-		if m.profile, err = os.Create(profile); err != nil {
+		f, err := os.Create(profile)
+		if err != nil {
 			return nil, err
 		}
-		if err := pprof.StartCPUProfile(m.profile); err != nil {
-			_ = m.profile.Close()
-			return nil, err
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, errors.Join(err, f.Close())
 		}
+		m.profile = f
 	}
 	return m, nil
 }
 
-// end measures the window up to now.
-func (m *costMeter) end() (failoverCost, error) {
-	if m.profile != nil {
-		pprof.StopCPUProfile()
-		if err := m.profile.Close(); err != nil {
-			return failoverCost{}, err
-		}
+// stop stops the CPU profile if one is being written; it may be called
+// again.
+func (m *costMeter) stop() error {
+	if m.profile == nil {
+		return nil
 	}
-	f := failoverCost{Window: time.Since(m.sample.start), Client: m.c.Stats().Sub(m.stats0)}
+	pprof.StopCPUProfile()
+	err := m.profile.Close()
+	m.profile = nil
+	return err
+}
+
+// measure runs window (the kill and what follows it) and ends the meter
+// whatever it returns, so the CPU profile stops on every path: a failed
+// kill left it running. A failure to measure is logged (the figures are
+// what could be measured); window's error is returned.
+func (m *costMeter) measure(log *slog.Logger, window func() error) (failoverCost, error) {
+	err := window()
+	f, cerr := m.end()
+	if cerr != nil {
+		log.Warn("failover cost not measured in full", "err", cerr)
+	}
+	return f, err
+}
+
+// end stops the profile and measures the window up to now.
+func (m *costMeter) end() (failoverCost, error) {
+	perr := m.stop()
+	f := failoverCost{Window: time.Since(m.start), Client: m.stats().Sub(m.stats0), NoCPU: m.noCPU}
+	if m.sample == nil {
+		return f, perr
+	}
 	busy, err := machineBusy()
 	if err != nil {
-		return f, err
+		f.NoCPU = err.Error()
+		return f, errors.Join(perr, err)
 	}
 	f.Machine = 100 * float64(busy-m.busy0) / clockTicks / f.Window.Seconds()
 	f.Procs, err = m.sample.end()
-	return f, err
+	if err != nil {
+		f.NoCPU = err.Error()
+	}
+	return f, errors.Join(perr, err)
 }
 
 func (f failoverCost) write(w io.Writer) {
@@ -109,13 +157,18 @@ func (f failoverCost) write(w io.Writer) {
 		return
 	}
 	ignoreWrite(fmt.Fprintf(w, "failover window %.1f s (SIGKILL to the last stream confirmed):\n", f.Window.Seconds()))
+	if f.NoCPU != "" {
+		ignoreWrite(fmt.Fprintf(w, "  no CPU figures: %s\n", f.NoCPU))
+	}
 	var sum float64
 	for _, p := range f.Procs {
 		sum += p.CPU
 		ignoreWrite(fmt.Fprintf(w, "  %-30s cpu %5.1f%% of a core  rss %6.1f MiB\n", p.Name, p.CPU, p.RSSMiB))
 	}
-	ignoreWrite(fmt.Fprintf(w, "  machine: cpu %.0f%% of a core busy (all its cores), these processes %.0f%%\n", f.Machine, sum))
+	if f.NoCPU == "" {
+		ignoreWrite(fmt.Fprintf(w, "  machine: cpu %.0f%% of a core busy (all its cores), these processes %.0f%%\n", f.Machine, sum))
+	}
 	s := f.Client
-	ignoreWrite(fmt.Fprintf(w, "  client: %d publish attempts (%d retries), %d probes, %d stream.info, %d notice subscriptions, %d notices heard\n",
-		s.PublishAttempts, s.Retries, s.Probes, s.StatusChecks, s.NoticeSubscribes, s.Notices))
+	ignoreWrite(fmt.Fprintf(w, "  client: %d publish attempts (%d retries), %d probes, %d stream.info, %d notice subscriptions, %d notices heard, %d admin retries\n",
+		s.PublishAttempts, s.Retries, s.Probes, s.StatusChecks, s.NoticeSubscribes, s.Notices, s.AdminRetries))
 }

@@ -125,6 +125,9 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		if res.Idle, err = measureClusterIdle(ctx, cl, o.idleWindow); err != nil {
 			return res, fmt.Errorf("idle measure: %w", err)
 		}
+		if res.Idle.NoCPU != "" {
+			log.Warn("idle measure: no CPU figures", "err", res.Idle.NoCPU)
+		}
 	}
 	res.pickVictim(owners)
 	victim := cl.HostByNode(res.Killed)
@@ -135,23 +138,21 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if o.cpuProfile != "" {
 		profile = o.cpuProfile + ".failover.pprof"
 	}
-	meter, err := startCost(cl, victim, c, profile)
+	meter, err := startCost(costProcs(cl, victim), c.Stats, profile, log)
 	if err != nil {
 		return res, fmt.Errorf("failover cost: %w", err)
 	}
-	log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
-	killed := time.Now()
-	if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
-		return res, err
-	}
-	err = res.timeAfterKill(ctx, streams, owners, killed, func(ctx context.Context, s string) error {
-		_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
-		return err
+	res.Cost, err = meter.measure(log, func() error {
+		log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
+		killed := time.Now()
+		if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
+			return err
+		}
+		return res.timeAfterKill(ctx, streams, owners, killed, func(ctx context.Context, s string) error {
+			_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
+			return err
+		})
 	})
-	var cerr error
-	if res.Cost, cerr = meter.end(); cerr != nil {
-		log.Warn("failover cost not measured", "err", cerr)
-	}
 	if err != nil {
 		return res, err
 	}
@@ -189,7 +190,7 @@ func timeCoordinatorRestart(ctx context.Context, cl *cluster.Cluster, log *slog.
 	if err := cl.Restart(ctx, p); err != nil {
 		return p.Name, 0, err
 	}
-	url := "http://" + p.HTTPAddr + "/healthz"
+	url := "http://" + p.HTTPAddr() + "/healthz"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {

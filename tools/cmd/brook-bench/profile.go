@@ -57,15 +57,15 @@ func profileRun(ctx context.Context, t *brookTarget, prefix string, d time.Durat
 	var wg sync.WaitGroup
 	for role, node := range roles {
 		p := local.C.HostByNode(node)
-		if p == nil || p.HTTPAddr == "" {
+		if p == nil || p.HTTPAddr() == "" {
 			log.Warn("--cpuprofile/--timeline: no HTTP address", "node", node)
 			continue
 		}
-		metricsURL[role] = "http://" + p.HTTPAddr + "/metrics"
+		metricsURL[role] = "http://" + p.HTTPAddr() + "/metrics"
 		if !profiles {
 			continue
 		}
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.HTTPAddr, int(length.Seconds()))
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.HTTPAddr(), int(length.Seconds()))
 		path := fmt.Sprintf("%s.%s.pprof", prefix, role)
 		wg.Add(1)
 		go func() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,9 +95,25 @@ type namedPid struct {
 // times: 100 on every Linux this runs on (reading sysconf would need cgo).
 const clockTicks = 100
 
+// procRoot is where /proc is (tests point it elsewhere).
+var procRoot = "/proc"
+
+// errProc marks a failure to read /proc: the CPU and RSS figures are
+// lost, not the run (the bench warns and goes on without them).
+var errProc = errors.New("cannot read /proc")
+
+// readProc reads a file under procRoot.
+func readProc(elem ...string) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(append([]string{procRoot}, elem...)...))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errProc, err)
+	}
+	return data, nil
+}
+
 // cpuTicks reads a process's user and system time, in clock ticks.
 func cpuTicks(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	data, err := readProc(strconv.Itoa(pid), "stat")
 	if err != nil {
 		return 0, err
 	}
@@ -121,7 +138,7 @@ func cpuTicks(pid int) (uint64, error) {
 
 // rssMiB reads a process's resident set size.
 func rssMiB(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	data, err := readProc(strconv.Itoa(pid), "status")
 	if err != nil {
 		return 0, err
 	}
@@ -138,16 +155,17 @@ func rssMiB(pid int) (float64, error) {
 }
 
 // sampleIdle measures procs over window: CPU from the difference of their
-// times, RSS at the end.
+// times, RSS at the end. It takes the window even when /proc cannot be
+// read (an errProc error), so what is counted beside it still is.
 func sampleIdle(ctx context.Context, procs []namedPid, window time.Duration) ([]procUsage, error) {
-	s, err := startSample(procs)
-	if err != nil {
-		return nil, err
-	}
+	s, serr := startSample(procs)
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(window):
+	}
+	if serr != nil {
+		return nil, serr
 	}
 	return s.end()
 }
@@ -194,7 +212,7 @@ func (s *cpuSample) end() ([]procUsage, error) {
 // first line of /proc/stat), in clock ticks: what every process on it,
 // this cluster's or not, took.
 func machineBusy() (uint64, error) {
-	data, err := os.ReadFile("/proc/stat")
+	data, err := readProc("stat")
 	if err != nil {
 		return 0, err
 	}
@@ -247,10 +265,13 @@ type idleFigures struct {
 	// HBBytes and HBMsgs are per second, of every host's heartbeats
 	// (subject and payload), over the window.
 	HBBytes, HBMsgs float64
+	// NoCPU says why Procs is empty: /proc could not be read.
+	NoCPU string
 }
 
 // measureIdle waits settle, then samples procs over window while counting
-// the heartbeats nc receives.
+// the heartbeats nc receives. Without /proc it counts the heartbeats
+// alone and says why in NoCPU.
 func measureIdle(ctx context.Context, nc *nats.Conn, procs []namedPid, settle, window time.Duration) (idleFigures, error) {
 	f := idleFigures{Window: window}
 	select {
@@ -264,6 +285,9 @@ func measureIdle(ctx context.Context, nc *nats.Conn, procs []namedPid, settle, w
 	}
 	start := time.Now()
 	f.Procs, err = sampleIdle(ctx, procs, window)
+	if errors.Is(err, errProc) {
+		f.NoCPU, err = err.Error(), nil
+	}
 	stop()
 	secs := time.Since(start).Seconds()
 	f.HBBytes, f.HBMsgs = float64(cnt.bytes.Load())/secs, float64(cnt.msgs.Load())/secs
@@ -284,6 +308,9 @@ func (f idleFigures) write(w io.Writer) {
 		return
 	}
 	ignoreWrite(fmt.Fprintf(w, "idle over %s:\n", f.Window))
+	if f.NoCPU != "" {
+		ignoreWrite(fmt.Fprintf(w, "  no CPU figures: %s\n", f.NoCPU))
+	}
 	for _, p := range f.Procs {
 		ignoreWrite(fmt.Fprintf(w, "  %-24s cpu %5.1f%% of a core  rss %6.1f MiB\n", p.Name, p.CPU, p.RSSMiB))
 	}

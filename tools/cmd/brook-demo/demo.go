@@ -468,8 +468,8 @@ func (d *demo) keep(ctx context.Context) {
 	d.con.Printf("  nats request %s '{\"stream\":\"%s\"}' --server %s", wire.AdminSubject(wire.VerbStreamInfo), demoStream, url)
 	d.con.Printf("  nats request %s '' --server %s", wire.AdminSubject(wire.VerbClusterInfo), url)
 	d.con.Printf("  nats request %s '' --server %s", wire.AttentionList, url)
-	if a := d.cl.Attention(); a != nil && a.HTTPAddr != "" {
-		d.con.Printf("  attention page: http://%s/", a.HTTPAddr)
+	if a := d.cl.Attention(); a != nil && a.HTTPAddr() != "" {
+		d.con.Printf("  attention page: http://%s/", a.HTTPAddr())
 	}
 	d.con.Printf("  logs: %s", filepath.Join(d.cfg.Dir, "logs"))
 	d.con.Printf("Ctrl-C stops the cluster.")

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -101,8 +102,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	nc, err := nats.Connect(cfg.NATSURL, append(authOpts,
 		nats.Name("brook-streamhost:"+cfg.Node),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond),
-		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		nats.CustomReconnectDelay(reconnectDelay),
 		// Start even while NATS is not up yet; the connection keeps trying.
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -137,8 +137,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	beatNC, err := nats.Connect(cfg.NATSURL, append(authOpts,
 		nats.Name(beatConnPrefix+cfg.Node),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond),
-		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats beat connection disconnected", "err", err)
@@ -259,6 +258,23 @@ func healthcheck(args []string) int {
 // noticed by the beats' TTL; the advisory that counts is the main
 // connection's, the one the beats name).
 const beatConnPrefix = "brook-streamhost-beat:"
+
+// reconnectDelay is how long nats.go waits before a reconnect attempt
+// once it has tried every server of the list, attempts counting those
+// passes from 1: not at all the first time, then 100 ms and up to 150 ms
+// of jitter. nats.go tries the other servers of a list without a wait, but
+// a host on a single server, whose connection that server closed (a kick,
+// a slow consumer), waited the whole reconnect wait before trying it
+// again: longer than the coordinators' disconnect grace, so each such
+// close expired a live host (e2e TestHostConnectionKickedOneServer). A
+// server that is down refuses the first attempt at once; the waits that
+// follow keep a restarting server from being hammered.
+func reconnectDelay(attempts int) time.Duration {
+	if attempts <= 1 {
+		return 0
+	}
+	return 100*time.Millisecond + rand.N(150*time.Millisecond)
+}
 
 // livenessInterval maps the flag (0: off) to host.Config's (negative: off).
 func livenessInterval(d time.Duration) time.Duration {
