@@ -704,3 +704,45 @@ func TestWorkerSealQueueTimeIsNotItsBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerSealMayWaitAMassFailoversQueue (issue 17): at 10,000 streams
+// about 1,900 seals wait for each surviving host at once, sent 8 batches
+// of 64 at a time, so the last of them wait three or four batch rounds
+// before they are sent. Here each copy's Sealer holds its seal for three
+// budgets in its queue before sending it (and answers it at once): the
+// caller's context must leave it that long plus its budget, or the seal
+// ends in the queue, as it did with a bound of twice SealTimeout, and the
+// round waits and seals again at the back of the queue.
+func TestWorkerSealMayWaitAMassFailoversQueue(t *testing.T) {
+	pr := pending("majority_durable", "a", "b", "c")
+	st := &fakeState{pr: &pr, version: 30}
+	se := newSealer(map[string][2]uint64{"a": {10, 0}, "b": {10, 3}, "c": {12, 1}})
+	const timeout = time.Second
+	queued := func(node string) func(context.Context, wire.SealRequest, int) (*wire.SealReply, error) {
+		return func(ctx context.Context, req wire.SealRequest, _ int) (*wire.SealReply, error) {
+			// Three batch rounds in the queue, then the budget once sent:
+			// a caller that leaves before that loses its seal in the queue.
+			if d, ok := ctx.Deadline(); ok && time.Until(d) < (3+1)*timeout {
+				return nil, context.DeadlineExceeded
+			}
+			return se.reply(node, req), nil
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		se.act[n] = queued(n)
+	}
+	sl := &sleeps{then: func(n int) error {
+		if n >= 3 {
+			return errors.New("still waiting after 3 rounds")
+		}
+		return nil
+	}}
+	w := newWorker(st, se, sl)
+	w.SealTimeout = timeout
+	if err := w.Run(testCtx(t), "s"); err != nil {
+		t.Fatalf("Run: %v (backoffs %v)", err, sl.d)
+	}
+	if len(st.applied) != 1 || len(sl.d) != 0 {
+		t.Errorf("applied %d commits after %d waits, want 1 in the first round", len(st.applied), len(sl.d))
+	}
+}
