@@ -679,23 +679,7 @@ func TestWorkerSealQueueTimeIsNotItsBudget(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"a", "b", "c"} {
-		se.act[n] = queued(n)
-	}
-	sl := &sleeps{then: func(n int) error {
-		if n >= 3 {
-			return errors.New("still waiting after 3 rounds")
-		}
-		return nil
-	}}
-	w := newWorker(st, se, sl)
-	w.SealTimeout = timeout
-	if err := w.Run(testCtx(t), "s"); err != nil {
-		t.Fatalf("Run: %v (backoffs %v)", err, sl.d)
-	}
-	if len(st.applied) != 1 || len(sl.d) != 0 {
-		t.Errorf("applied %d commits after %d waits, want 1 in the first round", len(st.applied), len(sl.d))
-	}
+	commitsInTheFirstRound(t, st, se, timeout, queued)
 	se.mu.Lock()
 	defer se.mu.Unlock()
 	for _, b := range se.budgets {
@@ -728,6 +712,13 @@ func TestWorkerSealMayWaitAMassFailoversQueue(t *testing.T) {
 			return se.reply(node, req), nil
 		}
 	}
+	commitsInTheFirstRound(t, st, se, timeout, queued)
+}
+
+// commitsInTheFirstRound runs a worker with every copy's seal answered by
+// queued(node) and checks that it commits in its first round.
+func commitsInTheFirstRound(t *testing.T, st *fakeState, se *fakeSealer, timeout time.Duration, queued func(string) func(context.Context, wire.SealRequest, int) (*wire.SealReply, error)) {
+	t.Helper()
 	for _, n := range []string{"a", "b", "c"} {
 		se.act[n] = queued(n)
 	}
