@@ -679,6 +679,46 @@ func TestWorkerSealQueueTimeIsNotItsBudget(t *testing.T) {
 			}
 		}
 	}
+	commitsInTheFirstRound(t, st, se, timeout, queued)
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	for _, b := range se.budgets {
+		if b != timeout {
+			t.Errorf("a seal's budget was %v, want SealTimeout %v", b, timeout)
+		}
+	}
+}
+
+// TestWorkerSealMayWaitAMassFailoversQueue (issue 17): at 10,000 streams
+// about 1,900 seals wait for each surviving host at once, sent 8 batches
+// of 64 at a time, so the last of them wait three or four batch rounds
+// before they are sent. Here each copy's Sealer holds its seal for three
+// budgets in its queue before sending it (and answers it at once): the
+// caller's context must leave it that long plus its budget, or the seal
+// ends in the queue, as it did with a bound of twice SealTimeout, and the
+// round waits and seals again at the back of the queue.
+func TestWorkerSealMayWaitAMassFailoversQueue(t *testing.T) {
+	pr := pending("majority_durable", "a", "b", "c")
+	st := &fakeState{pr: &pr, version: 30}
+	se := newSealer(map[string][2]uint64{"a": {10, 0}, "b": {10, 3}, "c": {12, 1}})
+	const timeout = time.Second
+	queued := func(node string) func(context.Context, wire.SealRequest, int) (*wire.SealReply, error) {
+		return func(ctx context.Context, req wire.SealRequest, _ int) (*wire.SealReply, error) {
+			// Three batch rounds in the queue, then the budget once sent:
+			// a caller that leaves before that loses its seal in the queue.
+			if d, ok := ctx.Deadline(); ok && time.Until(d) < (3+1)*timeout {
+				return nil, context.DeadlineExceeded
+			}
+			return se.reply(node, req), nil
+		}
+	}
+	commitsInTheFirstRound(t, st, se, timeout, queued)
+}
+
+// commitsInTheFirstRound runs a worker with every copy's seal answered by
+// queued(node) and checks that it commits in its first round.
+func commitsInTheFirstRound(t *testing.T, st *fakeState, se *fakeSealer, timeout time.Duration, queued func(string) func(context.Context, wire.SealRequest, int) (*wire.SealReply, error)) {
+	t.Helper()
 	for _, n := range []string{"a", "b", "c"} {
 		se.act[n] = queued(n)
 	}
@@ -695,12 +735,5 @@ func TestWorkerSealQueueTimeIsNotItsBudget(t *testing.T) {
 	}
 	if len(st.applied) != 1 || len(sl.d) != 0 {
 		t.Errorf("applied %d commits after %d waits, want 1 in the first round", len(st.applied), len(sl.d))
-	}
-	se.mu.Lock()
-	defer se.mu.Unlock()
-	for _, b := range se.budgets {
-		if b != timeout {
-			t.Errorf("a seal's budget was %v, want SealTimeout %v", b, timeout)
-		}
 	}
 }

@@ -31,8 +31,17 @@ const (
 	// not hold up the seals queued behind it.
 	maxSealSenders = 8
 	// maxSealQueue bounds the seals waiting for one node; past it a seal
-	// fails at once (overloaded) rather than queue without bound.
-	maxSealQueue = 16 * maxSealBatch
+	// fails at once (overloaded) rather than queue without bound. Each
+	// recovery worker has at most one seal per copy waiting, each bounded
+	// by its caller's deadline, so the queue is already bounded by the
+	// streams recovering at once; this bound is only a guard. It must hold
+	// a whole mass failover's seals for one node: at 10,000 streams about
+	// 1,900 seals wait for each surviving host, and a bound of 1,024
+	// refused the rest, whose workers then backed off 50 ms doubling to
+	// 2 s while the queue drained and the senders idled: the recovery
+	// commits trickled over 9.5 s instead of following the seal batches
+	// (issue 17, docs/benchmarks.md session 27).
+	maxSealQueue = 256 * maxSealBatch
 	// maxSealBatchWait bounds a batch whose callers all have no deadline.
 	maxSealBatchWait = 30 * time.Second
 )

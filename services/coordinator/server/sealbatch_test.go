@@ -538,3 +538,44 @@ func TestSealBatcherBudgetStartsWhenSent(t *testing.T) {
 		t.Errorf("late seal: %v, want an answer: the host answers it in 200 ms of its %v budget", err, budget)
 	}
 }
+
+// TestSealBatcherQueueHoldsAMassFailover: the seals a mass failover asks
+// of one surviving host at once (about 1,900 at 10,000 streams) all wait
+// for their batch and are answered; none is refused overloaded, which sent
+// its worker into a backoff while the queue drained (issue 17).
+func TestSealBatcherQueueHoldsAMassFailover(t *testing.T) {
+	b, nc := newTestBatcher(t)
+	h := newHeldHost(t, nc, "n1")
+	const n = 2000
+	out := make(chan sealed, n)
+	sealAsync(context.Background(), b, "n1", "inflight", 0, out)
+	h.waitBatches(1)
+	for i := range n - 1 {
+		sealAsync(context.Background(), b, "n1", fmt.Sprintf("s%d", i), 0, out)
+	}
+	waitQueued(t, b, "n1", n-1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case h.release <- struct{}{}:
+			case <-done:
+				return
+			}
+		}
+	}()
+	refused := 0
+	for range n {
+		r := <-out
+		var we *wire.Error
+		if errors.As(r.err, &we) && we.Code == wire.CodeOverloaded {
+			refused++
+		} else if r.err != nil {
+			t.Errorf("%s: %v", r.stream, r.err)
+		}
+	}
+	if refused > 0 {
+		t.Fatalf("%d of %d seals refused overloaded, want all to wait for their batch", refused, n)
+	}
+}
