@@ -65,9 +65,11 @@ func TestStoreTakesSnapshotsOnItsOwn(t *testing.T) {
 		}
 	}
 	seen(t, c.stores[leader], 30, 15)
+	// Dragonboat moves the snapshot index before SyncRequestSnapshot
+	// returns and the store counts it: wait for both.
 	testutil.Eventually(t, 10*time.Second, "a snapshot on every replica", func() bool {
-		for _, idx := range c.snapIndexes() {
-			if idx == 0 {
+		for id, idx := range c.snapIndexes() {
+			if idx == 0 || c.stores[id].Snapshots() == 0 {
 				return false
 			}
 		}
