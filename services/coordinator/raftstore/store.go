@@ -393,6 +393,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 // command is not an error here: the caller reads Result.Code (or
 // Result.Err). Errors mean the outcome is unknown or the shard unavailable.
 func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, err error) {
+	g, _ := ctx.Value(proposeGateKey{}).(*ProposeGate)
 	if s.cfg.OnPropose != nil {
 		began := time.Now()
 		defer func() { s.cfg.OnPropose(c.Op, time.Since(began), err) }()
@@ -402,7 +403,14 @@ func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, e
 	cmd := c.Encode()
 	wait := 10 * time.Millisecond
 	for {
+		if g != nil && !g.send() {
+			return state.Result{}, unavailable("propose "+c.Op, errors.New("the request was answered unavailable for want of a quorum"))
+		}
 		res, err := s.nh.SyncPropose(ctx, s.session, cmd)
+		if g != nil {
+			// Dropped or refused (retryable): not in the log.
+			g.settle(err != nil && retryable(err))
+		}
 		if err == nil {
 			var r state.Result
 			if err := json.Unmarshal(res.Data, &r); err != nil {
@@ -444,6 +452,69 @@ func (s *Store) Read(ctx context.Context, q state.Query) (any, error) {
 	}
 }
 
+// ProposeGate settles, for one request, whether its proposals or its
+// quorum check decide the answer: once a proposal may be in the log, only
+// its own result may answer the request (it may have committed), and once
+// the request was answered unavailable for want of a quorum, no proposal
+// is sent for it.
+type ProposeGate struct {
+	mu        sync.Mutex
+	pending   int  // proposals sent and not yet answered
+	mayApply  bool // a proposal committed or ended with its outcome unknown
+	abandoned bool // answered unavailable: no proposal may be sent
+}
+
+type proposeGateKey struct{}
+
+// WithProposeGate returns ctx carrying a new gate that Propose passes
+// before each proposal it sends under ctx.
+func WithProposeGate(ctx context.Context) (context.Context, *ProposeGate) {
+	g := &ProposeGate{}
+	return context.WithValue(ctx, proposeGateKey{}, g), g
+}
+
+// send counts a proposal about to be sent; false if g was abandoned.
+func (g *ProposeGate) send() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		return false
+	}
+	g.pending++
+	return true
+}
+
+// settle counts a proposal answered: dropped means Dragonboat dropped or
+// refused it before it reached the log, so it was not applied.
+func (g *ProposeGate) settle(dropped bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending--
+	g.mayApply = g.mayApply || !dropped
+}
+
+// Proposed reports whether a proposal sent under g may be in the log: one
+// in flight, or one that committed or whose outcome is unknown. A
+// proposal Dragonboat dropped or refused is not.
+func (g *ProposeGate) Proposed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pending > 0 || g.mayApply
+}
+
+// Abandon closes g to proposals unless one may be in the log, and reports
+// whether it did: after true no proposal is sent under g (Propose answers
+// unavailable), after false one may have been and committed.
+func (g *ProposeGate) Abandon() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending > 0 || g.mayApply {
+		return false
+	}
+	g.abandoned = true
+	return true
+}
+
 // quorumProbe is one read-index round, shared by every ConfirmQuorum that
 // asks while it runs.
 type quorumProbe struct {
@@ -477,8 +548,27 @@ func (s *Store) ConfirmQuorum(budget time.Duration) error {
 	return p.err
 }
 
-// readIndex runs one read-index round and waits for it up to budget.
+// readIndex runs a read-index round and waits for it up to budget. A
+// round Dragonboat drops or refuses at once (as it does right after an
+// election, or while the replica is busy) is run again within budget
+// rather than judged failed.
 func (s *Store) readIndex(budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	for {
+		left := time.Until(deadline)
+		err := s.readIndexOnce(left)
+		if err == nil || time.Until(deadline) < 10*time.Millisecond || !errors.Is(err, errRoundDropped) && !retryable(err) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// errRoundDropped marks a read-index round Dragonboat dropped.
+var errRoundDropped = errors.New("dropped")
+
+// readIndexOnce runs one read-index round and waits for it up to budget.
+func (s *Store) readIndexOnce(budget time.Duration) error {
 	rs, err := s.nh.ReadIndex(ShardID, budget)
 	if err != nil {
 		return fmt.Errorf("read index: %w", err)
@@ -496,6 +586,9 @@ func (s *Store) readIndex(budget time.Duration) error {
 		}
 	}
 	rs.Release()
+	if r.Dropped() {
+		return fmt.Errorf("read index: %w", errRoundDropped)
+	}
 	if !r.Completed() {
 		return fmt.Errorf("read index: not completed (timeout %v, dropped %v, terminated %v)", r.Timeout(), r.Dropped(), r.Terminated())
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
@@ -239,6 +240,9 @@ func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx contex
 		// for a quorum.
 		ctx, cancel := context.WithTimeout(s.reqCtx, requestTimeout)
 		defer cancel()
+		// Once a proposal may have been sent, only its result answers
+		// the request: it may have committed (see noQuorum).
+		ctx, gate := raftstore.WithProposeGate(ctx)
 		res := make(chan result, 1)
 		go func() {
 			out, err := func() (out any, err error) {
@@ -255,11 +259,26 @@ func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx contex
 		var r result
 		var lost <-chan string // nil for kindLocal: never ready
 		if kind != kindLocal {
-			lost = s.noQuorum(ctx, res)
+			lost = s.noQuorum(ctx, res, gate)
 		}
 		select {
 		case r = <-res:
 		case why := <-lost:
+			// The handler may have finished, or proposed, since the
+			// check: then its result answers.
+			finished := false
+			select {
+			case r = <-res:
+				finished = true
+			default:
+			}
+			if finished {
+				break
+			}
+			if !gate.Abandon() {
+				r = <-res
+				break
+			}
 			r.err = s.noQuorumError(kind == kindWrite, why)
 			s.log.Warn("request answered unavailable: the coordinators have no quorum", "what", what, "why", why)
 			s.reply(m, nil, r.err)
@@ -282,11 +301,15 @@ func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx contex
 // noQuorum returns a channel that receives why this replica takes the
 // coordinators to have no quorum, once the request has run quorumWait and
 // this replica knows no Raft leader or a read-index round gets no answer
-// within quorumProbe, checked until done has a value or ctx ends. A probe
+// within quorumProbe, checked until done has a value or ctx ends, but not
+// while a proposal of the request may be in the log (gate): it may commit
+// even while a probe fails (a leader held up past quorumProbe), so then
+// only its own result or timeout answers the request, never "no quorum":
+// a client repeats a write answered unavailable. A probe
 // that failed while this process was itself held up (it took well past
 // its budget) is not judged: it proves nothing about the others. A
 // request answered sooner never gets here.
-func (s *Server) noQuorum(ctx context.Context, done <-chan result) <-chan string {
+func (s *Server) noQuorum(ctx context.Context, done <-chan result, gate *raftstore.ProposeGate) <-chan string {
 	c := make(chan string, 1)
 	go func() {
 		t := time.NewTimer(quorumWait)
@@ -300,8 +323,12 @@ func (s *Server) noQuorum(ctx context.Context, done <-chan result) <-chan string
 			if len(done) > 0 {
 				return
 			}
+			if gate.Proposed() {
+				t.Reset(quorumPoll)
+				continue
+			}
 			why, wait := s.quorumCheck()
-			if why != "" && len(done) == 0 && ctx.Err() == nil {
+			if why != "" && len(done) == 0 && !gate.Proposed() && ctx.Err() == nil {
 				c <- why
 				return
 			}
@@ -319,7 +346,11 @@ func (s *Server) quorumCheck() (string, time.Duration) {
 		return "knows no raft leader", quorumPoll
 	}
 	began := time.Now()
-	err := s.store.ConfirmQuorum(quorumProbe)
+	confirm := s.store.ConfirmQuorum
+	if s.opt.confirmQuorum != nil {
+		confirm = s.opt.confirmQuorum
+	}
+	err := confirm(quorumProbe)
 	if err == nil {
 		return "", quorumRecheck
 	}

@@ -89,6 +89,9 @@ type Options struct {
 	PProf    bool
 	// prober replaces the NATS liveness probe (tests).
 	prober prober
+	// confirmQuorum replaces the quorum check's read-index round,
+	// Store.ConfirmQuorum (tests).
+	confirmQuorum func(budget time.Duration) error
 	// ControlInterval is the leader's planning period (default 100ms); the
 	// loop also runs at once on notable heartbeats and advisories.
 	ControlInterval time.Duration
