@@ -750,6 +750,7 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 		Nodes:        []wire.NodeInfo{},
 		Version:      st.Version,
 		AnsweredBy:   s.opt.ReplicaID,
+		Local:        err != nil,
 	}
 	_, copies := st.Load()
 	// The nodes' liveness without their copies (no stream is named "").
