@@ -136,6 +136,11 @@ type ClusterInfo struct {
 	Version      uint64            `json:"version"`
 	// AnsweredBy is the replica id of the coordinator that answered.
 	AnsweredBy uint64 `json:"answered_by"`
+	// Local is true when the answer comes from the answering replica's
+	// own copy of the state, read without a quorum (it knows no leader or
+	// none confirmed in time): it may be behind, so a watcher does not
+	// follow it.
+	Local bool `json:"local,omitempty"`
 }
 
 // CoordinatorInfo is one Raft replica.

@@ -165,6 +165,8 @@ func validExamples() []exampleCase {
 			Coordinators: []wire.CoordinatorInfo{exCoordinator, {ReplicaID: 2, Address: "127.0.0.1:7302"}, {ReplicaID: 3, Address: "127.0.0.1:7303"}},
 			Leader:       1, Nodes: []wire.NodeInfo{exNode, {Node: "node-d", State: wire.NodeExpired, LastSeenMS: -1}, {Node: "node-e", State: wire.NodeLive, LastSeenMS: 10, DrainRequested: true}},
 			Version: 88, AnsweredBy: 2}},
+		{"cluster-info.reply.schema.json", wire.ClusterInfo{Coordinators: []wire.CoordinatorInfo{exCoordinator}, Nodes: []wire.NodeInfo{exNode},
+			Version: 87, AnsweredBy: 3, Local: true}},
 		{"ok.reply.schema.json", wire.OK{OK: true, Version: 90}},
 		{"stream-move.reply.schema.json", wire.StreamMoveReply{Stream: "orders", From: "node-a", To: "node-b", Epoch: 5, HeldMS: 3, TookMS: 21, Version: 91}},
 		{"node-drain.reply.schema.json", wire.NodeDrainReply{OK: true, Version: 92, Moving: []string{"orders"}, Staying: []wire.DrainStayer{}}},

@@ -312,7 +312,7 @@ func (w *Watcher) pull(ctx context.Context) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "cluster info")
 	} else {
-		clusterOK = true
+		clusterOK = !ci.Local // a local reply's version says nothing of the list
 		w.applyCluster(ci, time.Now())
 	}
 	if clusterOK && w.listCurrent(ci.Version, time.Now()) {
@@ -418,6 +418,12 @@ func (w *Watcher) applyStreams(sl wire.StreamList, at time.Time) {
 func (w *Watcher) applyCluster(ci wire.ClusterInfo, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if ci.Local {
+		// A replica's own state read without a quorum may be behind:
+		// never followed, nor counted toward following a lower version.
+		w.log.Debug("cluster info from a replica's local state ignored", "version", ci.Version, "answered_by", ci.AnsweredBy)
+		return
+	}
 	if w.cluster != nil && ci.Version < w.cluster.Version {
 		w.lowerCluster++
 		if w.lowerCluster < lowerVersionsToFollow {

@@ -247,6 +247,24 @@ func TestOlderVersionsFollowedOnlyWhenTheyPersist(t *testing.T) {
 	}
 }
 
+// TestLocalClusterInfoNeverFollowed: a cluster.info answered from a
+// replica's local state (no quorum) neither replaces the view nor counts
+// toward following a lower version, however often it comes.
+func TestLocalClusterInfoNeverFollowed(t *testing.T) {
+	ns := startNATS(t, -1)
+	w := New(connect(t, ns.ClientURL()), Options{})
+	at := time.Now()
+	w.applyCluster(wire.ClusterInfo{Version: 5, Leader: 1}, at)
+	for range lowerVersionsToFollow + 1 {
+		w.applyCluster(wire.ClusterInfo{Version: 3, Local: true}, at)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cluster.Version != 5 || w.cluster.Local || w.lowerCluster != 0 {
+		t.Fatalf("after local replies: version %d local %v lower %d, want 5 false 0", w.cluster.Version, w.cluster.Local, w.lowerCluster)
+	}
+}
+
 func TestRequestErrors(t *testing.T) {
 	ns := startNATS(t, -1)
 	nc := connect(t, ns.ClientURL())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
 
@@ -32,6 +33,14 @@ const (
 type machine struct {
 	mu sync.RWMutex
 	st *state.State
+	// since counts the entries applied since the state was last prepared
+	// for a snapshot or recovered from one (from the start on a replica
+	// without a snapshot): on a restart Dragonboat recovers the newest
+	// snapshot and replays the entries after it through Update, so the
+	// count is always the entries since the newest snapshot. streams is
+	// the state's number of streams. Store.snapshotLoop reads both.
+	since   atomic.Uint64
+	streams atomic.Int64
 }
 
 func newMachine(uint64, uint64) sm.IConcurrentStateMachine { return &machine{st: state.New()} }
@@ -49,6 +58,8 @@ func (m *machine) Update(es []sm.Entry) ([]sm.Entry, error) {
 		}
 		es[i].Result = r
 	}
+	m.since.Add(uint64(len(es)))
+	m.streams.Store(int64(len(m.st.Streams)))
 	return es, nil
 }
 
@@ -88,6 +99,7 @@ func (m *machine) Lookup(q any) (any, error) {
 func (m *machine) PrepareSnapshot() (any, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	m.since.Store(0)
 	return m.st.SnapshotCopy(), nil
 }
 
@@ -107,6 +119,8 @@ func (m *machine) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <-chan
 	}
 	m.mu.Lock()
 	m.st = st
+	m.since.Store(0)
+	m.streams.Store(int64(len(st.Streams)))
 	m.mu.Unlock()
 	return nil
 }

@@ -17,12 +17,14 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/client"
 	"github.com/lni/dragonboat/v4/config"
 	dblog "github.com/lni/dragonboat/v4/logger"
+	sm "github.com/lni/dragonboat/v4/statemachine"
 
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -31,20 +33,57 @@ import (
 // ShardID is the one Raft shard that holds the coordinator state.
 const ShardID uint64 = 1
 
-// Raft tuning. With the default 10 ms RTT an election starts after 300 ms
-// of silence from the leader. 100 ms (ElectionRTT 10) was measured to move
-// the leadership in 2 of 5 runs of a 250-stream failover on a 2-core
-// machine (CheckQuorum steps a leader down that a busy CPU kept from
-// hearing its followers in time), which cost that failover about a
-// second; 300 ms moved it in none of 4, and still elects a new leader
-// well within the 2 s node TTL.
+// Raft tuning. With the default 10 ms RTT a follower starts an election
+// after 1.5 to 3 s (randomized) of silence from the leader, and a leader
+// steps down (CheckQuorum) when a majority was silent for as long. On a
+// loaded 2-core machine every coordinator process, followers as much as
+// the leader, goes unscheduled for 0.2 to 1.2 s hundreds of times in a
+// 10,000-stream run (docs/benchmarks.md, "Session 26: coordinator under a
+// mass failover"): with 300 to 600 ms (ElectionRTT 30) the leadership
+// moved 13 times in one run, and every new leader re-sealed what was in
+// flight, so the failover did not converge. 1.5 s is more than the
+// longest stall seen, so a stall no longer costs the leadership; a leader
+// that really died is replaced 1.5 to 3 s after its last heartbeat, plus
+// a (pre-)vote round. An operator does not wait for that to hear that the
+// coordinators lost their quorum: a request the shard does not answer in
+// time is checked with a read-index round of its own (ConfirmQuorum).
 const (
-	electionRTT        = 30
+	electionRTT        = 150
 	heartbeatRTT       = 1
-	snapshotEntries    = 4096
 	compactionOverhead = 1024
 	defaultOpTimeout   = 5 * time.Second
 )
+
+// Snapshot cadence. Dragonboat's own (SnapshotEntries) is a fixed number
+// of entries: at 4,096 a 10,000-stream state (4.8 MB) was snapshotted in
+// the middle of a mass failover on all three replicas at once. The store
+// takes its snapshots itself instead, once the entries applied since the
+// state was last saved or loaded reach snapshotDue of the state's size,
+// so the Raft log kept between two snapshots stays in proportion to the
+// state (about as many bytes as a snapshot) and a restart replays at most
+// that much. The count lives in the state machine (machine.since): it
+// starts at zero on a fresh replica and when a snapshot is recovered, and
+// counts every entry applied after it, replayed ones included, so after a
+// restart it is the entries since the last snapshot on disk.
+const (
+	// snapshotMinEntries is the fewest entries between two snapshots
+	// (Dragonboat's former fixed cadence).
+	snapshotMinEntries = 4096
+	// snapshotEntriesPerStream scales the cadence with the state: a
+	// stream's share of a snapshot is about 480 bytes, a command about
+	// 150 to 300.
+	snapshotEntriesPerStream = 4
+	// snapshotCheck is how often the store looks at the count.
+	snapshotCheck = 250 * time.Millisecond
+	// snapshotTimeout bounds one snapshot's save.
+	snapshotTimeout = time.Minute
+)
+
+// snapshotDue is how many entries applied since the last snapshot make the
+// next one due, for a state of streams streams.
+func snapshotDue(streams int, minEntries uint64) uint64 {
+	return max(minEntries, uint64(max(streams, 0))*snapshotEntriesPerStream)
+}
 
 // Config configures a Store.
 type Config struct {
@@ -63,6 +102,9 @@ type Config struct {
 	// long it took (retries included) and its error (nil when committed,
 	// refused or not). It must return at once (record a metric).
 	OnPropose func(op string, took time.Duration, err error)
+	// SnapshotMinEntries is the fewest entries between two snapshots
+	// (0: snapshotMinEntries); tests lower it.
+	SnapshotMinEntries uint64
 }
 
 // TLSFiles are the PEM files of Dragonboat's mutual TLS between Raft
@@ -103,6 +145,16 @@ type Store struct {
 	session *client.Session
 	cfg     Config
 	log     *slog.Logger
+
+	// m is the replica's state machine, once Dragonboat made it.
+	m atomic.Pointer[machine]
+	// snapshots counts the snapshots snapshotLoop took.
+	snapshots atomic.Uint64
+	stopSnap  context.CancelFunc
+	snapDone  chan struct{}
+
+	probeMu sync.Mutex
+	probe   *quorumProbe // the read-index round in flight, if any
 }
 
 // quietOnce sets Dragonboat's log levels once per process: the library's
@@ -176,6 +228,11 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: start node host at %s: %w", cfg.RaftAddr, err)
 	}
+	if cfg.SnapshotMinEntries == 0 {
+		cfg.SnapshotMinEntries = snapshotMinEntries
+	}
+	// SnapshotEntries 0: Dragonboat takes no snapshot on its own;
+	// snapshotLoop does, at a cadence scaled to the state.
 	rc := config.Config{
 		ReplicaID:          cfg.ReplicaID,
 		ShardID:            ShardID,
@@ -183,14 +240,19 @@ func Open(cfg Config) (*Store, error) {
 		HeartbeatRTT:       heartbeatRTT,
 		CheckQuorum:        true,
 		PreVote:            true,
-		SnapshotEntries:    snapshotEntries,
 		CompactionOverhead: compactionOverhead,
 	}
 	members := make(map[uint64]dragonboat.Target, len(cfg.Peers))
 	for id, addr := range cfg.Peers {
 		members[id] = addr
 	}
-	if err := nh.StartConcurrentReplica(members, false, newMachine, rc); err != nil {
+	s := &Store{nh: nh, session: nh.GetNoOPSession(ShardID), cfg: cfg, log: log, snapDone: make(chan struct{})}
+	create := func(shardID, replicaID uint64) sm.IConcurrentStateMachine {
+		m := newMachine(shardID, replicaID).(*machine)
+		s.m.Store(m)
+		return m
+	}
+	if err := nh.StartConcurrentReplica(members, false, create, rc); err != nil {
 		nh.Close()
 		return nil, fmt.Errorf("raftstore: start replica %d: %w", cfg.ReplicaID, err)
 	}
@@ -199,12 +261,71 @@ func Open(cfg Config) (*Store, error) {
 	}
 	log.Info("raft replica started", "replica_id", cfg.ReplicaID, "raft_addr", cfg.RaftAddr, "dir", dir,
 		"mutual_tls", cfg.TLS != nil)
-	return &Store{nh: nh, session: nh.GetNoOPSession(ShardID), cfg: cfg, log: log}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopSnap = cancel
+	go s.snapshotLoop(ctx)
+	return s, nil
 }
 
 // Close stops the replica and the NodeHost.
 func (s *Store) Close() {
+	s.stopSnap()
+	<-s.snapDone
 	s.nh.Close()
+}
+
+// snapshotLoop takes a snapshot whenever the entries applied since the
+// last one reach snapshotDue of the state's size (see snapshotMinEntries),
+// until ctx ends.
+func (s *Store) snapshotLoop(ctx context.Context) {
+	defer close(s.snapDone)
+	t := time.NewTicker(snapshotCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m := s.m.Load()
+		if m == nil {
+			continue
+		}
+		since, streams := m.since.Load(), int(m.streams.Load())
+		due := snapshotDue(streams, s.cfg.SnapshotMinEntries)
+		if since < due {
+			continue
+		}
+		began := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		idx, err := s.nh.SyncRequestSnapshot(sctx, ShardID, dragonboat.DefaultSnapshotOption)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// One in progress (a test's or an operator's) is rejected;
+			// the count stands and the next look tries again.
+			s.log.Warn("raft snapshot failed", "entries", since, "due", due, "err", err)
+			continue
+		}
+		s.snapshots.Add(1)
+		s.log.Info("raft snapshot taken", "index", idx, "entries", since, "due", due, "streams", streams,
+			"took", time.Since(began).Round(time.Millisecond).String())
+	}
+}
+
+// Snapshots is how many snapshots the store took on its own.
+func (s *Store) Snapshots() uint64 { return s.snapshots.Load() }
+
+// SnapshotIndex is the index of this replica's newest snapshot on disk (0
+// if none), as Dragonboat's log reader knows it.
+func (s *Store) SnapshotIndex() (uint64, error) {
+	lr, err := s.nh.GetLogReader(ShardID)
+	if err != nil {
+		return 0, err
+	}
+	return lr.Snapshot().Index, nil
 }
 
 // ReplicaID is this replica's id.
@@ -272,6 +393,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 // command is not an error here: the caller reads Result.Code (or
 // Result.Err). Errors mean the outcome is unknown or the shard unavailable.
 func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, err error) {
+	g, _ := ctx.Value(proposeGateKey{}).(*ProposeGate)
 	if s.cfg.OnPropose != nil {
 		began := time.Now()
 		defer func() { s.cfg.OnPropose(c.Op, time.Since(began), err) }()
@@ -281,7 +403,14 @@ func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, e
 	cmd := c.Encode()
 	wait := 10 * time.Millisecond
 	for {
+		if g != nil && !g.send() {
+			return state.Result{}, unavailable("propose "+c.Op, errors.New("the request was answered unavailable for want of a quorum"))
+		}
 		res, err := s.nh.SyncPropose(ctx, s.session, cmd)
+		if g != nil {
+			// Dropped or refused (retryable): not in the log.
+			g.settle(err != nil && retryable(err))
+		}
 		if err == nil {
 			var r state.Result
 			if err := json.Unmarshal(res.Data, &r); err != nil {
@@ -321,6 +450,149 @@ func (s *Store) Read(ctx context.Context, q state.Query) (any, error) {
 		}
 		return nil, unavailable(fmt.Sprintf("read %T", q), err)
 	}
+}
+
+// ProposeGate settles, for one request, whether its proposals or its
+// quorum check decide the answer: once a proposal may be in the log, only
+// its own result may answer the request (it may have committed), and once
+// the request was answered unavailable for want of a quorum, no proposal
+// is sent for it.
+type ProposeGate struct {
+	mu        sync.Mutex
+	pending   int  // proposals sent and not yet answered
+	mayApply  bool // a proposal committed or ended with its outcome unknown
+	abandoned bool // answered unavailable: no proposal may be sent
+}
+
+type proposeGateKey struct{}
+
+// WithProposeGate returns ctx carrying a new gate that Propose passes
+// before each proposal it sends under ctx.
+func WithProposeGate(ctx context.Context) (context.Context, *ProposeGate) {
+	g := &ProposeGate{}
+	return context.WithValue(ctx, proposeGateKey{}, g), g
+}
+
+// send counts a proposal about to be sent; false if g was abandoned.
+func (g *ProposeGate) send() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		return false
+	}
+	g.pending++
+	return true
+}
+
+// settle counts a proposal answered: dropped means Dragonboat dropped or
+// refused it before it reached the log, so it was not applied.
+func (g *ProposeGate) settle(dropped bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending--
+	g.mayApply = g.mayApply || !dropped
+}
+
+// Proposed reports whether a proposal sent under g may be in the log: one
+// in flight, or one that committed or whose outcome is unknown. A
+// proposal Dragonboat dropped or refused is not.
+func (g *ProposeGate) Proposed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pending > 0 || g.mayApply
+}
+
+// Abandon closes g to proposals unless one may be in the log, and reports
+// whether it did: after true no proposal is sent under g (Propose answers
+// unavailable), after false one may have been and committed.
+func (g *ProposeGate) Abandon() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending > 0 || g.mayApply {
+		return false
+	}
+	g.abandoned = true
+	return true
+}
+
+// quorumProbe is one read-index round, shared by every ConfirmQuorum that
+// asks while it runs.
+type quorumProbe struct {
+	done chan struct{}
+	err  error
+}
+
+// ConfirmQuorum runs a read-index round, or joins the one in flight, and
+// returns nil if it completed within budget: the leader this replica knows
+// heard from a majority after the round began, and this replica applied
+// what it had committed. It fails (within budget) when the leader is gone
+// or cut off, even while this replica still takes it for the leader,
+// which with the election timeout above lasts 1.5 to 3 s; or, under load,
+// when the leader or this replica was held up for budget.
+func (s *Store) ConfirmQuorum(budget time.Duration) error {
+	s.probeMu.Lock()
+	p := s.probe
+	if p == nil {
+		p = &quorumProbe{done: make(chan struct{})}
+		s.probe = p
+		go func() {
+			p.err = s.readIndex(budget)
+			s.probeMu.Lock()
+			s.probe = nil
+			s.probeMu.Unlock()
+			close(p.done)
+		}()
+	}
+	s.probeMu.Unlock()
+	<-p.done
+	return p.err
+}
+
+// readIndex runs a read-index round and waits for it up to budget. A
+// round Dragonboat drops or refuses at once (as it does right after an
+// election, or while the replica is busy) is run again within budget
+// rather than judged failed.
+func (s *Store) readIndex(budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	for {
+		left := time.Until(deadline)
+		err := s.readIndexOnce(left)
+		if err == nil || time.Until(deadline) < 10*time.Millisecond || !errors.Is(err, errRoundDropped) && !retryable(err) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// errRoundDropped marks a read-index round Dragonboat dropped.
+var errRoundDropped = errors.New("dropped")
+
+// readIndexOnce runs one read-index round and waits for it up to budget.
+func (s *Store) readIndexOnce(budget time.Duration) error {
+	rs, err := s.nh.ReadIndex(ShardID, budget)
+	if err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
+	t := time.NewTimer(budget)
+	defer t.Stop()
+	var r dragonboat.RequestResult
+	select {
+	case r = <-rs.ResultC():
+	case <-t.C:
+		select {
+		case r = <-rs.ResultC():
+		default:
+			return fmt.Errorf("read index: no answer within %v", budget)
+		}
+	}
+	rs.Release()
+	if r.Dropped() {
+		return fmt.Errorf("read index: %w", errRoundDropped)
+	}
+	if !r.Completed() {
+		return fmt.Errorf("read index: not completed (timeout %v, dropped %v, terminated %v)", r.Timeout(), r.Dropped(), r.Terminated())
+	}
+	return nil
 }
 
 // State reads a deep copy of the whole state.
@@ -398,8 +670,8 @@ func (s *Store) LocalNodes() ([]string, error) {
 	return v.([]string), nil
 }
 
-// Snapshot asks Dragonboat to take a snapshot of the state now (it also
-// takes them every few thousand entries on its own); used by tests and
+// Snapshot asks Dragonboat to take a snapshot of the state now (the store
+// also takes them on its own, see snapshotMinEntries); used by tests and
 // operators to exercise the save and recover path.
 func (s *Store) Snapshot(ctx context.Context) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)

@@ -19,6 +19,8 @@ type cluster struct {
 	stores map[uint64]*Store
 	// tls are the replicas' Raft TLS files (none: plain TCP).
 	tls map[uint64]*TLSFiles
+	// snapMin is Config.SnapshotMinEntries (0: the default).
+	snapMin uint64
 }
 
 func newCluster(t testing.TB) *cluster { return newTLSCluster(t, nil) }
@@ -26,9 +28,15 @@ func newCluster(t testing.TB) *cluster { return newTLSCluster(t, nil) }
 // newTLSCluster starts three replicas, replica id's Raft transport with
 // tls(id) (nil: plain TCP).
 func newTLSCluster(t testing.TB, tls func(id uint64) *TLSFiles) *cluster {
+	return startCluster(t, tls, 0)
+}
+
+// startCluster starts three replicas with Raft TLS files tls(id) (nil:
+// plain TCP) and snapMin as Config.SnapshotMinEntries.
+func startCluster(t testing.TB, tls func(id uint64) *TLSFiles, snapMin uint64) *cluster {
 	addrs := testutil.FreeAddrs(t, 3)
 	c := &cluster{t: t, peers: map[uint64]string{}, dirs: map[uint64]string{}, stores: map[uint64]*Store{},
-		tls: map[uint64]*TLSFiles{}}
+		tls: map[uint64]*TLSFiles{}, snapMin: snapMin}
 	for i, a := range addrs {
 		id := uint64(i + 1)
 		c.peers[id] = a
@@ -51,7 +59,7 @@ func newTLSCluster(t testing.TB, tls func(id uint64) *TLSFiles) *cluster {
 func (c *cluster) open(id uint64) {
 	c.t.Helper()
 	s, err := Open(Config{ReplicaID: id, RaftAddr: c.peers[id], Peers: c.peers, DataDir: c.dirs[id], RTTMillisecond: 10,
-		TLS: c.tls[id]})
+		TLS: c.tls[id], SnapshotMinEntries: c.snapMin})
 	if err != nil {
 		c.t.Fatalf("open %d: %v", id, err)
 	}

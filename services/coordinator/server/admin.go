@@ -22,6 +22,7 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
 	"github.com/brook-streams/brook/services/coordinator/liveness"
+	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
@@ -64,15 +65,30 @@ func probePause(n int) time.Duration {
 }
 
 // quorumWait is how long a request runs before this replica asks whether
-// the Raft shard has a leader at all: without one (a majority of the
-// coordinators down or cut off) the request is answered at once as
-// unavailable, well within a second, rather than after requestTimeout.
-// Elections in a healthy shard end sooner (the election timeout is 300 to
-// 600 ms), and a request that is answered in time is never delayed.
-const quorumWait = 700 * time.Millisecond
+// the coordinators have a quorum: one not done by then is answered at once
+// as unavailable, well within a second rather than after requestTimeout,
+// if this replica knows no Raft leader or a read-index round of its own
+// (Store.ConfirmQuorum) gets no answer within quorumProbe. The second
+// check is what answers a cut-off replica in time: it keeps taking the
+// dead or cut-off leader for the leader until its election timeout, 1.5
+// to 3 s (raftstore's electionRTT). A request that is answered in time is
+// never delayed, and one a quorum confirms is left to run.
+const quorumWait = 500 * time.Millisecond
 
-// quorumPoll is how often a request past quorumWait asks again.
-const quorumPoll = 25 * time.Millisecond
+// quorumProbe bounds the read-index round of the quorum check: a healthy
+// leader answers it in a heartbeat round trip (10 ms RTT). Under load a
+// leader held up longer than this makes the requests that waited
+// quorumWait answer unavailable too, and clients retry them; an election
+// waits 1.5 s.
+const quorumProbe = 300 * time.Millisecond
+
+// quorumPoll is how often a request past quorumWait asks again while this
+// replica knows no leader or was itself held up during a probe;
+// quorumRecheck is the pause after a quorum confirmed.
+const (
+	quorumPoll    = 25 * time.Millisecond
+	quorumRecheck = 250 * time.Millisecond
+)
 
 type handler func(ctx context.Context, body []byte) (any, error)
 
@@ -82,14 +98,31 @@ type result struct {
 	err error
 }
 
-// isWrite reports whether an admin verb changes the state: when it cannot
-// be answered for want of a quorum, its proposal may still be applied.
-func isWrite(verb string) bool {
+// reqKind is what the quorum check (serve) makes of a request.
+type reqKind int
+
+const (
+	// kindRead has no effect: without a quorum it is answered unavailable.
+	kindRead reqKind = iota
+	// kindWrite may propose: without a quorum it is answered unavailable
+	// with a warning that the change may have been applied.
+	kindWrite
+	// kindLocal answers from this replica's own state without a quorum
+	// (cluster.info); the handler bounds its own wait.
+	kindLocal
+)
+
+// kindOf is the kind of an admin verb: one that changes the state is a
+// write, since when it cannot be answered for want of a quorum its
+// proposal may still be applied.
+func kindOf(verb string) reqKind {
 	switch verb {
-	case wire.VerbStreamInfo, wire.VerbStreamList, wire.VerbClusterInfo:
-		return false
+	case wire.VerbClusterInfo:
+		return kindLocal
+	case wire.VerbStreamInfo, wire.VerbStreamList:
+		return kindRead
 	}
-	return true
+	return kindWrite
 }
 
 func (s *Server) verb(name string) handler {
@@ -128,7 +161,7 @@ func (s *Server) verb(name string) handler {
 // round trip does not hold up other requests.
 func (s *Server) onAdmin(m *nats.Msg) {
 	verb := strings.TrimPrefix(m.Subject, wire.AdminPrefix)
-	s.serve(m, "admin "+verb, isWrite(verb), func(ctx context.Context) (any, error) {
+	s.serve(m, "admin "+verb, kindOf(verb), func(ctx context.Context) (any, error) {
 		h := s.verb(verb)
 		if h == nil {
 			return nil, wire.Errorf(wire.CodeBadRequest, "unknown admin verb %q", verb)
@@ -141,7 +174,7 @@ func (s *Server) onAdmin(m *nats.Msg) {
 // its changes since a version (wire.AssignmentPull), from a linearizable
 // read.
 func (s *Server) onPull(m *nats.Msg) {
-	s.serve(m, "assignment pull", false, func(ctx context.Context) (any, error) {
+	s.serve(m, "assignment pull", kindRead, func(ctx context.Context) (any, error) {
 		var req wire.AssignmentPull
 		if err := decodeStrict(m.Data, &req); err != nil {
 			return nil, err
@@ -173,9 +206,10 @@ func (s *Server) onPull(m *nats.Msg) {
 // (JSON wire.ErrorReply, header Brook-Error = code). A panic in f is a bug:
 // it is logged with its stack and answered as internal, and the process
 // keeps serving. A request not done after quorumWait while the shard has
-// no leader is answered unavailable at once (see noQuorum); write says f
-// may propose, so that answer warns the change may have been applied.
-func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.Context) (any, error)) {
+// no quorum is answered unavailable at once (see noQuorum), unless kind is
+// kindLocal; for a kindWrite, f may propose, so that answer warns the
+// change may have been applied.
+func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx context.Context) (any, error)) {
 	if m.Reply == "" {
 		return // not a request: nobody to answer, so do nothing
 	}
@@ -206,6 +240,9 @@ func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.
 		// for a quorum.
 		ctx, cancel := context.WithTimeout(s.reqCtx, requestTimeout)
 		defer cancel()
+		// Once a proposal may have been sent, only its result answers
+		// the request: it may have committed (see noQuorum).
+		ctx, gate := raftstore.WithProposeGate(ctx)
 		res := make(chan result, 1)
 		go func() {
 			out, err := func() (out any, err error) {
@@ -220,11 +257,30 @@ func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.
 			res <- result{out, err}
 		}()
 		var r result
+		var lost <-chan string // nil for kindLocal: never ready
+		if kind != kindLocal {
+			lost = s.noQuorum(ctx, res, gate)
+		}
 		select {
 		case r = <-res:
-		case <-s.noQuorum(ctx, res):
-			r.err = s.noQuorumError(write)
-			s.log.Warn("request answered unavailable: the coordinators have no quorum", "what", what)
+		case why := <-lost:
+			// The handler may have finished, or proposed, since the
+			// check: then its result answers.
+			finished := false
+			select {
+			case r = <-res:
+				finished = true
+			default:
+			}
+			if finished {
+				break
+			}
+			if !gate.Abandon() {
+				r = <-res
+				break
+			}
+			r.err = s.noQuorumError(kind == kindWrite, why)
+			s.log.Warn("request answered unavailable: the coordinators have no quorum", "what", what, "why", why)
 			s.reply(m, nil, r.err)
 			cancel()
 			<-res // the handler ends with its context
@@ -242,14 +298,19 @@ func (s *Server) serve(m *nats.Msg, what string, write bool, f func(ctx context.
 	}()
 }
 
-// noQuorum returns a channel closed once the request has run quorumWait
-// and this replica knows no Raft leader, checked every quorumPoll until
-// done has a value or ctx ends. A replica without a leader for that long
-// is cut off from a majority: with CheckQuorum a leader steps down, and a
-// follower starts a (pre-)vote, within an election timeout of losing the
-// others. A request answered sooner never gets here.
-func (s *Server) noQuorum(ctx context.Context, done <-chan result) <-chan struct{} {
-	c := make(chan struct{})
+// noQuorum returns a channel that receives why this replica takes the
+// coordinators to have no quorum, once the request has run quorumWait and
+// this replica knows no Raft leader or a read-index round gets no answer
+// within quorumProbe, checked until done has a value or ctx ends, but not
+// while a proposal of the request may be in the log (gate): it may commit
+// even while a probe fails (a leader held up past quorumProbe), so then
+// only its own result or timeout answers the request, never "no quorum":
+// a client repeats a write answered unavailable. A probe
+// that failed while this process was itself held up (it took well past
+// its budget) is not judged: it proves nothing about the others. A
+// request answered sooner never gets here.
+func (s *Server) noQuorum(ctx context.Context, done <-chan result, gate *raftstore.ProposeGate) <-chan string {
+	c := make(chan string, 1)
 	go func() {
 		t := time.NewTimer(quorumWait)
 		defer t.Stop()
@@ -262,21 +323,49 @@ func (s *Server) noQuorum(ctx context.Context, done <-chan result) <-chan struct
 			if len(done) > 0 {
 				return
 			}
-			if _, ok := s.store.Leader(); !ok {
-				close(c)
+			if gate.Proposed() {
+				t.Reset(quorumPoll)
+				continue
+			}
+			why, wait := s.quorumCheck()
+			if why != "" && len(done) == 0 && !gate.Proposed() && ctx.Err() == nil {
+				c <- why
 				return
 			}
-			t.Reset(quorumPoll)
+			t.Reset(wait)
 		}
 	}()
 	return c
 }
 
+// quorumCheck is one look of noQuorum: why the coordinators have no
+// quorum ("" if they have one or this look cannot tell), and when to look
+// again.
+func (s *Server) quorumCheck() (string, time.Duration) {
+	if _, ok := s.store.Leader(); !ok {
+		return "knows no raft leader", quorumPoll
+	}
+	began := time.Now()
+	confirm := s.store.ConfirmQuorum
+	if s.opt.confirmQuorum != nil {
+		confirm = s.opt.confirmQuorum
+	}
+	err := confirm(quorumProbe)
+	if err == nil {
+		return "", quorumRecheck
+	}
+	if took := time.Since(began); took > quorumProbe+quorumProbe/2 {
+		s.log.Debug("quorum probe not judged: this process was held up", "took", took.String(), "err", err)
+		return "", quorumPoll
+	}
+	return fmt.Sprintf("got no answer from the raft leader and a majority within %v", quorumProbe), quorumPoll
+}
+
 // noQuorumError is the answer to a request the shard cannot answer for
-// want of a quorum.
-func (s *Server) noQuorumError(write bool) error {
-	msg := fmt.Sprintf("the coordinators have no quorum: coordinator %d knows no raft leader (a majority of the %d coordinators is down or cut off)",
-		s.opt.ReplicaID, max(len(s.opt.Peers), 1))
+// want of a quorum; why says how this replica knows.
+func (s *Server) noQuorumError(write bool, why string) error {
+	msg := fmt.Sprintf("the coordinators have no quorum: coordinator %d %s (a majority of the %d coordinators is down or cut off)",
+		s.opt.ReplicaID, why, max(len(s.opt.Peers), 1))
 	if write {
 		msg += "; the change may or may not have been applied: read the state once they have a quorum again"
 	}
@@ -630,10 +719,20 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 	// not wait for a read that cannot be answered.
 	var st *state.State
 	err := errors.New("the raft shard has no leader")
-	if _, ok := s.store.Leader(); ok {
+	leader, ok := s.store.Leader()
+	if ok {
 		// The nodes and their load counts, not a copy of every stream.
+		// A read not done by quorumWait is given more time only if a
+		// quorum confirms: a replica cut off from the others still takes
+		// the lost leader for its leader for an election timeout.
 		var v any
-		if v, err = s.store.Read(ctx, state.QueryPlacement{}); err == nil {
+		rctx, cancel := context.WithTimeout(ctx, quorumWait)
+		v, err = s.store.Read(rctx, state.QueryPlacement{})
+		cancel()
+		if err != nil && ctx.Err() == nil && s.store.ConfirmQuorum(quorumProbe) == nil {
+			v, err = s.store.Read(ctx, state.QueryPlacement{})
+		}
+		if err == nil {
 			st = v.(*state.State)
 		}
 	}
@@ -643,14 +742,15 @@ func (s *Server) clusterInfo(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		st = local
+		leader = 0 // none that answers
 	}
-	leader, _ := s.store.Leader()
 	out := wire.ClusterInfo{
 		Coordinators: s.store.Peers(),
 		Leader:       leader,
 		Nodes:        []wire.NodeInfo{},
 		Version:      st.Version,
 		AnsweredBy:   s.opt.ReplicaID,
+		Local:        err != nil,
 	}
 	_, copies := st.Load()
 	// The nodes' liveness without their copies (no stream is named "").
@@ -686,7 +786,7 @@ func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
 // body naming another node is refused; an empty body or one without a
 // node is the subject's node.
 func (s *Server) onHostLeave(m *nats.Msg) {
-	s.serve(m, "host leave", true, func(ctx context.Context) (any, error) {
+	s.serve(m, "host leave", kindWrite, func(ctx context.Context) (any, error) {
 		node, ok := wire.HostLeaveNode(m.Subject)
 		if !ok {
 			return nil, wire.Errorf(wire.CodeBadRequest, "subject %q is not a host's leave subject", m.Subject)

@@ -89,6 +89,9 @@ type Options struct {
 	PProf    bool
 	// prober replaces the NATS liveness probe (tests).
 	prober prober
+	// confirmQuorum replaces the quorum check's read-index round,
+	// Store.ConfirmQuorum (tests).
+	confirmQuorum func(budget time.Duration) error
 	// ControlInterval is the leader's planning period (default 100ms); the
 	// loop also runs at once on notable heartbeats and advisories.
 	ControlInterval time.Duration
@@ -879,6 +882,14 @@ func (s *Server) shutdown(ctx context.Context, graceful bool) {
 			_ = sub.Unsubscribe()
 		}
 		s.mu.Unlock()
+		// Until the NATS server has read the UNSUBs it still routes
+		// requests to this replica's queue subscriptions, and one routed
+		// here from now on is lost: its caller waits out its timeout
+		// instead of reaching another replica. A PING round trip behind
+		// them makes sure the server has.
+		if s.nc != nil {
+			step(ctx, "unsubscribe at the server", lim.step, func() { _ = s.nc.FlushTimeout(lim.step) })
+		}
 		if graceful && !s.bounded(ctx, "requests in flight", lim.handlers, s.handlers.Wait) {
 			s.log.Warn("shutdown: cancelling requests still in flight", "requests", s.inflight.Load())
 		}

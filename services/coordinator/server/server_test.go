@@ -497,7 +497,7 @@ func TestBadAdminRequests(t *testing.T) {
 	}
 	// Empty bodies are fine for verbs without arguments.
 	var ci wire.ClusterInfo
-	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil || ci.AnsweredBy != 1 || ci.Leader != 1 {
+	if e := c.admin(wire.VerbClusterInfo, "", &ci); e != nil || ci.AnsweredBy != 1 || ci.Leader != 1 || ci.Local {
 		t.Fatalf("cluster.info: %+v %v", ci, e)
 	}
 	var ok wire.OK

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -47,6 +48,28 @@ type massResult struct {
 	// snapshot and log); CoordRestarted names it.
 	CoordRestart   time.Duration
 	CoordRestarted string
+	// Raft counts, from the coordinators' logs: leaderships begun and
+	// snapshots the stores took, up to the kill and up to the end.
+	RaftAtKill, RaftAtEnd raftCounts
+}
+
+// raftCounts are the coordinators' leaderships and Raft snapshots, summed
+// over their logs.
+type raftCounts struct{ Leaderships, Snapshots int }
+
+// countRaft counts, in every coordinator's log, the leaderships begun
+// ("became raft leader") and the snapshots taken ("raft snapshot taken").
+func countRaft(cl *cluster.Cluster) raftCounts {
+	var rc raftCounts
+	for i := range cl.Coordinators() {
+		b, err := os.ReadFile(cl.Coordinator(i).LogPath)
+		if err != nil {
+			continue
+		}
+		rc.Leaderships += bytes.Count(b, []byte("became raft leader"))
+		rc.Snapshots += bytes.Count(b, []byte("raft snapshot taken"))
+	}
+	return rc
 }
 
 func (r massResult) write(w io.Writer) {
@@ -61,6 +84,8 @@ func (r massResult) write(w io.Writer) {
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
 	r.Cost.write(w)
+	ignoreWrite(fmt.Fprintf(w, "coordinators' raft (their logs): %d leaderships, %d snapshots by the kill; %d and %d by the end\n",
+		r.RaftAtKill.Leaderships, r.RaftAtKill.Snapshots, r.RaftAtEnd.Leaderships, r.RaftAtEnd.Snapshots))
 	if r.CoordRestarted != "" {
 		ignoreWrite(fmt.Fprintf(w, "coordinator restart (%s, a follower, SIGKILL): serving again %d ms after its start\n",
 			r.CoordRestarted, r.CoordRestart.Milliseconds()))
@@ -144,6 +169,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	}
 	res.Cost, err = meter.measure(log, func() error {
 		log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
+		res.RaftAtKill = countRaft(cl)
 		killed := time.Now()
 		if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
 			return err
@@ -162,6 +188,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		return res, err
 	}
 	res.CoordRestarted, res.CoordRestart, err = timeCoordinatorRestart(ctx, cl, log)
+	res.RaftAtEnd = countRaft(cl)
 	return res, err
 }
 
