@@ -3,6 +3,12 @@
 // them, consume them with a durable cursor, and run the admin verbs of the
 // coordinators.
 //
+// Admin writes are repeated only when the answer proves they were not
+// applied (no responders, unavailable, overloaded). One answered
+// outcome_unknown (its proposal timed out and may yet commit) or timed
+// out here goes back to the caller, who reads the state before repeating
+// it.
+//
 // # Routing and failover
 //
 // Only a stream's current owner subscribes to its subjects, so NATS routes

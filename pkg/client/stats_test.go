@@ -103,3 +103,15 @@ func TestStatsCountRetriesAndStatusChecks(t *testing.T) {
 		t.Errorf("cluster.info answered unavailable twice: %+v, want 2 admin retries and no stream retries or status checks", d)
 	}
 }
+
+// An admin write answered outcome_unknown (its proposal may yet commit)
+// is not repeated: a repeat of a committed create would come back
+// "exists" and tell the caller its create failed.
+func TestWriteNotRepeatedOnOutcomeUnknown(t *testing.T) {
+	if writeRetryable(wire.Errorf(wire.CodeOutcomeUnknown, "propose stream.create: timeout")) {
+		t.Fatal("outcome_unknown is repeated")
+	}
+	if !writeRetryable(wire.Errorf(wire.CodeUnavailable, "no quorum")) {
+		t.Fatal("unavailable is not repeated")
+	}
+}

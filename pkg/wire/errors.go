@@ -12,6 +12,7 @@ const (
 	CodeExists          = "exists"            // stream already exists
 	CodeConflict        = "conflict"          // a guarded write lost to a newer version
 	CodeUnavailable     = "unavailable"       // no quorum, not enough live nodes, not ready
+	CodeOutcomeUnknown  = "outcome_unknown"   // a write was proposed but its outcome is unknown (it may yet commit); read the state before repeating it
 	CodeStreamUnknown   = "stream_unknown"    // this host holds no copy of the stream
 	CodeNotOwner        = "not_owner"         // this host is not the stream's owner
 	CodeSealed          = "sealed"            // the copy is sealed for a recovery

@@ -363,6 +363,22 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()})
 }
 
+// proposeFailed maps a failed proposal to its wire error: outcome_unknown
+// when the entry may be in the log and commit later (a timeout, a
+// cancellation, an abort or a shard closed while it waited), so that no
+// client repeats a write that may have been applied (pkg/client repeats
+// writes answered unavailable); unavailable otherwise (refused before it
+// reached the log).
+func proposeFailed(op string, err error) error {
+	if errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, dragonboat.ErrCanceled) ||
+		errors.Is(err, dragonboat.ErrAborted) || errors.Is(err, dragonboat.ErrShardClosed) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%s: %w", op, &wire.Error{Code: wire.CodeOutcomeUnknown,
+			Message: err.Error() + "; the write may or may not have been applied: read the state before repeating it"})
+	}
+	return unavailable(op, err)
+}
+
 // retryable reports errors after which the request was certainly not
 // applied: Dragonboat dropped it (no leader yet) or its queue was full.
 // A timeout is not among them: the entry may still commit.
@@ -422,7 +438,7 @@ func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, e
 			wait = min(wait*2, 200*time.Millisecond)
 			continue
 		}
-		return state.Result{}, unavailable("propose "+c.Op, err)
+		return state.Result{}, proposeFailed("propose "+c.Op, err)
 	}
 }
 

@@ -492,7 +492,7 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	// 50 ms per create at 64 in flight on a loaded machine; issue 17).
 	sv, err := s.store.LocalStream(req.Stream)
 	if err != nil {
-		return nil, wire.Errorf(wire.CodeUnavailable, "read the created stream: %v", err)
+		return nil, wire.Errorf(wire.CodeOutcomeUnknown, "the create committed, but reading it back failed: %v", err)
 	}
 	info, err := s.infoOf(req.Stream, sv)
 	if err != nil {
