@@ -258,6 +258,12 @@ func createStreams(ctx context.Context, c *client.Client, streams []string, limi
 	start := time.Now()
 	t, err := timeCreates(ctx, streams, max(limit, 1), func(ctx context.Context, s string) error {
 		_, err := c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		for wire.CodeOf(err) == wire.CodeOutcomeUnknown && ctx.Err() == nil {
+			// The create's proposal timed out and may yet commit: the
+			// names are this run's own, so the bench repeats it, and an
+			// "exists" below means the first one committed.
+			_, err = c.CreateStream(ctx, wire.StreamCreate{Stream: s, Copies: benchCopies, Policy: benchPolicy})
+		}
 		if err == nil || wire.CodeOf(err) == wire.CodeExists {
 			if k := created.Add(1); k%createSlice == 0 {
 				log.Info("streams created so far", "streams", k, "seconds", time.Since(start).Seconds())
