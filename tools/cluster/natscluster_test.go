@@ -143,14 +143,23 @@ func testNATSCluster(t *testing.T, start func() ([]*NATS, error)) {
 	}
 
 	// The advisory of a client of server 2 reaches the subscriber on 0.
-	other, err := nats.Connect(ns[2].URL(), nats.Name("brook-streamhost:h8"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other.Close()
-	m, err := adv.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatalf("no disconnect advisory across the route: %v", err)
+	// The system account's interest crosses the routes asynchronously too
+	// (the flush above only reached server 0): under a loaded make test
+	// one advisory was published on server 2 before the interest had
+	// arrived there, and lost. So a client connects and leaves until one
+	// arrives.
+	var m *nats.Msg
+	deadline = time.Now().Add(10 * time.Second)
+	for m == nil {
+		other, err := nats.Connect(ns[2].URL(), nats.Name("brook-streamhost:h8"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+		m, err = adv.NextMsg(500 * time.Millisecond)
+		if err != nil && time.Now().After(deadline) {
+			t.Fatalf("no disconnect advisory across the route: %v", err)
+		}
 	}
 	var body struct {
 		Server struct {
