@@ -31,6 +31,13 @@ type standInOwner struct {
 	offset uint64
 }
 
+// holdNext keeps the next publish unanswered and unsubscribes (hold).
+func (o *standInOwner) holdNext() {
+	o.mu.Lock()
+	o.hold = true
+	o.mu.Unlock()
+}
+
 func startOwner(t *testing.T, url string, epoch uint64) *standInOwner {
 	o := &standInOwner{t: t, epoch: epoch, nc: responderConn(t, url), held: make(chan struct{})}
 	began := time.Now()
@@ -100,9 +107,7 @@ func publishAsProducerAfterOwnerIsReplaced(t *testing.T, newOwnerAfter time.Dura
 	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one"), as(1)...); err != nil || pc.Epoch != 1 {
 		t.Fatalf("first publish: %+v %v", pc, err)
 	}
-	a.mu.Lock()
-	a.hold = true
-	a.mu.Unlock()
+	a.holdNext()
 	started := make(chan *standInOwner, 1)
 	go func() {
 		<-a.held
@@ -258,9 +263,7 @@ func TestAsyncPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 	if pc, err := f.Wait(ctxTimeout(t, 5*time.Second)); err != nil || pc.Epoch != 1 {
 		t.Fatalf("first publish: %+v %v", pc, err)
 	}
-	a.mu.Lock()
-	a.hold = true
-	a.mu.Unlock()
+	a.holdNext()
 	go func() {
 		<-a.held
 		time.Sleep(400 * time.Millisecond)

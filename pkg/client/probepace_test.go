@@ -104,9 +104,7 @@ func TestRefusedNoticesDoNotSlowProbes(t *testing.T) {
 	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {
 		t.Fatalf("first publish: %+v %v", pc, err)
 	}
-	a.mu.Lock()
-	a.hold = true
-	a.mu.Unlock()
+	a.holdNext()
 	go func() {
 		<-a.held
 		time.Sleep(time.Second)

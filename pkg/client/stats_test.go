@@ -26,9 +26,7 @@ func TestStatsCountAFailover(t *testing.T) {
 	if first.PublishAttempts != 1 || first.Retries != 0 || first.Probes != 0 || first.StatusChecks != 0 || first.Notices != 0 {
 		t.Fatalf("after one confirmed publish: %+v, want one attempt and nothing else", first)
 	}
-	a.mu.Lock()
-	a.hold = true
-	a.mu.Unlock()
+	a.holdNext()
 	started := make(chan *standInOwner, 1)
 	go func() {
 		<-a.held
