@@ -60,8 +60,9 @@ type Config struct {
 	// past either is refused (stream_limit, host_limit).
 	MaxStreams       int `koanf:"max-streams"`
 	MaxCopiesPerHost int `koanf:"max-copies-per-host"`
-	// MaxInflight caps the requests a replica serves at once; one more is
-	// answered overloaded.
+	// MaxInflight caps the admin requests a replica serves at once, and
+	// apart from them the hosts' pulls and leaves; one more is answered
+	// overloaded.
 	MaxInflight int `koanf:"max-inflight"`
 	// RaftCA, RaftCert and RaftKey (all three or none) run the Raft
 	// transport over Dragonboat's mutual TLS.
@@ -97,7 +98,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
 	fs.Int("max-streams", state.DefaultMaxStreams, "most streams the cluster holds; a create past it is refused with stream_limit")
 	fs.Int("max-copies-per-host", state.DefaultMaxCopiesPerHost, "most stream copies a create places on one host; a create that finds too few hosts below it is refused with host_limit (failovers may exceed it)")
-	fs.Int("max-inflight", server.DefaultMaxInflight, "most admin requests, assignment pulls and host leaves this replica serves at once; one more is answered overloaded (clients retry after a backoff)")
+	fs.Int("max-inflight", server.DefaultMaxInflight, "most admin requests this replica serves at once, and apart from them most hosts' assignment pulls and leaves; one more is answered overloaded (clients and hosts retry after a backoff)")
 	fs.Bool("balance", true, "move stream ownership back toward an even share across live hosts with planned moves")
 	fs.Duration("balance-interval", controller.DefaultBalanceInterval, "least time between two balancing rounds")
 	fs.Int("balance-moves", controller.DefaultBalanceMoves, "planned moves of the balancer (and operators) in flight at most")

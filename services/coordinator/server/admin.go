@@ -112,6 +112,28 @@ const (
 	kindLocal
 )
 
+// reqOrigin is who sends a request, for admission: each origin has its
+// own MaxInflight slots, so that clients' requests, however many, never
+// refuse the hosts' own (issue 17: in a 10,000-stream failover the
+// clients' stream.info retries held every slot, and the surviving hosts'
+// assignment pulls were refused for about 30 s).
+type reqOrigin int
+
+const (
+	// fromClient is an admin request (brook.admin.<verb>).
+	fromClient reqOrigin = iota
+	// fromHost is a stream host's assignment pull or leave.
+	fromHost
+	origins
+)
+
+func (o reqOrigin) String() string {
+	if o == fromHost {
+		return "host"
+	}
+	return "client"
+}
+
 // kindOf is the kind of an admin verb: one that changes the state is a
 // write, since when it cannot be answered for want of a quorum its
 // proposal may still be applied.
@@ -161,7 +183,7 @@ func (s *Server) verb(name string) handler {
 // round trip does not hold up other requests.
 func (s *Server) onAdmin(m *nats.Msg) {
 	verb := strings.TrimPrefix(m.Subject, wire.AdminPrefix)
-	s.serve(m, "admin "+verb, kindOf(verb), func(ctx context.Context) (any, error) {
+	s.serve(m, "admin "+verb, kindOf(verb), fromClient, func(ctx context.Context) (any, error) {
 		h := s.verb(verb)
 		if h == nil {
 			return nil, wire.Errorf(wire.CodeBadRequest, "unknown admin verb %q", verb)
@@ -174,7 +196,7 @@ func (s *Server) onAdmin(m *nats.Msg) {
 // its changes since a version (wire.AssignmentPull), from a linearizable
 // read.
 func (s *Server) onPull(m *nats.Msg) {
-	s.serve(m, "assignment pull", kindRead, func(ctx context.Context) (any, error) {
+	s.serve(m, "assignment pull", kindRead, fromHost, func(ctx context.Context) (any, error) {
 		var req wire.AssignmentPull
 		if err := decodeStrict(m.Data, &req); err != nil {
 			return nil, err
@@ -208,19 +230,27 @@ func (s *Server) onPull(m *nats.Msg) {
 // keeps serving. A request not done after quorumWait while the shard has
 // no quorum is answered unavailable at once (see noQuorum), unless kind is
 // kindLocal; for a kindWrite, f may propose, so that answer warns the
-// change may have been applied.
-func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx context.Context) (any, error)) {
+// change may have been applied. A request takes a slot of its origin's
+// (from): clients' admin requests and hosts' own requests are admitted
+// apart, each up to MaxInflight at once.
+func (s *Server) serve(m *nats.Msg, what string, kind reqKind, from reqOrigin, f func(ctx context.Context) (any, error)) {
 	if m.Reply == "" {
 		return // not a request: nobody to answer, so do nothing
 	}
 	// closed is set under mu, so no handler is added once shutdown waits.
 	// Taking a slot never blocks: a NATS callback that waited would hold
 	// up every later request of the subscription.
-	if n := s.inflight.Add(1); int(n) > s.opt.MaxInflight {
-		s.inflight.Add(-1)
-		s.log.Debug("request refused: too many in flight", "what", what, "limit", s.opt.MaxInflight)
-		s.reply(m, nil, wire.Errorf(wire.CodeOverloaded, "coordinator %d serves %d requests at once; retry", s.opt.ReplicaID, s.opt.MaxInflight))
+	slots := &s.slots[from]
+	if n := slots.Add(1); int(n) > s.opt.MaxInflight {
+		slots.Add(-1)
+		s.log.Debug("request refused: too many in flight", "what", what, "from", from.String(), "limit", s.opt.MaxInflight)
+		s.reply(m, nil, wire.Errorf(wire.CodeOverloaded, "coordinator %d serves %d %s requests at once; retry", s.opt.ReplicaID, s.opt.MaxInflight, from))
 		return
+	}
+	s.inflight.Add(1)
+	release := func() {
+		s.inflight.Add(-1)
+		slots.Add(-1)
 	}
 	s.mu.Lock()
 	closing := s.closed.Load()
@@ -229,13 +259,13 @@ func (s *Server) serve(m *nats.Msg, what string, kind reqKind, f func(ctx contex
 	}
 	s.mu.Unlock()
 	if closing {
-		s.inflight.Add(-1)
+		release()
 		s.reply(m, nil, wire.Errorf(wire.CodeShuttingDown, "coordinator %d is stopping", s.opt.ReplicaID))
 		return
 	}
 	go func() {
 		defer s.handlers.Done()
-		defer s.inflight.Add(-1)
+		defer release()
 		// Derived from reqCtx, so shutdown can end a request that waits
 		// for a quorum.
 		ctx, cancel := context.WithTimeout(s.reqCtx, requestTimeout)
@@ -786,7 +816,7 @@ func (s *Server) nodeLeave(ctx context.Context, body []byte) (any, error) {
 // body naming another node is refused; an empty body or one without a
 // node is the subject's node.
 func (s *Server) onHostLeave(m *nats.Msg) {
-	s.serve(m, "host leave", kindWrite, func(ctx context.Context) (any, error) {
+	s.serve(m, "host leave", kindWrite, fromHost, func(ctx context.Context) (any, error) {
 		node, ok := wire.HostLeaveNode(m.Subject)
 		if !ok {
 			return nil, wire.Errorf(wire.CodeBadRequest, "subject %q is not a host's leave subject", m.Subject)

@@ -123,7 +123,8 @@
 //   - admin requests, assignment pulls and host leaves: NATS delivers each
 //     subscription's messages on a goroutine of that subscription; serve
 //     hands each request to a goroutine of its own, counted by the
-//     handlers' WaitGroup (and inflight), on a child of reqCtx bounded by
+//     handlers' WaitGroup (and inflight; admitted by origin, clients' and
+//     hosts' requests up to MaxInflight each), on a child of reqCtx bounded by
 //     requestTimeout. In it the handler runs in one more goroutine, which
 //     the request's goroutine always waits for, and noQuorum's watch
 //     ends when the request's context does. A stream.move or node.drain

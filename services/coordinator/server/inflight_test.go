@@ -60,3 +60,52 @@ func TestRequestsPastMaxInflightAreOverloaded(t *testing.T) {
 		t.Fatalf("a list once nothing is in flight: %v", e)
 	}
 }
+
+// TestHostPullsAreNotRefusedForClientRequests: the admission cap of client
+// admin requests does not refuse the hosts' own requests. In a 10,000-stream
+// failover (docs/benchmarks.md, session 28) clients' stream.info retries
+// filled every coordinator's 1,024 slots and the surviving hosts' assignment
+// pulls were answered overloaded or timed out for about 30 s, so hosts
+// learned their new roles late. With --max-inflight 1 and a create in
+// flight, a host's pull is still answered.
+func TestHostPullsAreNotRefusedForClientRequests(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) {
+		o.NATSSystemURL = ""
+		o.MaxInflight = 1
+	})
+	c.hostWith("h1", true)
+	c.liveHosts(1)
+	s := c.servers[c.leader()]
+
+	body, err := json.Marshal(wire.StreamCreate{Stream: "held", Copies: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := nats.NewInbox()
+	created, err := c.client.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.client.PublishRequest(wire.AdminSubject(wire.VerbStreamCreate), reply, body); err != nil {
+		t.Fatal(err)
+	}
+	for s.inflight.Load() == 0 {
+		if m, err := created.NextMsg(0); err == nil {
+			t.Fatalf("the create was answered (%q) before it was seen in flight", m.Data)
+		}
+		runtime.Gosched()
+	}
+	var snap wire.AssignmentSnapshot
+	if e := request(t, c.client, wire.AssignPull, wire.AssignmentPull{Node: "h1"}, &snap); e != nil {
+		t.Fatalf("a host's pull while a client's create fills --max-inflight 1: %v, want an answer", e)
+	}
+	var page wire.StreamList
+	if e := c.admin(wire.VerbStreamList, wire.StreamListRequest{}, &page); e == nil || e.Code != wire.CodeOverloaded {
+		t.Fatalf("a client's list while its create fills --max-inflight 1: %v, want %s", e, wire.CodeOverloaded)
+	}
+	if m, err := created.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("the held create: %v", err)
+	} else if code := m.Header.Get(HeaderError); code != "" {
+		t.Fatalf("the held create: %s %q", code, m.Data)
+	}
+}

@@ -72,10 +72,11 @@ type Options struct {
 	// state.DefaultMaxStreams, state.DefaultMaxCopiesPerHost).
 	MaxStreams       int
 	MaxCopiesPerHost int
-	// MaxInflight caps the admin requests, assignment pulls and host
-	// leaves this replica serves at once (default DefaultMaxInflight); one
-	// more is answered overloaded at once, which clients retry after a
-	// backoff.
+	// MaxInflight caps the admin requests this replica serves at once,
+	// and apart from them the hosts' assignment pulls and leaves (default
+	// DefaultMaxInflight each); one more is answered overloaded at once,
+	// which clients and hosts retry after a backoff. Clients' requests
+	// never take the hosts' slots.
 	MaxInflight int
 	// Balance configures the owner balancer (controller.Balance); the zero
 	// value is on with the defaults.
@@ -192,7 +193,10 @@ type Server struct {
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	handlers sync.WaitGroup // admin and pull handlers in flight
-	inflight atomic.Int32   // the same, counted: admission (MaxInflight), logs and tests
+	inflight atomic.Int32   // the same, counted: logs and tests
+	// slots counts the requests in flight by origin, for admission
+	// (MaxInflight each).
+	slots [origins]atomic.Int32
 	// reqCtx is the parent of every request's context; shutdown cancels
 	// it, so a request waiting on a Raft quorum that will not come ends
 	// (and replies unavailable) instead of holding the process.
