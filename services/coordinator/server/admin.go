@@ -515,7 +515,10 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	// Answer once the owner serves, so that a publish sent the moment the
 	// create answers reaches it rather than no responders. No lock is held
 	// across the wait.
+	serving := time.Now()
 	served := s.ownerServes(ctx, req.Stream, r.StreamID)
+	s.log.Debug("stream create: owner serves", "stream", req.Stream, "served", served,
+		"wait_ms", time.Since(serving).Milliseconds(), "total_ms", time.Since(began).Milliseconds())
 	// This replica applied the create before Propose returned, so its own
 	// state, read without a quorum round, holds it or a later change of
 	// the stream: a linearizable read here cost a read-index round (about
