@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -163,6 +164,77 @@ func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
 		c.waitCopy("n2", s, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
 		if pc := c.mustPublish(s, payload(1)); pc.Epoch != 2 || pc.Offset != 1 || pc.Copies < 2 {
 			t.Fatalf("publish to %s after the promotion: %+v", s, pc)
+		}
+	}
+}
+
+// TestLateHostWaitWakesNoCopy: a host wait the owner host leaves
+// unanswered past its wait and the slack (a slow owner host or NATS) is
+// sent again for the same copies, which sleep on; an owner host that is
+// gone (no responders) wakes them. Before, the first late answer woke
+// every copy, which then asked on its own: in a mass failover every idle
+// copy of every host at once, and the storm of per-copy requests kept
+// the latency that had made the host waits late (issue 17).
+func TestLateHostWaitWakesNoCopy(t *testing.T) {
+	c := newMiniCluster(t)
+	n2 := c.start("n2", func(cfg *Config) { cfg.ReplIdleWait = 100 * time.Millisecond }).h
+	// n1 stands in for an owner host that hears the host waits and is too
+	// slow to answer any.
+	waits := make(chan *frame.HostWait, 16)
+	owner, err := c.nc.Subscribe(wire.HostReplSubject("n1", "n2"), func(m *nats.Msg) {
+		if req, err := frame.DecodeHostWait(m.Data); err == nil {
+			waits <- req
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const copies = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woke := make(chan uint64, copies)
+	for i := range copies {
+		id := uint64(100 + i)
+		go func() {
+			if n2.sleepIdle(ctx, "n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}) {
+				woke <- id
+			}
+		}()
+	}
+	// The host wait naming every copy, then what follows it: a host wait
+	// again (it went unanswered), not a copy woken.
+	for {
+		if req := <-waits; len(req.Copies) == copies {
+			break
+		}
+	}
+	select {
+	case <-time.After(time.Minute):
+		t.Fatal("neither a host wait again nor a copy woken within a minute")
+	case id := <-woke:
+		t.Fatalf("copy of stream %d woken by a host wait that was only late", id)
+	case req := <-waits:
+		if len(req.Copies) != copies {
+			t.Fatalf("host wait sent again names %d copies, want %d", len(req.Copies), copies)
+		}
+	}
+	if n := idleCopiesOf(n2, "n1"); n != copies {
+		t.Fatalf("%d copies asleep on n1 after a late host wait, want %d", n, copies)
+	}
+
+	// Gone: no responders wakes every copy.
+	if err := owner.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	for range copies {
+		select {
+		case <-woke:
+		case <-time.After(time.Minute):
+			t.Fatalf("copies still asleep a minute after their owner host went: %d", idleCopiesOf(n2, "n1"))
 		}
 	}
 }
