@@ -201,7 +201,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		msg.Data = frame.AppendHostWait(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone, and a reconnect loses the request and its answer.
-		tctx, tcancel := context.WithTimeout(rctx, wait+replSlack)
+		tctx, tcancel := context.WithTimeout(rctx, replTimeout(wait))
 		stop := context.AfterFunc(h.conn.Current(), func() { cancel(errReconnected) })
 		resp, err := h.nc.RequestMsgWithContext(tctx, msg)
 		stop()

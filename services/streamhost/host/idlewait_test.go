@@ -145,7 +145,7 @@ func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
 	c.hosts["n1"].h.nc.Close()
 	// The host wait in flight fails at the latest after the idle wait and
 	// the slack; the copies then ask on their own.
-	deadline := time.Now().Add(idleTestWait + replSlack + 5*time.Second)
+	deadline := time.Now().Add(replTimeout(idleTestWait) + 5*time.Second)
 	for idleCopiesOf(c.hosts["n2"].h, "n1")+idleCopiesOf(c.hosts["n3"].h, "n1") > 0 || perCopy.Load() < 2*streams {
 		if time.Now().After(deadline) {
 			t.Fatalf("copies still asleep on the dead owner: n2 %d, n3 %d; %d per-copy requests since",
@@ -235,6 +235,66 @@ func TestLateHostWaitWakesNoCopy(t *testing.T) {
 		case <-woke:
 		case <-time.After(time.Minute):
 			t.Fatalf("copies still asleep a minute after their owner host went: %d", idleCopiesOf(n2, "n1"))
+		}
+	}
+}
+
+// TestLateAnswerKeepsTheFollowersWaitGrowing: a follower whose long poll
+// goes unanswered within its wait and the slack (a slow owner, a slow
+// NATS) asks again with its wait doubled, as after an empty answer, not
+// back at ReplWait: under load a copy's slack (replTimeout) grows with its
+// wait until its answers come in time and it goes back to sleep. Before,
+// every late answer put the wait back to ReplWait and its slack to 300 ms,
+// so in a mass failover, when every answer took longer than that, each
+// copy asked about every second for as long as the load lasted, and the
+// load lasted (issue 17).
+func TestLateAnswerKeepsTheFollowersWaitGrowing(t *testing.T) {
+	const stream, id = "late", 7
+	c := newMiniCluster(t)
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}))
+	// n1 stands in for an owner that answers the first request (empty)
+	// and is too slow to answer any after it.
+	reqs := make(chan *frame.ReplRequest, 16)
+	sub, err := c.nc.Subscribe(wire.ReplicationWildcard(stream, 1), func(m *nats.Msg) {
+		req, err := frame.DecodeReplRequest(m.Data)
+		if err != nil || m.Reply == "" {
+			return
+		}
+		select {
+		case reqs <- req:
+		default:
+		}
+		if req.WaitMS == 100 {
+			_ = m.Respond(frame.AppendBatch(nil, &frame.Batch{Epoch: 1}))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.start("n2", func(cfg *Config) {
+		cfg.ReplWait = 100 * time.Millisecond
+		cfg.ReplIdleWait = time.Second
+	})
+
+	next := func() *frame.ReplRequest {
+		t.Helper()
+		select {
+		case r := <-reqs:
+			return r
+		case <-time.After(time.Minute):
+			t.Fatal("no replication request from n2 within a minute")
+			return nil
+		}
+	}
+	// Answered empty at 100 ms, so the next asks for 200 ms; unanswered,
+	// so the one after asks for 400 ms, not 100 ms again.
+	for _, want := range []uint32{100, 200, 400} {
+		if r := next(); r.WaitMS != want {
+			t.Fatalf("request waits %d ms, want %d", r.WaitMS, want)
 		}
 	}
 }
