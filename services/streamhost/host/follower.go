@@ -22,11 +22,12 @@ const (
 	backoffMin       = 10 * time.Millisecond
 	backoffMax       = 500 * time.Millisecond
 	repullAfterFails = 5
-	// replSlack is how long past its long poll a follower waits for the
-	// owner's answer before it asks again: the owner answers at the end of
-	// the wait at the latest, so only a lost request (its owner's or its
-	// own NATS server went away) runs into it. A late answer after a
-	// retry is dropped; the retry asks for the same records.
+	// replSlack is the least time past its long poll a follower waits for
+	// the owner's answer before it asks again (replTimeout): the owner
+	// answers at the end of the wait at the latest, so only a lost request
+	// (its owner's or its own NATS server went away) or a slow one runs
+	// into it. A late answer after a retry is dropped; the retry asks for
+	// the same records.
 	replSlack = 300 * time.Millisecond
 	// busyWait is the long poll after a batch that carried something:
 	// the owner answers as soon as there is more, so while data flows the
@@ -52,6 +53,17 @@ const (
 	noOwnerRetry   = 2 * time.Millisecond
 	noOwnerRetries = 10
 )
+
+// replTimeout is how long a long poll of wait (a follower's request, a
+// host wait) waits for its answer: the wait and a slack of half the wait,
+// at least replSlack. The slack grows with the wait so that under load
+// (the first seconds of a mass failover, when every message takes longer)
+// a long poll answered at the end of its wait still arrives in time and
+// the copy goes back to sleep; with a fixed 300 ms every idle long poll
+// timed out, was asked again and kept the load up (issue 17).
+func replTimeout(wait time.Duration) time.Duration {
+	return wait + max(replSlack, wait/2)
+}
 
 // follower is the follower role of one copy at one epoch: a worker that
 // pulls from the owner and applies what it gets.
@@ -180,7 +192,7 @@ func (f *follower) run(ctx context.Context) {
 		msg.Data = frame.AppendReplRequest(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone (a dead responder is not reported as "no responders").
-		rctx, cancel := context.WithTimeout(ctx, wait+replSlack)
+		rctx, cancel := context.WithTimeout(ctx, replTimeout(wait))
 		// A reconnect loses the request (and its answer): ask again at once.
 		stop := context.AfterFunc(f.h.conn.Current(), cancel)
 		asked := time.Now()
@@ -200,8 +212,18 @@ func (f *follower) run(ctx context.Context) {
 				}
 				continue
 			}
+			asked := wait
 			if !fail(slog.LevelDebug, "owner did not answer", "err", err, "fails", fails+1) {
 				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Late, not refused: the owner (or NATS) is slow. The
+				// wait grows as after an empty answer (a request with
+				// something to fetch is answered at once whatever its
+				// wait), so that under load the copy's slack grows and it
+				// gets back to sleep (replTimeout) rather than asking
+				// every second.
+				wait = min(2*asked, f.h.cfg.ReplIdleWait)
 			}
 			continue
 		}

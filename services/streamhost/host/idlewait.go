@@ -24,9 +24,10 @@ import (
 // owner host parks it and answers (frame.HostWake) at once with the
 // copies that have something to ask for, or as soon as one of them
 // changes, or with nothing at the end of the wait. The copies named wake
-// and ask on their own replication subjects as before; any failure of the
+// and ask on their own replication subjects as before; a failure of the
 // host wait wakes every copy registered for that owner, so an owner's
-// loss is noticed by the per-copy requests exactly as without it. This
+// loss is noticed by the per-copy requests as without it, but one that is
+// only late, or refused overloaded, is sent again (hostWaitLateMax). This
 // only decides when a follower asks: acks, records and confirms stay on
 // the per-copy path.
 
@@ -48,6 +49,17 @@ const (
 	// failed: the failure woke every copy, so only copies whose own
 	// request came back empty since will be in the next one.
 	hostWaitRetry = backoffMax
+	// hostWaitLateMax host waits in a row unanswered within their wait
+	// and the slack wake the copies; fewer are sent again for the same
+	// copies, which sleep on. An answer that is late is a slow owner host
+	// or a slow NATS, not a lost owner: an owner host that is gone leaves
+	// no responders, which wakes the copies at once. Waking every copy on
+	// the first late answer turned a moment of latency (the first seconds
+	// of a mass failover) into a storm of per-copy requests, thousands per
+	// host at 10,000 streams (issue 17), which kept the latency up: every
+	// copy's long poll timed out in turn, and none got back to sleep. An
+	// overloaded refusal likewise wakes no copy.
+	hostWaitLateMax = 3
 )
 
 var (
@@ -156,6 +168,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 	log := h.log.With("owner_node", p.owner)
 	var last time.Time
 	gap := hostWaitGap
+	late := 0 // host waits in a row that went unanswered (hostWaitLateMax)
 	for {
 		if d := gap - time.Since(last); d > 0 {
 			select {
@@ -188,7 +201,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		msg.Data = frame.AppendHostWait(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone, and a reconnect loses the request and its answer.
-		tctx, tcancel := context.WithTimeout(rctx, wait+replSlack)
+		tctx, tcancel := context.WithTimeout(rctx, replTimeout(wait))
 		stop := context.AfterFunc(h.conn.Current(), func() { cancel(errReconnected) })
 		resp, err := h.nc.RequestMsgWithContext(tctx, msg)
 		stop()
@@ -207,19 +220,31 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 				// a request that ended cancelled was cancelled for the
 				// copies that joined: one joining just after a real
 				// failure must not hide it.
+			case errors.Is(err, context.DeadlineExceeded) && cause == nil && late+1 < hostWaitLateMax:
+				// Late, not lost (hostWaitLateMax): ask again for the same
+				// copies, which sleep on.
+				late++
+				log.Debug("host wait unanswered within its wait; asking again", "err", err, "late", late)
 			default:
-				log.Debug("host wait failed; waking the idle copies", "err", err, "cause", cause)
+				log.Debug("host wait failed; waking the idle copies", "err", err, "cause", cause, "late", late)
 				h.wakeIdle(p, nil)
-				gap = hostWaitRetry
+				late, gap = 0, hostWaitRetry
 			}
 			continue
 		}
+		late = 0
 		if code := resp.Header.Get(frame.HeaderError); code != "" {
 			var er wire.ErrorReply
 			_ = json.Unmarshal(resp.Data, &er)
+			gap = hostWaitRetry
+			if code == wire.CodeOverloaded {
+				// The owner host is there and busy: more requests (every
+				// copy's own) would only add to it.
+				log.Debug("host wait refused; asking again", "code", code, "reply", er.Error)
+				continue
+			}
 			log.Debug("host wait refused; waking the idle copies", "code", code, "reply", er.Error)
 			h.wakeIdle(p, nil)
-			gap = hostWaitRetry
 			continue
 		}
 		wake, err := frame.DecodeHostWake(resp.Data)

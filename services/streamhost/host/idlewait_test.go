@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -144,7 +145,7 @@ func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
 	c.hosts["n1"].h.nc.Close()
 	// The host wait in flight fails at the latest after the idle wait and
 	// the slack; the copies then ask on their own.
-	deadline := time.Now().Add(idleTestWait + replSlack + 5*time.Second)
+	deadline := time.Now().Add(replTimeout(idleTestWait) + 5*time.Second)
 	for idleCopiesOf(c.hosts["n2"].h, "n1")+idleCopiesOf(c.hosts["n3"].h, "n1") > 0 || perCopy.Load() < 2*streams {
 		if time.Now().After(deadline) {
 			t.Fatalf("copies still asleep on the dead owner: n2 %d, n3 %d; %d per-copy requests since",
@@ -163,6 +164,137 @@ func TestIdleFollowersWakeWhenTheOwnerHostGoes(t *testing.T) {
 		c.waitCopy("n2", s, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
 		if pc := c.mustPublish(s, payload(1)); pc.Epoch != 2 || pc.Offset != 1 || pc.Copies < 2 {
 			t.Fatalf("publish to %s after the promotion: %+v", s, pc)
+		}
+	}
+}
+
+// TestLateHostWaitWakesNoCopy: a host wait the owner host leaves
+// unanswered past its wait and the slack (a slow owner host or NATS) is
+// sent again for the same copies, which sleep on; an owner host that is
+// gone (no responders) wakes them. Before, the first late answer woke
+// every copy, which then asked on its own: in a mass failover every idle
+// copy of every host at once, and the storm of per-copy requests kept
+// the latency that had made the host waits late (issue 17).
+func TestLateHostWaitWakesNoCopy(t *testing.T) {
+	c := newMiniCluster(t)
+	n2 := c.start("n2", func(cfg *Config) { cfg.ReplIdleWait = 100 * time.Millisecond }).h
+	// n1 stands in for an owner host that hears the host waits and is too
+	// slow to answer any.
+	waits := make(chan *frame.HostWait, 16)
+	owner, err := c.nc.Subscribe(wire.HostReplSubject("n1", "n2"), func(m *nats.Msg) {
+		if req, err := frame.DecodeHostWait(m.Data); err == nil {
+			waits <- req
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const copies = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woke := make(chan uint64, copies)
+	for i := range copies {
+		id := uint64(100 + i)
+		go func() {
+			if n2.sleepIdle(ctx, "n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}) {
+				woke <- id
+			}
+		}()
+	}
+	// The host wait naming every copy, then what follows it: a host wait
+	// again (it went unanswered), not a copy woken.
+	for {
+		if req := <-waits; len(req.Copies) == copies {
+			break
+		}
+	}
+	select {
+	case <-time.After(time.Minute):
+		t.Fatal("neither a host wait again nor a copy woken within a minute")
+	case id := <-woke:
+		t.Fatalf("copy of stream %d woken by a host wait that was only late", id)
+	case req := <-waits:
+		if len(req.Copies) != copies {
+			t.Fatalf("host wait sent again names %d copies, want %d", len(req.Copies), copies)
+		}
+	}
+	if n := idleCopiesOf(n2, "n1"); n != copies {
+		t.Fatalf("%d copies asleep on n1 after a late host wait, want %d", n, copies)
+	}
+
+	// Gone: no responders wakes every copy.
+	if err := owner.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	for range copies {
+		select {
+		case <-woke:
+		case <-time.After(time.Minute):
+			t.Fatalf("copies still asleep a minute after their owner host went: %d", idleCopiesOf(n2, "n1"))
+		}
+	}
+}
+
+// TestLateAnswerKeepsTheFollowersWaitGrowing: a follower whose long poll
+// goes unanswered within its wait and the slack (a slow owner, a slow
+// NATS) asks again with its wait doubled, as after an empty answer, not
+// back at ReplWait: under load a copy's slack (replTimeout) grows with its
+// wait until its answers come in time and it goes back to sleep. Before,
+// every late answer put the wait back to ReplWait and its slack to 300 ms,
+// so in a mass failover, when every answer took longer than that, each
+// copy asked about every second for as long as the load lasted, and the
+// load lasted (issue 17).
+func TestLateAnswerKeepsTheFollowersWaitGrowing(t *testing.T) {
+	const stream, id = "late", 7
+	c := newMiniCluster(t)
+	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}))
+	// n1 stands in for an owner that answers the first request (empty)
+	// and is too slow to answer any after it.
+	reqs := make(chan *frame.ReplRequest, 16)
+	sub, err := c.nc.Subscribe(wire.ReplicationWildcard(stream, 1), func(m *nats.Msg) {
+		req, err := frame.DecodeReplRequest(m.Data)
+		if err != nil || m.Reply == "" {
+			return
+		}
+		select {
+		case reqs <- req:
+		default:
+		}
+		if req.WaitMS == 100 {
+			_ = m.Respond(frame.AppendBatch(nil, &frame.Batch{Epoch: 1}))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.start("n2", func(cfg *Config) {
+		cfg.ReplWait = 100 * time.Millisecond
+		cfg.ReplIdleWait = time.Second
+	})
+
+	next := func() *frame.ReplRequest {
+		t.Helper()
+		select {
+		case r := <-reqs:
+			return r
+		case <-time.After(time.Minute):
+			t.Fatal("no replication request from n2 within a minute")
+			return nil
+		}
+	}
+	// Answered empty at 100 ms, so the next asks for 200 ms; unanswered,
+	// so the one after asks for 400 ms, not 100 ms again.
+	for _, want := range []uint32{100, 200, 400} {
+		if r := next(); r.WaitMS != want {
+			t.Fatalf("request waits %d ms, want %d", r.WaitMS, want)
 		}
 	}
 }
