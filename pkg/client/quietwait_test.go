@@ -127,3 +127,31 @@ func startNATSDenyingNotices(t *testing.T) (ownerURL, clientURL string) {
 	t.Cleanup(s.Shutdown)
 	return fmt.Sprintf("nats://o:o@%s", s.Addr().String()), fmt.Sprintf("nats://c:c@%s", s.Addr().String())
 }
+
+// The owner dies holding a publish and nobody serves the stream for 3 s:
+// the owner watch probes every 100 ms for the first second of the wait,
+// then backs off to a probe a second, as the new owner's notice kicks a
+// probe at once (which abandons the held attempt; its retry is confirmed
+// by the new owner). Before, it probed every 100 ms throughout: more
+// probes in 1.5-3 s than in 0.25-1.25 s.
+func TestProbesSlowDownWhileNobodyServesAndNoticesAreHeld(t *testing.T) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(10*time.Second))
+	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {
+		t.Fatalf("first publish: %+v %v", pc, err)
+	}
+	a.holdNext()
+	var b *standInOwner
+	st, pc, err := statsWhilePublishing(t, c, a.held, []time.Duration{250 * time.Millisecond, 1250 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second}, func() {
+		b = startOwner(t, url, 2)
+		announce(t, b, "h2")
+	})
+	if err != nil || pc.Epoch != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("publish: %+v %v; the new owner saw %d publishes, want 1", pc, err, b.pubs.Load())
+	}
+	dense, quiet := st[1].Sub(st[0]).Probes, st[3].Sub(st[2]).Probes
+	if paced(t, "probes", "0.25-1.25 s", dense, quiet, 4)*2 > dense {
+		t.Fatalf("%d probes in 1.5-3 s against %d in 0.25-1.25 s; want under half once nobody served for a second", quiet, dense)
+	}
+}
