@@ -155,3 +155,15 @@ func TestProbesSlowDownWhileNobodyServesAndNoticesAreHeld(t *testing.T) {
 		t.Fatalf("%d probes in 1.5-3 s against %d in 0.25-1.25 s; want under half once nobody served for a second", quiet, dense)
 	}
 }
+
+// The coordinators said the stream is recovering: the retries ask them
+// again only every infoSettled intervals (here 320 ms), not at the
+// doubling wait's bound (80 ms), since the failover's end comes as the new
+// owner's notice and a confirmed retry.
+func TestRetryAsksNoMoreOnceTheStreamIsRecovering(t *testing.T) {
+	a, i := retryRecovering(t, 10*time.Millisecond, 1200*time.Millisecond, 100)
+	// At 0, then every 320 ms: 4 or 5; at the 80 ms bound it was 16 or so.
+	if i < 2 || i > 6 {
+		t.Fatalf("%d stream.info requests for %d attempts over 1.2 s, want 2 to 6 (every 320 ms once recovering)", i, a)
+	}
+}

@@ -151,7 +151,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		notice, release = r.c.awaitOwner(r.stream)
 		defer release()
 	}
-	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= infoWait(r.c.opts.infoInterval, r.checks)) {
+	if r.stream != "" && r.infoDue() {
 		// The coordinators know whether this is a failover or a stream
 		// that does not exist; ask them now and then while retrying.
 		r.checkedAt = time.Now()
@@ -226,6 +226,29 @@ const (
 	// quietRetryMax bounds the retry backoff after quietAfter.
 	quietRetryMax = time.Second
 )
+
+// infoDue reports whether the retry asks the coordinators about the stream
+// now: at the first retry, then after infoWait, and, once they said the
+// stream is recovering or waiting, only every infoSettled. The next change
+// of a failing-over stream is its new owner, which announces itself and
+// confirms the retry; asking on meanwhile sent the coordinators that
+// recover the streams a stream.info per stream every 2 s. A stream deleted
+// while it failed over is reported up to infoSettled late.
+func (r *retrier) infoDue() bool {
+	if r.checkedAt.IsZero() {
+		return true
+	}
+	wait := infoWait(r.c.opts.infoInterval, r.checks)
+	if r.status == wire.StatusRecovering || r.status == wire.StatusWaiting {
+		wait = max(wait, r.c.opts.infoInterval*infoSettled)
+	}
+	return time.Since(r.checkedAt) >= wait
+}
+
+// infoSettled is how many info intervals apart (8 s with
+// DefaultInfoInterval) a retry asks again once the coordinators said the
+// stream is recovering or waiting.
+const infoSettled = 32
 
 // countRetry counts the retry about to go: in Stats.Retries for a
 // request about a stream, in Stats.AdminRetries for one about none.
