@@ -51,7 +51,8 @@ const (
 	DefaultBackoffMin     = 5 * time.Millisecond
 	DefaultBackoffMax     = 250 * time.Millisecond
 	// DefaultInfoInterval is how long a retrying request waits after its
-	// first stream.info before the next; the wait doubles, up to 8 times.
+	// first stream.info before the next; the wait doubles, up to 8 times,
+	// and is 32 times once a coordinator said the stream is recovering.
 	DefaultInfoInterval = 250 * time.Millisecond
 )
 

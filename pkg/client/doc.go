@@ -29,18 +29,28 @@
 // retry cannot be written twice. It asks every 100 ms; while it hears the
 // stream's new-owner notices (which have it ask at once) and finds a live
 // owner that has not been replaced, at waits doubling up to 800 ms, back to
-// 100 ms once a probe finds nobody serving or gets no answer. The
+// 100 ms once a probe finds nobody serving or gets no answer; such probes
+// too double, up to 1 s, once the oldest attempt has waited a second past
+// the probe delay and the notices are known to be heard (the server took
+// the subscription, and the connection has not reconnected since). The
 // client retries such a request with a bounded exponential backoff with
 // jitter, bounded by the caller's context and by the retry limits of the
-// Client (see WithRetry).
+// Client (see WithRetry); after a second of retries, one that found nobody
+// serving (no responders, or a host that is not the owner) waits up to 1 s
+// instead while the notices are known to be heard, as the new owner's
+// notice ends the wait at once (an owner that comes back without a notice,
+// having only reconnected, is met up to 1 s later).
 // While it retries it asks a coordinator (admin stream.info) about the
 // stream, at the first retry and then after 250 ms, 500 ms, 1 s and every
-// 2 s (so the thousands of publishers of a mass failover do not flood the
-// coordinators recovering their streams), so a caller that runs out of
+// 2 s until a coordinator says the stream is recovering or waiting, then
+// every 8 s (so the thousands of publishers of a mass failover do not flood
+// the coordinators recovering their streams: the failover's end comes as
+// the new owner's notice), so a caller that runs out of
 // patience gets ErrRecovering ("the stream is failing over; retry later")
-// when the stream was recovering or waiting at the last check (up to 2 s
+// when the stream was recovering or waiting at the last check (up to 8 s
 // old), and ErrNoSuchStream when the stream does not exist (at once when
-// it did not exist at the first retry). It asks only before a retry: once the
+// it did not exist at the first retry, up to 8 s late when it was deleted
+// while failing over). It asks only before a retry: once the
 // limits have run out it gives up without another request, so with
 // WithRetry(1, 0) a failed attempt is the
 // only request made (and ErrRecovering then needs the host's recovering

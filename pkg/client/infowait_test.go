@@ -30,26 +30,37 @@ func TestInfoWait(t *testing.T) {
 // millisecond or two; at a fixed 10 ms interval that was a question for
 // about every tenth attempt, with the doubling wait it is a handful.
 func TestRetryAsksCoordinatorsLessOften(t *testing.T) {
+	a, i := retryRecovering(t, 10*time.Millisecond, 600*time.Millisecond, 50)
+	// 10, 20, 40, then every 80 ms: at most 3 + 600/80 + 1 questions.
+	if i < 2 || i > 12 {
+		t.Fatalf("%d stream.info requests for %d attempts, want 2 to 12 (a doubling wait from 10 ms up to 80 ms)", i, a)
+	}
+}
+
+// retryRecovering publishes to a stream whose host answers recovering for
+// retryFor, retrying every millisecond or two and asking the coordinators
+// at the info interval iv, and returns the attempts the host saw and the
+// stream.info requests the coordinator saw; it skips the test when the
+// machine made fewer than minAttempts.
+func retryRecovering(t *testing.T, iv, retryFor time.Duration, minAttempts int32) (attempts, infos int32) {
+	t.Helper()
 	url := startNATS(t)
 	svc := responderConn(t, url)
-	attempts, infos := recoveringStream(t, svc)
-	c := connectClient(t, url, WithRetry(0, 600*time.Millisecond), WithBackoff(time.Millisecond, 2*time.Millisecond),
+	a, i := recoveringStream(t, svc)
+	c := connectClient(t, url, WithRetry(0, retryFor), WithBackoff(time.Millisecond, 2*time.Millisecond),
 		WithBatching(0, 0, 0))
-	c.opts.infoInterval = 10 * time.Millisecond
+	c.opts.infoInterval = iv
 
 	_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r"))
 	if err == nil {
 		t.Fatal("publish to a stream that never serves: confirmed")
 	}
-	a, i := attempts.Load(), infos.Load()
-	t.Logf("%d attempts, %d stream.info requests", a, i)
-	if a < 50 {
-		t.Skipf("only %d attempts in 600 ms: too slow a machine to tell", a)
+	attempts, infos = a.Load(), i.Load()
+	t.Logf("%d attempts, %d stream.info requests in %v", attempts, infos, retryFor)
+	if attempts < minAttempts {
+		t.Skipf("only %d attempts in %v: too slow a machine to tell", attempts, retryFor)
 	}
-	// 10, 20, 40, then every 80 ms: at most 3 + 600/80 + 1 questions.
-	if i < 2 || i > 12 {
-		t.Fatalf("%d stream.info requests for %d attempts, want 2 to 12 (a doubling wait from 10 ms up to 80 ms)", i, a)
-	}
+	return attempts, infos
 }
 
 // recoveringStream has svc answer every publish to stream s recovering,

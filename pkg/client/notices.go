@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ type noticeSub struct {
 	seq uint64
 	// idle is the pending drop after the last user left; nil while used.
 	idle *time.Timer
+	// heard says whether sub is known to hear (nil with the shared one).
+	heard *heard
 }
 
 // notices holds the client's notice subscriptions by stream.
@@ -64,6 +67,8 @@ type notices struct {
 	// shared is the wildcard subscription of every stream's notices, held
 	// from when sharedNoticesAt streams wait until none does.
 	shared *nats.Subscription
+	// sharedHeard says whether shared is known to hear.
+	sharedHeard *heard
 	// held is len(subs), kept under mu, read without it by noticeMark:
 	// with no subscription at all (no request is retrying, the usual
 	// case) a publish's mark takes no lock.
@@ -89,6 +94,7 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 				c.log.Debug("owner notices not heard", "err", err)
 			} else {
 				n.shared = sub
+				n.sharedHeard = c.confirmHeard(sub.Subject)
 				c.stats.noticeSubscribes.Add(1)
 			}
 		}
@@ -99,6 +105,7 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 				return nil, func() {}
 			}
 			s.sub = sub
+			s.heard = c.confirmHeard(sub.Subject)
 			c.stats.noticeSubscribes.Add(1)
 		}
 		if n.subs == nil {
@@ -114,6 +121,63 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 	s.users++
 	var once sync.Once
 	return s.next, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
+}
+
+// heard says whether a notice subscription is known to hear every notice
+// of its subject: the server took it (a flush after it came back with no
+// permission refusal of the subject; the client principals may be denied
+// owner notices) and the connection has not reconnected since it was made
+// (a notice sent while the client was away is lost). Only while it hears
+// may the retries and probes of a stream that nobody serves slow down
+// (noticesHeard): the new owner's notice is what wakes them.
+type heard struct {
+	ok         atomic.Bool
+	reconnects uint64
+}
+
+// heardConfirmWait bounds the flush that confirms a notice subscription.
+const heardConfirmWait = 5 * time.Second
+
+// confirmHeard returns the heard of a notice subscription to subject just
+// made, confirmed in the background.
+func (c *Client) confirmHeard(subject string) *heard {
+	h := &heard{reconnects: c.nc.Stats().Reconnects}
+	go func() {
+		if err := c.nc.FlushTimeout(heardConfirmWait); err != nil {
+			return
+		}
+		// The server refuses a subscription it does not permit with an
+		// -ERR before it answers the flush's PING.
+		if err := c.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+			c.log.Debug("owner notices refused", "subject", subject, "err", err)
+			return
+		}
+		h.ok.Store(true)
+	}()
+	return h
+}
+
+// hears reports whether h is known to hear (see heard).
+func (h *heard) hears(c *Client) bool {
+	return h != nil && h.ok.Load() && c.nc.Stats().Reconnects == h.reconnects
+}
+
+// noticesHeard reports whether a new owner's notice of stream would be
+// heard now: a subscription of its notices (its own or the shared one) is
+// held and known to hear.
+func (c *Client) noticesHeard(stream string) bool {
+	n := &c.notices
+	if n.held.Load() == 0 {
+		return false
+	}
+	n.mu.Lock()
+	s := n.subs[stream]
+	h := n.sharedHeard
+	if s != nil && s.sub != nil {
+		h = s.heard
+	}
+	n.mu.Unlock()
+	return s != nil && h.hears(c)
 }
 
 // noticeMark is where stream's notices stand: its subscription (nil while
@@ -180,7 +244,7 @@ func (c *Client) releaseNotice(stream string, s *noticeSub) {
 			if err := n.shared.Unsubscribe(); err != nil {
 				c.log.Debug("drop the shared owner notices", "err", err)
 			}
-			n.shared = nil
+			n.shared, n.sharedHeard = nil, nil
 		}
 	})
 }

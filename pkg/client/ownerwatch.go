@@ -71,7 +71,11 @@ const (
 	// probeEveryNoticed bounds how far the probes of attempts that keep
 	// waiting back off while the stream's owner notices are heard (run).
 	probeEveryNoticed = 800 * time.Millisecond
-	probeTimeout      = 500 * time.Millisecond
+	// probeEveryQuiet bounds how far the probes back off while they find
+	// nobody serving (or get no answer) for long with the notices heard
+	// (run).
+	probeEveryQuiet = time.Second
+	probeTimeout    = 500 * time.Millisecond
 	// sendGuard: an attempt is registered just before it is sent, so only
 	// a probe started this long after the registration is taken to have
 	// gone out after the attempt.
@@ -220,7 +224,13 @@ func (w *ownerWatch) run() {
 	// after a kick, after a probe that found nobody serving or was
 	// inconclusive (a failover under way, whose notice may be lost, refused
 	// or never sent, as by an owner that only reconnected), and once no
-	// attempt waits longer than probeAfter.
+	// attempt waits longer than probeAfter. Such probes double up to
+	// probeEveryQuiet instead once the oldest attempt has waited quietAfter
+	// past probeAfter and the notices are known to be heard (noticesHeard):
+	// a failover that long is a mass one, whose thousands of held attempts
+	// probed every 100 ms, and the new owner's notice kicks a probe anyway;
+	// an owner that comes back without a notice is found up to
+	// probeEveryQuiet later.
 	every := probeEvery
 	t := time.NewTimer(every)
 	defer t.Stop()
@@ -253,10 +263,17 @@ func (w *ownerWatch) run() {
 		}
 		lost, live := w.probeOnce(id)
 		switch {
-		case kicked || !live:
-			// A notice, nobody serving or an inconclusive probe (an
-			// overloaded new owner): the failover is under way, probe
-			// at the first pace again.
+		case kicked:
+			// A notice: the new owner may need a probe or two more.
+			every = probeEvery
+		case !live && len(lost) == 0 && time.Since(oldest) >= w.c.opts.probeAfter+quietAfter && w.c.noticesHeard(w.stream):
+			// Nobody serving or an inconclusive probe (an overloaded
+			// new owner) for long, as in a mass failover, and the new
+			// owner's notice would be heard and kick a probe.
+			every = min(2*every, probeEveryQuiet)
+		case !live:
+			// Nobody serving or an inconclusive probe: the failover
+			// is under way, probe at the first pace again.
 			every = probeEvery
 		case len(lost) == 0 && notice != nil:
 			every = min(2*every, probeEveryNoticed)

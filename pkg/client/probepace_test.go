@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
@@ -82,23 +81,7 @@ func TestInconclusiveKickedProbe(t *testing.T) {
 // the server refuses it asynchronously, so the watch believes notices are
 // heard and backs off, though none can ever arrive.
 func TestRefusedNoticesDoNotSlowProbes(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "c", Password: "c", Permissions: &server.Permissions{
-				Subscribe: &server.SubjectPermission{Deny: []string{"brook.s.*.owner.*"}},
-			}},
-			{Username: "o", Password: "o"},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	ourl := fmt.Sprintf("nats://o:o@%s", s.Addr().String())
-	curl := fmt.Sprintf("nats://c:c@%s", s.Addr().String())
+	ourl, curl := startNATSDenyingNotices(t)
 	a := startOwner(t, ourl, 1)
 	c := connectClient(t, curl, WithRequestTimeout(3*time.Second))
 	if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil || pc.Epoch != 1 {

@@ -151,7 +151,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		notice, release = r.c.awaitOwner(r.stream)
 		defer release()
 	}
-	if r.stream != "" && (r.checkedAt.IsZero() || time.Since(r.checkedAt) >= infoWait(r.c.opts.infoInterval, r.checks)) {
+	if r.stream != "" && r.infoDue() {
 		// The coordinators know whether this is a failover or a stream
 		// that does not exist; ask them now and then while retrying.
 		r.checkedAt = time.Now()
@@ -167,7 +167,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 			r.status = info.Status
 		}
 	}
-	t := time.NewTimer(delay)
+	t := time.NewTimer(r.quietDelay(err, delay))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -179,6 +179,76 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	r.countRetry()
 	return nil
 }
+
+// quietDelay returns the wait before the retry of an attempt that failed
+// with err, delay by the backoff: longer, up to quietRetryMax, once the
+// request has been retried for quietAfter, nobody serves the stream (no
+// responders, or a host that no longer owns it answered) and the stream's
+// notices are heard (noticesHeard). A new owner announces itself once it
+// takes publishes and its notice ends the wait at once, so retrying every
+// few milliseconds until then only loads the cluster that is failing the
+// stream over (thousands of streams at once in a mass failover). An owner
+// that comes back without a notice (one that only reconnected) is met up to
+// quietRetryMax later. The wait stays within the retry time limit.
+func (r *retrier) quietDelay(err error, delay time.Duration) time.Duration {
+	o := r.c.opts
+	waited := time.Since(r.start)
+	if r.stream == "" || !nobodyServes(err) || waited < quietAfter || !r.c.noticesHeard(r.stream) {
+		return delay
+	}
+	d := backoff(r.attempts, o.backoffMin, max(o.backoffMax, quietRetryMax))
+	if o.maxRetryTime > 0 {
+		d = min(d, o.maxRetryTime-waited)
+	}
+	return max(d, delay)
+}
+
+// nobodyServes reports whether err says that nobody, or a host that is not
+// (or no longer) the stream's owner, got the request: a new owner will
+// announce itself.
+func nobodyServes(err error) bool {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return true
+	}
+	switch wire.CodeOf(err) {
+	case wire.CodeNotOwner, wire.CodeSealed, wire.CodeShuttingDown:
+		return true
+	}
+	return false
+}
+
+// Pace of a request waiting for a new owner while notices are heard
+// (quietDelay; the owner watch's probes too, probeEveryQuiet).
+const (
+	// quietAfter is how long a request waits at its usual pace first: a
+	// failover of one stream ends well within it.
+	quietAfter = time.Second
+	// quietRetryMax bounds the retry backoff after quietAfter.
+	quietRetryMax = time.Second
+)
+
+// infoDue reports whether the retry asks the coordinators about the stream
+// now: at the first retry, then after infoWait, and, once they said the
+// stream is recovering or waiting, only every infoSettled. The next change
+// of a failing-over stream is its new owner, which announces itself and
+// confirms the retry; asking on meanwhile sent the coordinators that
+// recover the streams a stream.info per stream every 2 s. A stream deleted
+// while it failed over is reported up to infoSettled late.
+func (r *retrier) infoDue() bool {
+	if r.checkedAt.IsZero() {
+		return true
+	}
+	wait := infoWait(r.c.opts.infoInterval, r.checks)
+	if r.status == wire.StatusRecovering || r.status == wire.StatusWaiting {
+		wait = max(wait, r.c.opts.infoInterval*infoSettled)
+	}
+	return time.Since(r.checkedAt) >= wait
+}
+
+// infoSettled is how many info intervals apart (8 s with
+// DefaultInfoInterval) a retry asks again once the coordinators said the
+// stream is recovering or waiting.
+const infoSettled = 32
 
 // countRetry counts the retry about to go: in Stats.Retries for a
 // request about a stream, in Stats.AdminRetries for one about none.
