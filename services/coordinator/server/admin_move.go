@@ -581,6 +581,7 @@ func (s *Server) newWorker() *recovery.Worker {
 		Now:         s.opt.Now,
 		Gone:        s.nodeGone,
 		Incarnation: s.live.Incarnation,
+		LastHeard:   s.live.LastHeard,
 		Waits:       s.waits,
 		Committed:   s.metrics.failoverCommitted,
 	}
