@@ -647,7 +647,7 @@ func (s *Server) balance(leaderCtx context.Context) {
 	}
 	s.mu.Unlock()
 	budget := p.MaxMoves - len(moving)
-	if !due || budget <= 0 {
+	if !due {
 		return
 	}
 	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
@@ -660,7 +660,9 @@ func (s *Server) balance(leaderCtx context.Context) {
 	s.mu.Lock()
 	settled := s.settling.Settled(v, now, p.Settle)
 	s.mu.Unlock()
-	if !settled {
+	// Read and noted even with no budget left, so a failover that begins
+	// and ends while moves are in flight still starts the quiet period.
+	if !settled || budget <= 0 {
 		return
 	}
 	// A follower's record tail against its owner's, as their heartbeats
