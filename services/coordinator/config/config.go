@@ -55,6 +55,8 @@ type Config struct {
 	BalanceInterval time.Duration `koanf:"balance-interval"`
 	BalanceMoves    int           `koanf:"balance-moves"`
 	BalanceMargin   float64       `koanf:"balance-margin"`
+	BalanceSettle   time.Duration `koanf:"balance-settle"`
+	BalancePerHost  int           `koanf:"balance-moves-per-host"`
 	RTTMillisecond  uint64        `koanf:"rtt-ms"`
 	// MaxStreams and MaxCopiesPerHost are the cluster's limits: a create
 	// past either is refused (stream_limit, host_limit).
@@ -103,6 +105,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("balance-interval", controller.DefaultBalanceInterval, "least time between two balancing rounds")
 	fs.Int("balance-moves", controller.DefaultBalanceMoves, "planned moves of the balancer (and operators) in flight at most")
 	fs.Float64("balance-margin", controller.DefaultBalanceMargin, "how far (a fraction of the even share) a host's owned streams may be off it before streams move")
+	fs.Duration("balance-settle", controller.DefaultBalanceSettle, "quiet period after a failover pending or a change of the hosts that may own before the balancer moves anything")
+	fs.Int("balance-moves-per-host", controller.DefaultBalanceMovesPerHost, "planned moves of the balancer in flight from one owner at most")
 	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
 	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
 	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
@@ -236,8 +240,8 @@ func (c Config) Validate() error {
 	if c.MaxInflight < 1 {
 		errs = append(errs, errors.New("--max-inflight must be at least 1"))
 	}
-	if c.BalanceMoves < 1 || c.BalanceMargin <= 0 {
-		errs = append(errs, fmt.Errorf("--balance-moves %d must be at least 1 and --balance-margin %g positive", c.BalanceMoves, c.BalanceMargin))
+	if c.BalanceMoves < 1 || c.BalancePerHost < 1 || c.BalanceMargin <= 0 || c.BalanceSettle < 0 {
+		errs = append(errs, fmt.Errorf("--balance-moves %d and --balance-moves-per-host %d must be at least 1, --balance-margin %g positive, --balance-settle %s not negative", c.BalanceMoves, c.BalancePerHost, c.BalanceMargin, c.BalanceSettle))
 	}
 	if c.RTTMillisecond == 0 {
 		errs = append(errs, errors.New("--rtt-ms must be at least 1"))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -137,7 +138,7 @@ func TestBalanceDefaults(t *testing.T) {
 // then Balance.
 func balance(s *state.State, up func(string) bool, moving map[string]string, skip map[string]bool, lags func(string, string) bool, budget int, margin float64) []Move {
 	q := BalanceQuery(func(_ *state.State, n string) bool { return up(n) }, moving, skip, budget, margin)
-	return Balance(q.Run(s).(state.BalanceView), lags, budget, margin)
+	return Balance(q.Run(s).(state.BalanceView), lags, budget, margin, 0)
 }
 
 // TestBalanceShortStreams: streams a recovery left short of a copy count
@@ -229,5 +230,73 @@ func TestBalanceMovesInFlight(t *testing.T) {
 	}
 	if second := balance(f.s, up, moving, nil, nil, 4-len(moving), 0.1); len(second) > 0 {
 		t.Fatalf("moves beyond even with %d in flight: %v", len(moving), second)
+	}
+}
+
+// TestBalanceMovesPerHost: a host hands off at most perHost moves at
+// once, those in flight (a pending move, a hand-off not recorded yet)
+// included; a mass failover left 1,363 promotions on one host and the
+// balancer moved four at a time from it while it was still loaded (issue
+// 17, session 28).
+func TestBalanceMovesPerHost(t *testing.T) {
+	f := newFixture(t, "h1", "h2", "h3", "h4")
+	for i := range 12 {
+		f.create(fmt.Sprintf("s%02d", i), 3, "h1", "h2", "h3")
+	}
+	f.create("t0", 3, "h4", "h1", "h2")
+	up := func(*state.State, string) bool { return true }
+	run := func(moving map[string]string, budget int) []Move {
+		v := BalanceQuery(up, moving, nil, budget, 0.1).Run(f.s).(state.BalanceView)
+		return Balance(v, nil, budget, 0.1, 2)
+	}
+	first := run(nil, 4)
+	if len(first) != 2 || first[0].From != "h1" || first[1].From != "h1" {
+		t.Fatalf("first round %v, want two moves from h1 (two at most per host)", first)
+	}
+	// One hand-off is recorded (a pending move), one is still running.
+	m := first[0]
+	st := f.s.Streams[m.Stream]
+	p := state.CloneAssignment(st.Assignment)
+	p.Owner, p.Followers = m.To, []string{"h1", "h3"}
+	f.apply(state.RecoveryBegin(m.Stream, st.Version, p, state.ReasonMove, "", "", t0.UnixMilli()))
+	if again := run(map[string]string{first[1].Stream: first[1].To}, 2); len(again) != 0 {
+		t.Fatalf("moves %v from h1 with two of its moves in flight", again)
+	}
+}
+
+// TestBalanceSettles: the balancer moves nothing until a quiet period has
+// passed since it last saw a failover pending or the hosts that may own
+// change; at 10,000 streams it moved streams from the host a failover had
+// just loaded one second after the last recovery committed (issue 17,
+// session 28).
+func TestBalanceSettles(t *testing.T) {
+	const quiet = 10 * time.Second
+	var s Settling
+	hosts := func(ns ...string) state.BalanceView {
+		v := state.BalanceView{Owned: map[string]int{}}
+		for _, n := range ns {
+			v.Owned[n] = 1
+		}
+		return v
+	}
+	steps := []struct {
+		at   time.Duration
+		v    state.BalanceView
+		want bool
+	}{
+		{0, hosts("h1", "h2", "h3"), false},                               // first view: starts the quiet period
+		{quiet, hosts("h1", "h2", "h3"), true},                            // quiet since
+		{quiet + time.Second, hosts("h2", "h3"), false},                   // h1 expired
+		{quiet + 2*time.Second, state.BalanceView{Failover: true}, false}, // its failover pending
+		{2*quiet + time.Second, hosts("h2", "h3"), false},                 // last seen pending at quiet+2s
+		{2*quiet + 2*time.Second, hosts("h2", "h3"), true},
+		{2*quiet + 3*time.Second, hosts("h1", "h2", "h3"), false}, // h1 rejoins
+		{3*quiet + 2*time.Second, hosts("h1", "h2", "h3"), false},
+		{3*quiet + 3*time.Second, hosts("h1", "h2", "h3"), true},
+	}
+	for i, st := range steps {
+		if got := s.Settled(st.v, t0.Add(st.at), quiet); got != st.want {
+			t.Fatalf("step %d (at %v): settled %v, want %v", i, st.at, got, st.want)
+		}
 	}
 }

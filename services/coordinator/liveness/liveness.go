@@ -240,6 +240,20 @@ func (t *Tracker) view(copies func(map[string]wire.CopyStatus) map[string]wire.C
 	return out
 }
 
+// LastHeard returns when a heartbeat message of node last arrived, and
+// false when none has since the disconnect advisory that counts (or none
+// arrived at all): recovery's proof that a node is alive
+// (recovery.Worker.LastHeard).
+func (t *Tracker) LastHeard(node string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.nodes[node]
+	if s == nil || s.LastSeen.IsZero() || !s.DisconnectedAt.IsZero() && !s.HeardSinceDisconnect() {
+		return time.Time{}, false
+	}
+	return s.LastSeen, true
+}
+
 // Incarnation returns node's incarnation as its latest decoded heartbeat
 // named it, and whether the node is known.
 func (t *Tracker) Incarnation(node string) (uint64, bool) {

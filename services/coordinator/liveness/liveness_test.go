@@ -202,3 +202,27 @@ func TestBeatOnTheClosedConnectionDoesNotClearTheAdvisory(t *testing.T) {
 		t.Fatalf("a beat naming the new connection left the advisory standing (%v)", s.DisconnectedAt)
 	}
 }
+
+// TestLastHeard: the last arrival of a node's heartbeats, touched or
+// decoded, and nothing while a disconnect counts without a message since.
+func TestLastHeard(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	if _, ok := tr.LastHeard("h"); ok {
+		t.Fatal("heard a node never heard")
+	}
+	a := Conn{Server: "NSERVER1", ID: 7}
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 1, Live: true, ConnServer: a.Server, ConnID: a.ID}, t0)
+	tr.Touch("h", t0.Add(time.Second))
+	if at, ok := tr.LastHeard("h"); !ok || !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("last heard %v %v, want the touch at +1s", at, ok)
+	}
+	tr.Disconnected("h", a, t0.Add(2*time.Second))
+	if at, ok := tr.LastHeard("h"); ok {
+		t.Fatalf("heard at %v after its disconnect, with nothing since", at)
+	}
+	tr.Touch("h", t0.Add(3*time.Second))
+	if at, ok := tr.LastHeard("h"); !ok || !at.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("last heard %v %v, want the message at +3s after the disconnect", at, ok)
+	}
+}

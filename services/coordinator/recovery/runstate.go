@@ -32,8 +32,9 @@ const MaxSealTimeoutFactor = 8
 // its answer is dropped and it is sealed again; a different stream id,
 // fence or transition, so the set is dropped when the key changes (a
 // withdrawn transition stops the worker anyway). Kept answers count toward
-// R and the furthest tails but are never promoted: Worker.decideFresh
-// seals a chosen copy with a kept answer again first.
+// R and the furthest tails but are promoted only with fresh proof of
+// life: Worker.decideFresh seals a chosen copy with a kept answer again
+// first, unless its node was heard since the answer (Worker.LastHeard).
 //
 // timeouts are the nodes' seal timeouts for the next round
 // (NextSealTimeout); logged is the wait kind last logged and waits the

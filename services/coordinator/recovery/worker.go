@@ -97,7 +97,8 @@ func (w *Worker) pause(ctx context.Context, d time.Duration) error {
 // the state afresh, seals every copy of the old assignment at Old.Epoch+1 in
 // parallel (each given SealTimeout from when it is sent), decides, and either commits with
 // one guarded write or records why it waits and tries again after a backoff
-// (50ms doubling to 2s). It returns nil when the recovery is committed, or
+// (50ms doubling to 2s; none after a round whose missing answers timed out,
+// which waited longer already). It returns nil when the recovery is committed, or
 // when a read shows it gone or replaced by another transition (whoever
 // replaced it runs its own worker); it returns ctx's error when ctx ends,
 // which is how a leader that loses leadership stops it. A commit that loses
@@ -246,6 +247,15 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 				log.Warn("recovery: record wait failed", "err", err)
 			}
 		}
+		// A round whose missing answers timed out has already waited at
+		// least a seal timeout (longer than the backoff): the backoff
+		// guards against refusals (overloaded, no responders) that end a
+		// round at once, not against seals queued behind a mass
+		// failover's, which a pause would only send later still (issue 17).
+		if w.onlyTimedOut(answers) {
+			ws.SetAttributes(attribute.Bool("pause_skipped", true))
+			return false, true, nil
+		}
 		return false, true, w.pause(ctx, backoff)
 	}
 
@@ -279,13 +289,15 @@ func (w *Worker) round(ctx context.Context, log *slog.Logger, n int, pr wire.Pen
 }
 
 // decideFresh decides on answers and, while the decision would promote a
-// copy whose answer was kept from an earlier round, seals that copy again
-// and decides anew: a kept answer counts toward R and toward the furthest
-// tails, but the promoted owner has answered in this round, as every
-// answer did before answers were kept. Its node may have died since its
-// answer without being gone yet (not silent for a TTL); promoting it would
-// make its tails the latest history start, which only it (and the copies
-// the recovery left behind) might hold, so a second failover after it
+// copy whose answer was kept from an earlier round and whose node was not
+// heard since that answer within a seal timeout (heardSince), seals that
+// copy again and decides anew: a kept answer counts toward R and toward
+// the furthest tails, but the promoted owner has answered in this round
+// (or was heard since its answer), as every answer did before answers
+// were kept. Its node may have died since its answer without being gone
+// yet (not silent for a TTL); promoting it would make its tails the latest
+// history start, which only it (and the copies the recovery left behind)
+// might hold, so a second failover after it
 // would wait for it to come back (docs/failover.md, "Seal answers kept
 // across rounds"). A re-seal at the same fence is cheap (the host answers
 // from its fenced copy's metadata); one that fails leaves the copy
@@ -299,7 +311,7 @@ func (w *Worker) decideFresh(ctx context.Context, tr trace.Tracer, log *slog.Log
 		}
 		owner := d.Assignment.Owner
 		i := slices.IndexFunc(answers, func(a Answer) bool { return a.Node == owner && a.kept })
-		if i < 0 {
+		if i < 0 || w.heardSince(owner, answers[i].at) {
 			return d, nil
 		}
 		log.Info("recovery: sealing the chosen copy again before promoting it (its answer is from an earlier round)", "node", owner)
@@ -313,6 +325,36 @@ func (w *Worker) decideFresh(ctx context.Context, tr trace.Tracer, log *slog.Log
 		delete(rs.kept, owner)
 		rs.keep(pr, []Answer{a}, w.sealTimeout())
 	}
+}
+
+// onlyTimedOut reports whether a round's answers miss some copy because
+// its seal timed out, and none because it was refused: every copy that
+// did not answer, other than those on gone nodes (a refusal there is no
+// load to back off from), timed out.
+func (w *Worker) onlyTimedOut(answers []Answer) bool {
+	timedOut := false
+	for _, a := range answers {
+		switch {
+		case a.Err == nil:
+		case sealTimedOut(a):
+			timedOut = true
+		case w.Gone == nil || !w.Gone(a.Node):
+			return false
+		}
+	}
+	return timedOut
+}
+
+// heardSince reports whether node was heard (LastHeard) after at, an
+// answer's arrival, and within one seal timeout of now: alive since its
+// answer, as recently as a re-seal sent now would show (a round waits at
+// least that long for one). Without LastHeard or at, it reports false.
+func (w *Worker) heardSince(node string, at time.Time) bool {
+	if w.LastHeard == nil || at.IsZero() {
+		return false
+	}
+	heard, ok := w.LastHeard(node)
+	return ok && heard.After(at) && w.now().Sub(heard) <= w.sealTimeout()
 }
 
 // sameWait compares two waits ignoring when they were seen.
@@ -465,6 +507,7 @@ func (w *Worker) sealOne(ctx context.Context, tr trace.Tracer, pr wire.PendingRe
 		a.Err = fmt.Errorf("seal %s: %w", node, ctx.Err())
 	}
 	a.Took = time.Since(began)
+	a.at = w.now()
 	if a.Err == nil {
 		if err := validAnswer(a, req.FenceEpoch, req.Transition); err != nil {
 			a.Reply, a.Err = nil, fmt.Errorf("seal %s: %w", node, err)

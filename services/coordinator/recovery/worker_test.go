@@ -469,7 +469,8 @@ func TestWorkerStopsOnCancel(t *testing.T) {
 		pr := pending("majority_durable", "a", "b", "c")
 		st := &fakeState{pr: &pr, version: 3}
 		se := newSealer(nil)
-		se.act["a"], se.act["b"], se.act["c"] = blockUntilDone, blockUntilDone, blockUntilDone
+		// c refuses (a round whose seals only time out does not pause).
+		se.act["a"], se.act["b"], se.act["c"] = blockUntilDone, blockUntilDone, noResponders
 		ctx, cancel := context.WithCancel(testCtx(t))
 		sl := &sleeps{then: func(n int) error {
 			if n == 2 {

@@ -581,6 +581,7 @@ func (s *Server) newWorker() *recovery.Worker {
 		Now:         s.opt.Now,
 		Gone:        s.nodeGone,
 		Incarnation: s.live.Incarnation,
+		LastHeard:   s.live.LastHeard,
 		Waits:       s.waits,
 		Committed:   s.metrics.failoverCommitted,
 	}
@@ -623,8 +624,11 @@ func (s *Server) balanceUp(now time.Time) func(*state.State, string) bool {
 // balance runs the owner balancer at most once per Balance.Interval, on
 // the leader: a state.QueryBalance read (its cost is in proportion to the
 // nodes and the streams it may move, not to all streams) and
-// controller.Balance's moves, within Balance.MaxMoves moves in flight
-// (operators' included), each in its own goroutine under the leader's
+// controller.Balance's moves once the cluster has settled (no failover
+// pending nor a change of the hosts that may own for Balance.Settle:
+// controller.Settling), within Balance.MaxMoves moves in flight
+// (operators' included) and Balance.MaxMovesPerHost from one owner,
+// each in its own goroutine under the leader's
 // context, so losing leadership aborts them (a move already sealed is
 // finished by the next leader's recovery worker).
 func (s *Server) balance(leaderCtx context.Context) {
@@ -643,7 +647,7 @@ func (s *Server) balance(leaderCtx context.Context) {
 	}
 	s.mu.Unlock()
 	budget := p.MaxMoves - len(moving)
-	if !due || budget <= 0 {
+	if !due {
 		return
 	}
 	rctx, cancel := context.WithTimeout(leaderCtx, 2*time.Second)
@@ -653,6 +657,14 @@ func (s *Server) balance(leaderCtx context.Context) {
 		return // the control loop logs failing reads
 	}
 	v := r.(state.BalanceView)
+	s.mu.Lock()
+	settled := s.settling.Settled(v, now, p.Settle)
+	s.mu.Unlock()
+	// Read and noted even with no budget left, so a failover that begins
+	// and ends while moves are in flight still starts the quiet period.
+	if !settled || budget <= 0 {
+		return
+	}
 	// A follower's record tail against its owner's, as their heartbeats
 	// last told, for the candidates Balance looks at only.
 	lags := func(stream, n string) bool {
@@ -670,7 +682,7 @@ func (s *Server) balance(leaderCtx context.Context) {
 		}
 		return own != nil && cp != nil && cp.RecordTail+maxBalanceLag < own.RecordTail
 	}
-	for _, m := range controller.Balance(v, lags, budget, p.Margin) {
+	for _, m := range controller.Balance(v, lags, budget, p.Margin, p.MaxMovesPerHost) {
 		s.workerWG.Add(1)
 		go func() {
 			defer s.workerWG.Done()

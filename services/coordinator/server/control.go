@@ -50,6 +50,7 @@ func (s *Server) controlLoop(ctx context.Context) {
 		if leading && !was {
 			s.leaderSince = s.opt.Now()
 			s.noticed = 0
+			s.settling = controller.Settling{} // a new term's balancer waits its quiet period afresh
 		}
 		s.mu.Unlock()
 		switch {

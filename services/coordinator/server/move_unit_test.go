@@ -94,7 +94,7 @@ func TestBalancerSkipsDrainRequestedNodes(t *testing.T) {
 	targets := func() map[string]int {
 		q := controller.BalanceQuery(s.balanceUp(now), nil, nil, 4, 0.1)
 		to := map[string]int{}
-		for _, m := range controller.Balance(q.Run(st).(state.BalanceView), nil, 4, 0.1) {
+		for _, m := range controller.Balance(q.Run(st).(state.BalanceView), nil, 4, 0.1, 0) {
 			to[m.To]++
 		}
 		return to

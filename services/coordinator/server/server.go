@@ -221,9 +221,11 @@ type Server struct {
 	mu      sync.Mutex
 	workers map[string]*workerRun
 	// moves is what this replica's planned moves keep (admin_move.go);
-	// balancedAt is when the balancer last ran.
+	// balancedAt is when the balancer last ran, settling what it last saw
+	// change (controller.Settling: it moves only after a quiet period).
 	moves      moves
 	balancedAt time.Time
+	settling   controller.Settling
 	// movesSeen is, per stream, when this leader first saw its planned
 	// move's pending recovery (moverRuns).
 	movesSeen map[string]seenMove

@@ -37,6 +37,10 @@ type BalanceView struct {
 	// Failover is true while a recovery other than a planned move is
 	// pending: then Owned and Candidates are empty.
 	Failover bool
+	// Sources counts, per node, the planned moves in flight (pending
+	// move recoveries, streams in Moving) of streams it owns: the
+	// balancer bounds the moves a host hands off at once.
+	Sources map[string]int
 	// Candidates holds, per node Want named a source, up to Limit streams
 	// it owns that may move (no recovery pending, not moving nor skipped,
 	// all their copies) and that have a follower Want named a target,
@@ -53,7 +57,7 @@ type BalanceCandidate struct {
 // Run implements Query.
 func (q QueryBalance) Run(s *State) any {
 	x := s.ix()
-	v := BalanceView{Owned: map[string]int{}, Candidates: map[string][]BalanceCandidate{}}
+	v := BalanceView{Owned: map[string]int{}, Sources: map[string]int{}, Candidates: map[string][]BalanceCandidate{}}
 	for n := range s.Nodes {
 		if q.Up == nil || q.Up(s, n) {
 			v.Owned[n] = x.replOwns[n]
@@ -78,10 +82,12 @@ func (q QueryBalance) Run(s *State) any {
 		if st.Recovery.Reason != ReasonMove {
 			return BalanceView{Failover: true}
 		}
+		v.Sources[st.Assignment.Owner]++
 		shift(st, st.Recovery.Proposal.Owner)
 	}
 	for name, to := range q.Moving {
 		if st := s.Streams[name]; st != nil && st.Recovery == nil {
+			v.Sources[st.Assignment.Owner]++
 			shift(st, to)
 		}
 	}

@@ -96,7 +96,7 @@ func run(args []string) int {
 		MaxInflight:      cfg.MaxInflight,
 		SealTimeout:      cfg.SealTimeout,
 		Balance: controller.BalanceParams{Off: !cfg.Balance, Interval: cfg.BalanceInterval,
-			MaxMoves: cfg.BalanceMoves, Margin: cfg.BalanceMargin},
+			MaxMoves: cfg.BalanceMoves, Margin: cfg.BalanceMargin, Settle: cfg.BalanceSettle, MaxMovesPerHost: cfg.BalancePerHost},
 		DefaultPolicy:  cfg.DefaultPolicy,
 		RTTMillisecond: cfg.RTTMillisecond,
 		RaftTLS:        raftTLS,
