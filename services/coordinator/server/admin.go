@@ -516,8 +516,8 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	// create answers reaches it rather than no responders. No lock is held
 	// across the wait.
 	serving := time.Now()
-	served := s.ownerServes(ctx, req.Stream, r.StreamID)
-	s.log.Debug("stream create: owner serves", "stream", req.Stream, "served", served,
+	served, probes := s.ownerServes(ctx, req.Stream, r.StreamID)
+	s.log.Debug("stream create: owner serves", "stream", req.Stream, "served", served, "probes", probes,
 		"wait_ms", time.Since(serving).Milliseconds(), "total_ms", time.Since(began).Milliseconds())
 	// This replica applied the create before Propose returned, so its own
 	// state, read without a quorum round, holds it or a later change of
@@ -544,8 +544,9 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 // that does not wait, naming the stream id, until a reply that is not an
 // error comes back. No responders (the owner has not subscribed yet), a
 // refusal (an older stream's owner, or a copy not yet owner) and a timeout
-// are all asked again after a pause (probePause).
-func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) bool {
+// are all asked again after a pause (probePause). It also returns how many
+// probes it sent.
+func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) (bool, int) {
 	ctx, cancel := context.WithTimeout(ctx, ownerServeWait)
 	defer cancel()
 	body, _ := json.Marshal(wire.FetchRequest{Start: "latest", MaxRecords: 1})
@@ -557,11 +558,11 @@ func (s *Server) ownerServes(ctx context.Context, stream string, id uint64) bool
 		resp, err := s.nc.RequestMsgWithContext(actx, m)
 		acancel()
 		if err == nil && resp.Header.Get(HeaderError) == "" {
-			return true
+			return true, n + 1
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, n + 1
 		case <-time.After(probePause(n)):
 		}
 	}
