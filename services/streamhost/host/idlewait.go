@@ -213,14 +213,11 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		w.mu.Unlock()
 		gap = hostWaitGap
 		if err != nil {
-			switch {
-			case h.bgCtx.Err() != nil:
-			case errors.Is(err, context.Canceled) && errors.Is(cause, errSetGrew):
-				// Ask again at once (after the gap) with the new set. Only
-				// a request that ended cancelled was cancelled for the
-				// copies that joined: one joining just after a real
-				// failure must not hide it.
-			case errors.Is(err, context.DeadlineExceeded) && cause == nil && late+1 < hostWaitLateMax:
+			switch hostWaitFailure(h.bgCtx.Err() != nil, err, cause, late) {
+			case hostWaitStop, hostWaitRegrown:
+				// Stopping; or cancelled for the copies that joined: ask
+				// again at once (after the gap) with the new set.
+			case hostWaitLate:
 				// Late, not lost (hostWaitLateMax): ask again for the same
 				// copies, which sleep on.
 				late++
@@ -546,4 +543,32 @@ func (x *ownerIndex) get(id uint64) *owner {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.m[id]
+}
+
+// What a failed host wait leads to (hostWaitFailure).
+const (
+	hostWaitWake    = iota // wake every idle copy of the owner host
+	hostWaitStop           // the host stops: nothing to do
+	hostWaitRegrown        // cancelled for copies that joined: ask again with them
+	hostWaitLate           // only late: ask again for the same copies
+)
+
+// hostWaitFailure decides what a host wait that ended with err (its
+// request context's cause, late host waits before it in a row) leads to.
+// Only a request that ended cancelled was cancelled for the copies that
+// joined: one joining just after a real failure must not hide it. A
+// request that ran out its time is late, not lost (hostWaitLateMax), even
+// when copies joined between its deadline and the look at its cause: a
+// join cancels a request already ended too, and that must not turn a late
+// answer into a wake of every copy.
+func hostWaitFailure(stopping bool, err, cause error, late int) int {
+	switch {
+	case stopping:
+		return hostWaitStop
+	case errors.Is(err, context.Canceled) && errors.Is(cause, errSetGrew):
+		return hostWaitRegrown
+	case errors.Is(err, context.DeadlineExceeded) && (cause == nil || errors.Is(cause, errSetGrew)) && late+1 < hostWaitLateMax:
+		return hostWaitLate
+	}
+	return hostWaitWake
 }
