@@ -240,18 +240,21 @@ func (t *Tracker) view(copies func(map[string]wire.CopyStatus) map[string]wire.C
 	return out
 }
 
-// LastHeard returns when a heartbeat message of node last arrived, and
-// false when none has since the disconnect advisory that counts (or none
-// arrived at all): recovery's proof that a node is alive
-// (recovery.Worker.LastHeard).
-func (t *Tracker) LastHeard(node string) (time.Time, bool) {
+// LastHeard returns when node's latest decoded heartbeat arrived and the
+// incarnation it named, and false when none has been decoded or a
+// disconnect advisory counts (no decoded heartbeat has reconnected the
+// node since): recovery's proof that the incarnation that answered a seal
+// is alive (recovery.Worker.LastHeard). Only decoded heartbeats count:
+// an arrival merely touched (Touch) names no incarnation, and a restarted
+// host's first message must not pass for its old incarnation's life.
+func (t *Tracker) LastHeard(node string) (at time.Time, incarnation uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.nodes[node]
-	if s == nil || s.LastSeen.IsZero() || !s.DisconnectedAt.IsZero() && !s.HeardSinceDisconnect() {
-		return time.Time{}, false
+	if s == nil || s.LastDecoded.IsZero() || !s.DisconnectedAt.IsZero() {
+		return time.Time{}, 0, false
 	}
-	return s.LastSeen, true
+	return s.LastDecoded, s.Incarnation, true
 }
 
 // Incarnation returns node's incarnation as its latest decoded heartbeat

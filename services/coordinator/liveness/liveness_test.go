@@ -203,26 +203,33 @@ func TestBeatOnTheClosedConnectionDoesNotClearTheAdvisory(t *testing.T) {
 	}
 }
 
-// TestLastHeard: the last arrival of a node's heartbeats, touched or
-// decoded, and nothing while a disconnect counts without a message since.
+// TestLastHeard: the arrival of a node's latest decoded heartbeat with
+// the incarnation it named; an arrival only touched (not decoded, so of
+// no known incarnation) does not count, and nothing counts while a
+// disconnect stands.
 func TestLastHeard(t *testing.T) {
 	tr := New()
 	t0 := time.Unix(1_000, 0)
-	if _, ok := tr.LastHeard("h"); ok {
+	if _, _, ok := tr.LastHeard("h"); ok {
 		t.Fatal("heard a node never heard")
 	}
 	a := Conn{Server: "NSERVER1", ID: 7}
-	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 1, Live: true, ConnServer: a.Server, ConnID: a.ID}, t0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 1, AtMS: 1, Live: true, ConnServer: a.Server, ConnID: a.ID}, t0)
 	tr.Touch("h", t0.Add(time.Second))
-	if at, ok := tr.LastHeard("h"); !ok || !at.Equal(t0.Add(time.Second)) {
-		t.Fatalf("last heard %v %v, want the touch at +1s", at, ok)
+	if at, inc, ok := tr.LastHeard("h"); !ok || !at.Equal(t0) || inc != 1 {
+		t.Fatalf("last heard %v incarnation %d %v, want the decoded beat at +0s of incarnation 1 (a touch names no incarnation)", at, inc, ok)
 	}
 	tr.Disconnected("h", a, t0.Add(2*time.Second))
-	if at, ok := tr.LastHeard("h"); ok {
+	if at, _, ok := tr.LastHeard("h"); ok {
 		t.Fatalf("heard at %v after its disconnect, with nothing since", at)
 	}
 	tr.Touch("h", t0.Add(3*time.Second))
-	if at, ok := tr.LastHeard("h"); !ok || !at.Equal(t0.Add(3*time.Second)) {
-		t.Fatalf("last heard %v %v, want the message at +3s after the disconnect", at, ok)
+	if at, _, ok := tr.LastHeard("h"); ok {
+		t.Fatalf("heard at %v after its disconnect, with a message not yet decoded", at)
+	}
+	b := Conn{Server: "NSERVER1", ID: 8}
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 2, Beat: 1, AtMS: 2, Live: true, ConnServer: b.Server, ConnID: b.ID}, t0.Add(4*time.Second))
+	if at, inc, ok := tr.LastHeard("h"); !ok || !at.Equal(t0.Add(4*time.Second)) || inc != 2 {
+		t.Fatalf("last heard %v incarnation %d %v, want the new incarnation's beat at +4s", at, inc, ok)
 	}
 }

@@ -50,7 +50,7 @@ func TestKeptAnswerOfANodeHeardSinceIsPromoted(t *testing.T) {
 			w := newWorker(st, se, &sleeps{})
 			w.Incarnation = func(string) (uint64, bool) { return 1, true }
 			w.Gone = func(n string) bool { return n == "a" }
-			w.LastHeard = func(n string) (time.Time, bool) { return now.Add(c.heard), n != "a" }
+			w.LastHeard = func(n string) (time.Time, uint64, bool) { return now.Add(c.heard), 1, n != "a" }
 			if err := w.Run(testCtx(t), "s"); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -93,5 +93,42 @@ func TestNoPauseAfterATimedOutSeal(t *testing.T) {
 				t.Errorf("paused %v, want %d pauses", sl.d, c.pauses)
 			}
 		})
+	}
+}
+
+// TestKeptAnswerOfARestartedNodeIsSealedAgain: a node heard since its kept
+// answer is promoted on it only if the heartbeat heard is of the
+// incarnation that answered. A restart after the round's last prune (the
+// new incarnation's first beat arriving just before the decision) may
+// have lost what the copy answered, so the copy is sealed again and
+// promoted on the answer of the incarnation that holds it now (review of
+// ef27d62, session 29: LastHeard counted arrivals not yet decoded, which
+// name no incarnation).
+func TestKeptAnswerOfARestartedNodeIsSealedAgain(t *testing.T) {
+	restarted := false
+	st, se := keptFurthest(overloaded)
+	w := newWorker(st, se, &sleeps{})
+	w.Incarnation = func(n string) (uint64, bool) {
+		if n == "b" && restarted {
+			return 2, true
+		}
+		return 1, true
+	}
+	w.Gone = func(n string) bool { return n == "a" }
+	w.LastHeard = func(n string) (time.Time, uint64, bool) {
+		if n == "b" {
+			restarted = true // the beat heard is the new incarnation's
+			return now.Add(time.Millisecond), 2, true
+		}
+		return now.Add(time.Millisecond), 1, n != "a"
+	}
+	if err := w.Run(testCtx(t), "s"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(se.calls("b")); n != 2 {
+		t.Errorf("b sealed %d times, want 2 (its kept answer is of the incarnation before its restart)", n)
+	}
+	if len(st.applied) != 1 || st.applied[0].a.Owner != "b" {
+		t.Fatalf("applied %+v; want one commit promoting b", st.applied)
 	}
 }

@@ -134,13 +134,15 @@ type Worker struct {
 	// incarnation is not the one it had when it was asked: a restarted
 	// host may have lost what it answered. Nil: unknown for every node.
 	Incarnation func(node string) (incarnation uint64, ok bool)
-	// LastHeard, if set, reports when the liveness view last heard node
-	// (Worker.Now's clock; ok false: not heard since its last disconnect,
-	// or never). A copy chosen on a seal answer kept from an earlier
-	// round is promoted without sealing it again when its node was heard
-	// after that answer and within one seal timeout of now, proof of life
-	// as recent as a re-seal's (Worker.decideFresh). Nil: always re-seal.
-	LastHeard func(node string) (at time.Time, ok bool)
+	// LastHeard, if set, reports when the liveness view last decoded a
+	// heartbeat of node (Worker.Now's clock) and the incarnation it named
+	// (ok false: none since its last disconnect, or never). A copy chosen
+	// on a seal answer kept from an earlier round is promoted without
+	// sealing it again when its node was heard after that answer, within
+	// one seal timeout of now, at the incarnation that answered: proof of
+	// life as recent as a re-seal's (Worker.decideFresh). Nil: always
+	// re-seal.
+	LastHeard func(node string) (at time.Time, incarnation uint64, ok bool)
 	// Waits, if set, takes the repeated "recovery: waiting" lines of
 	// this worker (a wait of the kind it logged last) into its periodic
 	// summary; nil logs every round's wait.

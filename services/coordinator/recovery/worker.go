@@ -311,7 +311,7 @@ func (w *Worker) decideFresh(ctx context.Context, tr trace.Tracer, log *slog.Log
 		}
 		owner := d.Assignment.Owner
 		i := slices.IndexFunc(answers, func(a Answer) bool { return a.Node == owner && a.kept })
-		if i < 0 || w.heardSince(owner, answers[i].at) {
+		if i < 0 || w.heardSince(answers[i]) {
 			return d, nil
 		}
 		log.Info("recovery: sealing the chosen copy again before promoting it (its answer is from an earlier round)", "node", owner)
@@ -345,16 +345,19 @@ func (w *Worker) onlyTimedOut(answers []Answer) bool {
 	return timedOut
 }
 
-// heardSince reports whether node was heard (LastHeard) after at, an
-// answer's arrival, and within one seal timeout of now: alive since its
-// answer, as recently as a re-seal sent now would show (a round waits at
-// least that long for one). Without LastHeard or at, it reports false.
-func (w *Worker) heardSince(node string, at time.Time) bool {
-	if w.LastHeard == nil || at.IsZero() {
+// heardSince reports whether a's node was heard (LastHeard) after a's
+// arrival, within one seal timeout of now, at the incarnation that
+// answered: alive since its answer, as recently as a re-seal sent now
+// would show (a round waits at least that long for one), and not a
+// restarted process that may have lost the copy it answered for. Without
+// LastHeard or a's arrival time, it reports false.
+func (w *Worker) heardSince(a Answer) bool {
+	if w.LastHeard == nil || a.at.IsZero() {
 		return false
 	}
-	heard, ok := w.LastHeard(node)
-	return ok && heard.After(at) && w.now().Sub(heard) <= w.sealTimeout()
+	heard, inc, ok := w.LastHeard(a.Node)
+	return ok && heard.After(a.at) && w.now().Sub(heard) <= w.sealTimeout() &&
+		a.incKnown && inc == a.incarnation
 }
 
 // sameWait compares two waits ignoring when they were seen.
