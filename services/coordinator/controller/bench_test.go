@@ -45,7 +45,7 @@ func benchCreateReading(b *testing.B, s *state.State, live Liveness, name string
 		q = state.QueryAll{}
 	}
 	read := q.Run(s).(*state.State)
-	owner, followers, err := PlaceWithin(read, live.Nodes, t0, params.TTL, 3, state.DefaultMaxCopiesPerHost)
+	owner, followers, err := PlaceWithin(read, live.Nodes, t0, params.TTL, name, 3, state.DefaultMaxCopiesPerHost)
 	if err != nil {
 		b.Fatal(err)
 	}

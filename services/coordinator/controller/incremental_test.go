@@ -125,14 +125,14 @@ func TestIncrementalRoundEqualsFullRound(t *testing.T) {
 func TestPlaceWithinTheCopiesPerHost(t *testing.T) {
 	f := newFixture(t, "h1", "h2", "h3")
 	f.create("s1", 2, "h1", "h2")
-	if _, _, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, 2, 1); wire.CodeOf(err) != wire.CodeHostLimit {
+	if _, _, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, "s2", 2, 1); wire.CodeOf(err) != wire.CodeHostLimit {
 		t.Fatalf("two copies with only h3 below one copy: %v, want host_limit", err)
 	}
-	owner, followers, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, 1, 1)
+	owner, followers, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, "s2", 1, 1)
 	if err != nil || owner != "h3" || len(followers) != 0 {
 		t.Fatalf("one copy: %s %v %v, want h3", owner, followers, err)
 	}
-	if _, _, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, 4, 0); wire.CodeOf(err) != wire.CodeUnavailable {
+	if _, _, err := PlaceWithin(f.s, f.live.Nodes, t0, params.TTL, "s2", 4, 0); wire.CodeOf(err) != wire.CodeUnavailable {
 		t.Fatalf("four copies on three hosts: %v, want unavailable", err)
 	}
 }

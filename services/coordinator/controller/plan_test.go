@@ -3,6 +3,8 @@ package controller
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -377,7 +379,7 @@ func TestPlaceSpreadsOwnersAndCopies(t *testing.T) {
 	owners := map[string]int{}
 	copies := map[string]int{}
 	for i := range 6 {
-		owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, 2)
+		owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, fmt.Sprintf("s%d", i), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,15 +398,56 @@ func TestPlaceSpreadsOwnersAndCopies(t *testing.T) {
 			t.Fatalf("uneven spread: owners %v copies %v", owners, copies)
 		}
 	}
-	if _, _, err := Place(f.s, f.live.Nodes, t0, params.TTL, 4); wire.CodeOf(err) != wire.CodeUnavailable {
+	if _, _, err := Place(f.s, f.live.Nodes, t0, params.TTL, "s6", 4); wire.CodeOf(err) != wire.CodeUnavailable {
 		t.Fatalf("4 copies on 3 hosts: %v", err)
 	}
 	// A silent, leaving or draining node takes no copies.
 	f.beat("h1", t0.Add(-3*time.Second))
 	f.apply(state.NodeDrain("h2", t0.UnixMilli()))
-	owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, 1)
+	owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, "s6", 1)
 	if err != nil || owner != "h3" || len(followers) != 0 {
 		t.Fatalf("place on the one up host: %s %v %v", owner, followers, err)
+	}
+}
+
+// TestPlaceSpreadsEachOwnersFollowers: the streams one host owns have their
+// followers on every pair of the other hosts, not all on the same pair.
+// Ties among hosts of equal load went to the lowest id, so every stream of
+// a host had the same two followers (all 2,512 of a killed host's at
+// 10,000 streams on h1 and h4): its loss sealed copies on two hosts only,
+// and the recovery's own tie-break promoted all on one (session 29).
+func TestPlaceSpreadsEachOwnersFollowers(t *testing.T) {
+	nodes := []string{"h1", "h2", "h3", "h4"}
+	f := newFixture(t, nodes...)
+	pairs := map[string]map[string]int{}
+	const n = 240
+	for i := range n {
+		name := fmt.Sprintf("s%03d", i)
+		owner, followers, err := Place(f.s, f.live.Nodes, t0, params.TTL, name, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.create(name, 3, owner, followers...)
+		if pairs[owner] == nil {
+			pairs[owner] = map[string]int{}
+		}
+		fs := slices.Sorted(slices.Values(followers))
+		pairs[owner][strings.Join(fs, ",")]++
+	}
+	owned, held := f.s.Load()
+	for _, id := range nodes {
+		if owned[id] != n/4 || held[id] != 3*n/4 {
+			t.Fatalf("uneven spread: owned %v held %v", owned, held)
+		}
+		// Three pairs of followers for each owner, each about a third.
+		if len(pairs[id]) != 3 {
+			t.Fatalf("the streams %s owns have followers on %d pairs of hosts (%v), want all 3", id, len(pairs[id]), pairs[id])
+		}
+		for p, c := range pairs[id] {
+			if c < n/4/6 {
+				t.Errorf("owner %s: followers %s on %d of its %d streams, want about a third", id, p, c, n/4)
+			}
+		}
 	}
 }
 

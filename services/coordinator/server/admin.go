@@ -488,7 +488,7 @@ func (s *Server) streamCreate(ctx context.Context, body []byte) (any, error) {
 	now := s.opt.Now()
 	// Placement needs each node's liveness, not the copies it reported:
 	// ViewStream copies none of the other streams'.
-	owner, followers, err := controller.PlaceWithin(st, s.live.ViewStream(req.Stream), now, s.opt.TTL, req.Copies, s.opt.MaxCopiesPerHost)
+	owner, followers, err := controller.PlaceWithin(st, s.live.ViewStream(req.Stream), now, s.opt.TTL, req.Stream, req.Copies, s.opt.MaxCopiesPerHost)
 	if err != nil {
 		return nil, err
 	}
