@@ -14,14 +14,11 @@ import (
 // Place chooses where stream's copies go: copies distinct nodes that are
 // up (see Up). The owner is the node that owns the fewest streams (then
 // holds the fewest copies, then the lowest id); the followers are the nodes
-// holding the fewest copies (then owning the fewest, then the highest
-// tieRank for stream). So owners and copies spread evenly as streams are
-// created one by one, and the streams one host owns have their followers
-// on every pair (or set) of the other hosts alike: with ties to the lowest
-// id, the counts repeated one cycle and every stream of a host had the
-// same followers, so its loss sealed copies on those hosts only and the
-// recovery's tie-break (the lowest id, as the specification says)
-// promoted every one of its streams on one host (issue 17, session 29).
+// holding the fewest copies (then owning the fewest, then by tieRank, the
+// id breaking only a tie of hashes). So owners and copies spread evenly as
+// streams are created one by one, and the streams one host owns have their
+// followers on every set of the other hosts alike, not all on the same
+// ones (docs/architecture.md: why, and the copysets trade-off).
 func Place(s *state.State, live map[string]liveness.Seen, now time.Time, ttl time.Duration, stream string, copies int) (owner string, followers []string, err error) {
 	return PlaceWithin(s, live, now, ttl, stream, copies, 0)
 }

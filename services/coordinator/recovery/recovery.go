@@ -140,8 +140,8 @@ type Worker struct {
 	// on a seal answer kept from an earlier round is promoted without
 	// sealing it again when its node was heard after that answer, within
 	// one seal timeout of now, at the incarnation that answered: proof of
-	// life as recent as a re-seal's (Worker.decideFresh). Nil: always
-	// re-seal.
+	// life as recent as a re-seal's (Worker.decideFresh). Nil, or an
+	// answer whose incarnation was unknown (Incarnation): always re-seal.
 	LastHeard func(node string) (at time.Time, incarnation uint64, ok bool)
 	// Waits, if set, takes the repeated "recovery: waiting" lines of
 	// this worker (a wait of the kind it logged last) into its periodic
