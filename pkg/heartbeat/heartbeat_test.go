@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -164,5 +165,24 @@ func TestAssemblerIgnoresLivenessBeats(t *testing.T) {
 	whole, ok := a.Add(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 1, Part: 1, Parts: 2, Copies: cs[1:]})
 	if !ok || len(whole.Copies) != 2 {
 		t.Fatalf("beat 1 after a liveness beat: ok %v, copies %v", ok, whole.Copies)
+	}
+}
+
+func TestSuperseded(t *testing.T) {
+	for _, c := range []struct {
+		inc, current uint64
+		silent       time.Duration
+		want         bool
+	}{
+		{1, 2, 0, true},
+		{1, 2, OlderIncarnationWindow - time.Millisecond, true},
+		{1, 2, OlderIncarnationWindow, false},
+		{2, 2, 0, false},
+		{3, 2, 0, false},
+		{1, 0, 0, false},
+	} {
+		if got := Superseded(c.inc, c.current, c.silent); got != c.want {
+			t.Errorf("Superseded(%d, %d, %v) = %v, want %v", c.inc, c.current, c.silent, got, c.want)
+		}
 	}
 }

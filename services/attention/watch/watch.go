@@ -226,6 +226,9 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if seen, had := w.hbs[hb.Node]; had && heartbeat.Superseded(hb.Incarnation, seen.Heartbeat.Incarnation, at.Sub(seen.At)) {
+		return // a beat its killed predecessor built, delivered late
+	}
 	whole, ok := w.parts.Add(hb)
 	rep := w.reports[hb.Node]
 	if rep == nil {

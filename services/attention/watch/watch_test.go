@@ -464,15 +464,7 @@ func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
 	nc := connect(t, ns.ClientURL())
 	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
 	runWatcher(t, w)
-	send := func(hb wire.Heartbeat) {
-		data, _ := json.Marshal(hb)
-		if err := nc.Publish(wire.HeartbeatSubject("h1"), data); err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := func(hb wire.Heartbeat) { publishBeat(t, nc, hb) }
 	seen := func() (judge.HeartbeatSeen, bool) {
 		_, hbs, _ := w.Snapshot(time.Now())
 		s, ok := hbs["h1"]
@@ -500,4 +492,45 @@ func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
 		s, _ := seen()
 		return len(s.Heartbeat.Copies) == 1 && s.Heartbeat.Copies[0] == a
 	})
+}
+
+// TestBeatOfAnOlderIncarnationIgnored: a killed host's beat delivered after
+// its successor's must not take the node back to the old incarnation and
+// its copies (heartbeat.Superseded, the rule the coordinators follow too).
+func TestBeatOfAnOlderIncarnationIgnored(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+	send := func(hb wire.Heartbeat) { publishBeat(t, nc, hb) }
+	cur := wire.CopyStatus{Stream: "new", StreamID: 2, Role: wire.RoleOwner, Epoch: 1, RecordTail: 1}
+	eventually(t, "h1's new incarnation heard", func() bool {
+		send(wire.Heartbeat{Node: "h1", Incarnation: 2, Beat: 1, Copies: []wire.CopyStatus{cur}})
+		time.Sleep(10 * time.Millisecond)
+		_, hbs, _ := w.Snapshot(time.Now())
+		return len(hbs["h1"].Heartbeat.Copies) == 1
+	})
+	old := wire.CopyStatus{Stream: "old", StreamID: 1, Role: wire.RoleOwner, Epoch: 1, RecordTail: 9}
+	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 40, Copies: []wire.CopyStatus{old}})
+	send(wire.Heartbeat{Node: "h1", Incarnation: 1, Beat: 41, Live: true, Copies: []wire.CopyStatus{}})
+	// Messages of one connection arrive in order: once h2 is heard, the
+	// old beats were handled.
+	send(wire.Heartbeat{Node: "h2", Incarnation: 1, Beat: 1, Copies: []wire.CopyStatus{}})
+	eventually(t, "h2 heard", func() bool { _, hbs, _ := w.Snapshot(time.Now()); _, ok := hbs["h2"]; return ok })
+	_, hbs, _ := w.Snapshot(time.Now())
+	if h := hbs["h1"].Heartbeat; h.Incarnation != 2 || len(h.Copies) != 1 || h.Copies[0] != cur {
+		t.Fatalf("h1 after its predecessor's late beats: incarnation %d, copies %+v; want 2 with %+v", h.Incarnation, h.Copies, cur)
+	}
+}
+
+// publishBeat sends hb on its node's heartbeat subject and flushes.
+func publishBeat(t *testing.T, nc *nats.Conn, hb wire.Heartbeat) {
+	t.Helper()
+	data, _ := json.Marshal(hb)
+	if err := nc.Publish(wire.HeartbeatSubject(hb.Node), data); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }

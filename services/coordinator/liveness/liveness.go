@@ -112,6 +112,10 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		t.nodes[hb.Node] = s
 		notable = true
 	}
+	if heartbeat.Superseded(hb.Incarnation, s.Incarnation, at.Sub(s.LastDecoded)) {
+		// A beat its killed predecessor built, delivered late.
+		return false
+	}
 	hbConn := Conn{Server: hb.ConnServer, ID: hb.ConnID}
 	// A heartbeat after the advisory means the host reconnected, unless
 	// it names the very connection the advisory closed: with beats on a
@@ -127,6 +131,7 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		// this one holds (it may have started on an empty disk).
 		s.Copies = nil
 		s.Conn, s.ConnBeat = Conn{}, 0
+		s.LastAtMS = 0 // its clock may be behind its predecessor's
 		t.report(hb.Node).Reset(hb.Incarnation)
 	}
 	s.Incarnation = hb.Incarnation

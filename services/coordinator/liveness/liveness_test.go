@@ -233,3 +233,36 @@ func TestLastHeard(t *testing.T) {
 		t.Fatalf("last heard %v incarnation %d %v, want the new incarnation's beat at +4s", at, inc, ok)
 	}
 }
+
+// TestBeatOfAnOlderIncarnationIsIgnored: a beat of a killed process
+// delivered after its successor's first beat must not take the node back
+// to the old incarnation (recovery would take the successor's life for
+// the old process's, and keep a seal answer the old process gave). Only
+// after the newer incarnation has been silent for heartbeat.OlderIncarnationWindow
+// does a lower incarnation count, as a host whose clock stepped back.
+func TestBeatOfAnOlderIncarnationIsIgnored(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 7, AtMS: 1_000, Live: true,
+		Copies: []wire.CopyStatus{{Stream: "s", StreamID: 1, RecordTail: 9}}}, t0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 2, Beat: 1, AtMS: 2_000, Live: true, Copies: []wire.CopyStatus{}}, t0.Add(time.Second))
+	if tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 8, AtMS: 1_500, Live: true,
+		Copies: []wire.CopyStatus{{Stream: "s", StreamID: 1, RecordTail: 10}}}, t0.Add(1100*time.Millisecond)) {
+		t.Error("a delayed beat of the old incarnation was notable")
+	}
+	if at, inc, ok := tr.LastHeard("h"); !ok || inc != 2 || !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("last heard %v incarnation %d %v, want incarnation 2 at +1s", at, inc, ok)
+	}
+	if s := tr.View()["h"]; s.Incarnation != 2 || len(s.Copies) != 0 {
+		t.Fatalf("incarnation %d with %d copies, want 2 with none (the old process's report is void)", s.Incarnation, len(s.Copies))
+	}
+	// A host restarted with its clock stepped back: its incarnation is
+	// lower, and it counts once the higher one has been silent long enough.
+	late := t0.Add(time.Second + heartbeat.OlderIncarnationWindow + time.Millisecond)
+	if !tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 1, AtMS: 500, Live: true}, late) {
+		t.Error("a lower incarnation after the window was not notable")
+	}
+	if at, inc, ok := tr.LastHeard("h"); !ok || inc != 1 || !at.Equal(late) {
+		t.Fatalf("last heard %v incarnation %d %v, want incarnation 1 at %v (its clock is behind the last one's)", at, inc, ok, late)
+	}
+}
