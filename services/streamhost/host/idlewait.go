@@ -67,10 +67,13 @@ var (
 	errReconnected = errors.New("the NATS connection was replaced")
 )
 
-// idleCopy is one sleeping follower copy.
+// idleCopy is one sleeping follower copy. It holds no goroutine while it
+// sleeps: wake is called once, with no lock held, when it is to ask on its
+// own again (its owner host's answer names it, the host wait fails, or
+// the host stops).
 type idleCopy struct {
-	c     frame.HostWaitCopy
-	woken chan struct{} // closed when it is to ask on its own again
+	c    frame.HostWaitCopy
+	wake func()
 }
 
 // idleWaits is the follower host's side: the copies sleeping per owner
@@ -111,17 +114,20 @@ func (p *peerWait) grew() {
 	cancel(errSetGrew)
 }
 
-// sleepIdle parks an idle follower copy until its owner host's answer
-// names it, the host wait fails, or ctx ends; it returns false only when
-// ctx ended. A copy that does not fit its owner's set
-// (frame.MaxHostWaitBytes) returns at once and asks on its own.
-func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy) bool {
+// parkIdle registers an idle follower copy with its owner host's idle set;
+// wake is called once, in a goroutine of the host wait loop and with no
+// lock held, when the copy is to ask on its own again. It returns false,
+// registering nothing, when the copy does not fit its owner's set
+// (frame.MaxHostWaitBytes; it asks on its own) or the host stops. unpark
+// removes the registration; wake may still be called after it (it raced
+// with unpark), so wake must check whether it is still wanted.
+func (h *Host) parkIdle(owner string, c frame.HostWaitCopy, wake func()) (unpark func(), ok bool) {
 	w := &h.idle
-	ic := &idleCopy{c: c, woken: make(chan struct{})}
+	ic := &idleCopy{c: c, wake: wake}
 	w.mu.Lock()
-	if ctx.Err() != nil {
-		w.mu.Unlock()
-		return false
+	defer w.mu.Unlock()
+	if h.bgCtx.Err() != nil {
+		return nil, false
 	}
 	p := w.peers[owner]
 	if p == nil {
@@ -137,25 +143,19 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 		}()
 	}
 	if p.size+c.Size() > frame.MaxHostWaitBytes-frame.HostWaitHeaderMax {
-		w.mu.Unlock()
-		return true
+		return nil, false
 	}
 	p.copies[ic] = struct{}{}
 	p.size += c.Size()
 	p.grew()
-	w.mu.Unlock()
-	select {
-	case <-ic.woken:
-		return true
-	case <-ctx.Done():
+	return func() {
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		if _, ok := p.copies[ic]; ok {
 			delete(p.copies, ic)
 			p.size -= c.Size()
 		}
-		w.mu.Unlock()
-		return false
-	}
+	}, true
 }
 
 // hostWaitLoop sends p's owner host one host wait at a time for p's copies
@@ -181,11 +181,9 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			if w.peers[p.owner] == p {
 				delete(w.peers, p.owner)
 			}
-			for ic := range p.copies {
-				close(ic.woken)
-			}
-			clear(p.copies)
+			woken := p.takeLocked(nil)
 			w.mu.Unlock()
+			wakeAll(woken)
 			return
 		}
 		req := frame.HostWait{Node: h.cfg.Node, WaitMS: uint32(wait / time.Millisecond), Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
@@ -266,13 +264,30 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 func (h *Host) wakeIdle(p *peerWait, ids map[uint64]struct{}) {
 	w := &h.idle
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	woken := p.takeLocked(ids)
+	w.mu.Unlock()
+	wakeAll(woken)
+}
+
+// takeLocked removes p's copies of the streams ids names (all of them when
+// ids is nil) and returns their wake functions, to be called once
+// idleWaits.mu is released (a copy's wake takes its follower's lock, which
+// is held while it registers).
+func (p *peerWait) takeLocked(ids map[uint64]struct{}) []func() {
+	var woken []func()
 	for ic := range p.copies {
 		if _, ok := ids[ic.c.StreamID]; ids == nil || ok {
 			delete(p.copies, ic)
 			p.size -= ic.c.Size()
-			close(ic.woken)
+			woken = append(woken, ic.wake)
 		}
+	}
+	return woken
+}
+
+func wakeAll(woken []func()) {
+	for _, wake := range woken {
+		wake()
 	}
 }
 
