@@ -104,20 +104,15 @@
 //     (those still running are answered timeout and go on alone, holding
 //     their slots until they end; shutdown waits for them as for any
 //     request goroutine).
-//   - per awake follower, its worker (startFollower, follower.spell; ends
-//     on stop, which cancels it and waits, or when the store closes).
-//     Beside it its syncer, which waits for each written batch to be
-//     durable and sends the standalone ack (a publish, which can wait for
-//     the connection: never on the store's committer goroutine, which
-//     every copy's writes on the host wait for;
-//     TestStuckAckPublishHoldsNoGroupCommit); the worker closes its queue
-//     when it returns and waits for it, so stop waits for both. A follower
-//     whose request of the whole idle wait came back empty falls asleep:
-//     both return, and the copy, registered with the idle waits under
-//     follower.mu, holds no goroutine until its wake (called by the
-//     host-wait loop with no lock held) starts the next worker; stop of
-//     an asleep copy unregisters it and ends the role itself. Lock order:
-//     follower.mu, then idleWaits.mu.
+//   - per follower, its worker (startFollower; ends on stop, which cancels
+//     it and waits, or when the store closes). Asleep on a host wait it
+//     deregisters when its context ends. Beside it its syncer, which waits
+//     for each written batch to be durable and sends the standalone ack
+//     (a publish, which can wait for the connection: never on the store's
+//     committer goroutine, which every copy's writes on the host wait
+//     for; TestStuckAckPublishHoldsNoGroupCommit);
+//     the worker closes its queue when it returns and waits for it before
+//     closing done, so stop waits for both.
 //   - per owner node with sleeping follower copies, the host-wait loop
 //     (idlewait.go, started by the first copy to sleep there): one host
 //     wait at a time; it ends when no copy sleeps there any more (every

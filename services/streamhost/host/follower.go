@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,21 +77,7 @@ type follower struct {
 	log    *slog.Logger
 
 	cancel context.CancelFunc
-	done   chan struct{} // closed once the role has ended (not while it sleeps)
-
-	// mu guards the copy's spell: awake (a worker and its syncer run),
-	// asleep (registered with the host's idle waits, no goroutine) or
-	// ended. Lock order: follower.mu, then idleWaits.mu.
-	mu struct {
-		sync.Mutex
-		state  followerState
-		unpark func() // while asleep: leaves the idle set
-	}
-	// wait and noOwner carry the worker's long poll and its no-responders
-	// count from one awake spell to the next; only the running worker
-	// touches them.
-	wait    time.Duration
-	noOwner int
+	done   chan struct{}
 
 	ownerHead atomic.Uint64 // the owner's retained head, from its last batch
 	// sentAck is the highest durable record tail sent to the owner, in a
@@ -102,15 +87,6 @@ type follower struct {
 	// it records what it applies (window.go).
 	win *copyWindow
 }
-
-// followerState is where a follower's worker is (follower.mu).
-type followerState int
-
-const (
-	followerAwake followerState = iota
-	followerAsleep
-	followerEnded
-)
 
 // startFollower starts the worker; it resumes at the copy's own tails.
 func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindow) *follower {
@@ -128,88 +104,15 @@ func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindo
 		win:    win,
 	}
 	f.ownerHead.Store(c.Tails().Head)
-	f.wait = h.cfg.ReplWait
-	go f.spell(ctx)
+	go f.run(ctx)
 	return f
 }
 
 // stop ends the worker and waits for it: nothing is applied at this epoch
-// once stop returns. An asleep copy has no worker: stop takes it out of
-// the idle set and ends the role itself.
+// once stop returns.
 func (f *follower) stop() {
 	f.cancel()
-	f.mu.Lock()
-	if f.mu.state == followerAsleep {
-		f.mu.unpark()
-		f.endLocked()
-	}
-	f.mu.Unlock()
 	<-f.done
-}
-
-// endLocked ends the role (under f.mu).
-func (f *follower) endLocked() {
-	f.mu.state, f.mu.unpark = followerEnded, nil
-	close(f.done)
-}
-
-// spell runs the worker while the copy is awake: until it ends, or until a
-// request of the whole idle wait came back empty and the copy falls
-// asleep on its host's idle waits, holding no goroutine until woken
-// (sleep, wake). At 10,000 streams most follower copies are idle, and a
-// worker and a syncer each asleep were a third of a host's goroutines,
-// every one of whose stacks each garbage collection scans (issue 17).
-func (f *follower) spell(ctx context.Context) {
-	for f.run(ctx) {
-		if f.sleep(ctx) {
-			return
-		}
-		// Not taken into the idle set (it is full, or the host stops):
-		// ask on its own.
-	}
-	f.mu.Lock()
-	f.endLocked()
-	f.mu.Unlock()
-}
-
-// sleep registers the copy with its owner host's idle waits, after a
-// request of the whole idle wait that came back empty; false when it was
-// not taken (the worker goes on asking on its own, or ends if ctx has).
-func (f *follower) sleep(ctx context.Context) bool {
-	// Its durable tails, which after a whole idle wait with nothing are
-	// its written ones too unless an fsync has been stuck that long; then
-	// the owner, which compares them with its own, wakes it at once.
-	t := f.c.Tails()
-	hw := frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,
-		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if ctx.Err() != nil {
-		return false
-	}
-	unpark, ok := f.h.parkIdle(f.owner, hw, func() { f.wake(ctx) })
-	if !ok {
-		return false
-	}
-	f.mu.state, f.mu.unpark = followerAsleep, unpark
-	return true
-}
-
-// wake starts the next awake spell of an asleep copy (its owner host said
-// it has something to ask for, the host wait failed, or the host stops);
-// a no-op when stop got there first.
-func (f *follower) wake(ctx context.Context) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mu.state != followerAsleep {
-		return
-	}
-	if ctx.Err() != nil {
-		f.endLocked()
-		return
-	}
-	f.mu.state, f.mu.unpark = followerAwake, nil
-	go f.spell(ctx)
 }
 
 // ended reports whether the worker has returned although nobody stopped
@@ -234,13 +137,7 @@ type written struct {
 	got     time.Time // when its batch arrived
 }
 
-// run is the worker of one awake spell: it pulls from the owner and
-// applies what it gets until ctx ends or the store closes (false), or a
-// request of the whole idle wait came back empty (true: the copy is to
-// sleep on its host's one long poll of the owner's host, idlewait.go,
-// before it asks again). It returns once its syncer has acked every batch
-// it wrote.
-func (f *follower) run(ctx context.Context) (idle bool) {
+func (f *follower) run(ctx context.Context) {
 	subj := wire.ReplicationSubject(f.stream, f.epoch, f.h.cfg.Node)
 	// Batches written but not yet durable, in the order written (and so
 	// the order they become durable); syncer waits for each and acks it.
@@ -249,15 +146,19 @@ func (f *follower) run(ctx context.Context) (idle bool) {
 	pending := make(chan written, followerAhead-2)
 	synced := make(chan struct{})
 	go f.syncer(ctx, subj, pending, synced)
-	backoff := backoffMin
-	fails := 0
-	noOwner := f.noOwner // no responders in a row, from the start of the role
-	wait := f.wait
 	defer func() {
 		close(pending)
 		<-synced
-		f.wait, f.noOwner = wait, noOwner
+		close(f.done)
 	}()
+	backoff := backoffMin
+	fails := 0
+	noOwner := 0 // no responders in a row, from the start of the role
+	wait := f.h.cfg.ReplWait
+	// idle: the last request, of the whole idle wait, came back empty,
+	// so the copy sleeps on its host's one long poll of the owner's host
+	// (idlewait.go) before it asks again.
+	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++
 		wait = f.h.cfg.ReplWait
@@ -275,12 +176,11 @@ func (f *follower) run(ctx context.Context) (idle bool) {
 		backoff = min(backoff*2, backoffMax)
 		return true
 	}
-	// asleep: the last request, of the whole idle wait, came back empty.
-	asleep := false
 	for ctx.Err() == nil {
-		if asleep {
-			return true
+		if idle && !f.sleepIdle(ctx) {
+			return
 		}
+		idle = false
 		t := f.c.Tails()
 		req := f.ack(t)
 		req.WaitMS, req.MaxBytes = uint32(wait/time.Millisecond), replBytes
@@ -364,7 +264,7 @@ func (f *follower) run(ctx context.Context) (idle bool) {
 			// Idle only once a request of the whole idle wait came back
 			// empty: a stream written every few seconds or more often
 			// keeps its own long poll, answered with the records.
-			asleep = wait >= f.h.cfg.ReplIdleWait
+			idle = wait >= f.h.cfg.ReplIdleWait
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)
@@ -422,7 +322,6 @@ func (f *follower) run(ctx context.Context) (idle bool) {
 			}
 		}
 	}
-	return false
 }
 
 // syncer waits for each batch the worker wrote to become durable, in the
@@ -491,6 +390,18 @@ func (f *follower) ack(t streamlog.Tails) frame.ReplRequest {
 		CursorTail: t.CursorDurable,
 		TailDigest: t.RecordDigest,
 	}
+}
+
+// sleepIdle waits, after a request of the whole idle wait that came back
+// empty, until the owner's host says the copy has something to ask for (or
+// the host wait fails); false when the worker is stopped meanwhile.
+func (f *follower) sleepIdle(ctx context.Context) bool {
+	// Its durable tails, which after a whole idle wait with nothing are
+	// its written ones too unless an fsync has been stuck that long; then
+	// the owner, which compares them with its own, wakes it at once.
+	t := f.c.Tails()
+	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,
+		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()})
 }
 
 // applyFailed handles a storage error of the worker; it returns false when

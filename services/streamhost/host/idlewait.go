@@ -67,13 +67,10 @@ var (
 	errReconnected = errors.New("the NATS connection was replaced")
 )
 
-// idleCopy is one sleeping follower copy. It holds no goroutine while it
-// sleeps: wake is called once, with no lock held, when it is to ask on its
-// own again (its owner host's answer names it, the host wait fails, or
-// the host stops).
+// idleCopy is one sleeping follower copy.
 type idleCopy struct {
-	c    frame.HostWaitCopy
-	wake func()
+	c     frame.HostWaitCopy
+	woken chan struct{} // closed when it is to ask on its own again
 }
 
 // idleWaits is the follower host's side: the copies sleeping per owner
@@ -114,20 +111,17 @@ func (p *peerWait) grew() {
 	cancel(errSetGrew)
 }
 
-// parkIdle registers an idle follower copy with its owner host's idle set;
-// wake is called once, in a goroutine of the host wait loop and with no
-// lock held, when the copy is to ask on its own again. It returns false,
-// registering nothing, when the copy does not fit its owner's set
-// (frame.MaxHostWaitBytes; it asks on its own) or the host stops. unpark
-// removes the registration; wake may still be called after it (it raced
-// with unpark), so wake must check whether it is still wanted.
-func (h *Host) parkIdle(owner string, c frame.HostWaitCopy, wake func()) (unpark func(), ok bool) {
+// sleepIdle parks an idle follower copy until its owner host's answer
+// names it, the host wait fails, or ctx ends; it returns false only when
+// ctx ended. A copy that does not fit its owner's set
+// (frame.MaxHostWaitBytes) returns at once and asks on its own.
+func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy) bool {
 	w := &h.idle
-	ic := &idleCopy{c: c, wake: wake}
+	ic := &idleCopy{c: c, woken: make(chan struct{})}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h.bgCtx.Err() != nil {
-		return nil, false
+	if ctx.Err() != nil {
+		w.mu.Unlock()
+		return false
 	}
 	p := w.peers[owner]
 	if p == nil {
@@ -143,19 +137,25 @@ func (h *Host) parkIdle(owner string, c frame.HostWaitCopy, wake func()) (unpark
 		}()
 	}
 	if p.size+c.Size() > frame.MaxHostWaitBytes-frame.HostWaitHeaderMax {
-		return nil, false
+		w.mu.Unlock()
+		return true
 	}
 	p.copies[ic] = struct{}{}
 	p.size += c.Size()
 	p.grew()
-	return func() {
+	w.mu.Unlock()
+	select {
+	case <-ic.woken:
+		return true
+	case <-ctx.Done():
 		w.mu.Lock()
-		defer w.mu.Unlock()
 		if _, ok := p.copies[ic]; ok {
 			delete(p.copies, ic)
 			p.size -= c.Size()
 		}
-	}, true
+		w.mu.Unlock()
+		return false
+	}
 }
 
 // hostWaitLoop sends p's owner host one host wait at a time for p's copies
@@ -181,9 +181,11 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			if w.peers[p.owner] == p {
 				delete(w.peers, p.owner)
 			}
-			woken := p.takeLocked(nil)
+			for ic := range p.copies {
+				close(ic.woken)
+			}
+			clear(p.copies)
 			w.mu.Unlock()
-			wakeAll(woken)
 			return
 		}
 		req := frame.HostWait{Node: h.cfg.Node, WaitMS: uint32(wait / time.Millisecond), Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
@@ -264,30 +266,13 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 func (h *Host) wakeIdle(p *peerWait, ids map[uint64]struct{}) {
 	w := &h.idle
 	w.mu.Lock()
-	woken := p.takeLocked(ids)
-	w.mu.Unlock()
-	wakeAll(woken)
-}
-
-// takeLocked removes p's copies of the streams ids names (all of them when
-// ids is nil) and returns their wake functions, to be called once
-// idleWaits.mu is released (a copy's wake takes its follower's lock, which
-// is held while it registers).
-func (p *peerWait) takeLocked(ids map[uint64]struct{}) []func() {
-	var woken []func()
+	defer w.mu.Unlock()
 	for ic := range p.copies {
 		if _, ok := ids[ic.c.StreamID]; ids == nil || ok {
 			delete(p.copies, ic)
 			p.size -= ic.c.Size()
-			woken = append(woken, ic.wake)
+			close(ic.woken)
 		}
-	}
-	return woken
-}
-
-func wakeAll(woken []func()) {
-	for _, wake := range woken {
-		wake()
 	}
 }
 

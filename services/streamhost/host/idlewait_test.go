@@ -1,10 +1,10 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,12 +194,16 @@ func TestLateHostWaitWakesNoCopy(t *testing.T) {
 	}
 
 	const copies = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	woke := make(chan uint64, copies)
 	for i := range copies {
 		id := uint64(100 + i)
-		if _, ok := n2.parkIdle("n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}, func() { woke <- id }); !ok {
-			t.Fatalf("copy of stream %d not taken into the idle set", id)
-		}
+		go func() {
+			if n2.sleepIdle(ctx, "n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}) {
+				woke <- id
+			}
+		}()
 	}
 	// The host wait naming every copy, then what follows it: a host wait
 	// again (it went unanswered), not a copy woken.
@@ -591,62 +595,5 @@ func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	ids := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
 	if len(ids) != 1 || ids[0] != stopped.id {
 		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
-	}
-}
-
-// followerGoroutines counts the goroutines of this process running a
-// follower's worker or syncer.
-func followerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "host.(*follower).run(") || strings.Contains(g, "host.(*follower).syncer(") {
-			count++
-		}
-	}
-	return count
-}
-
-// TestAsleepFollowersHoldNoGoroutine: a follower copy asleep on its host's
-// idle waits holds neither its worker nor its syncer (issue 17: at 10,000
-// streams they were a third of a host's goroutines, every stack scanned by
-// each garbage collection); a publish wakes it into a worker that applies
-// and acks the record, it falls asleep again, and an asleep copy removed
-// from the stream stops at once.
-func TestAsleepFollowersHoldNoGoroutine(t *testing.T) {
-	const streams = 8
-	c, names := idleCluster(t, streams)
-	waitIdle(t, c, streams)
-	if n := followerGoroutines(); n != 0 {
-		t.Fatalf("%d follower goroutines with all %d follower copies asleep, want none", n, 2*streams)
-	}
-	if pc := c.mustPublish(names[0], payload(1)); pc.Offset != 1 || pc.Copies < 2 {
-		t.Fatalf("publish to %s after the sleep: %+v", names[0], pc)
-	}
-	for _, n := range []string{"n2", "n3"} {
-		c.waitTails(n, names[0], "the record applied", func(tl streamlog.Tails) bool { return tl.Record >= 2 })
-	}
-	waitIdle(t, c, streams)
-	if n := followerGoroutines(); n != 0 {
-		t.Fatalf("%d follower goroutines once the woken copies slept again, want none", n)
-	}
-
-	// n3 leaves the stream while its copy sleeps: the role ends, and the
-	// copy leaves the idle set.
-	c.assign(assignment(names[1], 101, 1, "n1", []string{"n2"}))
-	deadline := time.Now().Add(10 * time.Second)
-	for idleCopiesOf(c.hosts["n3"].h, "n1") != streams-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("n3 has %d copies asleep on n1 after leaving a stream, want %d", idleCopiesOf(c.hosts["n3"].h, "n1"), streams-1)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
