@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os/exec"
 	"slices"
 	"strings"
@@ -77,13 +78,30 @@ func TestCompose(t *testing.T) {
 // retries on).
 func startStack(ctx context.Context, t *testing.T, compose composeCmd, root string, cfg stackConfig, services []string) (*stack, *client.Client) {
 	t.Helper()
-	s, err := newStack(t, compose, root, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	began := time.Now()
-	if err := s.Up(ctx); err != nil {
-		t.Fatal(err)
+	var s *stack
+	// A host port taken between freePorts and compose binding it fails
+	// the start; it is started again, as a new project, with other ports.
+	const starts = 3
+	for try := 1; ; try++ {
+		var ports []int
+		if try == 1 {
+			ports = cfg.FirstPorts
+		}
+		var err error
+		if s, err = newStack(t, compose, root, cfg, ports); err != nil {
+			t.Fatal(err)
+		}
+		s.starts = try
+		err = s.Up(ctx)
+		if err == nil {
+			break
+		}
+		if !portTaken(err) || try == starts {
+			t.Fatal(err)
+		}
+		t.Logf("project %s: a host port was taken before compose bound it; starting again with other ports", s.project)
+		s.remove()
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -430,7 +448,23 @@ func checkHardened(ctx context.Context, t *testing.T, s *stack) {
 // plaintext connection even with a valid nkey, and over TLS the services
 // place a stream, serve publishes and fail over a killed owner.
 func testTLS(ctx context.Context, t *testing.T, compose composeCmd, root string) {
-	s, cl := startStack(ctx, t, compose, root, stackConfig{TLS: true}, coreServices)
+	// The first start is given a host port that is taken, as another
+	// test's listener may take one between freePorts and compose binding
+	// it: the stack must start anyway, with other ports.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freePorts(hostPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports[2] = taken.Addr().(*net.TCPAddr).Port
+	s, cl := startStack(ctx, t, compose, root, stackConfig{TLS: true, FirstPorts: ports}, coreServices)
+	_ = taken.Close()
+	if s.starts != 2 {
+		t.Fatalf("the stack came up at start %d, want 2: the first had attention's port %d taken", s.starts, ports[2])
+	}
 	// Each service is on one of the servers (nats.go shuffles its URLs),
 	// having verified the certificate under the name it dialed.
 	conns, err := s.NATSConns(ctx, natsServers...)

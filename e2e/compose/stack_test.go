@@ -116,8 +116,9 @@ func imageExists(ctx context.Context, ref string) bool {
 
 // freePorts returns n distinct TCP ports that are free on 127.0.0.1 now.
 // Holding every listener until all are chosen keeps them distinct; another
-// process may still take one before compose binds it, which then fails the
-// start with a clear "port is already allocated".
+// process may still take one before compose binds it (in `make test` the
+// other packages' tests pick ports too), which fails the start:
+// startStack then starts again with other ports (portTaken).
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -149,6 +150,8 @@ type stack struct {
 
 	natsPort     int
 	jaegerUIPort int
+	// starts is which start of startStack this project is (from 1).
+	starts int
 	// secrets is the stack's own credentials (brook-auth's deployment),
 	// mounted into every container through BROOK_SECRETS_DIR.
 	secrets *auth.Deployment
@@ -164,20 +167,37 @@ type stackConfig struct {
 	// TLS generates the credentials with a development CA and adds
 	// docker-compose.tls.yml: every connection to nats is TLS.
 	TLS bool
+	// FirstPorts, when set, are the host ports of the first start
+	// (nats, nats http, attention, jaeger UI, jaeger OTLP) instead of
+	// free ones: a test passes one that is taken to prove the start is
+	// tried again with other ports.
+	FirstPorts []int
+}
+
+// hostPorts is how many host ports a stack binds (stackConfig.FirstPorts).
+const hostPorts = 5
+
+// portTaken reports whether a failed `up` failed because a host port was
+// taken between freePorts and compose binding it.
+func portTaken(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "address already in use") || strings.Contains(msg, "port is already allocated")
 }
 
 // newStack prepares a project with a unique name and free host ports, and
 // registers its removal (containers, volumes, network) as a cleanup that
 // runs however the test ends, after printing the services' logs if it
 // failed.
-func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig) (*stack, error) {
+func newStack(t *testing.T, compose composeCmd, root string, cfg stackConfig, ports []int) (*stack, error) {
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("project name: %w", err)
 	}
-	ports, err := freePorts(5)
-	if err != nil {
-		return nil, err
+	if ports == nil {
+		var err error
+		if ports, err = freePorts(hostPorts); err != nil {
+			return nil, err
+		}
 	}
 	secrets, err := generateSecrets(filepath.Join(t.TempDir(), "secrets"), cfg.TLS)
 	if err != nil {
