@@ -27,6 +27,10 @@ type Seen struct {
 	Incarnation uint64
 	// LastSeen is when the latest heartbeat arrived (this coordinator's clock).
 	LastSeen time.Time
+	// accepted is LastSeen as of the latest heartbeat that was not
+	// superseded: a superseded beat takes back the arrival Touch noted
+	// for it.
+	accepted time.Time
 	// LastAtMS is when the latest decoded heartbeat says it was built
 	// (the host's clock, wire.Heartbeat.AtMS) and LastDecoded when that
 	// heartbeat arrived, for logs: the gap between them is its transit,
@@ -113,7 +117,13 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		notable = true
 	}
 	if heartbeat.Superseded(hb.Incarnation, s.Incarnation, at.Sub(s.LastDecoded)) {
-		// A beat its killed predecessor built, delivered late.
+		// A beat of another process than the one known (its killed
+		// predecessor's, delivered late, or a successor's with a clock
+		// stepped back): no proof that the known one lives. Touch noted
+		// its arrival before decoding; take that back, or a dead
+		// incarnation whose successor beats would never expire (nor its
+		// disconnect advisory count).
+		s.LastSeen = s.accepted
 		return false
 	}
 	hbConn := Conn{Server: hb.ConnServer, ID: hb.ConnID}
@@ -142,6 +152,7 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 	if at.After(s.LastSeen) {
 		s.LastSeen = at
 	}
+	s.accepted = s.LastSeen
 	if hb.AtMS >= s.LastAtMS {
 		s.LastAtMS, s.LastDecoded = hb.AtMS, at
 	}

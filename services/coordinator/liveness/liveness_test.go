@@ -266,3 +266,28 @@ func TestBeatOfAnOlderIncarnationIsIgnored(t *testing.T) {
 		t.Fatalf("last heard %v incarnation %d %v, want incarnation 1 at %v (its clock is behind the last one's)", at, inc, ok, late)
 	}
 }
+
+// TestSupersededBeatsAreNoProofOfLife (review of the rule above): a
+// successor whose clock stepped back beats with a lower incarnation; its
+// messages are touched on arrival before decoding, and once decoded and
+// ignored they must not keep the dead incarnation's LastSeen fresh, nor
+// count as heard since its disconnect advisory: it expires on its TTL.
+func TestSupersededBeatsAreNoProofOfLife(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	a := Conn{Server: "NSERVER1", ID: 7}
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 100, Beat: 1, AtMS: 1, Live: true, ConnServer: a.Server, ConnID: a.ID}, t0)
+	tr.Disconnected("h", a, t0.Add(50*time.Millisecond))
+	for i := 1; i <= 50; i++ {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		tr.Touch("h", at)
+		tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 50, Beat: uint64(i), AtMS: int64(i), Live: true, ConnServer: "NSERVER1", ConnID: 8}, at)
+	}
+	s := tr.View()["h"]
+	if s.Incarnation != 100 || !s.LastSeen.Equal(t0) {
+		t.Fatalf("incarnation %d last seen %v after 5 s of a lower incarnation's beats; want 100 last seen at %v", s.Incarnation, s.LastSeen, t0)
+	}
+	if s.HeardSinceDisconnect() {
+		t.Fatal("a lower incarnation's beats count as heard since the advisory")
+	}
+}
