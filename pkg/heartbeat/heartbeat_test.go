@@ -168,6 +168,7 @@ func TestAssemblerIgnoresLivenessBeats(t *testing.T) {
 	}
 }
 
+// TestSuperseded: only a lower incarnation within the window is ignored.
 func TestSuperseded(t *testing.T) {
 	for _, c := range []struct {
 		inc, current uint64

@@ -460,11 +460,7 @@ func TestStreamListCursorMustMove(t *testing.T) {
 // so the judge stays quiet about them) instead of "never heard" until the
 // next full report, seconds later; that report then gives its copies.
 func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
-	ns := startNATS(t, -1)
-	nc := connect(t, ns.ClientURL())
-	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
-	runWatcher(t, w)
-	send := func(hb wire.Heartbeat) { publishBeat(t, nc, hb) }
+	w, send := beatWatcher(t)
 	seen := func() (judge.HeartbeatSeen, bool) {
 		_, hbs, _ := w.Snapshot(time.Now())
 		s, ok := hbs["h1"]
@@ -498,11 +494,7 @@ func TestNodeHeardBeforeItsNextFullReport(t *testing.T) {
 // its successor's must not take the node back to the old incarnation and
 // its copies (heartbeat.Superseded, the rule the coordinators follow too).
 func TestBeatOfAnOlderIncarnationIgnored(t *testing.T) {
-	ns := startNATS(t, -1)
-	nc := connect(t, ns.ClientURL())
-	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
-	runWatcher(t, w)
-	send := func(hb wire.Heartbeat) { publishBeat(t, nc, hb) }
+	w, send := beatWatcher(t)
 	cur := wire.CopyStatus{Stream: "new", StreamID: 2, Role: wire.RoleOwner, Epoch: 1, RecordTail: 1}
 	eventually(t, "h1's new incarnation heard", func() bool {
 		send(wire.Heartbeat{Node: "h1", Incarnation: 2, Beat: 1, Copies: []wire.CopyStatus{cur}})
@@ -523,14 +515,22 @@ func TestBeatOfAnOlderIncarnationIgnored(t *testing.T) {
 	}
 }
 
-// publishBeat sends hb on its node's heartbeat subject and flushes.
-func publishBeat(t *testing.T, nc *nats.Conn, hb wire.Heartbeat) {
-	t.Helper()
-	data, _ := json.Marshal(hb)
-	if err := nc.Publish(wire.HeartbeatSubject(hb.Node), data); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+// beatWatcher runs a watcher on a server of its own until the test ends,
+// and returns it with a send that publishes a heartbeat on its node's
+// subject and flushes.
+func beatWatcher(t *testing.T) (*Watcher, func(wire.Heartbeat)) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	w := New(connect(t, ns.ClientURL()), Options{Refresh: time.Hour})
+	runWatcher(t, w)
+	return w, func(hb wire.Heartbeat) {
+		t.Helper()
+		data, _ := json.Marshal(hb)
+		if err := nc.Publish(wire.HeartbeatSubject(hb.Node), data); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
