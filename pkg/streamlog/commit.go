@@ -200,6 +200,9 @@ func (s *impl) completeGroup(group []*request, err error) {
 		}
 		if err == nil {
 			if r.recs {
+				if r.recEnd != c.tail {
+					c.prevTail, c.prevDigest, c.prevOK = c.tail, c.tailDigest, true
+				}
 				c.tail, c.tailDigest, c.tailCum = r.recEnd, r.recDigest, r.recCum
 			}
 			if r.evs {

@@ -33,6 +33,14 @@ type copyImpl struct {
 	meta meta
 	// Durable record tail, with the running digest and byte count there.
 	tail, tailDigest, tailCum uint64
+	// prevTail and prevDigest are the durable record tail before the last
+	// group commit moved it, and the digest there (valid while prevOK): a
+	// follower one group behind asks for the digest at its read position
+	// with every replication request, and this answers it from memory
+	// rather than with a read of the record before it. A cut or reset
+	// clears it.
+	prevTail, prevDigest uint64
+	prevOK               bool
 	// Pending record tail: tail plus records queued for a group commit.
 	next, nextDigest, nextCum uint64
 	// written holds the record requests queued for a group commit, in
@@ -815,6 +823,7 @@ func (c *copyImpl) digestAt(off uint64) (uint64, error) {
 	for {
 		c.mu.Lock()
 		head, hd, tail, td, deleted := c.meta.Head, c.meta.HeadDigest, c.tail, c.tailDigest, c.deleted
+		prevOK, prev, pd := c.prevOK, c.prevTail, c.prevDigest
 		c.mu.Unlock()
 		switch {
 		case deleted:
@@ -840,6 +849,8 @@ func (c *copyImpl) digestAt(off uint64) (uint64, error) {
 			return hd, nil
 		case off == tail:
 			return td, nil
+		case prevOK && off == prev:
+			return pd, nil
 		}
 		rm, err := recordAt(c.s.db, c.id, off-1)
 		if errors.Is(err, pebble.ErrNotFound) {

@@ -923,6 +923,62 @@ func TestDigestAt(t *testing.T) {
 	}
 }
 
+// TestDigestAtThePreviousTail: the digest at the durable tail before the
+// last group commit (a follower one group behind asks for it with every
+// replication request) is answered from memory, right, and never from a
+// history a cut replaced.
+func TestDigestAtThePreviousTail(t *testing.T) {
+	s := openTest(t, t.TempDir(), nil)
+	c := mustCreate(t, s, "p", 1)
+	if err := c.BeginEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	all := payloads("r", 0, 8)
+	for i := range all {
+		mustAppend(t, c, all[i:i+1])
+		if i == 0 {
+			continue
+		}
+		// The record below the previous tail is gone from the database:
+		// only memory can answer.
+		key := recordKey(c.id, uint64(i-1))
+		v, closer, err := s.db.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := slices.Clone(v)
+		_ = closer.Close()
+		if err := s.db.Delete(key, nil); err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.DigestAt(uint64(i))
+		if err != nil || formatDigest(d) != refDigest(0, 0, all[:i]) {
+			t.Fatalf("DigestAt(%d), the previous tail: %x %v; want %s from memory", i, d, err, refDigest(0, 0, all[:i]))
+		}
+		if err := s.db.Set(key, kept, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A cut to 6 and two new records in one group commit: the previous
+	// tail is 6 again, with the digest of the history kept.
+	starts := []wire.HistoryStart{{Epoch: 1, Node: "n1"}, {Epoch: 2, RecordTail: 6, Node: "n2"}}
+	if _, err := c.CutToHistory(2, starts); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.BeginEpoch(2); err != nil {
+		t.Fatal(err)
+	}
+	again := append(slices.Clone(all[:6]), payloads("new", 6, 2)...)
+	mustAppend(t, c, again[6:])
+	for off := 6; off <= 8; off++ {
+		d, err := c.DigestAt(uint64(off))
+		if err != nil || formatDigest(d) != refDigest(0, 0, again[:off]) {
+			t.Fatalf("after the cut, DigestAt(%d) = %x, %v; want %s", off, d, err, refDigest(0, 0, again[:off]))
+		}
+	}
+}
+
 func TestChangedAndContextCancel(t *testing.T) {
 	s := openTest(t, t.TempDir(), nil)
 	c := mustCreate(t, s, "c", 1)

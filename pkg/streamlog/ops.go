@@ -340,6 +340,7 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 		}, func() {
 			c.tail, c.tailDigest, c.tailCum = newTail, digest, cum
 			c.next, c.nextDigest, c.nextCum = newTail, digest, cum
+			c.prevOK = false
 			c.cWritten, c.cDurable, c.cNext = newCTail, newCTail, newCTail
 			c.cgen++
 			c.cursors = snap.state
@@ -485,6 +486,7 @@ func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 		}, func() {
 			c.tail, c.tailDigest, c.tailCum = offset, digest, 0
 			c.next, c.nextDigest, c.nextCum = offset, digest, 0
+			c.prevOK = false
 			c.cDurable = c.cWritten
 			if !keepCursors {
 				c.cWritten, c.cDurable, c.cNext = cursorOffset, cursorOffset, cursorOffset
