@@ -152,11 +152,14 @@ func (m *costMeter) end() (failoverCost, error) {
 	return f, errors.Join(perr, err)
 }
 
-func (f failoverCost) write(w io.Writer) {
+func (f failoverCost) write(w io.Writer) { f.writeAs(w, "failover window", "SIGKILL") }
+
+// writeAs writes f under the title what, its window measured from start.
+func (f failoverCost) writeAs(w io.Writer, what, start string) {
 	if f.Window == 0 {
 		return
 	}
-	ignoreWrite(fmt.Fprintf(w, "failover window %.1f s (SIGKILL to the last stream confirmed):\n", f.Window.Seconds()))
+	ignoreWrite(fmt.Fprintf(w, "%s %.1f s (%s to the last stream confirmed):\n", what, f.Window.Seconds(), start))
 	if f.NoCPU != "" {
 		ignoreWrite(fmt.Fprintf(w, "  no CPU figures: %s\n", f.NoCPU))
 	}

@@ -27,7 +27,10 @@ import (
 type massResult struct {
 	Streams int    // streams created
 	Killed  string // the node killed
-	Owned   int    // streams the killed node owned
+	// NoKill says no host was killed (--failover-kill=false): Killed names
+	// the host that owns the most, left alive.
+	NoKill bool
+	Owned  int // streams the killed node owned
 	// Serve holds, per stream the killed node owned, how long after the
 	// SIGKILL its first publish was confirmed again, ascending.
 	Serve []time.Duration
@@ -80,10 +83,18 @@ func (r massResult) write(w io.Writer) {
 	}
 	r.Create.write(w, r.Streams)
 	r.Idle.write(w)
-	ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
+	if r.NoKill {
+		ignoreWrite(fmt.Fprintf(w, "burst without a kill: %d idle streams of %d copies, one publish each; %s, left alive, owns %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
+	} else {
+		ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
+	}
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
-	r.Cost.write(w)
+	if r.NoKill {
+		r.Cost.writeAs(w, "burst window", "first publish")
+	} else {
+		r.Cost.write(w)
+	}
 	ignoreWrite(fmt.Fprintf(w, "coordinators' raft (their logs): %d leaderships, %d snapshots by the kill; %d and %d by the end\n",
 		r.RaftAtKill.Leaderships, r.RaftAtKill.Snapshots, r.RaftAtEnd.Leaderships, r.RaftAtEnd.Snapshots))
 	if r.CoordRestarted != "" {
@@ -163,16 +174,24 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if o.cpuProfile != "" {
 		profile = o.cpuProfile + ".failover.pprof"
 	}
-	meter, err := startCost(costProcs(cl, victim), c.Stats, profile, log)
+	spared := victim
+	if !o.failoverKill {
+		spared = nil
+	}
+	meter, err := startCost(costProcs(cl, spared), c.Stats, profile, log)
 	if err != nil {
 		return res, fmt.Errorf("failover cost: %w", err)
 	}
 	res.Cost, err = meter.measure(log, func() error {
-		log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
 		res.RaftAtKill = countRaft(cl)
 		killed := time.Now()
-		if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
-			return err
+		if res.NoKill = !o.failoverKill; res.NoKill {
+			log.Info("publishing to every stream, no host killed", "most_owned", res.Killed, "owned", res.Owned, "streams", n)
+		} else {
+			log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
+			if err := cl.Kill(victim, syscall.SIGKILL); err != nil {
+				return err
+			}
 		}
 		return res.timeAfterKill(ctx, streams, owners, killed, func(ctx context.Context, s string) error {
 			_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
