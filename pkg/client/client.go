@@ -180,6 +180,9 @@ type Client struct {
 	// notices are the new owners' announcements requests retrying wait
 	// for (notices.go).
 	notices notices
+	// confirmRTT estimates how long confirms take, for the owner watch's
+	// probe delay (confirmrtt.go).
+	confirmRTT confirmRTT
 
 	// stats counts requests by kind (Stats).
 	stats stats

@@ -19,8 +19,14 @@
 // assignment holds fewer copies than its min_copies answers publishes
 // not_enough_copies until placement adds copies back; that is retried the
 // same way (nothing was confirmed). A publish that waits
-// longer than WithOwnerProbe (250ms by default) makes the client ask who
-// serves the stream, with a fetch that reads nothing; once an owner at a
+// longer than the probe delay makes the client ask who serves the stream,
+// with a fetch that reads nothing. The probe delay is WithOwnerProbe
+// (250ms by default), or longer while the client's confirms take longer:
+// the mean round trip of its recent confirms plus four mean deviations (as
+// TCP sets its retransmission timeout), at most the request timeout, and
+// only while confirms keep arriving within it, so that a burst to thousands
+// of busy but live owners is not probed for waiting its turn (see
+// confirmrtt.go); once an owner at a
 // newer epoch than the one the attempt reached answers, the attempt is
 // abandoned (ErrOwnerLost) instead of waiting out the request timeout (see
 // ownerwatch.go for how the owner an attempt reached is bounded); an

@@ -116,6 +116,9 @@ type watched struct {
 	known, knownID uint64
 	idempotent     bool
 	abandon        func()
+	// observed is set once the attempt's confirm was taken as a round
+	// trip sample (done may be called twice).
+	observed bool
 }
 
 // ownerWatch watches the attempts in flight to one stream; its goroutine
@@ -166,7 +169,13 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 		}
 		w.mu.Unlock()
 		return func(pc wire.PublishConfirm) {
+			now := time.Now()
 			w.mu.Lock()
+			if pc.Epoch != 0 && !a.observed {
+				// A confirm: a sample of the client's round trip.
+				a.observed = true
+				w.c.confirmRTT.observe(now.Sub(a.sent), now)
+			}
 			delete(w.attempts, a)
 			switch {
 			case pc.StreamID > w.streamID:
@@ -176,11 +185,18 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 				w.epoch = max(w.epoch, pc.Epoch)
 			}
 			if len(w.attempts) == 0 {
-				w.idle = time.Now()
+				w.idle = now
 			}
 			w.mu.Unlock()
 		}
 	}
+}
+
+// probeDelay is how long an attempt waits before the owner watch probes
+// it: WithOwnerProbe's delay, or longer while the client's confirms take
+// longer (confirmrtt.go), never past the request timeout.
+func (c *Client) probeDelay() time.Duration {
+	return c.confirmRTT.probeDelay(c.opts.probeAfter, c.opts.requestTimeout, time.Now())
 }
 
 // streamWatch returns stream's watch, creating it if there is none; when
@@ -209,7 +225,8 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 	return w
 }
 
-// run probes while attempts wait longer than probeAfter, and ends when
+// run probes while attempts wait longer than the probe delay
+// (Client.probeDelay), and ends when
 // none is left (the watch stays registered and keeps the epoch it saw,
 // until streamWatch drops it as idle).
 func (w *ownerWatch) run() {
@@ -224,9 +241,9 @@ func (w *ownerWatch) run() {
 	// after a kick, after a probe that found nobody serving or was
 	// inconclusive (a failover under way, whose notice may be lost, refused
 	// or never sent, as by an owner that only reconnected), and once no
-	// attempt waits longer than probeAfter. Such probes double up to
+	// attempt waits longer than the probe delay. Such probes double up to
 	// probeEveryQuiet instead once the oldest attempt has waited quietAfter
-	// past probeAfter and the notices are known to be heard (noticesHeard):
+	// past the probe delay and the notices are known to be heard (noticesHeard):
 	// a failover that long is a mass one, whose thousands of held attempts
 	// probed every 100 ms, and the new owner's notice kicks a probe anyway;
 	// an owner that comes back without a notice is found up to
@@ -256,9 +273,12 @@ func (w *ownerWatch) run() {
 		}
 		id := w.streamID
 		w.mu.Unlock()
-		if !kicked && time.Since(oldest) < w.c.opts.probeAfter {
+		delay := w.c.probeDelay()
+		if waited := time.Since(oldest); !kicked && waited < delay {
+			// Sleep until the oldest attempt is due, but look again
+			// within probeEveryQuiet: the delay may shrink meanwhile.
 			every = probeEvery
-			t.Reset(every)
+			t.Reset(min(max(delay-waited, probeEvery), probeEveryQuiet))
 			continue
 		}
 		lost, live := w.probeOnce(id)
@@ -266,7 +286,7 @@ func (w *ownerWatch) run() {
 		case kicked:
 			// A notice: the new owner may need a probe or two more.
 			every = probeEvery
-		case !live && len(lost) == 0 && time.Since(oldest) >= w.c.opts.probeAfter+quietAfter && w.c.noticesHeard(w.stream):
+		case !live && len(lost) == 0 && time.Since(oldest) >= delay+quietAfter && w.c.noticesHeard(w.stream):
 			// Nobody serving or an inconclusive probe (an overloaded
 			// new owner) for long, as in a mass failover, and the new
 			// owner's notice would be heard and kick a probe.

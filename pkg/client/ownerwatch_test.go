@@ -221,6 +221,47 @@ func TestPublishKeepsAnAttemptToASlowLiveOwner(t *testing.T) {
 	}
 }
 
+// ownerTurnedSlow starts an owner at epoch 1 and a client (request timeout
+// 5 s) that publishes once to it, then has the owner wait delay before
+// each later confirm.
+func ownerTurnedSlow(t *testing.T, delay time.Duration) (*standInOwner, *Client) {
+	url := startNATS(t)
+	a := startOwner(t, url, 1)
+	c := connectClient(t, url, WithRequestTimeout(5*time.Second))
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.delay = delay
+	a.mu.Unlock()
+	return a, c
+}
+
+// A live owner whose confirms all take 600 ms (a host working through a
+// burst) is probed only until the client has seen that its confirms take
+// that long: the probe delay follows the client's confirm round trips
+// (confirmrtt.go), so later publishes send no probe. Each was probed at
+// 250 ms before, each probe a fetch the busy owner had to serve.
+func TestSlowConfirmsDelayTheProbes(t *testing.T) {
+	a, c := ownerTurnedSlow(t, 600*time.Millisecond)
+	// The first slow confirm is probed: nothing said it would be slow.
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	for i := range 3 {
+		if pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("more")); err != nil || pc.Offset != uint64(3+i) {
+			t.Fatalf("publish: %+v %v, want offset %d", pc, err, 3+i)
+		}
+	}
+	if n := c.Stats().Sub(before).Probes; n != 0 {
+		t.Fatalf("%d probes of 3 publishes confirmed in 600 ms each after one such confirm, want 0", n)
+	}
+	if a.pubs.Load() != 5 {
+		t.Fatalf("owner saw %d publishes, want 5 (no attempt abandoned)", a.pubs.Load())
+	}
+}
+
 // A client that knew an older epoch publishes to the new owner, which is
 // slow to confirm (as right after a promotion): the probe finds that owner
 // serving, so the attempt reached it and is not abandoned; the record is
@@ -411,15 +452,7 @@ func TestProbeNamesTheStreamID(t *testing.T) {
 // 100 ms finds nothing a notice would not; the probes back off (here about
 // 6 instead of about 28).
 func TestSlowOwnerIsProbedLessWhileNoticesAreHeld(t *testing.T) {
-	url := startNATS(t)
-	a := startOwner(t, url, 1)
-	c := connectClient(t, url, WithRequestTimeout(5*time.Second))
-	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	a.mu.Lock()
-	a.delay = 3 * time.Second
-	a.mu.Unlock()
+	a, c := ownerTurnedSlow(t, 3*time.Second)
 	before := c.Stats()
 	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two"))
 	if err != nil || pc.Offset != 2 || a.pubs.Load() != 2 {
