@@ -116,7 +116,10 @@ func (t *Tracker) Heartbeat(hb wire.Heartbeat, at time.Time) (notable bool) {
 		t.nodes[hb.Node] = s
 		notable = true
 	}
-	if heartbeat.Superseded(hb.Incarnation, s.Incarnation, at.Sub(s.LastDecoded)) {
+	// The known incarnation was last heard with its latest accepted beat
+	// (accepted), not LastDecoded, which stops moving while the host's
+	// clock has stepped back (TestOlderIncarnationWindowAfterAClockStep).
+	if heartbeat.Superseded(hb.Incarnation, s.Incarnation, at.Sub(s.accepted)) {
 		// A beat of another process than the one known (its killed
 		// predecessor's, delivered late, or a successor's with a clock
 		// stepped back): no proof that the known one lives. Touch noted

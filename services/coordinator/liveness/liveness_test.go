@@ -267,6 +267,31 @@ func TestBeatOfAnOlderIncarnationIsIgnored(t *testing.T) {
 	}
 }
 
+// TestOlderIncarnationWindowAfterAClockStep (review of session 30): the
+// known incarnation counts as heard with every beat it sends, even while
+// its clock has stepped back (each beat built "earlier" than the last).
+// The window was measured from LastDecoded, which stops moving then, so 30
+// s into such a step a late beat of the killed predecessor took the node
+// back to the dead incarnation.
+func TestOlderIncarnationWindowAfterAClockStep(t *testing.T) {
+	tr := New()
+	t0 := time.Unix(1_000, 0)
+	tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 2, Beat: 1, AtMS: 100_000, Live: true}, t0)
+	// The host's clock steps back a minute and runs on from there.
+	for i := 1; i <= 40; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		tr.Touch("h", at)
+		tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 2, Beat: uint64(1 + i), AtMS: 40_000 + int64(i)*1_000, Live: true}, at)
+	}
+	end := t0.Add(40 * time.Second)
+	if tr.Heartbeat(wire.Heartbeat{Node: "h", Incarnation: 1, Beat: 99, AtMS: 90_000, Live: true}, end.Add(10*time.Millisecond)) {
+		t.Error("a late beat of the old incarnation was notable")
+	}
+	if at, inc, ok := tr.LastHeard("h"); !ok || inc != 2 {
+		t.Fatalf("last heard %v incarnation %d %v; want incarnation 2, heard every second", at, inc, ok)
+	}
+}
+
 // TestSupersededBeatsAreNoProofOfLife (review of the rule above): a
 // successor whose clock stepped back beats with a lower incarnation; its
 // messages are touched on arrival before decoding, and once decoded and
