@@ -92,6 +92,9 @@ func TestMassFailover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mass failover: %v\n%s", err, logs.String())
 	}
+	if res.NoKill {
+		t.Fatal("options' zero value ran the burst without a kill; want the mass failover")
+	}
 	if res.Owned == 0 || len(res.Serve) != res.Owned || len(res.Serve)+len(res.Others) != res.Streams {
 		t.Fatalf("killed %s owning %d; %d owned and %d others served again, of %d", res.Killed, res.Owned, len(res.Serve), len(res.Others), res.Streams)
 	}

@@ -69,9 +69,10 @@ type options struct {
 	both       bool
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
-	// failoverKill false publishes the burst after the idle window with no
-	// host killed: what waking every idle stream at once costs alone.
-	failoverKill bool
+	// failoverNoKill publishes the burst after the idle window with no
+	// host killed: what waking every idle stream at once costs alone
+	// (--failover-kill=false; the zero value kills, as tests expect).
+	failoverNoKill bool
 	// balanceStreams > 0 runs the owner-balance measure instead.
 	balanceStreams int
 	// createConcurrency is how many creates --failover-streams runs at
@@ -134,7 +135,7 @@ func main() {
 	flag.StringVar(&o.svgOut, "svg", "", "write the confirms timeline as SVG to this file")
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
-	flag.BoolVar(&o.failoverKill, "failover-kill", true, "with --failover-streams (brook): false kills no host and times the same burst of one publish per idle stream (the streams of the host that owns the most stay apart as \"owned\")")
+	failoverKill := flag.Bool("failover-kill", true, "with --failover-streams (brook): false kills no host and times the same burst of one publish per idle stream (the streams of the host that owns the most stay apart as \"owned\")")
 	flag.IntVar(&o.balanceStreams, "balance-streams", 0, "instead of the workload: create this many streams on a local cluster of 4 hosts under light load, SIGKILL the host owning the most, restart it once its streams failed over, and time the owner balancer back to every host within 10% of the even share")
 	flag.IntVar(&o.createConcurrency, "create-concurrency", defaultCreateConcurrency, "with --failover-streams or --balance-streams: creates in flight at once")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")
@@ -152,6 +153,7 @@ func main() {
 	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
 	flag.BoolVar(&o.natsProcesses, "nats-processes", false, "local cluster: run each of brook's nats-servers as a process of its own (the --nats-server binary, default: build it), as the JetStream target's are, instead of embedded in this process, where they share its scheduler and garbage collector with the bench's publishers and readers")
 	flag.Parse()
+	o.failoverNoKill = !*failoverKill
 	if o.cpuProfile != "" && !strings.Contains(" "+o.hostArgs+" ", " --pprof ") {
 		o.hostArgs = strings.TrimSpace(o.hostArgs + " --pprof")
 	}

@@ -175,7 +175,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		profile = o.cpuProfile + ".failover.pprof"
 	}
 	spared := victim
-	if !o.failoverKill {
+	if o.failoverNoKill {
 		spared = nil
 	}
 	meter, err := startCost(costProcs(cl, spared), c.Stats, profile, log)
@@ -185,7 +185,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	res.Cost, err = meter.measure(log, func() error {
 		res.RaftAtKill = countRaft(cl)
 		killed := time.Now()
-		if res.NoKill = !o.failoverKill; res.NoKill {
+		if res.NoKill = o.failoverNoKill; res.NoKill {
 			log.Info("publishing to every stream, no host killed", "most_owned", res.Killed, "owned", res.Owned, "streams", n)
 		} else {
 			log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
