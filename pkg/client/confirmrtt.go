@@ -25,12 +25,21 @@ import (
 // client's confirms now take. Under a burst the confirms' latency grows
 // with the queue, and so does the delay, ahead of it by the deviation;
 // when an owner dies, the client's other streams keep confirming fast and
-// the delay stays at the configured one. An estimate is used only while
+// the delay stays at the configured one (unless some of them are slow
+// too; see below). An estimate is used only while
 // confirms keep coming: once none arrived for as long as it says, the
 // configured delay applies again, so a client whose only stream lost its
 // owner (no confirms at all) is not held by the pace of a burst long
-// past. The estimate never raises the delay past the request timeout,
-// where the attempt is retried anyway.
+// past, and the next confirm starts a new estimate rather than bringing
+// the old one back. The estimate never raises the delay past the request
+// timeout, where the attempt is retried anyway.
+//
+// The estimate is the client's, not a stream's: one stream confirming
+// slowly (a slow follower) raises the delay of the client's other streams
+// too, so a dead owner of a fast stream is found up to the slow stream's
+// round trip later (a new owner's notice still kicks a probe at once).
+// Per-stream estimates would need samples per stream, which a burst of one
+// publish per stream, the case this is for, does not give.
 
 // confirmRTT is the client's estimate of its confirms' round trip.
 type confirmRTT struct {
@@ -47,8 +56,14 @@ func (r *confirmRTT) observe(d time.Duration, now time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	stale := now.Sub(r.last) > r.srtt+4*r.rttvar
 	r.last = now
-	if r.srtt == 0 {
+	if r.srtt == 0 || stale {
+		// The first sample, or the first after a silence longer than
+		// the estimate, which therefore no longer applied: start over
+		// from this one, as TCP does after an idle spell (a burst's
+		// estimate must not come back whole with one fast confirm
+		// minutes later).
 		r.srtt, r.rttvar = max(d, time.Microsecond), d/2
 		return
 	}

@@ -64,6 +64,19 @@ func TestProbeDelayFallsBackAfterSilence(t *testing.T) {
 	if got := r.probeDelay(testFloor, testCeiling, now.Add(d+time.Millisecond)); got != testFloor {
 		t.Fatalf("delay %v once no confirm came for %v, want the floor %v", got, d, testFloor)
 	}
+	// One fast confirm after the silence starts a new estimate: the
+	// slow spell's does not come back whole (review: it did, at 5.6 s
+	// after a 3 s burst and ten minutes of silence).
+	later := now.Add(10 * time.Minute)
+	r.observe(2*time.Millisecond, later)
+	if got := r.probeDelay(testFloor, testCeiling, later); got != testFloor {
+		t.Fatalf("delay %v after one 2 ms confirm that followed ten minutes of silence, want the floor %v", got, testFloor)
+	}
+	now = later
+	for range 20 {
+		now = now.Add(10 * time.Millisecond)
+		r.observe(time.Second, now)
+	}
 	// Fast confirms pull the estimate back down too.
 	for range 100 {
 		now = now.Add(time.Millisecond)

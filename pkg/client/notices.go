@@ -18,7 +18,7 @@ import (
 // retry meets the new owner a few milliseconds after it serves rather than
 // up to a backoff later; the attempts still waiting for the old owner are
 // probed at once (ownerwatch.go), so they too are retried without waiting
-// for DefaultProbeAfter. A notice is only a hint to try again: nothing in
+// for the probe delay. A notice is only a hint to try again: nothing in
 // it is trusted, and a notice lost (or refused by the client's NATS
 // permissions) leaves the backoff as it was.
 //

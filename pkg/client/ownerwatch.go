@@ -366,7 +366,7 @@ func (w *ownerWatch) probeOnce(id uint64) (lost []*watched, live bool) {
 
 // probeNow has the watch probe at once if attempts are in flight: a new
 // owner announced itself, so the attempts it cannot have received are found
-// now rather than after DefaultProbeAfter.
+// now rather than after the probe delay.
 func (w *ownerWatch) probeNow() {
 	select {
 	case w.kick <- struct{}{}:

@@ -33,12 +33,17 @@ type copyImpl struct {
 	meta meta
 	// Durable record tail, with the running digest and byte count there.
 	tail, tailDigest, tailCum uint64
-	// prevTail and prevDigest are the durable record tail before the last
-	// group commit moved it, and the digest there (valid while prevOK): a
-	// follower one group behind asks for the digest at its read position
-	// with every replication request, and this answers it from memory
-	// rather than with a read of the record before it. A cut or reset
-	// clears it.
+	// prevTail and prevDigest are the durable record tail before the
+	// copy's last write made durable moved it (its last request of a group
+	// commit: with several in one group, the start of the last one), and
+	// the digest there (valid while prevOK). A follower one write behind
+	// asks for the digest at its read position with every replication
+	// request, as after one record appended to an idle stream, and this
+	// answers it from memory rather than with a read of the record before
+	// it. A cut or reset clears it (not needed for correctness, as a
+	// stale one lies at or below what the cut kept, below the head, or
+	// past the tail, where digestAt does not look: kept to make that
+	// plain).
 	prevTail, prevDigest uint64
 	prevOK               bool
 	// Pending record tail: tail plus records queued for a group commit.
@@ -812,9 +817,9 @@ func (c *copyImpl) digest() string {
 }
 
 // digestAt reads the running digest of the records below off: the head's
-// from metadata, the tail's from memory, anything between from the record
-// at off-1, and past the durable tail (up to the written one) from the
-// queued record at off-1.
+// from metadata, the tail's and the previous tail's (prevTail) from
+// memory, anything else between from the record at off-1, and past the
+// durable tail (up to the written one) from the queued record at off-1.
 func (c *copyImpl) digestAt(off uint64) (uint64, error) {
 	if err := c.s.enter(); err != nil {
 		return 0, err

@@ -924,9 +924,9 @@ func TestDigestAt(t *testing.T) {
 }
 
 // TestDigestAtThePreviousTail: the digest at the durable tail before the
-// last group commit (a follower one group behind asks for it with every
-// replication request) is answered from memory, right, and never from a
-// history a cut replaced.
+// last write (a follower one write behind asks for it with every
+// replication request) is answered from memory and right, and after a
+// cut and new records it is the kept history's.
 func TestDigestAtThePreviousTail(t *testing.T) {
 	s := openTest(t, t.TempDir(), nil)
 	c := mustCreate(t, s, "p", 1)
