@@ -173,11 +173,10 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 		return func(pc wire.PublishConfirm) {
 			now := time.Now()
 			w.mu.Lock()
-			if pc.Epoch != 0 && !a.observed {
-				// A confirm: a sample of the client's round trip.
-				a.observed = true
-				w.c.confirmRTT.observe(now.Sub(a.sent), now)
-			}
+			// A confirm is a sample of the client's round trip, taken
+			// once (done may be called twice), after w.mu is released.
+			sample := pc.Epoch != 0 && !a.observed
+			a.observed = a.observed || sample
 			delete(w.attempts, a)
 			switch {
 			case pc.StreamID > w.streamID:
@@ -190,6 +189,9 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 				w.idle = now
 			}
 			w.mu.Unlock()
+			if sample {
+				w.c.confirmRTT.observe(now.Sub(a.sent), now)
+			}
 		}
 	}
 }

@@ -206,15 +206,7 @@ func TestPublishWithoutOwnerProbeWaitsForTheTimeout(t *testing.T) {
 // A slow owner that still serves at the epoch the client knows is not
 // abandoned: its publish is answered once, by it.
 func TestPublishKeepsAnAttemptToASlowLiveOwner(t *testing.T) {
-	url := startNATS(t)
-	a := startOwner(t, url, 1)
-	c := connectClient(t, url, WithRequestTimeout(3*time.Second))
-	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	a.mu.Lock()
-	a.delay = time.Second
-	a.mu.Unlock()
+	a, c := ownerTurnedSlow(t, time.Second, WithRequestTimeout(3*time.Second))
 	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("two"))
 	if err != nil || pc.Offset != 2 || a.pubs.Load() != 2 {
 		t.Fatalf("publish: %+v %v after %d publishes; want offset 2 from the only attempt", pc, err, a.pubs.Load())
@@ -222,12 +214,12 @@ func TestPublishKeepsAnAttemptToASlowLiveOwner(t *testing.T) {
 }
 
 // ownerTurnedSlow starts an owner at epoch 1 and a client (request timeout
-// 5 s) that publishes once to it, then has the owner wait delay before
-// each later confirm.
-func ownerTurnedSlow(t *testing.T, delay time.Duration) (*standInOwner, *Client) {
+// 5 s unless opts say otherwise) that publishes once to it, then has the
+// owner wait delay before each later confirm.
+func ownerTurnedSlow(t *testing.T, delay time.Duration, opts ...Option) (*standInOwner, *Client) {
 	url := startNATS(t)
 	a := startOwner(t, url, 1)
-	c := connectClient(t, url, WithRequestTimeout(5*time.Second))
+	c := connectClient(t, url, append([]Option{WithRequestTimeout(5 * time.Second)}, opts...)...)
 	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("one")); err != nil {
 		t.Fatal(err)
 	}

@@ -40,10 +40,8 @@ type copyImpl struct {
 	// asks for the digest at its read position with every replication
 	// request, as after one record appended to an idle stream, and this
 	// answers it from memory rather than with a read of the record before
-	// it. A cut or reset clears it (not needed for correctness, as a
-	// stale one lies at or below what the cut kept, below the head, or
-	// past the tail, where digestAt does not look: kept to make that
-	// plain).
+	// it. A cut or reset clears it, as any operation that rewrites the
+	// log must.
 	prevTail, prevDigest uint64
 	prevOK               bool
 	// Pending record tail: tail plus records queued for a group commit.

@@ -117,7 +117,7 @@ const massProducer = "mass-failover"
 // order. Each stream fails over on its own recovery worker, so the time
 // should not grow with the number of streams the host owned.
 func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (massResult, error) {
-	res := massResult{Streams: n}
+	res := massResult{Streams: n, NoKill: o.failoverNoKill}
 	cl, err := startLocalCluster(ctx, o, log)
 	if err != nil {
 		return res, err
@@ -174,8 +174,8 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if o.cpuProfile != "" {
 		profile = o.cpuProfile + ".failover.pprof"
 	}
-	spared := victim
-	if o.failoverNoKill {
+	spared := victim // costProcs leaves out the process killed
+	if res.NoKill {
 		spared = nil
 	}
 	meter, err := startCost(costProcs(cl, spared), c.Stats, profile, log)
@@ -185,7 +185,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	res.Cost, err = meter.measure(log, func() error {
 		res.RaftAtKill = countRaft(cl)
 		killed := time.Now()
-		if res.NoKill = o.failoverNoKill; res.NoKill {
+		if res.NoKill {
 			log.Info("publishing to every stream, no host killed", "most_owned", res.Killed, "owned", res.Owned, "streams", n)
 		} else {
 			log.Info("killing the host that owns the most streams", "node", res.Killed, "owned", res.Owned, "streams", n)
