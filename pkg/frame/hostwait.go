@@ -13,7 +13,20 @@ import (
 const (
 	KindHostWait byte = 0x05
 	KindHostWake byte = 0x06
+	// KindHostWakeRecords is a host wake that carries records for some
+	// of the copies it names (HostWake.Batches). A wake without them is
+	// written as KindHostWake, byte for byte the frame before records
+	// came; a follower host whose decoder knows only that kind fails
+	// this one, and so wakes every copy it named, which then ask on
+	// their own as before.
+	KindHostWakeRecords byte = 0x07
 )
+
+// HeaderWakeRecords on a host wait says its sender decodes host wakes
+// with records (KindHostWakeRecords): an owner host carries records only
+// to a host wait that has it, so that a follower host of a release
+// before them is answered with stream ids only, as it expects.
+const HeaderWakeRecords = "Brook-Wake-Records"
 
 // Host-pair wait limits.
 const (
@@ -64,10 +77,26 @@ type HostWait struct {
 
 // HostWake is the owner host's answer to a HostWait: the stream ids of the
 // named copies that should ask again on their own replication subjects
-// (none when the wait ended with nothing).
+// (none when the wait ended with nothing), and the records of others.
 type HostWake struct {
 	StreamIDs []uint64
+	// Batches carry, for copies the owner host proved on its history at
+	// the tails they named (their last ack it counted), the records past
+	// those tails: what the copy's own request would have brought. A copy
+	// applies them as that request's reply and acks them as usual.
+	Batches []HostWakeBatch
 }
+
+// HostWakeBatch is one copy's records in a host wake.
+type HostWakeBatch struct {
+	StreamID uint64
+	Batch    *Batch
+}
+
+// minHostWakeBatchLen is the least a host wake's batch entry takes: its
+// stream id and length, and a batch's header and six one-byte numbers
+// (its head digest is eight bytes).
+const minHostWakeBatchLen = 2 + headerLen + 5 + 8 + 2
 
 // AppendHostWait appends the encoding of w to dst.
 func AppendHostWait(dst []byte, w *HostWait) []byte {
@@ -123,12 +152,28 @@ func DecodeHostWait(p []byte) (*HostWait, error) {
 	return w, nil
 }
 
-// AppendHostWake appends the encoding of w to dst.
+// AppendHostWake appends the encoding of w to dst: kind KindHostWake
+// without batches, KindHostWakeRecords with them.
 func AppendHostWake(dst []byte, w *HostWake) []byte {
-	dst = append(dst, Magic, Version, KindHostWake)
+	kind := KindHostWake
+	if len(w.Batches) > 0 {
+		kind = KindHostWakeRecords
+	}
+	dst = append(dst, Magic, Version, kind)
 	dst = binary.AppendUvarint(dst, uint64(len(w.StreamIDs)))
 	for _, id := range w.StreamIDs {
 		dst = binary.AppendUvarint(dst, id)
+	}
+	if len(w.Batches) == 0 {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(w.Batches)))
+	var b []byte
+	for _, e := range w.Batches {
+		b = AppendBatch(b[:0], e.Batch)
+		dst = binary.AppendUvarint(dst, e.StreamID)
+		dst = binary.AppendUvarint(dst, uint64(len(b)))
+		dst = append(dst, b...)
 	}
 	return dst
 }
@@ -136,7 +181,12 @@ func AppendHostWake(dst []byte, w *HostWake) []byte {
 // DecodeHostWake decodes a host wake.
 func DecodeHostWake(p []byte) (*HostWake, error) {
 	d := decoder{p: p}
-	if err := d.header(KindHostWake); err != nil {
+	records := len(p) >= headerLen && p[2] == KindHostWakeRecords
+	kind := KindHostWake
+	if records {
+		kind = KindHostWakeRecords
+	}
+	if err := d.header(kind); err != nil {
 		return nil, fmt.Errorf("frame: host wake: %w", err)
 	}
 	n, err := d.hostCount("stream id", 1)
@@ -152,10 +202,47 @@ func DecodeHostWake(p []byte) (*HostWake, error) {
 			return nil, fmt.Errorf("frame: host wake: %w", err)
 		}
 	}
+	if records {
+		if err := d.hostWakeBatches(w); err != nil {
+			return nil, fmt.Errorf("frame: host wake: %w", err)
+		}
+	}
 	if err := d.end(); err != nil {
 		return nil, fmt.Errorf("frame: host wake: %w", err)
 	}
 	return w, nil
+}
+
+// hostWakeBatches reads a KindHostWakeRecords frame's batches: at least
+// one (a wake without any is written as KindHostWake, so that every wake
+// has one encoding), each a stream id and a length-prefixed batch frame.
+func (d *decoder) hostWakeBatches(w *HostWake) error {
+	m, err := d.hostCount("batch", minHostWakeBatchLen)
+	if err != nil {
+		return err
+	}
+	if m == 0 {
+		return fmt.Errorf("no batch in a host wake with records: %w", ErrMalformed)
+	}
+	w.Batches = make([]HostWakeBatch, m)
+	for i := range w.Batches {
+		e := &w.Batches[i]
+		if e.StreamID, err = d.uvarint("batch stream id"); err != nil {
+			return fmt.Errorf("batch %d: %w", i, err)
+		}
+		size, err := d.uvarint("batch length")
+		if err != nil {
+			return fmt.Errorf("batch %d: %w", i, err)
+		}
+		p, err := d.bytes(size)
+		if err != nil {
+			return fmt.Errorf("batch %d: %w", i, err)
+		}
+		if e.Batch, err = DecodeBatch(p); err != nil {
+			return fmt.Errorf("batch %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // hostCount reads the entry count of a host wait or wake: 0 to

@@ -14,7 +14,17 @@ import (
 var (
 	hostWaitHdr = []byte{frame.Magic, frame.Version, frame.KindHostWait}
 	hostWakeHdr = []byte{frame.Magic, frame.Version, frame.KindHostWake}
+	hostRecsHdr = []byte{frame.Magic, frame.Version, frame.KindHostWakeRecords}
 )
+
+// sampleHostWakeRecords is a host wake with records for two copies.
+func sampleHostWakeRecords() *frame.HostWake {
+	return &frame.HostWake{StreamIDs: []uint64{4}, Batches: []frame.HostWakeBatch{
+		{StreamID: 7, Batch: sampleBatch()},
+		{StreamID: 9000, Batch: &frame.Batch{Epoch: 1, Head: 0, Tail: 3, Next: 3,
+			Records: []frame.Record{{Offset: 2, TimeNS: 5, Data: []byte("xyz")}}}},
+	}}
+}
 
 func sampleHostWait() *frame.HostWait {
 	return &frame.HostWait{Node: "h2", WaitMS: 4000, Copies: []frame.HostWaitCopy{
@@ -52,8 +62,10 @@ func TestHostWaitRoundTrip(t *testing.T) {
 
 func TestHostWakeRoundTrip(t *testing.T) {
 	for name, w := range map[string]*frame.HostWake{
-		"some": {StreamIDs: []uint64{1, 300, math.MaxUint64}},
-		"none": {},
+		"some":         {StreamIDs: []uint64{1, 300, math.MaxUint64}},
+		"none":         {},
+		"records":      sampleHostWakeRecords(),
+		"records only": {Batches: sampleHostWakeRecords().Batches},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := frame.DecodeHostWake(frame.AppendHostWake(nil, w))
@@ -97,6 +109,12 @@ func TestDecodeHostWakeRejects(t *testing.T) {
 		"count over rest": cat(hostWakeHdr, uv(3, 1, 2)),
 		"trailing":        cat(hostWakeHdr, uv(1, 1, 1)),
 		"count over max":  cat(hostWakeHdr, uv(frame.MaxHostWaitCopies+1)),
+		// A wake with records and none: written as a plain wake.
+		"records kind, no batch": cat(hostRecsHdr, uv(0, 0)),
+		"batch of another kind":  cat(hostRecsHdr, uv(0, 1, 7, 25), frame.AppendHostWait(nil, &frame.HostWait{Node: "aaaaaaaaaaaaaaa"})),
+		"batch cut short":        cat(hostRecsHdr, uv(0, 1, 7, 40), frame.AppendBatch(nil, &frame.Batch{})),
+		"bad batch":              cat(hostRecsHdr, uv(0, 1, 7, 22), frame.AppendBatch(nil, &frame.Batch{}), []byte{1, 2, 3, 4, 5}),
+		"records trailing":       cat(frame.AppendHostWake(nil, sampleHostWakeRecords()), []byte{0}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := frame.DecodeHostWake(p); !errors.Is(err, frame.ErrMalformed) {
@@ -132,6 +150,8 @@ func FuzzDecodeHostWake(f *testing.F) {
 	f.Add(frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: []uint64{1, 2, 1 << 40}}))
 	f.Add(frame.AppendHostWake(nil, &frame.HostWake{}))
 	f.Add(cat(hostWakeHdr, uv(2, 1)))
+	f.Add(frame.AppendHostWake(nil, sampleHostWakeRecords()))
+	f.Add(cat(hostRecsHdr, uv(0, 0)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		w, err := frame.DecodeHostWake(p)

@@ -135,6 +135,9 @@ func (f *follower) retentionKeepFrom() uint64 {
 type written struct {
 	durable func(context.Context) error
 	got     time.Time // when its batch arrived
+	// acked, if not nil, is closed once the syncer is done with the
+	// batch: acked it durable, or found its write failed.
+	acked chan struct{}
 }
 
 func (f *follower) run(ctx context.Context) {
@@ -177,10 +180,25 @@ func (f *follower) run(ctx context.Context) {
 		return true
 	}
 	for ctx.Err() == nil {
-		if idle && !f.sleepIdle(ctx) {
-			return
+		if idle {
+			b, ok := f.sleepIdle(ctx)
+			if !ok {
+				return
+			}
+			idle = false
+			if b != nil {
+				switch f.applyWoken(ctx, b, pending) {
+				case wokenStop:
+					return
+				case wokenApplied:
+					// Acked: back to sleep at the new tails, without the
+					// long polls a request's records would be followed by.
+					idle = true
+					continue
+				}
+				// Not applied: ask on its own.
+			}
 		}
-		idle = false
 		t := f.c.Tails()
 		req := f.ack(t)
 		req.WaitMS, req.MaxBytes = uint32(wait/time.Millisecond), replBytes
@@ -339,10 +357,16 @@ func (f *follower) syncer(ctx context.Context, subj string, pending <-chan writt
 			if ctx.Err() == nil {
 				f.log.Error("follower apply did not become durable", "err", err)
 			}
+			if w.acked != nil {
+				close(w.acked)
+			}
 			continue
 		}
 		f.h.metrics.stage(stageFollowerApply, time.Since(w.got))
 		f.ackDurable(subj)
+		if w.acked != nil {
+			close(w.acked)
+		}
 	}
 }
 
@@ -393,15 +417,67 @@ func (f *follower) ack(t streamlog.Tails) frame.ReplRequest {
 }
 
 // sleepIdle waits, after a request of the whole idle wait that came back
-// empty, until the owner's host says the copy has something to ask for (or
-// the host wait fails); false when the worker is stopped meanwhile.
-func (f *follower) sleepIdle(ctx context.Context) bool {
+// empty, until the owner's host says the copy has something to ask for or
+// sends it records (returned), or the host wait fails; false when the
+// worker is stopped meanwhile.
+func (f *follower) sleepIdle(ctx context.Context) (*frame.Batch, bool) {
 	// Its durable tails, which after a whole idle wait with nothing are
 	// its written ones too unless an fsync has been stuck that long; then
 	// the owner, which compares them with its own, wakes it at once.
 	t := f.c.Tails()
 	return f.h.sleepIdle(ctx, f.owner, frame.HostWaitCopy{StreamID: f.id, Epoch: f.epoch, RecordTail: t.Record,
 		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()})
+}
+
+// What applyWoken did with a host wake's records.
+const (
+	wokenSkipped = iota // not applied: the copy asks on its own
+	wokenApplied        // applied and acked (or its write failed): sleep again
+	wokenStop           // the worker is stopped
+)
+
+// applyWoken applies the records a host wake carried for the copy (its
+// owner host's answer to the host wait it slept on, hostWakeRecords) as
+// it would its own request's reply, and waits until the syncer has acked
+// them, so that the copy sleeps again naming the tails it acked: the
+// owner then finds it quiet, and the records cost the copy one standalone
+// ack instead of a request, its reply and the long polls after. Only
+// records that start at the copy's written tail, at its epoch, are
+// applied; anything else (its written tail moved past its durable one, a
+// new head, cursor events) is skipped, and the copy asks on its own.
+func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<- written) int {
+	t := f.c.Tails()
+	if b.Epoch != f.epoch || len(b.Records) == 0 || len(b.CursorEvents) > 0 || b.Records[0].Offset != t.RecordWritten ||
+		t.RecordWritten != t.Record || b.Head > t.RecordWritten || b.Head < f.ownerHead.Load() {
+		return wokenSkipped
+	}
+	got := time.Now()
+	recs := make([]streamlog.Record, len(b.Records))
+	for i, r := range b.Records {
+		recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
+	}
+	durable, err := f.c.ApplyWritten(ctx, recs)
+	if err != nil {
+		if !f.applyFailed(ctx, "apply woken records", err) {
+			return wokenStop
+		}
+		return wokenSkipped
+	}
+	f.ownerHead.Store(b.Head)
+	f.win.applied(f.c, t, recs, f.log)
+	acked := make(chan struct{})
+	select {
+	case pending <- written{durable: durable, got: got, acked: acked}:
+	case <-ctx.Done():
+		_ = durable(ctx) // called once, as the store requires
+		return wokenStop
+	}
+	select {
+	case <-acked:
+		return wokenApplied
+	case <-ctx.Done():
+		return wokenStop
+	}
 }
 
 // applyFailed handles a storage error of the worker; it returns false when

@@ -27,9 +27,14 @@ import (
 // and ask on their own replication subjects as before; a failure of the
 // host wait wakes every copy registered for that owner, so an owner's
 // loss is noticed by the per-copy requests as without it, but one that is
-// only late, or refused overloaded, is sent again (hostWaitLateMax). This
-// only decides when a follower asks: acks, records and confirms stay on
-// the per-copy path.
+// only late, or refused overloaded, is sent again (hostWaitLateMax).
+// A copy that is only behind by records the owner wrote gets them in the
+// host wake itself (hostWakeRecords), applies them, acks them with its
+// standalone ack and sleeps again (follower.applyWoken): one publish to an
+// idle stream costs each follower copy one message of its own, where a
+// woken copy's request, its reply and the long polls that followed until
+// it slept again were ten (issue 17). Acks and confirms stay on the
+// per-copy path.
 
 const (
 	// hostWaitGap is the least time between two host waits of one pair
@@ -70,7 +75,11 @@ var (
 // idleCopy is one sleeping follower copy.
 type idleCopy struct {
 	c     frame.HostWaitCopy
-	woken chan struct{} // closed when it is to ask on its own again
+	woken chan struct{} // closed when it is to wake
+	// batch is the records its owner host's wake carried for it, if any
+	// (set before woken is closed): the copy applies them instead of
+	// asking.
+	batch *frame.Batch
 }
 
 // idleWaits is the follower host's side: the copies sleeping per owner
@@ -112,16 +121,17 @@ func (p *peerWait) grew() {
 }
 
 // sleepIdle parks an idle follower copy until its owner host's answer
-// names it, the host wait fails, or ctx ends; it returns false only when
-// ctx ended. A copy that does not fit its owner's set
-// (frame.MaxHostWaitBytes) returns at once and asks on its own.
-func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy) bool {
+// names it or carries records for it (returned), the host wait fails, or
+// ctx ends; it returns false only when ctx ended. A copy that does not fit
+// its owner's set (frame.MaxHostWaitBytes) returns at once and asks on its
+// own.
+func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy) (*frame.Batch, bool) {
 	w := &h.idle
 	ic := &idleCopy{c: c, woken: make(chan struct{})}
 	w.mu.Lock()
 	if ctx.Err() != nil {
 		w.mu.Unlock()
-		return false
+		return nil, false
 	}
 	p := w.peers[owner]
 	if p == nil {
@@ -138,7 +148,7 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 	}
 	if p.size+c.Size() > frame.MaxHostWaitBytes-frame.HostWaitHeaderMax {
 		w.mu.Unlock()
-		return true
+		return nil, true
 	}
 	p.copies[ic] = struct{}{}
 	p.size += c.Size()
@@ -146,7 +156,8 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 	w.mu.Unlock()
 	select {
 	case <-ic.woken:
-		return true
+		// Written before woken was closed, under w.mu.
+		return ic.batch, true
 	case <-ctx.Done():
 		w.mu.Lock()
 		if _, ok := p.copies[ic]; ok {
@@ -154,7 +165,7 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 			p.size -= c.Size()
 		}
 		w.mu.Unlock()
-		return false
+		return nil, false
 	}
 }
 
@@ -198,6 +209,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		w.mu.Unlock()
 
 		msg := nats.NewMsg(subj)
+		msg.Header.Set(frame.HeaderWakeRecords, "1")
 		msg.Data = frame.AppendHostWait(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone, and a reconnect loses the request and its answer.
@@ -251,26 +263,31 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			gap = hostWaitRetry
 			continue
 		}
-		if len(wake.StreamIDs) > 0 {
-			ids := make(map[uint64]struct{}, len(wake.StreamIDs))
+		if len(wake.StreamIDs)+len(wake.Batches) > 0 {
+			ids := make(map[uint64]*frame.Batch, len(wake.StreamIDs)+len(wake.Batches))
 			for _, id := range wake.StreamIDs {
-				ids[id] = struct{}{}
+				ids[id] = nil
+			}
+			for _, b := range wake.Batches {
+				ids[b.StreamID] = b.Batch
 			}
 			h.wakeIdle(p, ids)
 		}
 	}
 }
 
-// wakeIdle wakes p's copies of the streams ids names, or all of them when
-// ids is nil.
-func (h *Host) wakeIdle(p *peerWait, ids map[uint64]struct{}) {
+// wakeIdle wakes p's copies of the streams ids names, with the records
+// it maps them to if any, or all of them when ids is nil. Records are for
+// the copy at the epoch they name (follower.applyWoken checks it).
+func (h *Host) wakeIdle(p *peerWait, ids map[uint64]*frame.Batch) {
 	w := &h.idle
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for ic := range p.copies {
-		if _, ok := ids[ic.c.StreamID]; ids == nil || ok {
+		if b, ok := ids[ic.c.StreamID]; ids == nil || ok {
 			delete(p.copies, ic)
 			p.size -= ic.c.Size()
+			ic.batch = b
 			close(ic.woken)
 		}
 	}
@@ -297,6 +314,9 @@ type parkedWait struct {
 	// closing says the host stops (under hostWaiters.mu): the wait is
 	// answered shutting_down, not dropped.
 	closing bool
+	// records says the sender takes records in the wake
+	// (frame.HeaderWakeRecords).
+	records bool
 }
 
 // onHostWait is the host-pair subject's callback. It parks the request
@@ -321,7 +341,8 @@ func (h *Host) onHostWait(m *nats.Msg) {
 		h.refuse(m.Reply, h.replReqs)
 		return
 	}
-	pw := &parkedWait{reply: m.Reply, req: req, wake: make(chan struct{}, 1), end: make(chan struct{})}
+	pw := &parkedWait{reply: m.Reply, req: req, wake: make(chan struct{}, 1), end: make(chan struct{}),
+		records: m.Header.Get(frame.HeaderWakeRecords) != ""}
 	w := &h.parked
 	w.mu.Lock()
 	if w.closed {
@@ -385,8 +406,16 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	var owners []*owner
 	for {
 		owners = h.ownedIDs.getCopies(pw.req.Copies, owners)
-		if ids := hostWakeIDs(pw.req, owners, refresh); len(ids) > 0 {
-			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: ids}))
+		if ids, fetch := hostWakeIDs(pw.req, owners, refresh); len(ids)+len(fetch) > 0 {
+			wake := &frame.HostWake{StreamIDs: ids}
+			if pw.records {
+				hostWakeRecords(wake, pw.req, owners, fetch)
+			} else {
+				for _, i := range fetch {
+					wake.StreamIDs = append(wake.StreamIDs, pw.req.Copies[i].StreamID)
+				}
+			}
+			h.replyData(pw.reply, frame.AppendHostWake(nil, wake))
 			return
 		}
 		refresh = false
@@ -407,6 +436,77 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	}
 }
 
+// Bounds of the records one host wake carries (hostWakeRecords): in all,
+// and for one copy. A copy over either is woken to ask on its own.
+const (
+	hostWakeBytes     = 256 << 10
+	hostWakeCopyBytes = 64 << 10
+)
+
+// hostWakeRecords puts into wake the records of the copies fetch names
+// (indexes into req.Copies, owners[i] their owner roles, found quiet at
+// the tails they name by hostWakeIDs), as the copy's own request from
+// there would get them, within hostWakeBytes in all; a copy whose records
+// do not fit or cannot be read now is named in wake.StreamIDs instead, to
+// ask on its own. The copy's named record tail is its last ack the owner
+// counted, whose digest the owner checked against its own there
+// (serveRepl): the records continue a log that matches the owner's, which
+// is what the read position's digest proves for a request. The follower
+// applies them only if they start at its written tail (follower.applyWoken).
+func hostWakeRecords(wake *frame.HostWake, req *frame.HostWait, owners []*owner, fetch []int) {
+	budget := hostWakeBytes
+	for _, i := range fetch {
+		c := &req.Copies[i]
+		if b := owners[i].wakeBatch(c.RecordTail, min(budget, hostWakeCopyBytes)); b != nil {
+			wake.Batches = append(wake.Batches, frame.HostWakeBatch{StreamID: c.StreamID, Batch: b})
+			for _, r := range b.Records {
+				budget -= len(r.Data) + recordOverhead
+			}
+			continue
+		}
+		wake.StreamIDs = append(wake.StreamIDs, c.StreamID)
+	}
+}
+
+// recordOverhead is about what a record takes in a batch besides its data
+// (its time and length), for hostWakeRecords' budget.
+const recordOverhead = 12
+
+// wakeBatch is the batch a follower's request from from would be answered
+// with now, within maxBytes: nil if there is nothing to send, the epoch's
+// begin is not yet durable, from is below the retained head, or the read
+// fails (the copy then asks on its own, and its request meets the same
+// condition with its own answer).
+func (o *owner) wakeBatch(from uint64, maxBytes int) *frame.Batch {
+	select {
+	case <-o.begun:
+	default:
+		return nil
+	}
+	t := o.c.Tails()
+	if from < t.Head || from >= t.RecordWritten || maxBytes <= 0 {
+		return nil
+	}
+	recs, err := o.c.ReadWritten(from, maxReplRecords, maxBytes, t.RecordWritten)
+	if err != nil {
+		return nil
+	}
+	// A read returns its first record whatever its size: only what fits
+	// goes into the wake.
+	size := 0
+	for i, r := range recs {
+		if size += len(r.Data) + recordOverhead; size > maxBytes {
+			recs = recs[:i]
+			break
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	return &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(),
+		Next: from + uint64(len(recs)), Records: toFrameRecords(recs)}
+}
+
 // hostWakeIDs returns the stream ids of req's copies that have something
 // to ask for on their own: the copy's stream is not owned here at its
 // epoch with its node as a follower (its own request learns stale_epoch or
@@ -415,15 +515,17 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 // owner's retained head is not the one the copy knows (its own request
 // brings the new head, and the copy trims what the owner no longer keeps),
 // or the tails it names are not the ack the owner counted for it last (its
-// standalone ack was lost: its own request carries the ack again).
+// standalone ack was lost: its own request carries the ack again). Of
+// those, it returns apart (fetch, indexes into req.Copies) the copies
+// whose only difference is records the owner wrote past their tails: the
+// host wake can carry those records (hostWakeRecords).
 // owners[i] is the owner role running here of req.Copies[i]'s stream, or
 // nil. With refresh, each copy at its owner's epoch naming the tails it
 // last acked stays live (owner.hostWaitQuiet): a copy asleep on a host
 // wait is live (for retention and a graceful shutdown's settling) as long
 // as it names the tails it last acked. One owner lock per copy (issue 17:
 // three before, with the liveness pass).
-func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) []uint64 {
-	var ids []uint64
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) (ids []uint64, fetch []int) {
 	for i := range req.Copies {
 		c := &req.Copies[i]
 		o := owners[i]
@@ -432,12 +534,15 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) []uint64 {
 			continue
 		}
 		t := o.c.Tails()
-		if c.RecordTail != t.RecordWritten || c.RecordTail < t.Head || c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten ||
-			c.KnownHead != t.Head {
+		switch {
+		case c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten || c.KnownHead != t.Head ||
+			c.RecordTail < t.Head || c.RecordTail > t.RecordWritten:
 			ids = append(ids, c.StreamID)
+		case c.RecordTail < t.RecordWritten:
+			fetch = append(fetch, i) // only records to send
 		}
 	}
-	return ids
+	return ids, fetch
 }
 
 // hostWaitQuiet reports whether node follows this copy and its counted ack

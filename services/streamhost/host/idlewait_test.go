@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,120 @@ func TestIdleFollowersSendNoPerCopyRequests(t *testing.T) {
 	waitIdle(t, c, streams)
 }
 
+// largeRecord is a record over what a host wake carries for one copy.
+func largeRecord() []byte { return bytes.Repeat([]byte("x"), hostWakeCopyBytes+1) }
+
+// replRequests counts, on the per-copy replication subjects, requests
+// (with a reply subject) and standalone acks (without).
+func replRequests(t *testing.T, nc *nats.Conn) (requests, acks *atomic.Int64) {
+	t.Helper()
+	requests, acks = new(atomic.Int64), new(atomic.Int64)
+	sub, err := nc.Subscribe("brook.s.*.repl.>", func(m *nats.Msg) {
+		if m.Reply != "" {
+			requests.Add(1)
+		} else {
+			acks.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return requests, acks
+}
+
+// TestIdleFollowersGetRecordsInTheHostWake: a publish to an idle stream
+// reaches its asleep follower copies in the owner host's answer to their
+// host wait; each applies it, acks it with one standalone ack, and sleeps
+// again at once: no request of its own, and no long polls before it
+// sleeps. Before the wake carried records every woken copy asked for them,
+// got them, acked, and long-polled with a doubling wait until one of a
+// whole idle wait came back empty: here (50 ms doubling to 2 s) six
+// requests per copy over about 4 s. A record too large for the wake still
+// wakes its copies to ask on their own.
+func TestIdleFollowersGetRecordsInTheHostWake(t *testing.T) {
+	const streams = 4
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	requests, acks := replRequests(t, c.nc)
+	for i, s := range names {
+		pc := c.mustPublish(s, payload(1+i))
+		if pc.Offset != 1 || pc.Copies < 2 {
+			t.Fatalf("publish to %s: %+v", s, pc)
+		}
+	}
+	// Both copies of every stream hold the record and are asleep again.
+	for _, s := range names {
+		for _, n := range []string{"n2", "n3"} {
+			c.waitCopy(n, s, "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 2 })
+		}
+	}
+	waitIdle(t, c, streams)
+	// Long enough for the long polls of a woken copy to show.
+	time.Sleep(idleTestWait)
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d per-copy requests for one record to each of %d idle streams; want none (the host wake carries it)", n, streams)
+	}
+	if n := acks.Load(); n < 2*streams || n > 4*streams {
+		t.Fatalf("%d standalone acks for one record to each of %d idle streams' 2 followers; want about one each", n, streams)
+	}
+	waitIdle(t, c, streams)
+
+	// A record over what a wake carries for a copy: woken, it asks.
+	c.mustPublish(names[0], largeRecord())
+	for _, n := range []string{"n2", "n3"} {
+		c.waitCopy(n, names[0], "the large record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 3 })
+	}
+	if n := requests.Load(); n < 2 {
+		t.Fatalf("%d per-copy requests for a record too large for the wake; want its 2 copies to ask", n)
+	}
+}
+
+// TestHostWakeCarriesRecordsOnlyWhenAsked: the owner host puts records
+// into its wake only for a host wait with frame.HeaderWakeRecords; one
+// without it (a follower host of a release before records in the wake,
+// whose decoder knows only the wake of stream ids) gets the stream id of
+// the same copy, to ask on its own.
+func TestHostWakeCarriesRecordsOnlyWhenAsked(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	waitIdle(t, c, 1)
+	// n2 acked the first record and stops; n3 confirms the second.
+	c.hosts["n2"].stop()
+	c.mustPublish(names[0], payload(1))
+	ask := func(records bool) *frame.HostWake {
+		t.Helper()
+		msg := nats.NewMsg(wire.HostReplSubject("n1", "n2"))
+		if records {
+			msg.Header.Set(frame.HeaderWakeRecords, "1")
+		}
+		msg.Data = frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 1000,
+			Copies: []frame.HostWaitCopy{{StreamID: 100, Epoch: 1, RecordTail: 1}}})
+		resp, err := c.nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := frame.DecodeHostWake(resp.Data)
+		if err != nil {
+			t.Fatalf("host wake: %v (error header %q)", err, resp.Header.Get(frame.HeaderError))
+		}
+		return w
+	}
+	if w := ask(false); len(w.Batches) != 0 || fmt.Sprint(w.StreamIDs) != "[100]" {
+		t.Fatalf("host wait without the header: woken %v with %d batches, want stream 100 and no records", w.StreamIDs, len(w.Batches))
+	}
+	w := ask(true)
+	if len(w.StreamIDs) != 0 || len(w.Batches) != 1 || w.Batches[0].StreamID != 100 {
+		t.Fatalf("host wait with the header: woken %v, batches %+v; want the records of stream 100", w.StreamIDs, w.Batches)
+	}
+	b := w.Batches[0].Batch
+	if b.Epoch != 1 || b.Next != 2 || len(b.Records) != 1 || b.Records[0].Offset != 1 || !bytes.HasSuffix(b.Records[0].Data, payload(1)) {
+		t.Fatalf("batch %+v, want record 1 (enveloped %q) at epoch 1", b, payload(1))
+	}
+}
+
 // TestIdleFollowersWakeWhenTheOwnerHostGoes: when the owner host's NATS
 // connection dies while its followers sleep on host waits, the failed host
 // waits wake every copy, which ask on their own as before (and so notice
@@ -200,7 +315,7 @@ func TestLateHostWaitWakesNoCopy(t *testing.T) {
 	for i := range copies {
 		id := uint64(100 + i)
 		go func() {
-			if n2.sleepIdle(ctx, "n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}) {
+			if _, ok := n2.sleepIdle(ctx, "n1", frame.HostWaitCopy{StreamID: id, Epoch: 1, RecordTail: 1}); ok {
 				woke <- id
 			}
 		}()
@@ -402,9 +517,12 @@ func TestCopiesTurningIdleAreGathered(t *testing.T) {
 	waitIdle(t, c, streams)
 	// Wake every copy, one stream after another, so that they turn idle
 	// again one after another (an idle wait and their doubling waits
-	// later), 15 ms apart.
+	// later), 15 ms apart: each with a record over what a host wake
+	// carries for one copy, so that the copies are woken to ask on their
+	// own (a small record comes in the wake, and the copy sleeps again at
+	// once).
 	for _, s := range names {
-		c.mustPublish(s, payload(1))
+		c.mustPublish(s, largeRecord())
 		time.Sleep(15 * time.Millisecond)
 	}
 	waitIdle(t, c, 0)
@@ -518,7 +636,11 @@ func benchHostWaitOwner(b testing.TB, n int) (*Host, *frame.HostWait) {
 // hostWaitFirstPass is serveHostWait's first pass over req (the benchmark's
 // unit).
 func hostWaitFirstPass(h *Host, req *frame.HostWait) []uint64 {
-	return hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	ids, fetch := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	for _, i := range fetch {
+		ids = append(ids, req.Copies[i].StreamID)
+	}
+	return ids
 }
 
 // BenchmarkServeHostWaitPerJoin is the owner host's work for one host wait
@@ -544,7 +666,7 @@ func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	h, req := benchHostWaitOwner(t, 5)
 	owners := h.ownedIDs.getCopies(req.Copies, nil)
-	if ids := hostWakeIDs(req, owners, false); len(ids) != 0 {
+	if ids, _ := hostWakeIDs(req, owners, false); len(ids) != 0 {
 		t.Fatalf("quiet copies woken: %v", ids)
 	}
 	ackAt := func(o *owner) time.Time {
@@ -566,14 +688,14 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	req.Copies[2].RecordTail = 7 // not the owner's tail nor the counted ack
 	req.Copies[3].KnownHead = 3  // not the owner's head
 	owners[4] = nil              // not owned here
-	ids := hostWakeIDs(req, owners, true)
+	ids, _ := hostWakeIDs(req, owners, true)
 	if want := []uint64{101, 102, 103, 104}; fmt.Sprint(ids) != fmt.Sprint(want) {
 		t.Fatalf("woken %v, want %v", ids, want)
 	}
 	other := *req
 	other.Node = "n4" // not a follower
 	other.Copies = other.Copies[:1]
-	if ids := hostWakeIDs(&other, owners[:1], true); len(ids) != 1 {
+	if ids, _ := hostWakeIDs(&other, owners[:1], true); len(ids) != 1 {
 		t.Fatalf("a copy of a node that does not follow was not woken: %v", ids)
 	}
 }
@@ -592,7 +714,7 @@ func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	}
 	stopped := h.ownedIDs.getCopies(req.Copies[1:2], nil)[0]
 	h.ownedIDs.remove(stopped) // owner.stop's first step
-	ids := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	ids, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
 	if len(ids) != 1 || ids[0] != stopped.id {
 		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
 	}
