@@ -181,6 +181,7 @@ func (f *follower) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		if idle {
+			slept := time.Now()
 			b, ok := f.sleepIdle(ctx)
 			if !ok {
 				return
@@ -191,10 +192,18 @@ func (f *follower) run(ctx context.Context) {
 				case wokenStop:
 					return
 				case wokenApplied:
-					// Acked: back to sleep at the new tails, without the
-					// long polls a request's records would be followed by.
-					idle = true
-					continue
+					if time.Since(slept) >= f.h.cfg.ReplIdleWait {
+						// Acked after a whole idle wait asleep: back to
+						// sleep at the new tails, without the long polls
+						// a request's records would be followed by.
+						idle = true
+						continue
+					}
+					// Written to again within the idle wait: a busy
+					// stream keeps its own long poll, answered with the
+					// records at once, not one host wait per record
+					// (the idle rule below then decides when it sleeps).
+					wait = min(f.h.cfg.ReplWait, busyWait)
 				}
 				// Not applied: ask on its own.
 			}

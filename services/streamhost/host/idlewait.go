@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"sync"
@@ -409,7 +410,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		if ids, fetch := hostWakeIDs(pw.req, owners, refresh); len(ids)+len(fetch) > 0 {
 			wake := &frame.HostWake{StreamIDs: ids}
 			if pw.records {
-				hostWakeRecords(wake, pw.req, owners, fetch)
+				hostWakeRecords(wake, pw.req, owners, fetch, h.hostWakeLimit(len(pw.req.Copies)))
 			} else {
 				for _, i := range fetch {
 					wake.StreamIDs = append(wake.StreamIDs, pw.req.Copies[i].StreamID)
@@ -437,11 +438,31 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 }
 
 // Bounds of the records one host wake carries (hostWakeRecords): in all,
-// and for one copy. A copy over either is woken to ask on its own.
+// and for one copy, counted with what each record and each copy's entry
+// take besides the records' data (at most recordOverhead and
+// wakeEntryOverhead). A copy over either is woken to ask on its own.
 const (
 	hostWakeBytes     = 256 << 10
 	hostWakeCopyBytes = 64 << 10
+	// recordOverhead bounds a record's time delta and length in a batch.
+	recordOverhead = binary.MaxVarintLen64 + binary.MaxVarintLen32
+	// wakeEntryOverhead bounds a copy's entry in a wake besides its
+	// records: its stream id and length, and the batch's header, five
+	// numbers, head digest and the first offsets and counts of its runs.
+	wakeEntryOverhead = 2*binary.MaxVarintLen64 + 3 + 5*binary.MaxVarintLen64 + 8 + 4*binary.MaxVarintLen64
 )
+
+// hostWakeLimit is what the records of a wake answering a host wait of n
+// copies may take: hostWakeBytes, less if one NATS message carries less
+// than that and the wake's stream ids (at most n, of at most ten bytes
+// each) and headers.
+func (h *Host) hostWakeLimit(n int) int {
+	limit := hostWakeBytes
+	if h.nc != nil {
+		limit = min(limit, int(h.nc.MaxPayload())-n*binary.MaxVarintLen64-frameHeadroom)
+	}
+	return limit
+}
 
 // hostWakeRecords puts into wake the records of the copies fetch names
 // (indexes into req.Copies, owners[i] their owner roles, found quiet at
@@ -453,12 +474,13 @@ const (
 // (serveRepl): the records continue a log that matches the owner's, which
 // is what the read position's digest proves for a request. The follower
 // applies them only if they start at its written tail (follower.applyWoken).
-func hostWakeRecords(wake *frame.HostWake, req *frame.HostWait, owners []*owner, fetch []int) {
-	budget := hostWakeBytes
+func hostWakeRecords(wake *frame.HostWake, req *frame.HostWait, owners []*owner, fetch []int, limit int) {
+	budget := limit
 	for _, i := range fetch {
 		c := &req.Copies[i]
-		if b := owners[i].wakeBatch(c.RecordTail, min(budget, hostWakeCopyBytes)); b != nil {
+		if b := owners[i].wakeBatch(c.RecordTail, min(budget, hostWakeCopyBytes)-wakeEntryOverhead); b != nil {
 			wake.Batches = append(wake.Batches, frame.HostWakeBatch{StreamID: c.StreamID, Batch: b})
+			budget -= wakeEntryOverhead
 			for _, r := range b.Records {
 				budget -= len(r.Data) + recordOverhead
 			}
@@ -467,10 +489,6 @@ func hostWakeRecords(wake *frame.HostWake, req *frame.HostWait, owners []*owner,
 		wake.StreamIDs = append(wake.StreamIDs, c.StreamID)
 	}
 }
-
-// recordOverhead is about what a record takes in a batch besides its data
-// (its time and length), for hostWakeRecords' budget.
-const recordOverhead = 12
 
 // wakeBatch is the batch a follower's request from from would be answered
 // with now, within maxBytes: nil if there is nothing to send, the epoch's

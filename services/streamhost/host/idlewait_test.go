@@ -171,6 +171,9 @@ func TestIdleFollowersGetRecordsInTheHostWake(t *testing.T) {
 	const streams = 4
 	c, names := idleCluster(t, streams)
 	waitIdle(t, c, streams)
+	// Idle for an idle wait: a copy woken sooner is on a stream written
+	// again soon, which keeps its own long poll.
+	time.Sleep(idleTestWait)
 	requests, acks := replRequests(t, c.nc)
 	for i, s := range names {
 		pc := c.mustPublish(s, payload(1+i))
@@ -187,8 +190,10 @@ func TestIdleFollowersGetRecordsInTheHostWake(t *testing.T) {
 	waitIdle(t, c, streams)
 	// Long enough for the long polls of a woken copy to show.
 	time.Sleep(idleTestWait)
-	if n := requests.Load(); n != 0 {
-		t.Fatalf("%d per-copy requests for one record to each of %d idle streams; want none (the host wake carries it)", n, streams)
+	// A copy whose next host wait reaches the owner before its standalone
+	// ack is counted is woken to ask on its own, once: rare, and harmless.
+	if n := requests.Load(); n > 2 {
+		t.Fatalf("%d per-copy requests for one record to each of %d idle streams; want none (the host wake carries it), or a stray one or two", n, streams)
 	}
 	if n := acks.Load(); n < 2*streams || n > 4*streams {
 		t.Fatalf("%d standalone acks for one record to each of %d idle streams' 2 followers; want about one each", n, streams)
@@ -202,6 +207,41 @@ func TestIdleFollowersGetRecordsInTheHostWake(t *testing.T) {
 	}
 	if n := requests.Load(); n < 2 {
 		t.Fatalf("%d per-copy requests for a record too large for the wake; want its 2 copies to ask", n)
+	}
+}
+
+// TestStreamWrittenAgainSoonGoesBackToItsOwnLongPoll: a stream whose
+// copies slept and that is then written every few milliseconds gets its
+// copies back on their own long poll after the first record or two: a
+// copy woken with records sleeps again at once only after a whole idle
+// wait asleep. Review of the records in the wake: every woken copy slept
+// again at once, so a busy stream that had slept once stayed on the host
+// waits for good, one host wait round per record per follower host (358
+// host waits in 200 publishes, the confirm's p50 15 ms instead of 1.3).
+func TestStreamWrittenAgainSoonGoesBackToItsOwnLongPoll(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	waitIdle(t, c, 1)
+	for i := range 10 {
+		c.mustPublish(names[0], payload(1+i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
+	requests, _ := replRequests(t, c.nc)
+	const publishes = 50
+	for i := range publishes {
+		c.mustPublish(names[0], payload(11+i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := hostWaits.Load(); n > 4 {
+		t.Fatalf("%d host waits during %d publishes 5 ms apart, after the first ten; want its copies on their own long poll (a few at most)", n, publishes)
+	}
+	if n := requests.Load(); n < 2 {
+		t.Fatalf("%d per-copy requests during %d publishes 5 ms apart; want the copies asking on their own", n, publishes)
+	}
+	for _, n := range []string{"n2", "n3"} {
+		if k := idleCopiesOf(c.hosts[n].h, "n1"); k != 0 {
+			t.Fatalf("%s: %d copies asleep on a stream written every 5 ms", n, k)
+		}
 	}
 }
 
@@ -244,6 +284,53 @@ func TestHostWakeCarriesRecordsOnlyWhenAsked(t *testing.T) {
 	b := w.Batches[0].Batch
 	if b.Epoch != 1 || b.Next != 2 || len(b.Records) != 1 || b.Records[0].Offset != 1 || !bytes.HasSuffix(b.Records[0].Data, payload(1)) {
 		t.Fatalf("batch %+v, want record 1 (enveloped %q) at epoch 1", b, payload(1))
+	}
+}
+
+// TestHostWakeRecordsWithinTheLimit: the records a wake carries, with
+// every entry's and record's encoding, fit the limit given; the copies
+// whose records do not fit are named to ask on their own. Review: the
+// budget counted the records' data and 12 bytes a record, not the
+// entries' batch headers, so a wake could exceed it by tens of bytes a
+// copy.
+func TestHostWakeRecordsWithinTheLimit(t *testing.T) {
+	const streams = 6
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	c.hosts["n2"].stop()
+	// Small records: what the entries take besides the data matters.
+	for _, s := range names {
+		for i := range 3 {
+			c.mustPublish(s, []byte{byte('a' + i)})
+		}
+	}
+	req := &frame.HostWait{Node: "n2"}
+	fetch := make([]int, streams)
+	for i := range streams {
+		req.Copies = append(req.Copies, frame.HostWaitCopy{StreamID: uint64(100 + i), Epoch: 1, RecordTail: 1})
+		fetch[i] = i
+	}
+	owners := c.hosts["n1"].h.ownedIDs.getCopies(req.Copies, nil)
+	for _, limit := range []int{200, 10000} {
+		wake := &frame.HostWake{}
+		hostWakeRecords(wake, req, owners, fetch, limit)
+		records := len(frame.AppendHostWake(nil, wake)) - len(frame.AppendHostWake(nil, &frame.HostWake{StreamIDs: wake.StreamIDs}))
+		t.Logf("limit %d: %d copies' records in %d bytes, %d copies named", limit, len(wake.Batches), records, len(wake.StreamIDs))
+		if records > limit {
+			t.Fatalf("limit %d: the records took %d bytes of the wake", limit, records)
+		}
+		if len(wake.Batches) == 0 || len(wake.Batches)+len(wake.StreamIDs) != streams {
+			t.Fatalf("limit %d: %d copies with records and %d named, want some with records and every copy in one or the other", limit, len(wake.Batches), len(wake.StreamIDs))
+		}
+		for _, b := range wake.Batches {
+			// The last copy's may be cut short (it gets the rest later).
+			if n := len(b.Batch.Records); n == 0 || n > 3 || b.Batch.Records[0].Offset != 1 || b.Batch.Next != 1+uint64(n) {
+				t.Fatalf("limit %d: stream %d: batch %+v, want up to the 3 records from 1", limit, b.StreamID, b.Batch)
+			}
+		}
+		if limit == 10000 && len(wake.StreamIDs) != 0 {
+			t.Fatalf("limit %d: %d copies named; want every copy's records in the wake", limit, len(wake.StreamIDs))
+		}
 	}
 }
 
@@ -473,8 +560,10 @@ func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 	for i := range 3 {
 		// The publish wakes the copies of names[1]; they fetch, ack and,
 		// once a request of the whole idle wait comes back empty, sleep
-		// again, while the host waits of n2 and n3 hold names[0] alone.
-		c.mustPublish(names[1], payload(1+2*i))
+		// again, while the host waits of n2 and n3 hold names[0] alone
+		// (a record too large for the wake, so that they ask on their
+		// own and join a host wait in flight when they sleep again).
+		c.mustPublish(names[1], largeRecord())
 		waitIdle(t, c, 2)
 		began := time.Now()
 		c.mustPublish(names[1], payload(2+2*i))
