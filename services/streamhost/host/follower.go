@@ -315,20 +315,15 @@ func (f *follower) run(ctx context.Context) {
 		if len(b.Records) > 0 {
 			got := time.Now()
 			f.h.metrics.stage(stageFollowerPoll, got.Sub(asked))
-			recs := make([]streamlog.Record, len(b.Records))
-			for i, r := range b.Records {
-				recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
-			}
 			// Written, not yet durable: the next request goes out while
 			// the fsync runs, and syncer acks the batch once it lands.
-			durable, err := f.c.ApplyWritten(ctx, recs)
+			durable, err := f.applyRecords(ctx, t, b.Records)
 			if err != nil {
 				if !f.applyFailed(ctx, "apply records", err) {
 					return
 				}
 				continue
 			}
-			f.win.applied(f.c, t, recs, f.log)
 			select {
 			case pending <- written{durable: durable, got: got}:
 			case <-ctx.Done():
@@ -438,6 +433,23 @@ func (f *follower) sleepIdle(ctx context.Context) (*frame.Batch, bool) {
 		CursorTail: t.CursorDurable, KnownHead: f.ownerHead.Load()})
 }
 
+// applyRecords writes records from the owner at the copy's written tail
+// (t, read before) and records them in the copy's duplicate window; they
+// are not yet durable: the caller hands durable to the syncer, which acks
+// them once they are.
+func (f *follower) applyRecords(ctx context.Context, t streamlog.Tails, frs []frame.Record) (func(context.Context) error, error) {
+	recs := make([]streamlog.Record, len(frs))
+	for i, r := range frs {
+		recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
+	}
+	durable, err := f.c.ApplyWritten(ctx, recs)
+	if err != nil {
+		return nil, err
+	}
+	f.win.applied(f.c, t, recs, f.log)
+	return durable, nil
+}
+
 // What applyWoken did with a host wake's records.
 const (
 	wokenSkipped = iota // not applied: the copy asks on its own
@@ -461,11 +473,7 @@ func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<
 		return wokenSkipped
 	}
 	got := time.Now()
-	recs := make([]streamlog.Record, len(b.Records))
-	for i, r := range b.Records {
-		recs[i] = streamlog.Record{Offset: r.Offset, TimeNS: r.TimeNS, Data: r.Data}
-	}
-	durable, err := f.c.ApplyWritten(ctx, recs)
+	durable, err := f.applyRecords(ctx, t, b.Records)
 	if err != nil {
 		if !f.applyFailed(ctx, "apply woken records", err) {
 			return wokenStop
@@ -473,7 +481,6 @@ func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<
 		return wokenSkipped
 	}
 	f.ownerHead.Store(b.Head)
-	f.win.applied(f.c, t, recs, f.log)
 	acked := make(chan struct{})
 	select {
 	case pending <- written{durable: durable, got: got, acked: acked}:
