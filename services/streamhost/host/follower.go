@@ -86,6 +86,10 @@ type follower struct {
 	// win is the copy's duplicate window, the worker's only while it runs:
 	// it records what it applies (window.go).
 	win *copyWindow
+	// lastRecords is when the worker last applied records (the worker's
+	// only; zero before any): a copy woken with records sleeps again at
+	// once only if none came for a whole idle wait before them.
+	lastRecords time.Time
 }
 
 // startFollower starts the worker; it resumes at the copy's own tails.
@@ -181,28 +185,29 @@ func (f *follower) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		if idle {
-			slept := time.Now()
 			b, ok := f.sleepIdle(ctx)
 			if !ok {
 				return
 			}
 			idle = false
 			if b != nil {
-				switch f.applyWoken(ctx, b, pending) {
+				// Records after a whole idle wait without any: the stream
+				// is idle, and the copy sleeps again once it acked them,
+				// without the long polls a request's records would be
+				// followed by. Sooner, the stream is written again soon:
+				// it keeps its own long poll, answered with the records
+				// at once, not one host wait per record (the idle rule
+				// below then decides when it sleeps), and its request
+				// goes out while their fsync runs.
+				quiet := time.Since(f.lastRecords) >= f.h.cfg.ReplIdleWait
+				switch f.applyWoken(ctx, b, pending, quiet) {
 				case wokenStop:
 					return
 				case wokenApplied:
-					if time.Since(slept) >= f.h.cfg.ReplIdleWait {
-						// Acked after a whole idle wait asleep: back to
-						// sleep at the new tails, without the long polls
-						// a request's records would be followed by.
+					if quiet {
 						idle = true
 						continue
 					}
-					// Written to again within the idle wait: a busy
-					// stream keeps its own long poll, answered with the
-					// records at once, not one host wait per record
-					// (the idle rule below then decides when it sleeps).
 					wait = min(f.h.cfg.ReplWait, busyWait)
 				}
 				// Not applied: ask on its own.
@@ -446,6 +451,7 @@ func (f *follower) applyRecords(ctx context.Context, t streamlog.Tails, frs []fr
 	if err != nil {
 		return nil, err
 	}
+	f.lastRecords = time.Now()
 	f.win.applied(f.c, t, recs, f.log)
 	return durable, nil
 }
@@ -453,20 +459,21 @@ func (f *follower) applyRecords(ctx context.Context, t streamlog.Tails, frs []fr
 // What applyWoken did with a host wake's records.
 const (
 	wokenSkipped = iota // not applied: the copy asks on its own
-	wokenApplied        // applied and acked (or its write failed): sleep again
+	wokenApplied        // applied (and, if asked to wait, acked or its write failed)
 	wokenStop           // the worker is stopped
 )
 
 // applyWoken applies the records a host wake carried for the copy (its
 // owner host's answer to the host wait it slept on, hostWakeRecords) as
-// it would its own request's reply, and waits until the syncer has acked
-// them, so that the copy sleeps again naming the tails it acked: the
-// owner then finds it quiet, and the records cost the copy one standalone
-// ack instead of a request, its reply and the long polls after. Only
-// records that start at the copy's written tail, at its epoch, are
-// applied; anything else (its written tail moved past its durable one, a
-// new head, cursor events) is skipped, and the copy asks on its own.
-func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<- written) int {
+// it would its own request's reply. With waitAck it also waits until the
+// syncer has acked them, so that the copy, going back to sleep, names the
+// tails it acked: the owner then finds it quiet, and the records cost the
+// copy one standalone ack instead of a request, its reply and the long
+// polls after. Only records that start at the copy's written tail, at its
+// epoch, are applied; anything else (its written tail moved past its
+// durable one, a new head, cursor events) is skipped, and the copy asks
+// on its own.
+func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<- written, waitAck bool) int {
 	t := f.c.Tails()
 	if b.Epoch != f.epoch || len(b.Records) == 0 || len(b.CursorEvents) > 0 || b.Records[0].Offset != t.RecordWritten ||
 		t.RecordWritten != t.Record || b.Head > t.RecordWritten || b.Head < f.ownerHead.Load() {
@@ -481,12 +488,18 @@ func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<
 		return wokenSkipped
 	}
 	f.ownerHead.Store(b.Head)
-	acked := make(chan struct{})
+	var acked chan struct{}
+	if waitAck {
+		acked = make(chan struct{})
+	}
 	select {
 	case pending <- written{durable: durable, got: got, acked: acked}:
 	case <-ctx.Done():
 		_ = durable(ctx) // called once, as the store requires
 		return wokenStop
+	}
+	if !waitAck {
+		return wokenApplied
 	}
 	select {
 	case <-acked:

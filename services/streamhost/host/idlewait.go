@@ -31,10 +31,12 @@ import (
 // only late, or refused overloaded, is sent again (hostWaitLateMax).
 // A copy that is only behind by records the owner wrote gets them in the
 // host wake itself (hostWakeRecords), applies them, acks them with its
-// standalone ack and sleeps again (follower.applyWoken): one publish to an
-// idle stream costs each follower copy one message of its own, where a
-// woken copy's request, its reply and the long polls that followed until
-// it slept again were ten (issue 17). Acks and confirms stay on the
+// standalone ack and, if it had no records for a whole idle wait before
+// them, sleeps again (follower.applyWoken): one publish to an idle stream
+// costs each follower copy one message of its own, where a woken copy's
+// request, its reply and the long polls that followed until it slept
+// again were ten (issue 17). A copy of a stream written again sooner
+// keeps its own long poll. Acks and confirms stay on the
 // per-copy path.
 
 const (
@@ -467,7 +469,7 @@ func (h *Host) hostWakeLimit(n int) int {
 // hostWakeRecords puts into wake the records of the copies fetch names
 // (indexes into req.Copies, owners[i] their owner roles, found quiet at
 // the tails they name by hostWakeIDs), as the copy's own request from
-// there would get them, within hostWakeBytes in all; a copy whose records
+// there would get them, within limit bytes in all (hostWakeLimit); a copy whose records
 // do not fit or cannot be read now is named in wake.StreamIDs instead, to
 // ask on its own. The copy's named record tail is its last ack the owner
 // counted, whose digest the owner checked against its own there

@@ -245,6 +245,36 @@ func TestStreamWrittenAgainSoonGoesBackToItsOwnLongPoll(t *testing.T) {
 	}
 }
 
+// TestCopyJustAsleepAfterItsLongPollsTakesRecordsInTheWake: a copy that
+// has just gone to sleep after its own long polls (a whole idle wait of
+// them came back empty, several seconds after its last records) and is
+// then woken with records sleeps again at once: the stream is idle by the
+// same rule that put it to sleep. Second review: the rule counted the
+// time asleep, not the time since the last records, so a stream written a
+// little more rarely than its copies take to fall asleep (here 5 s, 7.5 s
+// at the defaults) never had its records carried by the wake: every
+// record woke the copies to their own long polls again.
+func TestCopyJustAsleepAfterItsLongPollsTakesRecordsInTheWake(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	waitIdle(t, c, 1)
+	// A record too large for the wake: the copies ask for it, long-poll
+	// and fall asleep again a whole idle wait of empty polls later.
+	c.mustPublish(names[0], largeRecord())
+	waitIdle(t, c, 0)
+	waitIdle(t, c, 1)
+	requests, _ := replRequests(t, c.nc)
+	c.mustPublish(names[0], payload(2))
+	for _, n := range []string{"n2", "n3"} {
+		c.waitCopy(n, names[0], "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 3 })
+	}
+	time.Sleep(idleTestWait / 2)
+	// A copy whose next host wait beats its ack to the owner asks once.
+	if n := requests.Load(); n > 1 {
+		t.Fatalf("%d per-copy requests for a record to a stream whose copies had just fallen asleep; want none (the wake carries it)", n)
+	}
+	waitIdle(t, c, 1)
+}
+
 // TestHostWakeCarriesRecordsOnlyWhenAsked: the owner host puts records
 // into its wake only for a host wait with frame.HeaderWakeRecords; one
 // without it (a follower host of a release before records in the wake,
