@@ -56,9 +56,9 @@ func (r *confirmRTT) observe(d time.Duration, now time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	stale := now.Sub(r.last) > r.srtt+4*r.rttvar
+	_, applies := r.current(now)
 	r.last = now
-	if r.srtt == 0 || stale {
+	if !applies {
 		// The first sample, or the first after a silence longer than
 		// the estimate, which therefore no longer applied: start over
 		// from this one, as TCP does after an idle spell (a burst's
@@ -80,10 +80,18 @@ func (r *confirmRTT) observe(d time.Duration, now time.Time) {
 // when that is longer and a confirm arrived within it.
 func (r *confirmRTT) probeDelay(floor, ceiling time.Duration, now time.Time) time.Duration {
 	r.mu.Lock()
-	srtt, rto, last := r.srtt, r.srtt+4*r.rttvar, r.last
+	rto, applies := r.current(now)
 	r.mu.Unlock()
-	if srtt == 0 || rto <= floor || now.Sub(last) > rto {
+	if !applies || rto <= floor {
 		return floor
 	}
 	return min(rto, max(ceiling, floor))
+}
+
+// current is the estimate at now (mean plus four deviations) and whether
+// it applies: a sample was taken, and the last one within the estimate.
+// Under r.mu.
+func (r *confirmRTT) current(now time.Time) (rto time.Duration, applies bool) {
+	rto = r.srtt + 4*r.rttvar
+	return rto, r.srtt != 0 && now.Sub(r.last) <= rto
 }

@@ -176,7 +176,9 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 			// A confirm is a sample of the client's round trip, taken
 			// once (done may be called twice), after w.mu is released.
 			sample := pc.Epoch != 0 && !a.observed
-			a.observed = a.observed || sample
+			if sample {
+				a.observed = true
+			}
 			delete(w.attempts, a)
 			switch {
 			case pc.StreamID > w.streamID:

@@ -410,14 +410,12 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	for {
 		owners = h.ownedIDs.getCopies(pw.req.Copies, owners)
 		if ids, fetch := hostWakeIDs(pw.req, owners, refresh); len(ids)+len(fetch) > 0 {
-			wake := &frame.HostWake{StreamIDs: ids}
+			limit := 0 // a sender of an earlier release: stream ids only
 			if pw.records {
-				hostWakeRecords(wake, pw.req, owners, fetch, h.hostWakeLimit(len(pw.req.Copies)))
-			} else {
-				for _, i := range fetch {
-					wake.StreamIDs = append(wake.StreamIDs, pw.req.Copies[i].StreamID)
-				}
+				limit = h.hostWakeLimit(len(pw.req.Copies))
 			}
+			wake := &frame.HostWake{StreamIDs: ids}
+			hostWakeRecords(wake, pw.req, owners, fetch, limit)
 			h.replyData(pw.reply, frame.AppendHostWake(nil, wake))
 			return
 		}
@@ -459,11 +457,7 @@ const (
 // than that and the wake's stream ids (at most n, of at most ten bytes
 // each) and headers.
 func (h *Host) hostWakeLimit(n int) int {
-	limit := hostWakeBytes
-	if h.nc != nil {
-		limit = min(limit, int(h.nc.MaxPayload())-n*binary.MaxVarintLen64-frameHeadroom)
-	}
-	return limit
+	return min(hostWakeBytes, int(h.nc.MaxPayload())-n*binary.MaxVarintLen64-frameHeadroom)
 }
 
 // hostWakeRecords puts into wake the records of the copies fetch names
@@ -480,51 +474,51 @@ func hostWakeRecords(wake *frame.HostWake, req *frame.HostWait, owners []*owner,
 	budget := limit
 	for _, i := range fetch {
 		c := &req.Copies[i]
-		if b := owners[i].wakeBatch(c.RecordTail, min(budget, hostWakeCopyBytes)-wakeEntryOverhead); b != nil {
-			wake.Batches = append(wake.Batches, frame.HostWakeBatch{StreamID: c.StreamID, Batch: b})
-			budget -= wakeEntryOverhead
-			for _, r := range b.Records {
-				budget -= len(r.Data) + recordOverhead
+		if room := min(budget, hostWakeCopyBytes) - wakeEntryOverhead; room > 0 {
+			if b, size := owners[i].wakeBatch(c.RecordTail, room); b != nil {
+				wake.Batches = append(wake.Batches, frame.HostWakeBatch{StreamID: c.StreamID, Batch: b})
+				budget -= wakeEntryOverhead + size
+				continue
 			}
-			continue
 		}
 		wake.StreamIDs = append(wake.StreamIDs, c.StreamID)
 	}
 }
 
 // wakeBatch is the batch a follower's request from from would be answered
-// with now, within maxBytes: nil if there is nothing to send, the epoch's
-// begin is not yet durable, from is below the retained head, or the read
-// fails (the copy then asks on its own, and its request meets the same
-// condition with its own answer).
-func (o *owner) wakeBatch(from uint64, maxBytes int) *frame.Batch {
+// with now (replBatch, readWritten), cut to what fits in maxBytes with
+// each record's encoding, and that size; nil if nothing fits or there is
+// nothing to send, the epoch's begin is not yet durable, from is below
+// the retained head, or the read fails (the copy then asks on its own,
+// and its request meets the same condition with its own answer).
+func (o *owner) wakeBatch(from uint64, maxBytes int) (*frame.Batch, int) {
 	select {
 	case <-o.begun:
 	default:
-		return nil
+		return nil, 0
 	}
 	t := o.c.Tails()
-	if from < t.Head || from >= t.RecordWritten || maxBytes <= 0 {
-		return nil
+	if from < t.Head || from >= t.RecordWritten {
+		return nil, 0
 	}
-	recs, err := o.c.ReadWritten(from, maxReplRecords, maxBytes, t.RecordWritten)
-	if err != nil {
-		return nil
+	b := o.replBatch(t, from)
+	if o.readWritten(b, t, maxBytes) != nil {
+		return nil, 0
 	}
-	// A read returns its first record whatever its size: only what fits
-	// goes into the wake.
+	// A read returns its first record whatever its size.
 	size := 0
-	for i, r := range recs {
-		if size += len(r.Data) + recordOverhead; size > maxBytes {
-			recs = recs[:i]
+	for i, r := range b.Records {
+		if size+len(r.Data)+recordOverhead > maxBytes {
+			b.Records = b.Records[:i]
 			break
 		}
+		size += len(r.Data) + recordOverhead
 	}
-	if len(recs) == 0 {
-		return nil
+	if len(b.Records) == 0 {
+		return nil, 0
 	}
-	return &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(),
-		Next: from + uint64(len(recs)), Records: toFrameRecords(recs)}
+	b.Next = from + uint64(len(b.Records))
+	return b, size
 }
 
 // hostWakeIDs returns the stream ids of req's copies that have something

@@ -17,6 +17,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/streamhost/envelope"
 )
 
 // idleTestWait is the idle wait of the tests below: short enough for a
@@ -273,6 +274,69 @@ func TestCopyJustAsleepAfterItsLongPollsTakesRecordsInTheWake(t *testing.T) {
 		t.Fatalf("%d per-copy requests for a record to a stream whose copies had just fallen asleep; want none (the wake carries it)", n)
 	}
 	waitIdle(t, c, 1)
+}
+
+// TestWokenCopyAppliesOnlyRecordsOfItsEpoch: records a host wake carries
+// for a copy are applied only if they are of the epoch the copy follows
+// and start at its written tail; others (here: an earlier epoch's, which
+// the store alone would take, since they start at the copy's tail) leave
+// the copy as it was, and it asks on its own. An earlier epoch's records
+// may be ones a recovery cut: a follower holding them could ack a log
+// that is not its owner's.
+func TestWokenCopyAppliesOnlyRecordsOfItsEpoch(t *testing.T) {
+	const stream, id = "woken", 7
+	c := newMiniCluster(t)
+	c.assign(assignment(stream, id, 2, "n1", []string{"n2"}))
+	// n1 stands in for the owner at epoch 2 with nothing to send, and
+	// answers the first host wait with records of epoch 1.
+	var requests atomic.Int64
+	repl, err := c.nc.Subscribe(wire.ReplicationWildcard(stream, 2), func(m *nats.Msg) {
+		if m.Reply != "" {
+			requests.Add(1)
+			_ = m.Respond(frame.AppendBatch(nil, &frame.Batch{Epoch: 2}))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = repl.Unsubscribe() }()
+	woke := make(chan struct{})
+	var once atomic.Bool
+	hw, err := c.nc.Subscribe(wire.HostReplSubject("n1", "n2"), func(m *nats.Msg) {
+		if once.Swap(true) {
+			return // later host waits go unanswered
+		}
+		_ = m.Respond(frame.AppendHostWake(nil, &frame.HostWake{Batches: []frame.HostWakeBatch{{StreamID: id,
+			Batch: &frame.Batch{Epoch: 1, Tail: 1, Next: 1, Records: []frame.Record{{Offset: 0, Data: envelope.Append(nil, "", 0, []byte("cut"))}}}}}}))
+		close(woke)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hw.Unsubscribe() }()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := c.start("n2", func(cfg *Config) {
+		cfg.ReplWait = 50 * time.Millisecond
+		cfg.ReplIdleWait = 200 * time.Millisecond
+	})
+	select {
+	case <-woke:
+	case <-time.After(time.Minute):
+		t.Fatal("the copy never slept on a host wait")
+	}
+	asked := requests.Load()
+	deadline := time.Now().Add(30 * time.Second)
+	for requests.Load() == asked {
+		if time.Now().After(deadline) {
+			t.Fatal("the copy did not ask on its own after a wake with records it could not apply")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if tl := n2.h.store.Get(stream).Tails(); tl.RecordWritten != 0 {
+		t.Fatalf("copy at epoch 2 holds %d records after a wake with an epoch 1 record; want none", tl.RecordWritten)
+	}
 }
 
 // TestHostWakeCarriesRecordsOnlyWhenAsked: the owner host puts records

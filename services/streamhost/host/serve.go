@@ -266,7 +266,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 
-	b := &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: readFrom}
+	b := o.replBatch(t, readFrom)
 	if !begun {
 		o.replyBatch(m.Reply, b) // nothing yet: the follower asks again
 		return
@@ -283,7 +283,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		// owner's own copy is durable too (confirmer), so a follower
 		// holding one the owner then loses holds an unconfirmed record,
 		// which a recovery keeps or cuts like any other (docs/failover.md).
-		recs, err := o.c.ReadWritten(readFrom, maxReplRecords, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes), t.RecordWritten)
+		err := o.readWritten(b, t, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes))
 		if errors.Is(err, streamlog.ErrBelowHead) {
 			// Retention moved the head while this request waited.
 			nt := o.c.Tails()
@@ -297,8 +297,6 @@ func (o *owner) serveRepl(m *nats.Msg) {
 			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
 			return
 		}
-		b.Records = toFrameRecords(recs)
-		b.Next = readFrom + uint64(len(recs))
 	}
 	if req.CursorTail < t.CursorDurable {
 		evs, err := o.c.ReadCursorEvents(req.CursorTail, maxReplEvents, t.CursorDurable)
@@ -312,6 +310,26 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		}
 	}
 	o.replyBatch(m.Reply, b)
+}
+
+// replBatch is the batch a follower reading from from is answered with at
+// the owner's tails t, before any records (readWritten adds them): its
+// request's reply (serveRepl) and its records in a host wake (wakeBatch).
+func (o *owner) replBatch(t streamlog.Tails, from uint64) *frame.Batch {
+	return &frame.Batch{Epoch: o.epoch, Head: t.Head, HeadDigest: t.HeadDigest, Tail: t.Record, Confirmed: o.confirmed(), Next: from}
+}
+
+// readWritten adds to b the records from b.Next below the owner's written
+// tail at t (durable here or still in its group commit), within maxBytes
+// (the first whatever its size), and moves b.Next past them.
+func (o *owner) readWritten(b *frame.Batch, t streamlog.Tails, maxBytes int) error {
+	recs, err := o.c.ReadWritten(b.Next, maxReplRecords, maxBytes, t.RecordWritten)
+	if err != nil {
+		return err
+	}
+	b.Records = toFrameRecords(recs)
+	b.Next += uint64(len(recs))
+	return nil
 }
 
 // divergedFollower answers a follower whose log does not match the
