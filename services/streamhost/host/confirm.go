@@ -149,6 +149,15 @@ func (c *confirmer) ackedAt(node string, record, cursor uint64) bool {
 	return ok && a.record == record && a.cursor == cursor
 }
 
+// ackBelow reports whether node's counted ack is below these tails (or
+// none is counted): a copy asleep on a host wait naming them sent an ack
+// the owner has not counted yet, in flight on its replication subject
+// (hostWakeIDs), or lost.
+func (c *confirmer) ackBelow(node string, record, cursor uint64) bool {
+	a, ok := c.acks[node]
+	return !ok || a.record <= record && a.cursor <= cursor && (a.record < record || a.cursor < cursor)
+}
+
 // wait adds a publish waiting for its record: a first write (offsets
 // ascending, as appended) or a repeat of an earlier one.
 func (c *confirmer) wait(w *waiter) {

@@ -16,8 +16,9 @@ import (
 )
 
 // One long poll per pair of hosts (issue 17). A follower copy whose last
-// replication request, of the whole idle wait, came back empty
-// (follower.run) does not ask again on its own: it registers with the
+// replication request, of the whole idle wait, came back empty, or brought
+// records after none for a whole idle wait (follower.run), does not ask
+// again on its own: it registers with the
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
@@ -36,8 +37,12 @@ import (
 // costs each follower copy one message of its own, where a woken copy's
 // request, its reply and the long polls that followed until it slept
 // again were ten (issue 17). A copy of a stream written again sooner
-// keeps its own long poll. Acks and confirms stay on the
-// per-copy path.
+// keeps its own long poll. The same rule holds for records from a copy's
+// own request that bring it to the owner's tail: a new stream's first
+// record, a new follower role's first records after a failover of an
+// idle stream. Acks and confirms stay on the per-copy path; a host wait
+// that names tails whose ack is still on its way (ackInFlightWait) does
+// not wake the copy.
 
 const (
 	// hostWaitGap is the least time between two host waits of one pair
@@ -402,14 +407,21 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	w.mu.Lock()
 	pw.watch = watch
 	w.mu.Unlock()
-	timer := time.NewTimer(wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait))
+	wait := wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	began := time.Now()
 	// The first pass also keeps the copies live (hostWakeIDs' refresh).
 	refresh := true
+	// final: the wait is over; this pass wakes the copies whose ack is
+	// still in flight, or answers that nothing changed.
+	final := false
 	var owners []*owner
 	for {
 		owners = h.ownedIDs.getCopies(pw.req.Copies, owners)
-		if ids, fetch := hostWakeIDs(pw.req, owners, refresh); len(ids)+len(fetch) > 0 {
+		late := final || time.Since(began) >= min(ackInFlightWait, wait)
+		ids, fetch, inFlight := hostWakeIDs(pw.req, owners, refresh, late)
+		if len(ids)+len(fetch) > 0 {
 			limit := 0 // a sender of an earlier release: stream ids only
 			if pw.records {
 				limit = h.hostWakeLimit(len(pw.req.Copies))
@@ -419,12 +431,22 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			h.replyData(pw.reply, frame.AppendHostWake(nil, wake))
 			return
 		}
-		refresh = false
-		select {
-		case <-pw.wake:
-		case <-timer.C:
+		if final {
 			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{}))
 			return
+		}
+		refresh = false
+		// A copy's ack in flight is counted without a change of its
+		// stream: look again shortly.
+		var recheck <-chan time.Time
+		if inFlight {
+			recheck = time.After(hostWaitGap)
+		}
+		select {
+		case <-pw.wake:
+		case <-recheck:
+		case <-timer.C:
+			final = true
 		case <-pw.end:
 			w.mu.Lock()
 			closing := pw.closing
@@ -521,6 +543,18 @@ func (o *owner) wakeBatch(from uint64, maxBytes int) (*frame.Batch, int) {
 	return b, size
 }
 
+// ackInFlightWait is how long a host wait leaves asleep a copy that names
+// tails past the ack its owner counted for it, and within what the owner
+// wrote: the copy acked them with a standalone ack just before it went to
+// sleep (follower.queueWritten), and that ack, on the copy's replication
+// subject, is still on its way while the host wait that followed it, on
+// another subject, has come. Waking the copy at once made it ask on its
+// own and long-poll for a whole idle wait, after nearly every wake that
+// carried records and every first record of a new role. An ack really lost
+// (a replaced connection; a refused digest) wakes the copy after this wait,
+// and its own request carries the ack again.
+const ackInFlightWait = time.Second
+
 // hostWakeIDs returns the stream ids of req's copies that have something
 // to ask for on their own: the copy's stream is not owned here at its
 // epoch with its node as a follower (its own request learns stale_epoch or
@@ -529,25 +563,37 @@ func (o *owner) wakeBatch(from uint64, maxBytes int) (*frame.Batch, int) {
 // owner's retained head is not the one the copy knows (its own request
 // brings the new head, and the copy trims what the owner no longer keeps),
 // or the tails it names are not the ack the owner counted for it last (its
-// standalone ack was lost: its own request carries the ack again). Of
-// those, it returns apart (fetch, indexes into req.Copies) the copies
-// whose only difference is records the owner wrote past their tails: the
-// host wake can carry those records (hostWakeRecords).
+// standalone ack was lost: its own request carries the ack again). A copy
+// naming tails past its counted ack, within what the owner wrote, has its
+// ack in flight: it is left asleep (inFlight reports one), unless late
+// (ackInFlightWait). Of the copies woken, it returns apart (fetch, indexes
+// into req.Copies) those whose only difference is records the owner wrote
+// past their tails: the host wake can carry those records
+// (hostWakeRecords).
 // owners[i] is the owner role running here of req.Copies[i]'s stream, or
 // nil. With refresh, each copy at its owner's epoch naming the tails it
 // last acked stays live (owner.hostWaitQuiet): a copy asleep on a host
 // wait is live (for retention and a graceful shutdown's settling) as long
 // as it names the tails it last acked. One owner lock per copy (issue 17:
 // three before, with the liveness pass).
-func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) (ids []uint64, fetch []int) {
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids []uint64, fetch []int, inFlight bool) {
 	for i := range req.Copies {
 		c := &req.Copies[i]
 		o := owners[i]
-		if o == nil || o.epoch != c.Epoch || !o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh) {
+		if o == nil || o.epoch != c.Epoch {
 			ids = append(ids, c.StreamID)
 			continue
 		}
+		quiet, below := o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh)
 		t := o.c.Tails()
+		if !quiet {
+			if below && !late && c.RecordTail <= t.RecordWritten && c.CursorTail <= t.CursorWritten {
+				inFlight = true
+			} else {
+				ids = append(ids, c.StreamID)
+			}
+			continue
+		}
 		switch {
 		case c.CursorTail < t.CursorDurable || c.CursorTail > t.CursorWritten || c.KnownHead != t.Head ||
 			c.RecordTail < t.Head || c.RecordTail > t.RecordWritten:
@@ -556,20 +602,27 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) (ids []uint
 			fetch = append(fetch, i) // only records to send
 		}
 	}
-	return ids, fetch
+	return ids, fetch, inFlight
 }
 
 // hostWaitQuiet reports whether node follows this copy and its counted ack
-// is at exactly these tails, under one lock; with refresh it also
-// refreshes that ack's time (confirmer.stillAt) when it is (a copy asleep
+// is at exactly these tails (quiet), or below them (below: an ack in
+// flight, confirmer.ackBelow), under one lock; with refresh it also
+// refreshes that ack's time (confirmer.stillAt) when quiet (a copy asleep
 // on a host wait stays live). The caller checked the copy's epoch.
-func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool) bool {
+func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool) (quiet, below bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !o.mu.conf.isFollower(node) {
+		return false, false
+	}
 	if refresh {
 		o.mu.conf.stillAt(node, record, cursor, time.Now())
 	}
-	return o.mu.conf.isFollower(node) && o.mu.conf.ackedAt(node, record, cursor)
+	if o.mu.conf.ackedAt(node, record, cursor) {
+		return true, false
+	}
+	return false, o.mu.conf.ackBelow(node, record, cursor)
 }
 
 // changed wakes the parked host waits that watch stream. The store calls it

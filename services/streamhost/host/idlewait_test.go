@@ -671,16 +671,21 @@ func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 // TestBusyStreamKeepsItsOwnLongPoll: the copies of a stream written more
 // often than their idle wait keep their own long poll, answered with the
 // records, and never sleep on a host wait: a copy goes idle only once a
-// request of the whole idle wait came back empty. Without that rule a copy
-// slept after every empty short request, and each record reached it by a
-// host wake and a request of its own.
+// request of the whole idle wait came back empty, or once records came
+// after none for a whole idle wait. Without that rule a copy slept after
+// every empty short request, and each record reached it by a host wake and
+// a request of its own. (A new stream's copies sleep once they hold its
+// first record, which came after none; the next record, soon after, finds
+// the stream busy and wakes them to their own long poll.)
 func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
 	c, names := idleCluster(t, 1)
+	c.mustPublish(names[0], payload(1))
+	time.Sleep(300 * time.Millisecond)
 	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
 	// Written every 300 ms, well under the idle wait, for a few idle waits
 	// of the copies' short waits doubling.
 	for i := range 15 {
-		c.mustPublish(names[0], payload(1+i))
+		c.mustPublish(names[0], payload(2+i))
 		time.Sleep(300 * time.Millisecond)
 	}
 	if n := hostWaits.Load(); n != 0 {
@@ -688,6 +693,117 @@ func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
 	}
 	// Left alone, its copies sleep on host waits after one idle wait.
 	waitIdle(t, c, 1)
+}
+
+// TestNewStreamsCopiesSleepOnceTheyHoldItsFirstRecord: a new stream's
+// follower copies, whose first records come after none for a whole idle
+// wait (none ever) and bring them to the owner's tail, sleep on their
+// host's host wait as soon as they have acked them, and ask nothing more:
+// before, each long-polled with a doubling wait until one of a whole idle
+// wait came back empty (here about 4 s, 6 requests per copy; 7.5 s at the
+// defaults, for every copy of every stream created, and for every new
+// follower role of a failover). Also the host wait that follows the ack
+// at once must not wake the copy: it may reach the owner before the ack
+// on its own subject is counted (ackInFlightWait); waking it then made it
+// ask and long-poll for a whole idle wait after nearly every such sleep.
+func TestNewStreamsCopiesSleepOnceTheyHoldItsFirstRecord(t *testing.T) {
+	const streams = 4
+	c, names := idleCluster(t, streams)
+	for _, s := range names {
+		for _, n := range []string{"n2", "n3"} {
+			c.waitCopy(n, s, "the first record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 1 })
+		}
+	}
+	began := time.Now()
+	waitIdle(t, c, streams)
+	if took := time.Since(began); took >= idleTestWait/2 {
+		t.Fatalf("copies took %v to sleep once they held their stream's first record; want at once, not after long polls (idle wait %v)", took, idleTestWait)
+	}
+	requests, _ := replRequests(t, c.nc)
+	time.Sleep(idleTestWait)
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d per-copy requests in an idle wait after the first record of %d new streams; want none (asleep on host waits)", n, streams)
+	}
+	if n := idleCopiesOf(c.hosts["n2"].h, "n1") + idleCopiesOf(c.hosts["n3"].h, "n1"); n != 2*streams {
+		t.Fatalf("%d copies asleep, want %d", n, 2*streams)
+	}
+}
+
+// failoverToN2 stands in for a failover of idleCluster's streams: n1's
+// connection closes and the streams are assigned at epoch 2 to n2, with n3
+// following, as a recovery would after sealing n2 and n3.
+func failoverToN2(t *testing.T, c *miniCluster, names []string) {
+	t.Helper()
+	c.hosts["n1"].h.nc.Close()
+	var as []wire.AssignedStream
+	for i, s := range names {
+		tail := c.waitCopy("n2", s, "its tail", func(wire.CopyStatus) bool { return true }).RecordTail
+		as = append(as, assignment(s, uint64(100+i), 2, "n2", []string{"n3"},
+			wire.HistoryStart{Epoch: 1, Node: "n1"}, wire.HistoryStart{Epoch: 2, RecordTail: tail, Node: "n2"}))
+	}
+	c.assign(as...)
+	for _, s := range names {
+		c.waitCopy("n2", s, "owner at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 2 })
+		c.waitCopy("n3", s, "following at epoch 2", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 2 })
+	}
+}
+
+// TestNewFollowerRoleOfAnIdleStreamSleepsAfterItsFirstRecords: after a
+// failover, the new follower role of a copy that had no records for a
+// whole idle wait sleeps once it holds the first records at the new epoch
+// and acked them: no long polls after them. At 10,000 streams the 5,000
+// new roles' long polls of 7.5 s each were some 20,000 requests in the
+// failover's seconds (issue 17).
+func TestNewFollowerRoleOfAnIdleStreamSleepsAfterItsFirstRecords(t *testing.T) {
+	const streams = 3
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	time.Sleep(idleTestWait)
+	failoverToN2(t, c, names)
+	for i, s := range names {
+		if pc := c.mustPublish(s, payload(1+i)); pc.Epoch != 2 || pc.Copies < 2 {
+			t.Fatalf("publish to %s after the failover: %+v", s, pc)
+		}
+		c.waitCopy("n3", s, "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 2 })
+	}
+	requests, _ := replRequests(t, c.nc)
+	deadline := time.Now().Add(idleTestWait / 2)
+	for idleCopiesOf(c.hosts["n3"].h, "n2") != streams {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of n3's %d new follower roles asleep %v after their first records; want all", idleCopiesOf(c.hosts["n3"].h, "n2"), streams, idleTestWait/2)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(idleTestWait)
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d per-copy requests in an idle wait after the new roles' first records; want none", n)
+	}
+}
+
+// TestNewFollowerRoleOfABusyStreamKeepsItsLongPoll: the follower role
+// after a failover of a stream written until then keeps its own long poll
+// (the replica hands the records' time from one role to the next): it does
+// not sleep after its first records to be woken by the next, one host wait
+// each. Without the hand-over the new role had no records before and slept
+// after its first.
+func TestNewFollowerRoleOfABusyStreamKeepsItsLongPoll(t *testing.T) {
+	c, names := idleCluster(t, 1)
+	for i := range 5 {
+		c.mustPublish(names[0], payload(1+i))
+		time.Sleep(50 * time.Millisecond)
+	}
+	failoverToN2(t, c, names)
+	hostWaits := countSubject(t, c.nc, "brook.hostrepl.n2.>")
+	for i := range 10 {
+		c.mustPublish(names[0], payload(6+i))
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := hostWaits.Load(); n != 0 {
+		t.Fatalf("%d host waits to the new owner for a stream written every 50 ms across the failover; want none", n)
+	}
+	if n := idleCopiesOf(c.hosts["n3"].h, "n2"); n != 0 {
+		t.Fatalf("n3's follower role of a busy stream asleep after the failover")
+	}
 }
 
 // TestCopiesTurningIdleAreGathered: copies turning idle one after another
@@ -819,7 +935,7 @@ func benchHostWaitOwner(b testing.TB, n int) (*Host, *frame.HostWait) {
 // hostWaitFirstPass is serveHostWait's first pass over req (the benchmark's
 // unit).
 func hostWaitFirstPass(h *Host, req *frame.HostWait) []uint64 {
-	ids, fetch := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	ids, fetch, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true, true)
 	for _, i := range fetch {
 		ids = append(ids, req.Copies[i].StreamID)
 	}
@@ -849,7 +965,7 @@ func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	h, req := benchHostWaitOwner(t, 5)
 	owners := h.ownedIDs.getCopies(req.Copies, nil)
-	if ids, _ := hostWakeIDs(req, owners, false); len(ids) != 0 {
+	if ids, _, _ := hostWakeIDs(req, owners, false, true); len(ids) != 0 {
 		t.Fatalf("quiet copies woken: %v", ids)
 	}
 	ackAt := func(o *owner) time.Time {
@@ -859,11 +975,11 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	}
 	before := ackAt(owners[0])
 	time.Sleep(time.Millisecond)
-	hostWakeIDs(req, owners, false)
+	hostWakeIDs(req, owners, false, true)
 	if !ackAt(owners[0]).Equal(before) {
 		t.Fatal("a pass without refresh refreshed the ack")
 	}
-	hostWakeIDs(req, owners, true)
+	hostWakeIDs(req, owners, true, true)
 	if !ackAt(owners[0]).After(before) {
 		t.Fatal("a refreshing pass did not refresh the quiet copy's ack")
 	}
@@ -871,14 +987,29 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	req.Copies[2].RecordTail = 7 // not the owner's tail nor the counted ack
 	req.Copies[3].KnownHead = 3  // not the owner's head
 	owners[4] = nil              // not owned here
-	ids, _ := hostWakeIDs(req, owners, true)
+	ids, _, _ := hostWakeIDs(req, owners, true, true)
 	if want := []uint64{101, 102, 103, 104}; fmt.Sprint(ids) != fmt.Sprint(want) {
 		t.Fatalf("woken %v, want %v", ids, want)
+	}
+	// A copy naming tails past the ack the owner counted (here none), its
+	// ack in flight, sleeps on until late.
+	func() {
+		owners[0].mu.Lock()
+		defer owners[0].mu.Unlock()
+		delete(owners[0].mu.conf.acks, "n2")
+	}()
+	one := *req
+	one.Copies = one.Copies[:1]
+	if ids, _, inFlight := hostWakeIDs(&one, owners[:1], false, false); len(ids) != 0 || !inFlight {
+		t.Fatalf("a copy with its ack in flight: woken %v, in flight %v; want asleep, in flight", ids, inFlight)
+	}
+	if ids, _, _ := hostWakeIDs(&one, owners[:1], false, true); len(ids) != 1 {
+		t.Fatalf("a copy whose ack is in flight past the wait was not woken: %v", ids)
 	}
 	other := *req
 	other.Node = "n4" // not a follower
 	other.Copies = other.Copies[:1]
-	if ids, _ := hostWakeIDs(&other, owners[:1], true); len(ids) != 1 {
+	if ids, _, _ := hostWakeIDs(&other, owners[:1], true, true); len(ids) != 1 {
 		t.Fatalf("a copy of a node that does not follow was not woken: %v", ids)
 	}
 }
@@ -897,7 +1028,7 @@ func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	}
 	stopped := h.ownedIDs.getCopies(req.Copies[1:2], nil)[0]
 	h.ownedIDs.remove(stopped) // owner.stop's first step
-	ids, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
+	ids, _, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true, false)
 	if len(ids) != 1 || ids[0] != stopped.id {
 		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -41,6 +42,10 @@ type replica struct {
 	// notice came, is not applied (it would end the role just taken);
 	// guarded by mu.
 	noticed uint64
+	// lastRecords is when the copy last applied records as a follower, or
+	// last was the owner (the stream may be busy), for the next follower
+	// role (startFollower); guarded by mu.
+	lastRecords time.Time
 
 	status atomic.Pointer[roleStatus]
 }
@@ -90,11 +95,13 @@ func (r *replica) stopRoleAt(code string, level slog.Level) (stopped string) {
 	if r.own != nil {
 		r.own.stop(code)
 		r.win = r.own.window()
+		r.lastRecords = time.Now()
 		r.h.log.Log(context.Background(), level, "owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
 		r.own, stopped = nil, wire.RoleOwner
 	}
 	if r.fol != nil {
 		r.fol.stop()
+		r.lastRecords = r.fol.lastRecords // the worker has returned
 		r.h.log.Log(context.Background(), level, "follower role stopped", "stream", r.stream, "epoch", r.fol.epoch, "reason", code)
 		r.fol, stopped = nil, wire.RoleFollower
 	}
