@@ -332,6 +332,7 @@ type parkedWait struct {
 // it in a goroutine of the host's request group within the replication
 // budget.
 func (h *Host) onHostWait(m *nats.Msg) {
+	h.metrics.replReceived(replKindHostWait)
 	req, err := frame.DecodeHostWait(m.Data)
 	if err != nil {
 		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))

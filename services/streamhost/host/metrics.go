@@ -30,6 +30,18 @@ const (
 	attrFollower  = attribute.Key("brook.follower")
 	attrStream    = attribute.Key("brook.stream")
 	attrStage     = attribute.Key("brook.publish.stage")
+	attrReplKind  = attribute.Key("brook.replication.kind")
+)
+
+// The kinds of replication messages an owner host receives that
+// brook.host.replication.received counts (issue 17: what follower copies
+// cost their owner's host): a follower copy's request (a long poll, with
+// a reply subject), its standalone ack (without), and a follower host's
+// host wait for its copies asleep (idlewait.go).
+const (
+	replKindRequest  = "request"
+	replKindAck      = "ack"
+	replKindHostWait = "host_wait"
 )
 
 // The stages of a publish's way through the hosts that
@@ -62,6 +74,8 @@ type metrics struct {
 	fsyncDur    metric.Float64Histogram
 	groupSize   metric.Int64Histogram
 	seals       metric.Int64Counter
+	replRecv    metric.Int64Counter
+	replKinds   map[string]metric.AddOption // by kind, built once
 	stageDur    metric.Float64Histogram
 	stages      map[string]metric.RecordOption // by stage, built once
 
@@ -109,6 +123,13 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.seals, err = mt.Int64Counter("brook.host.seal.answered", metric.WithUnit("{seal}"),
 		metric.WithDescription("Seal requests answered; error.type is set on refusals."))
 	add(err)
+	m.replRecv, err = mt.Int64Counter("brook.host.replication.received", metric.WithUnit("{message}"),
+		metric.WithDescription("Replication messages received by the owners on this host, by kind (brook.replication.kind: request, ack, host_wait)."))
+	add(err)
+	m.replKinds = map[string]metric.AddOption{}
+	for _, k := range []string{replKindRequest, replKindAck, replKindHostWait} {
+		m.replKinds[k] = metric.WithAttributeSet(attribute.NewSet(attrReplKind.String(k)))
+	}
 	m.stageDur, err = mt.Float64Histogram("brook.host.publish.stage.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time of one stage of publishes on their way to a confirm (brook.publish.stage: intake, append, follower_poll, follower_apply)."),
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
@@ -171,6 +192,12 @@ func (m *metrics) sealAnswered(e *wire.Error) {
 		return
 	}
 	m.seals.Add(context.Background(), 1, m.codes.Of(attrErrorType.String(e.Code)))
+}
+
+// replReceived counts one replication message of kind (replKindRequest...)
+// received.
+func (m *metrics) replReceived(kind string) {
+	m.replRecv.Add(context.Background(), 1, m.replKinds[kind])
 }
 
 // appended counts a successful append of records holding payload bytes.

@@ -32,7 +32,8 @@ func withMetrics(t *testing.T) (func(*Config), string) {
 // TestHostMetrics publishes to an owner whose second follower never runs,
 // refuses a publish and answers seals, and reads the host's /metrics: the
 // confirms, refusals, appends, group commits, copies by role, follower
-// lag (records and age, per follower and per stream) and seals all show.
+// lag (records and age, per follower and per stream), seals and the
+// replication messages received all show.
 func TestHostMetrics(t *testing.T) {
 	const stream, id = "metered", 21
 	c := newMiniCluster(t)
@@ -81,6 +82,9 @@ func TestHostMetrics(t *testing.T) {
 	want("brook_host_append_payload_bytes_total", float64(5*len(payload(0))))
 	atLeast("brook_host_store_fsync_duration_seconds", 1)
 	atLeast("brook_host_store_group_commit_size", 1)
+	// n2's requests and its standalone acks of what they brought.
+	atLeast("brook_host_replication_received_total", 1, "brook_replication_kind", replKindRequest)
+	atLeast("brook_host_replication_received_total", 1, "brook_replication_kind", replKindAck)
 	want("brook_host_copy_count", 1, "brook_copy_role", wire.RoleOwner)
 	want("brook_host_copy_count", 0, "brook_copy_role", wire.RoleFollower)
 	want("brook_host_follower_lag_records", 5, "brook_follower", "n3")

@@ -118,9 +118,11 @@ func toFrameRecords(recs []streamlog.Record) []frame.Record {
 // standalone ack (no reply subject) never waits: it is served here.
 func (o *owner) onRepl(m *nats.Msg) {
 	if m.Reply == "" {
+		o.h.metrics.replReceived(replKindAck)
 		o.serveRepl(m)
 		return
 	}
+	o.h.metrics.replReceived(replKindRequest)
 	o.goRequest(m, o.replReqs, func() { o.serveRepl(m) })
 }
 
