@@ -417,18 +417,29 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	// final: the wait is over; this pass wakes the copies whose ack is
 	// still in flight, or answers that nothing changed.
 	final := false
+	// pending: the copies whose ack was in flight at the last pass. A
+	// recheck (a pass without a change signalled) looks at these only:
+	// nothing else changed unsignalled, and a pass over every copy per
+	// copy joining the set (its resend's first pass, then the recheck)
+	// is what makes joining cost in proportion to the set (issue 17).
+	var pending []frame.HostWaitCopy
+	recheck := false
 	var owners []*owner
 	for {
-		owners = h.ownedIDs.getCopies(pw.req.Copies, owners)
+		req := pw.req
+		if recheck {
+			req = &frame.HostWait{Node: pw.req.Node, WaitMS: pw.req.WaitMS, Copies: pending}
+		}
+		owners = h.ownedIDs.getCopies(req.Copies, owners)
 		late := final || time.Since(began) >= min(ackInFlightWait, wait)
-		ids, fetch, inFlight := hostWakeIDs(pw.req, owners, refresh, late)
+		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh, late)
 		if len(ids)+len(fetch) > 0 {
 			limit := 0 // a sender of an earlier release: stream ids only
 			if pw.records {
 				limit = h.hostWakeLimit(len(pw.req.Copies))
 			}
 			wake := &frame.HostWake{StreamIDs: ids}
-			hostWakeRecords(wake, pw.req, owners, fetch, limit)
+			hostWakeRecords(wake, req, owners, fetch, limit)
 			h.replyData(pw.reply, frame.AppendHostWake(nil, wake))
 			return
 		}
@@ -439,13 +450,19 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		refresh = false
 		// A copy's ack in flight is counted without a change of its
 		// stream: look again shortly.
-		var recheck <-chan time.Time
-		if inFlight {
-			recheck = time.After(hostWaitGap)
+		next := make([]frame.HostWaitCopy, 0, len(inFlight))
+		for _, i := range inFlight {
+			next = append(next, req.Copies[i])
+		}
+		pending, recheck = next, false
+		var tick <-chan time.Time
+		if len(pending) > 0 {
+			tick = time.After(hostWaitGap)
 		}
 		select {
 		case <-pw.wake:
-		case <-recheck:
+		case <-tick:
+			recheck = true
 		case <-timer.C:
 			final = true
 		case <-pw.end:
@@ -566,7 +583,7 @@ const ackInFlightWait = time.Second
 // or the tails it names are not the ack the owner counted for it last (its
 // standalone ack was lost: its own request carries the ack again). A copy
 // naming tails past its counted ack, within what the owner wrote, has its
-// ack in flight: it is left asleep (inFlight reports one), unless late
+// ack in flight: it is left asleep (inFlight lists it), unless late
 // (ackInFlightWait). Of the copies woken, it returns apart (fetch, indexes
 // into req.Copies) those whose only difference is records the owner wrote
 // past their tails: the host wake can carry those records
@@ -577,7 +594,7 @@ const ackInFlightWait = time.Second
 // wait is live (for retention and a graceful shutdown's settling) as long
 // as it names the tails it last acked. One owner lock per copy (issue 17:
 // three before, with the liveness pass).
-func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids []uint64, fetch []int, inFlight bool) {
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids []uint64, fetch, inFlight []int) {
 	for i := range req.Copies {
 		c := &req.Copies[i]
 		o := owners[i]
@@ -589,7 +606,7 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids 
 		t := o.c.Tails()
 		if !quiet {
 			if below && !late && c.RecordTail <= t.RecordWritten && c.CursorTail <= t.CursorWritten {
-				inFlight = true
+				inFlight = append(inFlight, i)
 			} else {
 				ids = append(ids, c.StreamID)
 			}

@@ -1000,7 +1000,7 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	}()
 	one := *req
 	one.Copies = one.Copies[:1]
-	if ids, _, inFlight := hostWakeIDs(&one, owners[:1], false, false); len(ids) != 0 || !inFlight {
+	if ids, _, inFlight := hostWakeIDs(&one, owners[:1], false, false); len(ids) != 0 || len(inFlight) != 1 || inFlight[0] != 0 {
 		t.Fatalf("a copy with its ack in flight: woken %v, in flight %v; want asleep, in flight", ids, inFlight)
 	}
 	if ids, _, _ := hostWakeIDs(&one, owners[:1], false, true); len(ids) != 1 {
@@ -1031,5 +1031,101 @@ func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	ids, _, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true, false)
 	if len(ids) != 1 || ids[0] != stopped.id {
 		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
+	}
+}
+
+// TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep: a host wait naming
+// tails past the ack the owner counted for the copy, within what the owner
+// wrote, is an ack still on its way (it follows the copy's standalone ack
+// on another subject): the copy is not woken. Once the ack is counted the
+// copy is quiet and the wait ends with nothing; an ack that never comes
+// wakes the copy after ackInFlightWait, and its own request then carries
+// it. Before, the copy was woken at once, asked, and long-polled a whole
+// idle wait.
+func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
+	const stream, id = "onitsway", 31
+	c, n1 := startOwnerAlone(t, stream, id)
+	owned := n1.h.store.Get(stream)
+	digest := func(at uint64) uint64 {
+		d, err := owned.DigestAt(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	subj := wire.ReplicationSubject(stream, 1, "n2")
+	// n2 acks tail 0 with a request of its own, then the owner writes a
+	// record.
+	ack := frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: id, TailDigest: digest(0), WaitMS: 10, MaxBytes: 1 << 10}
+	if resp, err := c.nc.Request(subj, frame.AppendReplRequest(nil, &ack), 5*time.Second); err != nil || replyError(resp) != nil {
+		t.Fatalf("n2's ack of 0: %v %v", err, replyError(resp))
+	}
+	done := make(chan published, 1)
+	c.publishTo(stream, 0, done)
+	for owned.Tails().RecordWritten < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	const wait = 3 * ackInFlightWait
+	hostWait := func() <-chan *nats.Msg {
+		out := make(chan *nats.Msg, 1)
+		req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
+			Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: 1}}})
+		go func() {
+			resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), req, wait+5*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			out <- resp
+		}()
+		return out
+	}
+	wakeOf := func(resp *nats.Msg) []uint64 {
+		t.Helper()
+		if resp == nil {
+			t.FailNow()
+		}
+		w, err := frame.DecodeHostWake(resp.Data)
+		if err != nil {
+			t.Fatalf("host wake: %v (%q)", err, resp.Data)
+		}
+		return w.StreamIDs
+	}
+
+	// Naming tail 1, its ack of 1 not yet sent: asleep; the ack comes
+	// 300 ms later, and the wait ends with nothing at its end.
+	began := time.Now()
+	answered := hostWait()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case resp := <-answered:
+		t.Fatalf("a copy whose ack is on its way woken after %v: %v", time.Since(began), wakeOf(resp))
+	default:
+	}
+	ack.RecordTail, ack.TailDigest = 1, digest(1)
+	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
+		t.Fatal(err)
+	}
+	if ids := wakeOf(<-answered); len(ids) != 0 || time.Since(began) < wait {
+		t.Fatalf("host wait answered %v after %v; want nothing, at the end of its wait %v", ids, time.Since(began), wait)
+	}
+	if r := <-done; r.e != nil || r.pc.Offset != 0 {
+		t.Fatalf("publish: %+v %v", r.pc, r.e)
+	}
+
+	// A second record whose ack never comes: woken after ackInFlightWait.
+	c.publishTo(stream, 1, done)
+	for owned.Tails().RecordWritten < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	began = time.Now()
+	req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
+		Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: 2}}})
+	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), req, wait+5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	if ids := wakeOf(resp); len(ids) != 1 || ids[0] != id || took < ackInFlightWait || took >= wait {
+		t.Fatalf("host wait answered %v after %v; want stream %d woken after %v, before the end of the wait", ids, took, id, ackInFlightWait)
 	}
 }
