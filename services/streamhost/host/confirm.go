@@ -47,6 +47,10 @@ type confirmer struct {
 type followerAck struct {
 	record, cursor uint64
 	at             time.Time
+	// aheadSince is when a host wait first named tails of the follower's
+	// copy past this ack (its next ack on its way, ackBelow); zero when
+	// none has since the ack moved.
+	aheadSince time.Time
 }
 
 // waiter is a publish waiting for its record to be confirmed.
@@ -126,7 +130,11 @@ func (c *confirmer) acked(node string, record, cursor uint64, at time.Time) {
 		return
 	}
 	prev := c.acks[node]
-	c.acks[node] = followerAck{record: max(prev.record, record), cursor: max(prev.cursor, cursor), at: at}
+	a := followerAck{record: max(prev.record, record), cursor: max(prev.cursor, cursor), at: at}
+	if a.record == prev.record && a.cursor == prev.cursor {
+		a.aheadSince = prev.aheadSince // nothing new: the ack on its way is still to come
+	}
+	c.acks[node] = a
 }
 
 // stillAt refreshes node's ack time when node names the tails it acked
@@ -149,13 +157,23 @@ func (c *confirmer) ackedAt(node string, record, cursor uint64) bool {
 	return ok && a.record == record && a.cursor == cursor
 }
 
-// ackBelow reports whether node's counted ack is below these tails (or
-// none is counted): a copy asleep on a host wait naming them sent an ack
-// the owner has not counted yet, in flight on its replication subject
-// (hostWakeIDs), or lost.
-func (c *confirmer) ackBelow(node string, record, cursor uint64) bool {
+// ackBelow reports whether node's counted ack is below these tails: a
+// copy asleep on a host wait naming them sent an ack the owner has not
+// counted yet, on its way on its replication subject (hostWakeIDs), or
+// lost. since is when a host wait first named tails past that ack (now,
+// the first time), so that the wait for it is bounded per copy, across
+// host waits that replace one another (ackInFlightWait). A follower with
+// no ack counted is not taken to have one on its way.
+func (c *confirmer) ackBelow(node string, record, cursor uint64, now time.Time) (below bool, since time.Time) {
 	a, ok := c.acks[node]
-	return !ok || a.record <= record && a.cursor <= cursor && (a.record < record || a.cursor < cursor)
+	if !ok || a.record > record || a.cursor > cursor || a.record == record && a.cursor == cursor {
+		return false, time.Time{}
+	}
+	if a.aheadSince.IsZero() {
+		a.aheadSince = now
+		c.acks[node] = a
+	}
+	return true, a.aheadSince
 }
 
 // wait adds a publish waiting for its record: a first write (offsets

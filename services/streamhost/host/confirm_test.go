@@ -393,3 +393,44 @@ func TestConfirmerStillAt(t *testing.T) {
 		t.Fatal("a node that is no follower recorded")
 	}
 }
+
+// TestConfirmerAckBelow: tails past a follower's counted ack are an ack on
+// its way, timed from the first host wait that named them, across later
+// ones and acks that move nothing; an ack that moves the count starts the
+// time again. Tails at or below the count, or a follower with no ack
+// counted, are not an ack on its way. Review: timed per host wait, a lost
+// ack left the copy asleep while host waits kept replacing one another.
+func TestConfirmerAckBelow(t *testing.T) {
+	c := testConfirmer(policy.MajorityDurable, []string{"n2", "n3"}, 0, 10)
+	t1, t2, t3 := t0.Add(time.Second), t0.Add(2*time.Second), t0.Add(3*time.Second)
+	c.acked("n2", 4, 1, t0)
+	for _, tc := range []struct {
+		record, cursor uint64
+		now            time.Time
+		below          bool
+		since          time.Time
+	}{
+		{4, 1, t1, false, time.Time{}}, // the counted ack itself
+		{3, 1, t1, false, time.Time{}}, // below it
+		{5, 0, t1, false, time.Time{}}, // off it
+		{5, 1, t1, true, t1},           // past it: first named now
+		{5, 1, t2, true, t1},           // named again later: since the first
+		{4, 2, t2, true, t1},
+	} {
+		below, since := c.ackBelow("n2", tc.record, tc.cursor, tc.now)
+		if below != tc.below || !since.Equal(tc.since) {
+			t.Fatalf("ackBelow(n2, %d, %d) = %v since %v; want %v since %v", tc.record, tc.cursor, below, since, tc.below, tc.since)
+		}
+	}
+	c.acked("n2", 3, 1, t2) // an older ack, served late: nothing moves
+	if below, since := c.ackBelow("n2", 5, 1, t3); !below || !since.Equal(t1) {
+		t.Fatalf("after an ack that moved nothing: %v since %v; want since %v", below, since, t1)
+	}
+	c.acked("n2", 5, 1, t2)
+	if below, since := c.ackBelow("n2", 6, 1, t3); !below || !since.Equal(t3) {
+		t.Fatalf("after the ack moved: %v since %v; want since %v", below, since, t3)
+	}
+	if below, _ := c.ackBelow("n3", 5, 1, t3); below {
+		t.Fatal("a follower with no ack counted taken to have one on its way")
+	}
+}

@@ -169,7 +169,8 @@ func (f *follower) run(ctx context.Context) {
 	noOwner := 0 // no responders in a row, from the start of the role
 	wait := f.h.cfg.ReplWait
 	// idle: the last request, of the whole idle wait, came back empty,
-	// so the copy sleeps on its host's one long poll of the owner's host
+	// or brought records to a quiet copy that it has acked (below), so
+	// the copy sleeps on its host's one long poll of the owner's host
 	// (idlewait.go) before it asks again.
 	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
@@ -327,12 +328,18 @@ func (f *follower) run(ctx context.Context) {
 			got := time.Now()
 			f.h.metrics.stage(stageFollowerPoll, got.Sub(asked))
 			// The same rule as for a wake's records: records after none
-			// for a whole idle wait, that bring the copy to the owner's
-			// tail, find the stream quiet (a new stream's first record, a
-			// failover's on an idle stream), and the copy sleeps once it
+			// for a whole idle wait, without cursor events, that reach the
+			// owner's durable tail (b.Tail; records it wrote past that are
+			// carried by the wake that follows), find the stream quiet (a
+			// new stream's first record; a new follower role's first after
+			// a failover of an idle stream), and the copy sleeps once it
 			// acked them, not after the long polls of a whole idle wait
-			// (7.5 s at the defaults: 5,000 new follower roles after a
-			// failover at 10,000 streams made some 20,000 such requests).
+			// (7.5 s at the defaults). The price: a second record soon
+			// after reaches the copy by a host wake (its host's resend of
+			// the host wait, within hostWaitGather, and the owner's
+			// answer), not by the copy's own poll; the copy then keeps its
+			// own long poll. A role or stream that gets no records still
+			// sleeps only after its empty long polls.
 			sleep := f.quiet() && len(b.CursorEvents) == 0 && b.Records[len(b.Records)-1].Offset+1 >= b.Tail
 			// Written, not yet durable: the next request goes out while
 			// the fsync runs, and syncer acks the batch once it lands.

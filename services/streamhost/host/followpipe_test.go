@@ -36,6 +36,18 @@ func heldFollowerWrites(t *testing.T, stream string, id uint64, confirmed int, a
 	return c, n2, mem, release, done
 }
 
+// digestsOf returns the running digest of c's log at a record tail.
+func digestsOf(t *testing.T, c *streamlog.Copy) func(at uint64) uint64 {
+	return func(at uint64) uint64 {
+		t.Helper()
+		d, err := c.DigestAt(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+}
+
 // startOwnerAlone starts n1 as the owner of stream (id) at epoch 1 with
 // followers n2 and n3 (W = 2) that no host plays: a test acks for them.
 func startOwnerAlone(t *testing.T, stream string, id uint64) (*miniCluster, *testHost) {
@@ -137,13 +149,7 @@ func TestOwnerCountsOnlyDurableTails(t *testing.T) {
 	for owned.Tails().Record < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	digest := func(at uint64) uint64 {
-		d, err := owned.DigestAt(at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	digest := digestsOf(t, owned)
 	subj := wire.ReplicationSubject(stream, 1, "n2")
 	ask := func(r frame.ReplRequest) (*frame.Batch, *wire.Error) {
 		t.Helper()
@@ -257,13 +263,15 @@ func TestFollowerCrashWithWrittenRecords(t *testing.T) {
 		t.Fatalf("watermark %d with the follower's fsync held, want %d", wm, confirmed)
 	}
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	// What the crash left, read from a second clone of the same moment
+	// (the host then starts on the first, as after a crash): a started
+	// follower catches up from the owner at once, sometimes before a look
+	// at its tails.
+	inspected := mem.CrashClone(vfs.CrashCloneCfg{})
 	release()
 	n2.stop()
 
-	// What the crash left, read before the host starts on it: a started
-	// follower catches up from the owner at once, sometimes before a look
-	// at its tails.
-	st, err := streamlog.Open(streamlog.Options{Dir: c.dataDir("n2"), FS: crashed, Logger: slog.New(slog.DiscardHandler)})
+	st, err := streamlog.Open(streamlog.Options{Dir: c.dataDir("n2"), FS: inspected, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,11 +38,12 @@ import (
 // request, its reply and the long polls that followed until it slept
 // again were ten (issue 17). A copy of a stream written again sooner
 // keeps its own long poll. The same rule holds for records from a copy's
-// own request that bring it to the owner's tail: a new stream's first
-// record, a new follower role's first records after a failover of an
-// idle stream. Acks and confirms stay on the per-copy path; a host wait
-// that names tails whose ack is still on its way (ackInFlightWait) does
-// not wake the copy.
+// own request, without cursor events, that reach the owner's durable
+// tail: a new stream's first record, a new follower role's first records
+// after a failover of an idle stream; the copy sleeps once it has sent
+// their ack. Acks and confirms stay on the per-copy path; a host wait that
+// names tails whose ack is still on its way does not wake the copy for up
+// to ackInFlightWait, counted per copy.
 
 const (
 	// hostWaitGap is the least time between two host waits of one pair
@@ -393,8 +394,11 @@ func (h *Host) hostWaitWatch(req *frame.HostWait) map[string]struct{} {
 }
 
 // serveHostWait answers pw when any of its copies has something to ask
-// for (hostWakeIDs), at the end of its wait with nothing, or not at all
-// when a newer host wait of the same node replaced it.
+// for (hostWakeIDs), at the end of its wait with nothing (or with the
+// copies whose ack is still on its way), or not at all when a newer host
+// wait of the same node replaced it. It looks at every copy at the start
+// and after each change signalled, and at the copies whose ack is on its
+// way every hostWaitGap.
 func (h *Host) serveHostWait(pw *parkedWait) {
 	w := &h.parked
 	defer w.remove(pw.req.Node, pw)
@@ -411,7 +415,6 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	wait := wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	began := time.Now()
 	// The first pass also keeps the copies live (hostWakeIDs' refresh).
 	refresh := true
 	// final: the wait is over; this pass wakes the copies whose ack is
@@ -431,8 +434,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			req = &frame.HostWait{Node: pw.req.Node, WaitMS: pw.req.WaitMS, Copies: pending}
 		}
 		owners = h.ownedIDs.getCopies(req.Copies, owners)
-		late := final || time.Since(began) >= min(ackInFlightWait, wait)
-		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh, late)
+		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh, final)
 		if len(ids)+len(fetch) > 0 {
 			limit := 0 // a sender of an earlier release: stream ids only
 			if pw.records {
@@ -561,16 +563,22 @@ func (o *owner) wakeBatch(from uint64, maxBytes int) (*frame.Batch, int) {
 	return b, size
 }
 
-// ackInFlightWait is how long a host wait leaves asleep a copy that names
-// tails past the ack its owner counted for it, and within what the owner
-// wrote: the copy acked them with a standalone ack just before it went to
-// sleep (follower.queueWritten), and that ack, on the copy's replication
+// ackInFlightWait is how long the owner host leaves asleep a copy that
+// names tails past the ack it counted for it, and within what it wrote:
+// the copy acked them with a standalone ack just before it went to sleep
+// (follower.queueWritten), and that ack, on the copy's replication
 // subject, is still on its way while the host wait that followed it, on
 // another subject, has come. Waking the copy at once made it ask on its
 // own and long-poll for a whole idle wait, after nearly every wake that
-// carried records and every first record of a new role. An ack really lost
-// (a replaced connection; a refused digest) wakes the copy after this wait,
-// and its own request carries the ack again.
+// carried records and every first record of a new role. A parked host
+// wait looks at such copies again every hostWaitGap (a record appended
+// meanwhile reaches the copy up to that much later). The wait is counted
+// per copy, from the first host wait that named its tails past the ack
+// (confirmer.ackBelow), across the host waits that replace one another as
+// copies join: an ack really lost (a replaced connection, a failed
+// publish, a refused digest) wakes the copy after it, and its own request
+// carries the ack again. (Counted per host wait, a lost ack left the copy
+// asleep for as long as other copies kept joining: review.)
 const ackInFlightWait = time.Second
 
 // hostWakeIDs returns the stream ids of req's copies that have something
@@ -583,18 +591,19 @@ const ackInFlightWait = time.Second
 // or the tails it names are not the ack the owner counted for it last (its
 // standalone ack was lost: its own request carries the ack again). A copy
 // naming tails past its counted ack, within what the owner wrote, has its
-// ack in flight: it is left asleep (inFlight lists it), unless late
-// (ackInFlightWait). Of the copies woken, it returns apart (fetch, indexes
-// into req.Copies) those whose only difference is records the owner wrote
-// past their tails: the host wake can carry those records
-// (hostWakeRecords).
+// ack on its way: it is left asleep (inFlight lists it), for at most
+// ackInFlightWait, and not on the wait's final pass. Of the copies woken,
+// it returns apart (fetch, indexes into req.Copies) those whose only
+// difference is records the owner wrote past their tails: the host wake
+// can carry those records (hostWakeRecords).
 // owners[i] is the owner role running here of req.Copies[i]'s stream, or
 // nil. With refresh, each copy at its owner's epoch naming the tails it
 // last acked stays live (owner.hostWaitQuiet): a copy asleep on a host
 // wait is live (for retention and a graceful shutdown's settling) as long
 // as it names the tails it last acked. One owner lock per copy (issue 17:
 // three before, with the liveness pass).
-func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids []uint64, fetch, inFlight []int) {
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, final bool) (ids []uint64, fetch, inFlight []int) {
+	now := time.Now()
 	for i := range req.Copies {
 		c := &req.Copies[i]
 		o := owners[i]
@@ -602,10 +611,11 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids 
 			ids = append(ids, c.StreamID)
 			continue
 		}
-		quiet, below := o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh)
+		quiet, aheadSince := o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh, now)
 		t := o.c.Tails()
 		if !quiet {
-			if below && !late && c.RecordTail <= t.RecordWritten && c.CursorTail <= t.CursorWritten {
+			if !aheadSince.IsZero() && !final && now.Sub(aheadSince) < ackInFlightWait &&
+				c.RecordTail <= t.RecordWritten && c.CursorTail <= t.CursorWritten {
 				inFlight = append(inFlight, i)
 			} else {
 				ids = append(ids, c.StreamID)
@@ -624,23 +634,25 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, late bool) (ids 
 }
 
 // hostWaitQuiet reports whether node follows this copy and its counted ack
-// is at exactly these tails (quiet), or below them (below: an ack in
-// flight, confirmer.ackBelow), under one lock; with refresh it also
-// refreshes that ack's time (confirmer.stillAt) when quiet (a copy asleep
-// on a host wait stays live). The caller checked the copy's epoch.
-func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool) (quiet, below bool) {
+// is at exactly these tails (quiet), or, when it is below them, since when
+// host waits have named tails past it (aheadSince: an ack on its way,
+// confirmer.ackBelow; zero otherwise), under one lock; with refresh it
+// also refreshes that ack's time (confirmer.stillAt) when quiet (a copy
+// asleep on a host wait stays live). The caller checked the copy's epoch.
+func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool, now time.Time) (quiet bool, aheadSince time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.mu.conf.isFollower(node) {
-		return false, false
+		return false, time.Time{}
 	}
 	if refresh {
-		o.mu.conf.stillAt(node, record, cursor, time.Now())
+		o.mu.conf.stillAt(node, record, cursor, now)
 	}
 	if o.mu.conf.ackedAt(node, record, cursor) {
-		return true, false
+		return true, time.Time{}
 	}
-	return false, o.mu.conf.ackBelow(node, record, cursor)
+	_, aheadSince = o.mu.conf.ackBelow(node, record, cursor, now)
+	return false, aheadSince
 }
 
 // changed wakes the parked host waits that watch stream. The store calls it
