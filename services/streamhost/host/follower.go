@@ -300,10 +300,13 @@ func (f *follower) run(ctx context.Context) {
 		}
 		fails, backoff = 0, backoffMin
 		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
-			// Idle only once a request of the whole idle wait came back
-			// empty: a stream written every few seconds or more often
-			// keeps its own long poll, answered with the records.
-			idle = wait >= f.h.cfg.ReplIdleWait
+			// Idle once a request of the whole idle wait came back empty,
+			// or once one came back empty to a copy that had no records
+			// for a whole idle wait (quiet: a new role's first requests,
+			// a copy woken only for an ack, a head or an owner to check):
+			// a stream written every few seconds or more often keeps its
+			// own long poll, answered with the records.
+			idle = wait >= f.h.cfg.ReplIdleWait || f.quiet()
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)

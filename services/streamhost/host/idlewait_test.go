@@ -28,7 +28,7 @@ const idleTestWait = 2 * time.Second
 
 // idleCluster starts n1, n2 and n3 with short replication waits and
 // streams owned by n1 and followed by n2 and n3 (W = 2), each with one
-// record confirmed.
+// record confirmed and held by both followers.
 func idleCluster(t *testing.T, streams int) (*miniCluster, []string) {
 	t.Helper()
 	return idleClusterWith(t, streams, idleTestWait)
@@ -55,6 +55,14 @@ func idleClusterWith(t *testing.T, streams int, idle time.Duration) (*miniCluste
 	for _, s := range names {
 		c.waitCopy("n1", s, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
 		c.mustPublish(s, payload(0))
+	}
+	// Both followers hold it (one follower's ack confirmed it): a copy
+	// asleep before the record came (quiet) gets it by a host wake, which
+	// may come after the confirm.
+	for _, s := range names {
+		for _, n := range []string{"n2", "n3"} {
+			c.waitCopy(n, s, "the first record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 1 })
+		}
 	}
 	return c, names
 }
@@ -1128,4 +1136,47 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 		}
 		break
 	}
+}
+
+// TestQuietCopiesSleepAfterTheirFirstEmptyAnswer: follower copies that have
+// had no records for a whole idle wait (here: new streams, never written)
+// sleep on host waits after their first empty answer, not after long polls
+// of a doubling wait until one of a whole idle wait came back empty (here
+// 50 ms doubling to 2 s, about 4 s and 7 requests a copy; at the defaults
+// 7 s and 3 requests for every copy of every stream created).
+func TestQuietCopiesSleepAfterTheirFirstEmptyAnswer(t *testing.T) {
+	const streams = 4
+	c := newMiniCluster(t)
+	var as []wire.AssignedStream
+	for i := range streams {
+		as = append(as, assignment(fmt.Sprintf("quiet%d", i), uint64(100+i), 1, "n1", []string{"n2", "n3"}))
+	}
+	c.assign(as...)
+	requests, _ := replRequests(t, c.nc)
+	began := time.Now()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait = 50 * time.Millisecond
+			cfg.ReplIdleWait = idleTestWait
+		})
+	}
+	waitIdle(t, c, streams)
+	if took := time.Since(began); took >= idleTestWait/2 {
+		t.Fatalf("new copies of unwritten streams asleep %v after their hosts started; want after their first empty answer (the idle wait is %v)", took, idleTestWait)
+	}
+	// The first request of each copy and its few retries while the owner
+	// was not yet serving (no responders are not counted here: the server
+	// answers them).
+	if n := requests.Load(); n > 4*2*streams {
+		t.Fatalf("%d per-copy requests before %d quiet copies slept; want a few each", n, 2*streams)
+	}
+	// Written now: the record comes in the wake, and its copies sleep again.
+	pc := c.mustPublish("quiet0", payload(0))
+	if pc.Copies < 2 {
+		t.Fatalf("publish: %+v", pc)
+	}
+	for _, n := range []string{"n2", "n3"} {
+		c.waitCopy(n, "quiet0", "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 1 })
+	}
+	waitIdle(t, c, streams)
 }
