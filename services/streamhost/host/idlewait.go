@@ -394,11 +394,10 @@ func (h *Host) hostWaitWatch(req *frame.HostWait) map[string]struct{} {
 }
 
 // serveHostWait answers pw when any of its copies has something to ask
-// for (hostWakeIDs), at the end of its wait with nothing (or with the
-// copies whose ack is still on its way), or not at all when a newer host
-// wait of the same node replaced it. It looks at every copy at the start
-// and after each change signalled, and at the copies whose ack is on its
-// way every hostWaitGap.
+// for (hostWakeIDs), at the end of its wait with nothing, or not at all
+// when a newer host wait of the same node replaced it. It looks at every
+// copy at the start, after each change signalled and at the end, and at
+// the copies whose ack is on its way every hostWaitGap.
 func (h *Host) serveHostWait(pw *parkedWait) {
 	w := &h.parked
 	defer w.remove(pw.req.Node, pw)
@@ -417,8 +416,8 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	defer timer.Stop()
 	// The first pass also keeps the copies live (hostWakeIDs' refresh).
 	refresh := true
-	// final: the wait is over; this pass wakes the copies whose ack is
-	// still in flight, or answers that nothing changed.
+	// final: the wait is over; this pass answers what it finds, or that
+	// nothing changed.
 	final := false
 	// pending: the copies whose ack was in flight at the last pass. A
 	// recheck (a pass without a change signalled) looks at these only:
@@ -434,7 +433,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			req = &frame.HostWait{Node: pw.req.Node, WaitMS: pw.req.WaitMS, Copies: pending}
 		}
 		owners = h.ownedIDs.getCopies(req.Copies, owners)
-		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh, final)
+		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh)
 		if len(ids)+len(fetch) > 0 {
 			limit := 0 // a sender of an earlier release: stream ids only
 			if pw.records {
@@ -592,7 +591,9 @@ const ackInFlightWait = time.Second
 // standalone ack was lost: its own request carries the ack again). A copy
 // naming tails past its counted ack, within what the owner wrote, has its
 // ack on its way: it is left asleep (inFlight lists it), for at most
-// ackInFlightWait, and not on the wait's final pass. Of the copies woken,
+// ackInFlightWait from the first host wait that named those tails (a wait
+// that ends meanwhile answers without it, and the next takes it up). Of
+// the copies woken,
 // it returns apart (fetch, indexes into req.Copies) those whose only
 // difference is records the owner wrote past their tails: the host wake
 // can carry those records (hostWakeRecords).
@@ -602,7 +603,7 @@ const ackInFlightWait = time.Second
 // wait is live (for retention and a graceful shutdown's settling) as long
 // as it names the tails it last acked. One owner lock per copy (issue 17:
 // three before, with the liveness pass).
-func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, final bool) (ids []uint64, fetch, inFlight []int) {
+func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh bool) (ids []uint64, fetch, inFlight []int) {
 	now := time.Now()
 	for i := range req.Copies {
 		c := &req.Copies[i]
@@ -614,7 +615,7 @@ func hostWakeIDs(req *frame.HostWait, owners []*owner, refresh, final bool) (ids
 		quiet, aheadSince := o.hostWaitQuiet(req.Node, c.RecordTail, c.CursorTail, refresh, now)
 		t := o.c.Tails()
 		if !quiet {
-			if !aheadSince.IsZero() && !final && now.Sub(aheadSince) < ackInFlightWait &&
+			if !aheadSince.IsZero() && now.Sub(aheadSince) < ackInFlightWait &&
 				c.RecordTail <= t.RecordWritten && c.CursorTail <= t.CursorWritten {
 				inFlight = append(inFlight, i)
 			} else {

@@ -952,7 +952,7 @@ func benchHostWaitOwner(b testing.TB, n int) (*Host, *frame.HostWait) {
 // hostWaitFirstPass is serveHostWait's first pass over req (the benchmark's
 // unit).
 func hostWaitFirstPass(h *Host, req *frame.HostWait) []uint64 {
-	ids, fetch, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true, true)
+	ids, fetch, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
 	for _, i := range fetch {
 		ids = append(ids, req.Copies[i].StreamID)
 	}
@@ -982,7 +982,7 @@ func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	h, req := benchHostWaitOwner(t, 5)
 	owners := h.ownedIDs.getCopies(req.Copies, nil)
-	if ids, _, _ := hostWakeIDs(req, owners, false, true); len(ids) != 0 {
+	if ids, _, _ := hostWakeIDs(req, owners, false); len(ids) != 0 {
 		t.Fatalf("quiet copies woken: %v", ids)
 	}
 	ackAt := func(o *owner) time.Time {
@@ -992,11 +992,11 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	}
 	before := ackAt(owners[0])
 	time.Sleep(time.Millisecond)
-	hostWakeIDs(req, owners, false, true)
+	hostWakeIDs(req, owners, false)
 	if !ackAt(owners[0]).Equal(before) {
 		t.Fatal("a pass without refresh refreshed the ack")
 	}
-	hostWakeIDs(req, owners, true, true)
+	hostWakeIDs(req, owners, true)
 	if !ackAt(owners[0]).After(before) {
 		t.Fatal("a refreshing pass did not refresh the quiet copy's ack")
 	}
@@ -1004,14 +1004,14 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 	req.Copies[2].RecordTail = 7 // not the owner's tail nor the counted ack
 	req.Copies[3].KnownHead = 3  // not the owner's head
 	owners[4] = nil              // not owned here
-	ids, _, _ := hostWakeIDs(req, owners, true, true)
+	ids, _, _ := hostWakeIDs(req, owners, true)
 	if want := []uint64{101, 102, 103, 104}; fmt.Sprint(ids) != fmt.Sprint(want) {
 		t.Fatalf("woken %v, want %v", ids, want)
 	}
 	other := *req
 	other.Node = "n4" // not a follower
 	other.Copies = other.Copies[:1]
-	if ids, _, _ := hostWakeIDs(&other, owners[:1], true, true); len(ids) != 1 {
+	if ids, _, _ := hostWakeIDs(&other, owners[:1], true); len(ids) != 1 {
 		t.Fatalf("a copy of a node that does not follow was not woken: %v", ids)
 	}
 }
@@ -1030,7 +1030,7 @@ func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	}
 	stopped := h.ownedIDs.getCopies(req.Copies[1:2], nil)[0]
 	h.ownedIDs.remove(stopped) // owner.stop's first step
-	ids, _, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true, false)
+	ids, _, _ := hostWakeIDs(req, h.ownedIDs.getCopies(req.Copies, nil), true)
 	if len(ids) != 1 || ids[0] != stopped.id {
 		t.Fatalf("first pass woke %v, want only the stopped role's stream %d", ids, stopped.id)
 	}
@@ -1056,7 +1056,7 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 	if resp, err := c.nc.Request(subj, frame.AppendReplRequest(nil, &ack), 5*time.Second); err != nil || replyError(resp) != nil {
 		t.Fatalf("n2's ack of 0: %v %v", err, replyError(resp))
 	}
-	done := make(chan published, 1)
+	done := make(chan published, 8)
 	c.publishTo(stream, 0, done)
 	for owned.Tails().RecordWritten < 1 {
 		time.Sleep(time.Millisecond)
@@ -1108,19 +1108,53 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 		t.Fatalf("publish: %+v %v", r.pc, r.e)
 	}
 
-	// A second record whose ack never comes (lost): the copy is woken
+	written := func(n uint64) {
+		t.Helper()
+		for owned.Tails().RecordWritten < n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	hostWaitFor := func(tail uint64, wait time.Duration) []byte {
+		return frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
+			Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: tail}}})
+	}
+
+	// Naming tail 2, its ack on its way, while the owner writes a third
+	// record (a change: a pass over every copy, the copy still in flight):
+	// once the ack is counted (no change signalled), the recheck finds the
+	// copy behind by records and wakes it at once.
+	c.publishTo(stream, 1, done)
+	written(2)
+	answered2 := make(chan *nats.Msg, 1)
+	go func() {
+		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(2, wait), wait+5*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		answered2 <- resp
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c.publishTo(stream, 2, done)
+	written(3)
+	time.Sleep(100 * time.Millisecond)
+	ack.RecordTail, ack.TailDigest = 2, digest(2)
+	acked := time.Now()
+	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
+		t.Fatal(err)
+	}
+	if ids := wakeOf(<-answered2); len(ids) != 1 || ids[0] != id || time.Since(acked) > ackInFlightWait/2 {
+		t.Fatalf("host wait answered %v %v after the ack; want stream %d woken for the record at once", ids, time.Since(acked), id)
+	}
+
+	// A record whose ack never comes (lost): the copy is woken
 	// ackInFlightWait after the first host wait named its tails, though
 	// each host wait is replaced by the next 300 ms later (copies joining
 	// the follower host's set): the wait is per copy, not per host wait.
-	c.publishTo(stream, 1, done)
-	for owned.Tails().RecordWritten < 2 {
-		time.Sleep(time.Millisecond)
-	}
-	req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
-		Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: 2}}})
+	c.publishTo(stream, 3, done)
+	written(4)
 	began = time.Now()
 	for {
-		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), req, 300*time.Millisecond)
+		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(4, wait), 300*time.Millisecond)
 		took := time.Since(began)
 		if errors.Is(err, nats.ErrTimeout) {
 			if took > 3*ackInFlightWait {
@@ -1135,6 +1169,25 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 			t.Fatalf("host waits answered %v after %v; want stream %d woken after %v", ids, took, id, ackInFlightWait)
 		}
 		break
+	}
+
+	// The copy's own request carries the ack (the time starts again); one
+	// more record whose ack is lost, under one host wait that nothing
+	// replaces: woken ackInFlightWait after, well before the wait's end.
+	ack.RecordTail, ack.TailDigest = 4, digest(4)
+	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.publishTo(stream, 4, done)
+	written(5)
+	began = time.Now()
+	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(5, wait), wait+5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, took := wakeOf(resp), time.Since(began); len(ids) != 1 || ids[0] != id || took < ackInFlightWait || took > wait*2/3 {
+		t.Fatalf("host wait answered %v after %v; want stream %d woken after %v, well before its end %v", ids, took, id, ackInFlightWait, wait)
 	}
 }
 
