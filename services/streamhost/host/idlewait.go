@@ -16,9 +16,9 @@ import (
 )
 
 // One long poll per pair of hosts (issue 17). A follower copy whose last
-// replication request, of the whole idle wait, came back empty, or brought
-// records after none for a whole idle wait (follower.run), does not ask
-// again on its own: it registers with the
+// replication request, of the whole idle wait, came back empty, or came
+// back empty or with records after none for a whole idle wait
+// (follower.run), does not ask again on its own: it registers with the
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
