@@ -731,7 +731,7 @@ func (h *Host) applyLocked(ctx context.Context, r *replica, as *wire.AssignedStr
 		_, span := h.tracer.Start(ctx, "follow")
 		r.win = r.win.forCopy(c, r.pre)
 		r.pre = nil
-		r.fol = startFollower(h, c, a, r.win, r.lastRecords)
+		r.fol = startFollower(h, c, a, r.win, r.arrivals)
 		t := c.Tails()
 		log.Info("following", "owner", a.Owner, "record_tail", t.Record, "cursor_tail", t.CursorDurable)
 		span.SetAttributes(attribute.Int64("brook.record_tail", int64(t.Record)))

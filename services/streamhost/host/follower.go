@@ -86,18 +86,41 @@ type follower struct {
 	// win is the copy's duplicate window, the worker's only while it runs:
 	// it records what it applies (window.go).
 	win *copyWindow
-	// lastRecords is when the copy last applied records (the worker's
-	// only while it runs; the replica hands it from one role to the next):
-	// records that come after none for a whole idle wait find the stream
-	// quiet, and the copy sleeps again once it acked them (quiet).
-	lastRecords time.Time
+	// arrivals is when the copy last applied records, and before that
+	// (the worker's only while it runs; the replica hands it from one
+	// role to the next): a copy sleeps once it acked records unless the
+	// stream is busy, and after an empty answer if it is quiet.
+	arrivals recordArrivals
+}
+
+// recordArrivals are the times of a copy's last two applies of records.
+type recordArrivals struct {
+	last, prev time.Time
+}
+
+// add records an apply at now.
+func (a *recordArrivals) add(now time.Time) { a.prev, a.last = a.last, now }
+
+// quiet reports whether no records came for a whole idle wait before now.
+func (a recordArrivals) quiet(now time.Time, idleWait time.Duration) bool {
+	return now.Sub(a.last) >= idleWait
+}
+
+// busy reports whether records came twice within the idle wait before
+// now: records arriving now are the third, and the copy keeps its own long
+// poll, answered with the records at once, rather than sleep after each
+// (one host wait round and a resend of its host's whole set per record).
+// Once or twice in an idle wait (a failover: a retried publish, then the
+// next) the copy sleeps again after each.
+func (a recordArrivals) busy(now time.Time, idleWait time.Duration) bool {
+	return now.Sub(a.prev) < idleWait
 }
 
 // startFollower starts the worker; it resumes at the copy's own tails.
-// lastRecords is when the copy last applied records, in an earlier role
-// (zero for none, or long ago): a role after a failover on a stream that
-// was written until then keeps its own long poll.
-func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindow, lastRecords time.Time) *follower {
+// arrivals are when the copy applied records in earlier roles (zero for
+// none): a role after a failover of a stream busy until then keeps its
+// own long poll.
+func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindow, arrivals recordArrivals) *follower {
 	ctx, cancel := context.WithCancel(h.bgCtx)
 	f := &follower{
 		h:      h,
@@ -111,7 +134,7 @@ func startFollower(h *Host, c *streamlog.Copy, a wire.Assignment, win *copyWindo
 		done:   make(chan struct{}),
 		win:    win,
 
-		lastRecords: lastRecords,
+		arrivals: arrivals,
 	}
 	f.ownerHead.Store(c.Tails().Head)
 	go f.run(ctx)
@@ -198,20 +221,21 @@ func (f *follower) run(ctx context.Context) {
 			}
 			idle = false
 			if b != nil {
-				// Records after a whole idle wait without any: the stream
-				// is idle, and the copy sleeps again once it acked them,
-				// without the long polls a request's records would be
-				// followed by. Sooner, the stream is written again soon:
-				// it keeps its own long poll, answered with the records
+				// Records to a copy whose stream is not busy (records came
+				// at most once in the idle wait before them): the copy
+				// sleeps again once it acked them, without the long polls
+				// a request's records would be followed by. The third
+				// arrival within an idle wait finds the stream busy: the
+				// copy keeps its own long poll, answered with the records
 				// at once, not one host wait per record (the idle rule
 				// below then decides when it sleeps), and its request
 				// goes out while their fsync runs.
-				quiet := f.quiet()
-				switch f.applyWoken(ctx, b, pending, quiet) {
+				sleep := !f.arrivals.busy(time.Now(), f.h.cfg.ReplIdleWait)
+				switch f.applyWoken(ctx, b, pending, sleep) {
 				case wokenStop:
 					return
 				case wokenApplied:
-					if quiet {
+					if sleep {
 						idle = true
 						continue
 					}
@@ -306,7 +330,7 @@ func (f *follower) run(ctx context.Context) {
 			// a copy woken only for an ack, a head or an owner to check):
 			// a stream written every few seconds or more often keeps its
 			// own long poll, answered with the records.
-			idle = wait >= f.h.cfg.ReplIdleWait || f.quiet()
+			idle = wait >= f.h.cfg.ReplIdleWait || f.arrivals.quiet(time.Now(), f.h.cfg.ReplIdleWait)
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
 		} else {
 			wait = min(f.h.cfg.ReplWait, busyWait)
@@ -330,20 +354,20 @@ func (f *follower) run(ctx context.Context) {
 		if len(b.Records) > 0 {
 			got := time.Now()
 			f.h.metrics.stage(stageFollowerPoll, got.Sub(asked))
-			// The same rule as for a wake's records: records after none
-			// for a whole idle wait, without cursor events, that reach the
-			// owner's durable tail (b.Tail; records it wrote past that are
-			// carried by the wake that follows), find the stream quiet (a
-			// new stream's first record; a new follower role's first after
-			// a failover of an idle stream), and the copy sleeps once it
-			// acked them, not after the long polls of a whole idle wait
-			// (7.5 s at the defaults). The price: a second record soon
-			// after reaches the copy by a host wake (its host's resend of
-			// the host wait, within hostWaitGather, and the owner's
-			// answer), not by the copy's own poll; the copy then keeps its
-			// own long poll. A role or stream that gets no records still
-			// sleeps only after its empty long polls.
-			sleep := f.quiet() && len(b.CursorEvents) == 0 && b.Records[len(b.Records)-1].Offset+1 >= b.Tail
+			// The same rule as for a wake's records: records to a copy
+			// whose stream is not busy, without cursor events, that reach
+			// the owner's durable tail (b.Tail; records it wrote past that
+			// are carried by the wake that follows; a new stream's first
+			// record, a new follower role's first after a failover of a
+			// stream not busy), and the copy sleeps once it acked them,
+			// not after the long polls of a whole idle wait (7.5 s at the
+			// defaults). The price: on a stream written on and on, the
+			// second and third records reach the copy by host wakes (its
+			// host's resend of the host wait, within hostWaitGather, and
+			// the owner's answer), not by its own poll; from the third the
+			// copy keeps its own long poll.
+			sleep := !f.arrivals.busy(got, f.h.cfg.ReplIdleWait) && len(b.CursorEvents) == 0 &&
+				b.Records[len(b.Records)-1].Offset+1 >= b.Tail
 			// Written, not yet durable: the next request goes out while
 			// the fsync runs, and syncer acks the batch once it lands.
 			durable, err := f.applyRecords(ctx, t, b.Records)
@@ -476,7 +500,7 @@ func (f *follower) applyRecords(ctx context.Context, t streamlog.Tails, frs []fr
 	if err != nil {
 		return nil, err
 	}
-	f.lastRecords = time.Now()
+	f.arrivals.add(time.Now())
 	f.win.applied(f.c, t, recs, f.log)
 	return durable, nil
 }
@@ -517,12 +541,6 @@ func (f *follower) applyWoken(ctx context.Context, b *frame.Batch, pending chan<
 		return wokenStop
 	}
 	return wokenApplied
-}
-
-// quiet reports whether no records came to the copy for a whole idle wait:
-// records arriving now find the stream idle.
-func (f *follower) quiet() bool {
-	return time.Since(f.lastRecords) >= f.h.cfg.ReplIdleWait
 }
 
 // queueWritten hands a written batch to the syncer and, with waitAck,

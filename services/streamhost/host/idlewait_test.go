@@ -152,6 +152,26 @@ func TestIdleFollowersSendNoPerCopyRequests(t *testing.T) {
 // largeRecord is a record over what a host wake carries for one copy.
 func largeRecord() []byte { return bytes.Repeat([]byte("x"), hostWakeCopyBytes+1) }
 
+// keepAwake makes the follower copies on n2 and n3 of streams busy:
+// records arrive to them three times within an idle wait (each too large
+// for a wake, so that they ask on their own), and they keep their own long
+// poll until its empty waits reach the idle wait. One record to every
+// stream a round, so that the copies are all awake at once.
+func keepAwake(t *testing.T, c *miniCluster, streams ...string) {
+	t.Helper()
+	for range 3 {
+		tails := map[string]uint64{}
+		for _, s := range streams {
+			tails[s] = c.mustPublish(s, largeRecord()).Offset + 1
+		}
+		for _, s := range streams {
+			for _, n := range []string{"n2", "n3"} {
+				c.waitCopy(n, s, "the large record", func(cs wire.CopyStatus) bool { return cs.RecordTail >= tails[s] })
+			}
+		}
+	}
+}
+
 // replRequests counts, on the per-copy replication subjects, requests
 // (with a reply subject) and standalone acks (without).
 func replRequests(t *testing.T, nc *nats.Conn) (requests, acks *atomic.Int64) {
@@ -273,15 +293,16 @@ func TestStreamWrittenAgainSoonGoesBackToItsOwnLongPoll(t *testing.T) {
 func TestCopyJustAsleepAfterItsLongPollsTakesRecordsInTheWake(t *testing.T) {
 	c, names := idleCluster(t, 1)
 	waitIdle(t, c, 1)
-	// A record too large for the wake: the copies ask for it, long-poll
-	// and fall asleep again a whole idle wait of empty polls later.
-	c.mustPublish(names[0], largeRecord())
+	// Records too large for the wake, three: the copies ask for them,
+	// long-poll and fall asleep again a whole idle wait of empty polls
+	// later.
+	keepAwake(t, c, names[0])
 	waitIdle(t, c, 0)
 	waitIdle(t, c, 1)
 	requests, _ := replRequests(t, c.nc)
 	c.mustPublish(names[0], payload(2))
 	for _, n := range []string{"n2", "n3"} {
-		c.waitCopy(n, names[0], "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 3 })
+		c.waitCopy(n, names[0], "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 5 })
 	}
 	time.Sleep(idleTestWait / 2)
 	// A copy whose next host wait beats its ack to the owner asks once.
@@ -690,12 +711,14 @@ func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 // after none for a whole idle wait. Without that rule a copy slept after
 // every empty short request, and each record reached it by a host wake and
 // a request of its own. (A new stream's copies sleep once they hold its
-// first record, which came after none; the next record, soon after, finds
-// the stream busy and wakes them to their own long poll.)
+// first record, and again after the second; the third within an idle wait
+// finds the stream busy, and they keep their own long poll.)
 func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
 	c, names := idleCluster(t, 1)
-	c.mustPublish(names[0], payload(1))
-	time.Sleep(300 * time.Millisecond)
+	for i := range 3 {
+		c.mustPublish(names[0], payload(100+i))
+		time.Sleep(300 * time.Millisecond)
+	}
 	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
 	// Written every 300 ms, well under the idle wait, for a few idle waits
 	// of the copies' short waits doubling.
@@ -831,16 +854,12 @@ func TestCopiesTurningIdleAreGathered(t *testing.T) {
 	const streams = 20
 	c, names := idleCluster(t, streams)
 	waitIdle(t, c, streams)
-	// Wake every copy, one stream after another, so that they turn idle
-	// again one after another (an idle wait and their doubling waits
-	// later), 15 ms apart: each with a record over what a host wake
-	// carries for one copy, so that the copies are woken to ask on their
-	// own (a small record comes in the wake, and the copy sleeps again at
-	// once).
-	for _, s := range names {
-		c.mustPublish(s, largeRecord())
-		time.Sleep(15 * time.Millisecond)
-	}
+	// Wake every copy, so that they turn idle again one after another (an
+	// idle wait and their doubling waits later): each busy (keepAwake: records too large for a wake, three
+	// times, so that the copies ask on their own and keep their long poll;
+	// a small record comes in the wake, and a copy not busy sleeps again
+	// at once).
+	keepAwake(t, c, names...)
 	waitIdle(t, c, 0)
 	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
 	for idleCopiesOf(c.hosts["n2"].h, "n1") == 0 && idleCopiesOf(c.hosts["n3"].h, "n1") == 0 {
@@ -1232,4 +1251,33 @@ func TestQuietCopiesSleepAfterTheirFirstEmptyAnswer(t *testing.T) {
 		c.waitCopy(n, "quiet0", "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 1 })
 	}
 	waitIdle(t, c, streams)
+}
+
+// TestStreamWrittenTwiceKeepsItsCopiesAsleep: a stream not written for an
+// idle wait, then written twice in a row (a failover's retried publish and
+// the next; a client's two publishes), has its copies take both records in
+// host wakes and sleep again after each: no long polls of their own.
+// Before, the second record found the copy not quiet (records a moment
+// before) and sent it back to its own long poll for a whole idle wait,
+// four requests a copy: in a 10,000-stream failover, some 10,000.
+func TestStreamWrittenTwiceKeepsItsCopiesAsleep(t *testing.T) {
+	c, names := idleCluster(t, 2)
+	waitIdle(t, c, 2)
+	time.Sleep(idleTestWait)
+	requests, _ := replRequests(t, c.nc)
+	for _, s := range names {
+		for i := range 2 {
+			c.mustPublish(s, payload(1+i))
+			for _, n := range []string{"n2", "n3"} {
+				c.waitCopy(n, s, "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == uint64(2+i) })
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitIdle(t, c, 2)
+	time.Sleep(idleTestWait)
+	// A copy whose next host wait beats its ack to the owner asks once.
+	if n := requests.Load(); n > 2 {
+		t.Fatalf("%d per-copy requests for two records to each of 2 idle streams; want none (the wakes carry them)", n)
+	}
 }

@@ -42,10 +42,10 @@ type replica struct {
 	// notice came, is not applied (it would end the role just taken);
 	// guarded by mu.
 	noticed uint64
-	// lastRecords is when the copy last applied records as a follower, or
-	// last was the owner (the stream may be busy), for the next follower
-	// role (startFollower); guarded by mu.
-	lastRecords time.Time
+	// arrivals are when the copy last applied records as a follower (an
+	// owner role that stops counts as two arrivals now: the stream may be
+	// busy), for the next follower role (startFollower); guarded by mu.
+	arrivals recordArrivals
 
 	status atomic.Pointer[roleStatus]
 }
@@ -95,13 +95,14 @@ func (r *replica) stopRoleAt(code string, level slog.Level) (stopped string) {
 	if r.own != nil {
 		r.own.stop(code)
 		r.win = r.own.window()
-		r.lastRecords = time.Now()
+		now := time.Now()
+		r.arrivals = recordArrivals{last: now, prev: now}
 		r.h.log.Log(context.Background(), level, "owner role stopped", "stream", r.stream, "epoch", r.own.epoch, "reason", code)
 		r.own, stopped = nil, wire.RoleOwner
 	}
 	if r.fol != nil {
 		r.fol.stop()
-		r.lastRecords = r.fol.lastRecords // the worker has returned
+		r.arrivals = r.fol.arrivals // the worker has returned
 		r.h.log.Log(context.Background(), level, "follower role stopped", "stream", r.stream, "epoch", r.fol.epoch, "reason", code)
 		r.fol, stopped = nil, wire.RoleFollower
 	}
