@@ -191,10 +191,11 @@ func (f *follower) run(ctx context.Context) {
 	fails := 0
 	noOwner := 0 // no responders in a row, from the start of the role
 	wait := f.h.cfg.ReplWait
-	// idle: the last request, of the whole idle wait, came back empty,
-	// or brought records to a quiet copy that it has acked (below), so
-	// the copy sleeps on its host's one long poll of the owner's host
-	// (idlewait.go) before it asks again.
+	// idle: the last request, of the whole idle wait, came back empty (or
+	// came back empty to a quiet copy), or brought records to a copy of a
+	// stream not busy and it acked them (below), so the copy sleeps on its
+	// host's one long poll of the owner's host (idlewait.go) before it
+	// asks again.
 	idle := false
 	fail := func(level slog.Level, msg string, args ...any) bool {
 		fails++

@@ -32,16 +32,15 @@ import (
 // only late, or refused overloaded, is sent again (hostWaitLateMax).
 // A copy that is only behind by records the owner wrote gets them in the
 // host wake itself (hostWakeRecords), applies them, acks them with its
-// standalone ack and, if it had no records for a whole idle wait before
-// them, sleeps again (follower.applyWoken): one publish to an idle stream
-// costs each follower copy one message of its own, where a woken copy's
-// request, its reply and the long polls that followed until it slept
-// again were ten (issue 17). A copy of a stream written again sooner
-// keeps its own long poll. The same rule holds for records from a copy's
-// own request, without cursor events, that reach the owner's durable
-// tail: a new stream's first record, a new follower role's first records
-// after a failover of an idle stream; the copy sleeps once it has sent
-// their ack. Acks and confirms stay on the per-copy path; a host wait that
+// standalone ack and, unless its stream is busy (records came to it twice
+// in the idle wait before them), sleeps again (follower.applyWoken): one
+// publish to an idle stream costs each follower copy one message of its
+// own, where a woken copy's request, its reply and the long polls that
+// followed until it slept again were ten (issue 17). A copy of a busy
+// stream keeps its own long poll. The same rule holds for records from a
+// copy's own request, without cursor events, that reach the owner's
+// durable tail: a new stream's first record, a new follower role's first
+// records after a failover; the copy sleeps once it has sent their ack. Acks and confirms stay on the per-copy path; a host wait that
 // names tails whose ack is still on its way does not wake the copy for up
 // to ackInFlightWait, counted per copy.
 
