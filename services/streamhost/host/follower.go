@@ -328,8 +328,9 @@ func (f *follower) run(ctx context.Context) {
 			// Idle once a request of the whole idle wait came back empty,
 			// or once one came back empty to a copy that had no records
 			// for a whole idle wait (quiet: a new role's first requests,
-			// a copy woken only for an ack, a head or an owner to check):
-			// a stream written every few seconds or more often keeps its
+			// a copy woken only for an ack, a head or an owner to check;
+			// not one behind the owner's head, below, which must ask for
+			// the records past it at once). A busy stream's copy keeps its
 			// own long poll, answered with the records.
 			idle = wait >= f.h.cfg.ReplIdleWait || f.arrivals.quiet(time.Now(), f.h.cfg.ReplIdleWait)
 			wait = min(2*wait, f.h.cfg.ReplIdleWait)
@@ -350,6 +351,10 @@ func (f *follower) run(ctx context.Context) {
 				}
 			}
 			f.win.restarted(f.c)
+			// The records from the head on are to fetch now: asleep,
+			// naming tails it never acked, the copy would wait out the
+			// owner's ackInFlightWait (review).
+			idle = false
 			continue
 		}
 		if len(b.Records) > 0 {

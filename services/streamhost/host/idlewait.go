@@ -17,8 +17,9 @@ import (
 
 // One long poll per pair of hosts (issue 17). A follower copy whose last
 // replication request, of the whole idle wait, came back empty, or came
-// back empty or with records after none for a whole idle wait
-// (follower.run), does not ask again on its own: it registers with the
+// back empty to a copy with no records for a whole idle wait, or brought
+// records on a stream not busy (follower.run), does not ask again on its
+// own: it registers with the
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
@@ -40,9 +41,10 @@ import (
 // stream keeps its own long poll. The same rule holds for records from a
 // copy's own request, without cursor events, that reach the owner's
 // durable tail: a new stream's first record, a new follower role's first
-// records after a failover; the copy sleeps once it has sent their ack. Acks and confirms stay on the per-copy path; a host wait that
-// names tails whose ack is still on its way does not wake the copy for up
-// to ackInFlightWait, counted per copy.
+// records after a failover; the copy sleeps once it has sent their ack.
+// Acks and confirms stay on the per-copy path; a host wait that names
+// tails whose ack is still on its way does not wake the copy for up to
+// ackInFlightWait, counted per copy.
 
 const (
 	// hostWaitGap is the least time between two host waits of one pair

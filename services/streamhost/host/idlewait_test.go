@@ -704,11 +704,11 @@ func TestCopyTurningIdleJoinsTheHostWaitAtOnce(t *testing.T) {
 	}
 }
 
-// TestBusyStreamKeepsItsOwnLongPoll: the copies of a stream written more
-// often than their idle wait keep their own long poll, answered with the
-// records, and never sleep on a host wait: a copy goes idle only once a
-// request of the whole idle wait came back empty, or once records came
-// after none for a whole idle wait. Without that rule a copy slept after
+// TestBusyStreamKeepsItsOwnLongPoll: the copies of a busy stream (records
+// came to them twice within an idle wait before the next) keep their own
+// long poll, answered with the records, and never sleep on a host wait
+// while it stays busy: a busy copy goes idle only once a request of the
+// whole idle wait came back empty. Without that rule a copy slept after
 // every empty short request, and each record reached it by a host wake and
 // a request of its own. (A new stream's copies sleep once they hold its
 // first record, and again after the second; the third within an idle wait
@@ -855,11 +855,16 @@ func TestCopiesTurningIdleAreGathered(t *testing.T) {
 	c, names := idleCluster(t, streams)
 	waitIdle(t, c, streams)
 	// Wake every copy, so that they turn idle again one after another (an
-	// idle wait and their doubling waits later): each busy (keepAwake: records too large for a wake, three
-	// times, so that the copies ask on their own and keep their long poll;
-	// a small record comes in the wake, and a copy not busy sleeps again
-	// at once).
+	// idle wait and their doubling waits later), 15 ms apart: each busy
+	// (keepAwake: records too large for a wake, three times, so that the
+	// copies ask on their own and keep their long poll; a small record
+	// comes in the wake, and a copy not busy sleeps again at once), then
+	// one more record each, one stream after another.
 	keepAwake(t, c, names...)
+	for _, s := range names {
+		c.mustPublish(s, largeRecord())
+		time.Sleep(15 * time.Millisecond)
+	}
 	waitIdle(t, c, 0)
 	hostWaits := countSubject(t, c.nc, "brook.hostrepl.>")
 	for idleCopiesOf(c.hosts["n2"].h, "n1") == 0 && idleCopiesOf(c.hosts["n3"].h, "n1") == 0 {
@@ -1233,7 +1238,7 @@ func TestQuietCopiesSleepAfterTheirFirstEmptyAnswer(t *testing.T) {
 		})
 	}
 	waitIdle(t, c, streams)
-	if took := time.Since(began); took >= idleTestWait/2 {
+	if took := time.Since(began); took >= idleTestWait {
 		t.Fatalf("new copies of unwritten streams asleep %v after their hosts started; want after their first empty answer (the idle wait is %v)", took, idleTestWait)
 	}
 	// The first request of each copy and its few retries while the owner

@@ -445,3 +445,29 @@ func startTrimmed(t *testing.T, stream string, id uint64) (c *miniCluster, n1, n
 	}
 	return c, n1, n2, adjust
 }
+
+// TestQuietCopyBehindTheHeadCatchesUpAtOnce: a quiet copy (a new process)
+// whose first request finds it behind the owner's retained head resets to
+// the head and asks for the records past it at once. Review of the quiet
+// copy's sleep after an empty answer: the reset's empty answer put it to
+// sleep naming the head, past the ack the owner had counted for it, which
+// the owner took for an ack on its way and left asleep for ackInFlightWait
+// (caught up after 1.06 s instead of 0.06 s).
+func TestQuietCopyBehindTheHeadCatchesUpAtOnce(t *testing.T) {
+	const stream, id = "behindhead", 41
+	c, n1, _, adjust := startTrimmed(t, stream, id)
+	// n3 acked a few records long ago (then went away): the owner counted
+	// that ack, below the head.
+	o := n1.h.ownedIDs.get(id)
+	func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.mu.conf.acked("n3", 3, 0, time.Now().Add(-time.Minute))
+	}()
+	began := time.Now()
+	c.start("n3", adjust)
+	c.waitCopy("n3", stream, "caught up", func(cs wire.CopyStatus) bool { return cs.RecordTail == 20 })
+	if took := time.Since(began); took >= ackInFlightWait/2 {
+		t.Fatalf("a copy behind the owner's head caught up %v after its start; want at once, not after the owner's wait for an ack (%v)", took, ackInFlightWait)
+	}
+}
