@@ -324,23 +324,12 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		fails, backoff = 0, backoffMin
-		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
-			// Idle once a request of the whole idle wait came back empty,
-			// or once one came back empty to a copy that had no records
-			// for a whole idle wait (quiet: a new role's first requests,
-			// a copy woken only for an ack, a head or an owner to check;
-			// not one behind the owner's head, below, which must ask for
-			// the records past it at once). A busy stream's copy keeps its
-			// own long poll, answered with the records.
-			idle = wait >= f.h.cfg.ReplIdleWait || f.arrivals.quiet(time.Now(), f.h.cfg.ReplIdleWait)
-			wait = min(2*wait, f.h.cfg.ReplIdleWait)
-		} else {
-			wait = min(f.h.cfg.ReplWait, busyWait)
-		}
 		f.ownerHead.Store(b.Head)
 		if b.Head > t.RecordWritten {
 			// Behind the owner's retained head: what is missing is gone,
-			// so start over at the head.
+			// so start over at the head, and ask for the records past it
+			// at once (asleep, naming tails it never acked, the copy
+			// would wait out the owner's ackInFlightWait).
 			f.log.Warn("behind the owner's head; resetting the copy", "tail", t.RecordWritten, "owner_head", b.Head,
 				"owner_head_digest", fmt.Sprintf("%016x", b.HeadDigest))
 			// The chain restarts from the owner's digest at its head, so
@@ -351,11 +340,19 @@ func (f *follower) run(ctx context.Context) {
 				}
 			}
 			f.win.restarted(f.c)
-			// The records from the head on are to fetch now: asleep,
-			// naming tails it never acked, the copy would wait out the
-			// owner's ackInFlightWait (review).
-			idle = false
 			continue
+		}
+		if len(b.Records) == 0 && len(b.CursorEvents) == 0 {
+			// Idle once a request of the whole idle wait came back empty,
+			// or once one came back empty to a copy that had no records
+			// for a whole idle wait (quiet: a new role's first requests,
+			// a copy woken only for an ack, a head or an owner to check).
+			// A busy stream's copy keeps its own long poll, answered with
+			// the records.
+			idle = wait >= f.h.cfg.ReplIdleWait || f.arrivals.quiet(time.Now(), f.h.cfg.ReplIdleWait)
+			wait = min(2*wait, f.h.cfg.ReplIdleWait)
+		} else {
+			wait = min(f.h.cfg.ReplWait, busyWait)
 		}
 		if len(b.Records) > 0 {
 			got := time.Now()

@@ -746,12 +746,7 @@ func TestBusyStreamKeepsItsOwnLongPoll(t *testing.T) {
 // ask and long-poll for a whole idle wait after nearly every such sleep.
 func TestNewStreamsCopiesSleepOnceTheyHoldItsFirstRecord(t *testing.T) {
 	const streams = 4
-	c, names := idleCluster(t, streams)
-	for _, s := range names {
-		for _, n := range []string{"n2", "n3"} {
-			c.waitCopy(n, s, "the first record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 1 })
-		}
-	}
+	c, _ := idleCluster(t, streams) // both followers hold the first record
 	began := time.Now()
 	waitIdle(t, c, streams)
 	if took := time.Since(began); took >= idleTestWait/2 {
@@ -1081,15 +1076,21 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 		t.Fatalf("n2's ack of 0: %v %v", err, replyError(resp))
 	}
 	done := make(chan published, 8)
-	c.publishTo(stream, 0, done)
-	for owned.Tails().RecordWritten < 1 {
-		time.Sleep(time.Millisecond)
+	written := func(n uint64) {
+		t.Helper()
+		for owned.Tails().RecordWritten < n {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	const wait = 3 * ackInFlightWait
-	hostWait := func() <-chan *nats.Msg {
+	hostWaitFor := func(tail uint64) []byte {
+		return frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
+			Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: tail}}})
+	}
+	// hostWait sends n2's host wait naming tail; its answer comes later.
+	hostWait := func(tail uint64) <-chan *nats.Msg {
 		out := make(chan *nats.Msg, 1)
-		req := frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
-			Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: 1}}})
+		req := hostWaitFor(tail)
 		go func() {
 			resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), req, wait+5*time.Second)
 			if err != nil {
@@ -1099,6 +1100,8 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 		}()
 		return out
 	}
+	c.publishTo(stream, 0, done)
+	written(1)
 	wakeOf := func(resp *nats.Msg) []uint64 {
 		t.Helper()
 		if resp == nil {
@@ -1114,7 +1117,7 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 	// Naming tail 1, its ack of 1 not yet sent: asleep; the ack comes
 	// 300 ms later, and the wait ends with nothing at its end.
 	began := time.Now()
-	answered := hostWait()
+	answered := hostWait(1)
 	time.Sleep(300 * time.Millisecond)
 	select {
 	case resp := <-answered:
@@ -1132,31 +1135,13 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 		t.Fatalf("publish: %+v %v", r.pc, r.e)
 	}
 
-	written := func(n uint64) {
-		t.Helper()
-		for owned.Tails().RecordWritten < n {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	hostWaitFor := func(tail uint64, wait time.Duration) []byte {
-		return frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: uint32(wait / time.Millisecond),
-			Copies: []frame.HostWaitCopy{{StreamID: id, Epoch: 1, RecordTail: tail}}})
-	}
-
 	// Naming tail 2, its ack on its way, while the owner writes a third
 	// record (a change: a pass over every copy, the copy still in flight):
 	// once the ack is counted (no change signalled), the recheck finds the
 	// copy behind by records and wakes it at once.
 	c.publishTo(stream, 1, done)
 	written(2)
-	answered2 := make(chan *nats.Msg, 1)
-	go func() {
-		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(2, wait), wait+5*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		answered2 <- resp
-	}()
+	answered = hostWait(2)
 	time.Sleep(100 * time.Millisecond)
 	c.publishTo(stream, 2, done)
 	written(3)
@@ -1166,7 +1151,7 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 	if err := c.nc.Publish(subj, frame.AppendReplRequest(nil, &ack)); err != nil {
 		t.Fatal(err)
 	}
-	if ids := wakeOf(<-answered2); len(ids) != 1 || ids[0] != id || time.Since(acked) > ackInFlightWait/2 {
+	if ids := wakeOf(<-answered); len(ids) != 1 || ids[0] != id || time.Since(acked) > ackInFlightWait/2 {
 		t.Fatalf("host wait answered %v %v after the ack; want stream %d woken for the record at once", ids, time.Since(acked), id)
 	}
 
@@ -1178,7 +1163,7 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 	written(4)
 	began = time.Now()
 	for {
-		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(4, wait), 300*time.Millisecond)
+		resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(4), 300*time.Millisecond)
 		took := time.Since(began)
 		if errors.Is(err, nats.ErrTimeout) {
 			if took > 3*ackInFlightWait {
@@ -1206,7 +1191,7 @@ func TestHostWaitLeavesACopyWhoseAckIsOnItsWayAsleep(t *testing.T) {
 	c.publishTo(stream, 4, done)
 	written(5)
 	began = time.Now()
-	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(5, wait), wait+5*time.Second)
+	resp, err := c.nc.Request(wire.HostReplSubject("n1", "n2"), hostWaitFor(5), wait+5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
