@@ -20,7 +20,22 @@ const (
 	// this one, and so wakes every copy it named, which then ask on
 	// their own as before.
 	KindHostWakeRecords byte = 0x07
+	// KindHostWaitChange is a host wait that names only what changed in
+	// its sender's idle set since its host wait of generation Base
+	// (HostWaitChange). A sender sends one only to an owner host whose
+	// last answer carried HeaderHostWaitGen: an owner host of a release
+	// before this kind never did, and its decoder would refuse the kind.
+	KindHostWaitChange byte = 0x08
 )
+
+// HeaderHostWaitGen on a full host wait (KindHostWait) is the generation
+// its sender gives that set; on an owner host's answer to a host wait of
+// either kind, the generation of the sender's set the owner host holds
+// after it, which the sender's next change may be based on. An answer
+// without it (an owner host of an earlier release, or a change based on
+// a generation the owner host does not hold) has the sender send its
+// whole set next.
+const HeaderHostWaitGen = "Brook-Host-Wait-Gen"
 
 // HeaderWakeRecords on a host wait says its sender decodes host wakes
 // with records (KindHostWakeRecords): an owner host carries records only
@@ -75,6 +90,20 @@ type HostWait struct {
 	Copies []HostWaitCopy
 }
 
+// HostWaitChange is a host wait that names only the copies that joined or
+// changed in the sender's idle set (Copies) and the stream ids of those
+// that left it (Left) since its host wait of generation Base, whose set
+// the owner host holds (HeaderHostWaitGen); with them the set is that of
+// generation Gen. Everything else is HostWait's: the owner host answers
+// this change as it would the whole set.
+type HostWaitChange struct {
+	Node      string
+	WaitMS    uint32
+	Base, Gen uint64
+	Left      []uint64
+	Copies    []HostWaitCopy
+}
+
 // HostWake is the owner host's answer to a HostWait: the stream ids of the
 // named copies that should ask again on their own replication subjects
 // (none when the wait ended with nothing), and the records of others.
@@ -104,9 +133,14 @@ func AppendHostWait(dst []byte, w *HostWait) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(w.Node)))
 	dst = append(dst, w.Node...)
 	dst = binary.AppendUvarint(dst, uint64(w.WaitMS))
-	dst = binary.AppendUvarint(dst, uint64(len(w.Copies)))
-	for i := range w.Copies {
-		c := &w.Copies[i]
+	return appendHostWaitCopies(dst, w.Copies)
+}
+
+// appendHostWaitCopies appends a copy count and the copies.
+func appendHostWaitCopies(dst []byte, copies []HostWaitCopy) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(copies)))
+	for i := range copies {
+		c := &copies[i]
 		dst = binary.AppendUvarint(dst, c.StreamID)
 		dst = binary.AppendUvarint(dst, c.Epoch)
 		dst = binary.AppendUvarint(dst, c.RecordTail)
@@ -124,32 +158,104 @@ func DecodeHostWait(p []byte) (*HostWait, error) {
 	}
 	w := &HostWait{}
 	var err error
-	if w.Node, err = d.name(); err != nil {
-		return nil, fmt.Errorf("frame: host wait: node: %w", err)
-	}
-	if w.WaitMS, err = d.uvarint32("wait ms"); err != nil {
+	if w.Node, w.WaitMS, err = d.hostWaitStart(); err != nil {
 		return nil, fmt.Errorf("frame: host wait: %w", err)
 	}
-	n, err := d.hostCount("copy", minHostWaitCopyLen)
-	if err != nil {
+	if w.Copies, err = d.hostWaitCopies(); err != nil {
 		return nil, fmt.Errorf("frame: host wait: %w", err)
-	}
-	w.Copies = make([]HostWaitCopy, n)
-	for i := range w.Copies {
-		c := &w.Copies[i]
-		for _, f := range []struct {
-			v    *uint64
-			what string
-		}{{&c.StreamID, "stream id"}, {&c.Epoch, "epoch"}, {&c.RecordTail, "record tail"}, {&c.CursorTail, "cursor tail"}, {&c.KnownHead, "known head"}} {
-			if *f.v, err = d.uvarint(f.what); err != nil {
-				return nil, fmt.Errorf("frame: host wait: copy %d: %w", i, err)
-			}
-		}
 	}
 	if err := d.end(); err != nil {
 		return nil, fmt.Errorf("frame: host wait: %w", err)
 	}
 	return w, nil
+}
+
+// AppendHostWaitChange appends the encoding of w to dst.
+func AppendHostWaitChange(dst []byte, w *HostWaitChange) []byte {
+	dst = append(dst, Magic, Version, KindHostWaitChange)
+	dst = binary.AppendUvarint(dst, uint64(len(w.Node)))
+	dst = append(dst, w.Node...)
+	dst = binary.AppendUvarint(dst, uint64(w.WaitMS))
+	dst = binary.AppendUvarint(dst, w.Base)
+	dst = binary.AppendUvarint(dst, w.Gen)
+	dst = binary.AppendUvarint(dst, uint64(len(w.Left)))
+	for _, id := range w.Left {
+		dst = binary.AppendUvarint(dst, id)
+	}
+	return appendHostWaitCopies(dst, w.Copies)
+}
+
+// DecodeHostWaitChange decodes a host wait change.
+func DecodeHostWaitChange(p []byte) (*HostWaitChange, error) {
+	d := decoder{p: p}
+	if err := d.header(KindHostWaitChange); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	w := &HostWaitChange{}
+	var err error
+	if w.Node, w.WaitMS, err = d.hostWaitStart(); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	if w.Base, err = d.uvarint("base generation"); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	if w.Gen, err = d.uvarint("generation"); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	n, err := d.hostCount("left stream id", 1)
+	if err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	w.Left = make([]uint64, n)
+	for i := range w.Left {
+		if w.Left[i], err = d.uvarint("left stream id"); err != nil {
+			return nil, fmt.Errorf("frame: host wait change: %w", err)
+		}
+	}
+	if w.Copies, err = d.hostWaitCopies(); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	if err := d.end(); err != nil {
+		return nil, fmt.Errorf("frame: host wait change: %w", err)
+	}
+	return w, nil
+}
+
+// IsHostWaitChange reports whether p is a host wait change by its kind,
+// for a subject that takes both kinds of host wait (it checks nothing
+// else: the decoder does).
+func IsHostWaitChange(p []byte) bool { return len(p) >= headerLen && p[2] == KindHostWaitChange }
+
+// hostWaitStart reads a host wait's node and wait.
+func (d *decoder) hostWaitStart() (node string, waitMS uint32, err error) {
+	if node, err = d.name(); err != nil {
+		return "", 0, fmt.Errorf("node: %w", err)
+	}
+	if waitMS, err = d.uvarint32("wait ms"); err != nil {
+		return "", 0, err
+	}
+	return node, waitMS, nil
+}
+
+// hostWaitCopies reads a copy count and the copies.
+func (d *decoder) hostWaitCopies() ([]HostWaitCopy, error) {
+	n, err := d.hostCount("copy", minHostWaitCopyLen)
+	if err != nil {
+		return nil, err
+	}
+	copies := make([]HostWaitCopy, n)
+	for i := range copies {
+		c := &copies[i]
+		for _, f := range []struct {
+			v    *uint64
+			what string
+		}{{&c.StreamID, "stream id"}, {&c.Epoch, "epoch"}, {&c.RecordTail, "record tail"}, {&c.CursorTail, "cursor tail"}, {&c.KnownHead, "known head"}} {
+			if *f.v, err = d.uvarint(f.what); err != nil {
+				return nil, fmt.Errorf("copy %d: %w", i, err)
+			}
+		}
+	}
+	return copies, nil
 }
 
 // AppendHostWake appends the encoding of w to dst: kind KindHostWake

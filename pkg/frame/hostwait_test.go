@@ -166,3 +166,77 @@ func FuzzDecodeHostWake(f *testing.F) {
 		}
 	})
 }
+
+var hostChgHdr = []byte{frame.Magic, frame.Version, frame.KindHostWaitChange}
+
+func sampleHostWaitChange() *frame.HostWaitChange {
+	return &frame.HostWaitChange{Node: "h2", WaitMS: 4000, Base: 41, Gen: 42, Left: []uint64{5, 1 << 40},
+		Copies: sampleHostWait().Copies}
+}
+
+func TestHostWaitChangeRoundTrip(t *testing.T) {
+	for name, w := range map[string]*frame.HostWaitChange{
+		"sample":  sampleHostWaitChange(),
+		"nothing": {Node: "a", Base: 7, Gen: 8, Left: []uint64{}, Copies: []frame.HostWaitCopy{}},
+		"max": {Node: strings.Repeat("n", 64), WaitMS: math.MaxUint32, Base: math.MaxUint64, Gen: math.MaxUint64,
+			Left: []uint64{math.MaxUint64}, Copies: []frame.HostWaitCopy{
+				{StreamID: math.MaxUint64, Epoch: math.MaxUint64, RecordTail: math.MaxUint64, CursorTail: math.MaxUint64, KnownHead: math.MaxUint64}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := frame.DecodeHostWaitChange(frame.AppendHostWaitChange(nil, w))
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Fatalf("want %+v, got %+v", *w, *got)
+			}
+		})
+	}
+}
+
+func TestDecodeHostWaitChangeRejects(t *testing.T) {
+	good := frame.AppendHostWaitChange(nil, sampleHostWaitChange())
+	start := cat(hostChgHdr, uv(1), []byte("n"), uv(0, 1, 2))
+	for name, p := range map[string][]byte{
+		"nil":                  nil,
+		"a whole host wait":    frame.AppendHostWait(nil, sampleHostWait()),
+		"truncated":            good[:len(good)-1],
+		"trailing":             cat(good, []byte{0}),
+		"no generations":       cat(hostChgHdr, uv(1), []byte("n"), uv(0)),
+		"left count over rest": cat(start, uv(3, 1, 1, 0)),
+		"left count over max":  cat(start, uv(frame.MaxHostWaitCopies+1)),
+		"no copy count":        cat(start, uv(1, 9)),
+		"copy of four fields":  cat(start, uv(0, 1, 1, 1, 1, 1)),
+		"padded left id":       cat(start, uv(1), []byte{0x81, 0x00}, uv(0)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := frame.DecodeHostWaitChange(p); !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
+	}
+	if _, err := frame.DecodeHostWait(good); !errors.Is(err, frame.ErrMalformed) {
+		t.Fatalf("the host wait decoder took a change: %v", err)
+	}
+}
+
+// FuzzDecodeHostWaitChange is FuzzDecodeBatch for host wait changes.
+func FuzzDecodeHostWaitChange(f *testing.F) {
+	f.Add(frame.AppendHostWaitChange(nil, sampleHostWaitChange()))
+	f.Add(frame.AppendHostWaitChange(nil, &frame.HostWaitChange{Node: "a"}))
+	f.Add(cat(hostChgHdr, uv(1), []byte("n"), uv(0, 1, 2, 1, 9, 1, 0, 0, 0, 0, 0)))
+	f.Add(cat(hostChgHdr, uv(1), []byte("n"), uv(0, 1, 2, 4, 9)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		w, err := frame.DecodeHostWaitChange(p)
+		if err != nil {
+			if !errors.Is(err, frame.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if re := frame.AppendHostWaitChange(nil, w); !bytes.Equal(re, p) {
+			t.Fatalf("decoded host wait change re-encodes differently\n in % x\nout % x", p, re)
+		}
+	})
+}
