@@ -58,8 +58,9 @@
 // # Locks and goroutines
 //
 // Lock order: replica.mu, then owner.mu, then the store's own locks
-// (streamlog.Copy's), then hostWaiters.mu (the store's OnChange takes it
-// with the copy's lock held; nothing holding it takes another lock);
+// (streamlog.Copy's), then hostWaiters.mu, then waitSet.mu (the store's
+// OnChange takes both with the copy's lock held; nothing holding them takes
+// another lock, and waitSet.mu is also taken alone);
 // owner.inMu, idleWaits.mu and ownerIndex.mu are taken alone. No lock of this package is
 // held across an fsync, a NATS request or a publish:
 //
@@ -122,13 +123,15 @@
 //     wait (peerWait.grew) whose callback, at most 100 ms later, only
 //     cancels that host wait (a no-op once it ended) and takes no lock.
 //   - per follower host's host wait at this host, one goroutine of the
-//     host's request group within the replication budget (onHostWait);
-//     it looks the named copies' owners up under ownerIndex.mu once per
-//     pass, then takes owner.mu alone once per named copy per pass to
-//     check it and, on the first pass, keep its ack live
-//     (owner.hostWaitQuiet), and ends when it answers, when a newer host wait
-//     of the same host replaces it, or when Run closes the parked waits
-//     (answered shutting_down) before it closes the request group.
+//     host's request group within the replication budget (onHostWait,
+//     which applies the host wait to the sender's set, waitSet, under
+//     hostWaiters.mu and waitSet.mu before it starts it); each pass takes
+//     the copies to look at under waitSet.mu, looks their owners up under
+//     ownerIndex.mu, then takes owner.mu alone once per copy to check it
+//     and, on the first pass, keep its ack live (owner.hostWaitQuiet), and
+//     it ends when it answers, when a newer host wait of the same host
+//     replaces it, or when Run closes the parked waits (answered
+//     shutting_down) before it closes the request group.
 //   - per seal, a prebuild of the duplicate window in the host's
 //     background group (ends when done or at shutdown, which cancels it).
 //   - per pull (and per batch of create notices), up to

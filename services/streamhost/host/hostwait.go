@@ -2,6 +2,8 @@ package host
 
 import (
 	"encoding/binary"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,24 +14,87 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
-// hostWaiters is the owner host's side: at most one parked host wait per
-// follower node; a newer one replaces the older, which ends unanswered.
+// hostWaiters is the owner host's side: per follower node the set of idle
+// copies its host waits named (waitSet), kept across the host waits that
+// replace one another, and at most one parked host wait serving it; a
+// newer one replaces the older, which ends unanswered.
 type hostWaiters struct {
 	mu     sync.RWMutex
 	closed bool
-	parked map[string]*parkedWait // by follower node
-	n      atomic.Int32           // len(parked), read without mu by changed
+	sets   map[string]*waitSet // by follower node
+	n      atomic.Int32        // len(sets), read without mu by changed
+	// checked counts the copies the passes looked at (the tests and
+	// BenchmarkServeHostWaitPerJoin read it).
+	checked atomic.Int64
+}
+
+// waitSetKeep is how long an owner host keeps the set of a follower host
+// that sends no more host waits (it has no idle copy here, or is gone). A
+// follower host with idle copies sends one at least every maxReplWait
+// and a gap; one whose set was dropped has its next change refused, and
+// sends its whole set.
+const waitSetKeep = 4 * maxReplWait
+
+// waitSet is one follower host's idle set at this owner host: the copies
+// of its last full host wait with the changes since applied
+// (frame.HostWaitChange), so that a copy joining the set costs a look at
+// that copy, not at the whole set (issue 17). A pass looks at the copies
+// in dirty; a host wait's first pass looks at every copy when the host
+// wait was a whole set, or when the last such pass was half a wait ago or
+// more: that pass keeps the copies live (owner.hostWaitQuiet's refresh)
+// and notices what signals no change (a follower removed from a stream's
+// assignment), as every host wait's first pass did before.
+type waitSet struct {
+	node string
+	// mu guards the fields below. It is taken alone or under
+	// hostWaiters.mu; the store's OnChange takes it (changed) with a
+	// copy's lock held, so no owner's or copy's lock is taken, and nothing
+	// sent, while it is held.
+	mu sync.Mutex
+	// gen is the generation of copies the sender gave it
+	// (frame.HeaderHostWaitGen), when hasGen: a change based on any other
+	// is refused, and the sender sends its whole set.
+	gen    uint64
+	hasGen bool
+	copies map[uint64]*setCopy // by stream id
+	size   int                 // the copies' encoded size
+	// watch maps the stream name of each copy whose owner runs here to
+	// its stream id: a change of the stream marks the copy dirty. It is
+	// set by a pass before the pass reads the owners (review R6).
+	watch map[string]uint64
+	// dirty are the copies the next pass looks at: joined or changed,
+	// their stream changed, their ack on its way (hostWakeIDs' inFlight),
+	// or named in an answer the sender may not have had.
+	dirty map[uint64]struct{}
+	// woken are the stream ids the last answer named. The sender's next
+	// change names them as left, or as joined again; those it does not
+	// name, it never had the answer for (a host wait it replaced), and
+	// they are looked at again.
+	woken  []uint64
+	fullAt time.Time   // the last pass over every copy
+	last   time.Time   // the last host wait
+	cur    *parkedWait // the parked wait serving the set, nil when none
+}
+
+// setCopy is one copy of a waitSet.
+type setCopy struct {
+	c      frame.HostWaitCopy
+	stream string // its stream's name, once a pass found its owner here
 }
 
 // parkedWait is one follower host's host wait at this owner host.
 type parkedWait struct {
-	reply string
-	req   *frame.HostWait
-	// watch names the streams whose change may answer the wait (set under
-	// hostWaiters.mu before the tails are first checked).
-	watch map[string]struct{}
-	wake  chan struct{} // buffered 1: a watched stream changed
-	end   chan struct{} // closed when replaced or closed
+	reply  string
+	set    *waitSet
+	waitMS uint32
+	// full says the host wait named the whole set: its first pass looks
+	// at every copy.
+	full bool
+	// gen is the generation its answer carries (frame.HeaderHostWaitGen),
+	// "" for a sender of an earlier release.
+	gen  string
+	wake chan struct{} // buffered 1: a watched stream changed
+	end  chan struct{} // closed when replaced or closed
 	// closing says the host stops (under hostWaiters.mu): the wait is
 	// answered shutting_down, not dropped.
 	closing bool
@@ -38,13 +103,31 @@ type parkedWait struct {
 	records bool
 }
 
-// onHostWait is the host-pair subject's callback. It parks the request
-// (replacing the sender's older one, in the order they arrived) and serves
-// it in a goroutine of the host's request group within the replication
-// budget.
+// onHostWait is the host-pair subject's callback. It applies the host
+// wait to its sender's set, whole or changed (in the order they arrived),
+// parks it (replacing the sender's older one) and serves it in a
+// goroutine of the host's request group within the replication budget. A
+// change based on a generation this host does not hold is answered at
+// once with nothing and no generation: the sender sends its whole set.
 func (h *Host) onHostWait(m *nats.Msg) {
 	h.metrics.replReceived(replKindHostWait)
-	req, err := frame.DecodeHostWait(m.Data)
+	var full *frame.HostWait
+	var change *frame.HostWaitChange
+	var node string
+	var waitMS uint32
+	var err error
+	if frame.IsHostWaitChange(m.Data) {
+		if change, err = frame.DecodeHostWaitChange(m.Data); err == nil {
+			node, waitMS = change.Node, change.WaitMS
+		}
+	} else if full, err = frame.DecodeHostWait(m.Data); err == nil {
+		node, waitMS = full.Node, full.WaitMS
+	}
+	var gen uint64
+	genHdr := m.Header.Get(frame.HeaderHostWaitGen)
+	if err == nil && full != nil && genHdr != "" {
+		gen, err = strconv.ParseUint(genHdr, 10, 64)
+	}
 	if err != nil {
 		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))
 		return
@@ -52,139 +135,365 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	// As on the replication subjects, the last token is the sender: with
 	// credentials a host publishes only its own, so a body naming another
 	// node is a host speaking for another.
-	if node := wire.ReplicationNode(m.Subject); req.Node != node {
-		h.log.Warn("host wait names another node than its subject; refused", "subject_node", node, "body_node", req.Node)
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait on node %s's subject names node %s", node, req.Node))
+	if subj := wire.ReplicationNode(m.Subject); node != subj {
+		h.log.Warn("host wait names another node than its subject; refused", "subject_node", subj, "body_node", node)
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait on node %s's subject names node %s", subj, node))
 		return
 	}
-	if !h.replReqs.take() {
-		h.refuse(m.Reply, h.replReqs)
-		return
-	}
-	pw := &parkedWait{reply: m.Reply, req: req, wake: make(chan struct{}, 1), end: make(chan struct{}),
+	pw := &parkedWait{reply: m.Reply, waitMS: waitMS, full: full != nil, wake: make(chan struct{}, 1), end: make(chan struct{}),
 		records: m.Header.Get(frame.HeaderWakeRecords) != ""}
+	now := time.Now()
 	w := &h.parked
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		h.replReqs.give()
 		h.replyErr(m.Reply, h.stopping())
 		return
 	}
-	if old := w.parked[req.Node]; old != nil {
+	w.sweep(node, now)
+	s := w.sets[node]
+	if s == nil {
+		s = &waitSet{node: node}
+		if w.sets == nil {
+			w.sets = map[string]*waitSet{}
+		}
+		w.sets[node] = s
+		w.n.Store(int32(len(w.sets)))
+	}
+	pw.set = s
+	s.mu.Lock()
+	applied := true
+	if full != nil {
+		s.replace(full, gen, genHdr != "")
+	} else {
+		applied = s.apply(change)
+	}
+	size := s.size
+	tooLarge := size > frame.MaxHostWaitBytes-frame.HostWaitHeaderMax
+	if s.hasGen {
+		pw.gen = strconv.FormatUint(s.gen, 10)
+	}
+	old := s.cur
+	s.cur, s.last = nil, now
+	if applied && !tooLarge {
+		s.cur = pw
+	}
+	s.mu.Unlock()
+	if old != nil {
 		close(old.end)
 	}
-	if w.parked == nil {
-		w.parked = map[string]*parkedWait{}
+	if tooLarge {
+		delete(w.sets, node)
+		w.n.Store(int32(len(w.sets)))
 	}
-	w.parked[req.Node] = pw
-	w.n.Store(int32(len(w.parked)))
 	w.mu.Unlock()
+	switch {
+	case !applied:
+		h.log.Debug("host wait change on a set this host does not hold; asking for the whole set", "node", node, "base", change.Base)
+		h.replyHostWake(pw, &frame.HostWake{})
+		return
+	case tooLarge:
+		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: the set of %d bytes is over %d", size, frame.MaxHostWaitBytes))
+		return
+	}
+	if !h.replReqs.take() {
+		s.remove(pw)
+		h.refuse(m.Reply, h.replReqs)
+		return
+	}
 	if !h.reqs.Go(func() {
 		defer h.replReqs.give()
 		h.serveHostWait(pw)
 	}) {
 		h.replReqs.give()
-		w.remove(req.Node, pw)
+		s.remove(pw)
 		h.replyErr(m.Reply, h.stopping())
 	}
 }
 
-// hostWaitWatch is the set of streams whose change may answer req: those
-// of the copies it names that this host owns now. It returns no owner, so
-// that no pass can use an owner looked up before the watch was set.
-func (h *Host) hostWaitWatch(req *frame.HostWait) map[string]struct{} {
-	watch := make(map[string]struct{}, len(req.Copies))
-	for _, o := range h.ownedIDs.getCopies(req.Copies, nil) {
-		if o != nil {
-			watch[o.stream] = struct{}{}
+// sweep drops the sets, other than node's, of follower hosts that sent
+// no host wait for waitSetKeep. Under hostWaiters.mu.
+func (w *hostWaiters) sweep(node string, now time.Time) {
+	for n, s := range w.sets {
+		if n == node {
+			continue
+		}
+		s.mu.Lock()
+		drop := s.cur == nil && now.Sub(s.last) > waitSetKeep
+		s.mu.Unlock()
+		if drop {
+			delete(w.sets, n)
 		}
 	}
-	return watch
+	w.n.Store(int32(len(w.sets)))
 }
 
-// serveHostWait answers pw when any of its copies has something to ask
+// replace makes req the whole set, of generation gen when hasGen. Under
+// s.mu.
+func (s *waitSet) replace(req *frame.HostWait, gen uint64, hasGen bool) {
+	s.gen, s.hasGen = gen, hasGen
+	s.copies = make(map[uint64]*setCopy, len(req.Copies))
+	s.watch = make(map[string]uint64, len(req.Copies))
+	s.dirty = map[uint64]struct{}{}
+	s.woken, s.size = nil, 0
+	for _, c := range req.Copies {
+		s.join(c)
+	}
+}
+
+// apply applies a change to the set, if it is based on the generation
+// the set has; otherwise the set takes no more changes until it is
+// replaced. Under s.mu.
+func (s *waitSet) apply(c *frame.HostWaitChange) bool {
+	if !s.hasGen || c.Base != s.gen {
+		s.hasGen = false
+		return false
+	}
+	for _, id := range s.woken {
+		s.dirty[id] = struct{}{}
+	}
+	s.woken = nil
+	for _, id := range c.Left {
+		s.leave(id)
+	}
+	for _, cp := range c.Copies {
+		s.join(cp)
+	}
+	s.gen = c.Gen
+	return true
+}
+
+// join adds or replaces a copy, dirty. Under s.mu.
+func (s *waitSet) join(c frame.HostWaitCopy) {
+	if old := s.copies[c.StreamID]; old != nil {
+		s.size -= old.c.Size()
+		old.c = c
+	} else {
+		s.copies[c.StreamID] = &setCopy{c: c}
+	}
+	s.size += c.Size()
+	s.dirty[c.StreamID] = struct{}{}
+}
+
+// leave removes a copy. Under s.mu.
+func (s *waitSet) leave(id uint64) {
+	sc := s.copies[id]
+	if sc == nil {
+		return
+	}
+	if sc.stream != "" && s.watch[sc.stream] == id {
+		delete(s.watch, sc.stream)
+	}
+	s.size -= sc.c.Size()
+	delete(s.copies, id)
+	delete(s.dirty, id)
+}
+
+// take returns the copies a pass of pw looks at, or false when pw no
+// longer serves the set. A first pass
+// looks at every copy when pw named them all or the last such pass was
+// wait/2 ago or more; any other pass at the dirty ones. The copies taken
+// are no longer dirty: what changes after is marked again.
+func (s *waitSet) take(pw *parkedWait, first bool, wait time.Duration, now time.Time) (check []frame.HostWaitCopy, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != pw {
+		return nil, false
+	}
+	all := first && (pw.full || now.Sub(s.fullAt) >= wait/2)
+	if all {
+		s.fullAt = now
+		check = make([]frame.HostWaitCopy, 0, len(s.copies))
+		for _, sc := range s.copies {
+			check = append(check, sc.c)
+		}
+		// A new map: clearing one that held every copy costs as much.
+		s.dirty = map[uint64]struct{}{}
+		return check, true
+	}
+	for id := range s.dirty {
+		if sc := s.copies[id]; sc != nil {
+			check = append(check, sc.c)
+		}
+		delete(s.dirty, id) // not clear: its cost is the map's size
+	}
+	return check, true
+}
+
+// watchOwners puts into the watch the copies of check whose owner
+// (owners[i]) runs here, before a pass reads their owners and tails.
+func (s *waitSet) watchOwners(check []frame.HostWaitCopy, owners []*owner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, o := range owners {
+		if o == nil {
+			continue
+		}
+		sc := s.copies[check[i].StreamID]
+		if sc == nil || sc.stream == o.stream && s.watch[o.stream] == o.id {
+			continue
+		}
+		sc.stream = o.stream
+		s.watch[o.stream] = o.id
+	}
+}
+
+// again marks dirty the copies a pass must look at again: those whose
+// ack is on its way (looked at again after hostWaitGap), and, with
+// signal, the copies an answer of a replaced wait named (its sender
+// cancelled that request), at once by the wait now serving the set.
+func (s *waitSet) again(ids []uint64, signal bool) {
+	if len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if s.copies[id] != nil {
+			s.dirty[id] = struct{}{}
+		}
+	}
+	if signal && s.cur != nil {
+		select {
+		case s.cur.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// answered records the stream ids pw's answer names, if pw still serves
+// the set; if not, the sender never reads it, and they are looked at
+// again.
+func (s *waitSet) answered(pw *parkedWait, wake *frame.HostWake) {
+	ids := slices.Clone(wake.StreamIDs)
+	for _, b := range wake.Batches {
+		ids = append(ids, b.StreamID)
+	}
+	s.mu.Lock()
+	if s.cur == pw {
+		s.woken = ids
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.again(ids, true)
+}
+
+// remove ends pw's service of the set if it still serves it.
+func (s *waitSet) remove(pw *parkedWait) {
+	s.mu.Lock()
+	if s.cur == pw {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+}
+
+// replyHostWake answers pw with wake and the generation of its set.
+func (h *Host) replyHostWake(pw *parkedWait, wake *frame.HostWake) {
+	if pw.reply == "" {
+		return
+	}
+	m := nats.NewMsg(pw.reply)
+	if pw.gen != "" {
+		m.Header.Set(frame.HeaderHostWaitGen, pw.gen)
+	}
+	m.Data = frame.AppendHostWake(nil, wake)
+	h.publishReply(m)
+}
+
+// serveHostWait answers pw when any copy of its set has something to ask
 // for (hostWakeIDs), at the end of its wait with nothing, or not at all
-// when a newer host wait of the same node replaced it. It looks at every
-// copy at the start, after each change signalled and at the end, and at
-// the copies whose ack is on its way every hostWaitGap.
+// when a newer host wait of the same node replaced it. Its first pass
+// looks at the copies that joined or changed, or at every copy
+// (waitSet.take); each later pass at the copies whose stream changed
+// since, signalled, and every hostWaitGap at those whose ack is on its
+// way.
 func (h *Host) serveHostWait(pw *parkedWait) {
-	w := &h.parked
-	defer w.remove(pw.req.Node, pw)
-	watch := h.hostWaitWatch(pw.req)
-	// The watch is in place before the owners and tails are read: a role
-	// that stops or a stream that changes after the read signals wake, and
-	// one that stopped before it is not found (so every pass, the first
-	// too, looks the owners up again after the watch is set; owners looked
-	// up before it could name a role stopped in between, whose change
-	// signalled no one: review R6).
-	w.mu.Lock()
-	pw.watch = watch
-	w.mu.Unlock()
-	wait := wire.WaitUpTo(int64(pw.req.WaitMS), maxReplWait)
+	s := pw.set
+	defer s.remove(pw)
+	wait := wire.WaitUpTo(int64(pw.waitMS), maxReplWait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	// The first pass also keeps the copies live (hostWakeIDs' refresh).
-	refresh := true
+	first := true
 	// final: the wait is over; this pass answers what it finds, or that
 	// nothing changed.
 	final := false
-	// pending: the copies whose ack was in flight at the last pass. A
-	// recheck (a pass without a change signalled) looks at these only:
-	// nothing else changed unsignalled, and a pass over every copy per
-	// copy joining the set (its resend's first pass, then the recheck)
-	// is what makes joining cost in proportion to the set (issue 17).
-	var pending []frame.HostWaitCopy
-	recheck := false
 	var owners []*owner
 	for {
-		req := pw.req
-		if recheck {
-			req = &frame.HostWait{Node: pw.req.Node, WaitMS: pw.req.WaitMS, Copies: pending}
-		}
-		owners = h.ownedIDs.getCopies(req.Copies, owners)
-		ids, fetch, inFlight := hostWakeIDs(req, owners, refresh)
-		if len(ids)+len(fetch) > 0 {
-			limit := 0 // a sender of an earlier release: stream ids only
-			if pw.records {
-				limit = h.hostWakeLimit(len(pw.req.Copies))
-			}
-			wake := &frame.HostWake{StreamIDs: ids}
-			hostWakeRecords(wake, req, owners, fetch, limit)
-			h.replyData(pw.reply, frame.AppendHostWake(nil, wake))
+		check, ok := s.take(pw, first, wait, time.Now())
+		if !ok {
+			h.endHostWait(pw)
 			return
+		}
+		var inFlight []int
+		if len(check) > 0 {
+			h.parked.checked.Add(int64(len(check)))
+			// The watch is in place before the owners and tails are read:
+			// a role that stops or a stream that changes after the read
+			// signals wake, and one that stopped before it is not found
+			// (so the pass looks the owners up again after the watch is
+			// set; owners looked up before it could name a role stopped in
+			// between, whose change signalled no one: review R6).
+			s.watchOwners(check, h.ownedIDs.getCopies(check, owners))
+			owners = h.ownedIDs.getCopies(check, owners)
+			req := &frame.HostWait{Node: s.node, WaitMS: pw.waitMS, Copies: check}
+			var ids []uint64
+			var fetch []int
+			// A first pass also keeps the copies live (hostWakeIDs'
+			// refresh): every copy, when it looks at all of them.
+			ids, fetch, inFlight = hostWakeIDs(req, owners, first)
+			// A copy's ack in flight is counted without a change of its
+			// stream: look again shortly.
+			if len(inFlight) > 0 {
+				again := make([]uint64, 0, len(inFlight))
+				for _, i := range inFlight {
+					again = append(again, check[i].StreamID)
+				}
+				s.again(again, false)
+			}
+			if len(ids)+len(fetch) > 0 {
+				limit := 0 // a sender of an earlier release: stream ids only
+				if pw.records {
+					limit = h.hostWakeLimit(len(check))
+				}
+				wake := &frame.HostWake{StreamIDs: ids}
+				hostWakeRecords(wake, req, owners, fetch, limit)
+				s.answered(pw, wake)
+				h.replyHostWake(pw, wake)
+				return
+			}
 		}
 		if final {
-			h.replyData(pw.reply, frame.AppendHostWake(nil, &frame.HostWake{}))
+			s.answered(pw, &frame.HostWake{})
+			h.replyHostWake(pw, &frame.HostWake{})
 			return
 		}
-		refresh = false
-		// A copy's ack in flight is counted without a change of its
-		// stream: look again shortly.
-		next := make([]frame.HostWaitCopy, 0, len(inFlight))
-		for _, i := range inFlight {
-			next = append(next, req.Copies[i])
-		}
-		pending, recheck = next, false
+		first = false
 		var tick <-chan time.Time
-		if len(pending) > 0 {
+		if len(inFlight) > 0 {
 			tick = time.After(hostWaitGap)
 		}
 		select {
 		case <-pw.wake:
 		case <-tick:
-			recheck = true
 		case <-timer.C:
 			final = true
 		case <-pw.end:
-			w.mu.Lock()
-			closing := pw.closing
-			w.mu.Unlock()
-			if closing {
-				h.replyErr(pw.reply, h.stopping())
-			}
+			h.endHostWait(pw)
 			return
 		}
+	}
+}
+
+// endHostWait ends a wait that no longer serves its set: replaced, which
+// is not answered, or closed as the host stops, answered shutting_down.
+func (h *Host) endHostWait(pw *parkedWait) {
+	w := &h.parked
+	w.mu.Lock()
+	closing := pw.closing
+	w.mu.Unlock()
+	if closing {
+		h.replyErr(pw.reply, h.stopping())
 	}
 }
 
@@ -366,47 +675,54 @@ func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool, 
 	return false, aheadSince
 }
 
-// changed wakes the parked host waits that watch stream. The store calls it
-// with the copy's lock held (streamlog.Options.OnChange): it takes only
-// hostWaiters.mu, and nothing holding that takes a copy's lock.
+// changed marks dirty the copies of stream in every set that watches it,
+// and wakes the wait serving the set. The store calls it with the copy's
+// lock held (streamlog.Options.OnChange): it takes only hostWaiters.mu
+// (shared, so that appends of different streams do not queue on one
+// another) and each set's mu, and nothing holding those takes a copy's
+// lock.
 func (w *hostWaiters) changed(stream string) {
 	if w.n.Load() == 0 {
 		return
 	}
-	// Every append of the host comes here: shared, so appends of
-	// different streams do not queue on one another (a wake is a send
-	// that never blocks, and watch is written only under the lock).
 	w.mu.RLock()
-	for _, pw := range w.parked {
-		if _, ok := pw.watch[stream]; ok {
-			select {
-			case pw.wake <- struct{}{}:
-			default:
-			}
-		}
+	for _, s := range w.sets {
+		s.changed(stream)
 	}
 	w.mu.RUnlock()
 }
 
-// remove forgets node's parked wait if it is still pw.
-func (w *hostWaiters) remove(node string, pw *parkedWait) {
-	w.mu.Lock()
-	if w.parked[node] == pw {
-		delete(w.parked, node)
-		w.n.Store(int32(len(w.parked)))
+func (s *waitSet) changed(stream string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.watch[stream]
+	if !ok {
+		return
 	}
-	w.mu.Unlock()
+	s.dirty[id] = struct{}{}
+	if s.cur != nil {
+		select {
+		case s.cur.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// close answers every parked wait shutting_down and refuses new ones.
+// close answers every parked wait shutting_down, forgets the sets and
+// refuses new host waits.
 func (w *hostWaiters) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
-	for node, pw := range w.parked {
-		pw.closing = true
-		close(pw.end)
-		delete(w.parked, node)
+	for node, s := range w.sets {
+		s.mu.Lock()
+		if pw := s.cur; pw != nil {
+			pw.closing = true
+			close(pw.end)
+			s.cur = nil
+		}
+		s.mu.Unlock()
+		delete(w.sets, node)
 	}
 	w.n.Store(0)
 }

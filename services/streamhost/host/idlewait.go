@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
 // one host wait (frame.HostWait on wire.HostReplSubject) naming every
-// copy sleeping there with its durable tails (what it acked last); the
+// copy sleeping there with its durable tails (what it acked last), and
+// once the owner host holds that set (hostwait.go, waitSet), host wait
+// changes naming only the copies that joined or left it since; the
 // owner host parks it and answers (frame.HostWake) at once with the
 // copies that have something to ask for, or as soon as one of them
 // changes, or with nothing at the end of the wait. The copies named wake
@@ -101,8 +104,19 @@ type idleWaits struct {
 // peerWait is the idle set of one owner node (idleWaits.mu guards it).
 type peerWait struct {
 	owner  string
-	copies map[*idleCopy]struct{}
-	size   int // the encoded size of the copies' entries
+	copies map[uint64]*idleCopy // by stream id
+	size   int                  // the encoded size of the copies' entries
+	// changed are the stream ids of the copies that joined or left since
+	// the last host wait sent. With deltas, the next host wait names only
+	// those (frame.HostWaitChange, based on gen, the last one sent): the
+	// owner host's last answer carried gen (frame.HeaderHostWaitGen), so
+	// it holds the set. Otherwise it names every copy, as generation
+	// gen+1. A change the owner host cannot base on what it holds is
+	// answered without the header, and the whole set goes next (issue 17:
+	// a copy joining cost a resend of the whole set).
+	changed map[uint64]struct{}
+	gen     uint64
+	deltas  bool
 	// cancel ends the host wait in flight (nil when none) with its cause.
 	cancel context.CancelCauseFunc
 	sent   time.Time // when the host wait in flight went out
@@ -143,7 +157,7 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 	}
 	p := w.peers[owner]
 	if p == nil {
-		p = &peerWait{owner: owner, copies: map[*idleCopy]struct{}{}}
+		p = &peerWait{owner: owner, copies: map[uint64]*idleCopy{}, changed: map[uint64]struct{}{}}
 		if w.peers == nil {
 			w.peers = map[string]*peerWait{}
 		}
@@ -158,8 +172,15 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 		w.mu.Unlock()
 		return nil, true
 	}
-	p.copies[ic] = struct{}{}
+	if old := p.copies[c.StreamID]; old != nil {
+		// A copy of a role that is ending (its context is done, and its
+		// sleepIdle has not yet removed it): it wakes, to end.
+		p.remove(old)
+		close(old.woken)
+	}
+	p.copies[c.StreamID] = ic
 	p.size += c.Size()
+	p.changed[c.StreamID] = struct{}{}
 	p.grew()
 	w.mu.Unlock()
 	select {
@@ -168,9 +189,8 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 		return ic.batch, true
 	case <-ctx.Done():
 		w.mu.Lock()
-		if _, ok := p.copies[ic]; ok {
-			delete(p.copies, ic)
-			p.size -= c.Size()
+		if p.copies[c.StreamID] == ic {
+			p.remove(ic)
 		}
 		w.mu.Unlock()
 		return nil, false
@@ -200,25 +220,22 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			if w.peers[p.owner] == p {
 				delete(w.peers, p.owner)
 			}
-			for ic := range p.copies {
+			for _, ic := range p.copies {
 				close(ic.woken)
 			}
 			clear(p.copies)
 			w.mu.Unlock()
 			return
 		}
-		req := frame.HostWait{Node: h.cfg.Node, WaitMS: uint32(wait / time.Millisecond), Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
-		for ic := range p.copies {
-			req.Copies = append(req.Copies, ic.c)
-		}
+		msg := nats.NewMsg(subj)
+		msg.Header.Set(frame.HeaderWakeRecords, "1")
+		msg.Data = p.hostWait(h.cfg.Node, uint32(wait/time.Millisecond), msg.Header)
+		gen := strconv.FormatUint(p.gen, 10)
 		rctx, cancel := context.WithCancelCause(h.bgCtx)
 		last = time.Now()
 		p.cancel, p.sent, p.resend = cancel, last, false
 		w.mu.Unlock()
 
-		msg := nats.NewMsg(subj)
-		msg.Header.Set(frame.HeaderWakeRecords, "1")
-		msg.Data = frame.AppendHostWait(nil, &req)
 		// The owner answers within the wait; a longer silence means it is
 		// gone, and a reconnect loses the request and its answer.
 		tctx, tcancel := context.WithTimeout(rctx, replTimeout(wait))
@@ -251,6 +268,9 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		}
 		late = 0
 		if code := resp.Header.Get(frame.HeaderError); code != "" {
+			// An error leaves deltas as it was: an owner host that refused
+			// the host wait after applying it holds its set; one that did
+			// not refuses the next change, and asks for the whole set.
 			var er wire.ErrorReply
 			_ = json.Unmarshal(resp.Data, &er)
 			gap = hostWaitRetry
@@ -265,6 +285,9 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			continue
 		}
 		wake, err := frame.DecodeHostWake(resp.Data)
+		w.mu.Lock()
+		p.deltas = err == nil && resp.Header.Get(frame.HeaderHostWaitGen) == gen
+		w.mu.Unlock()
 		if err != nil {
 			log.Warn("bad host wake; waking the idle copies", "err", err)
 			h.wakeIdle(p, nil)
@@ -291,14 +314,46 @@ func (h *Host) wakeIdle(p *peerWait, ids map[uint64]*frame.Batch) {
 	w := &h.idle
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for ic := range p.copies {
+	for _, ic := range p.copies {
 		if b, ok := ids[ic.c.StreamID]; ids == nil || ok {
-			delete(p.copies, ic)
-			p.size -= ic.c.Size()
+			p.remove(ic)
 			ic.batch = b
 			close(ic.woken)
 		}
 	}
+}
+
+// remove takes ic out of p's set. Under idleWaits.mu.
+func (p *peerWait) remove(ic *idleCopy) {
+	delete(p.copies, ic.c.StreamID)
+	p.size -= ic.c.Size()
+	p.changed[ic.c.StreamID] = struct{}{}
+}
+
+// hostWait is the encoding of p's next host wait, of generation p.gen+1:
+// the copies that joined or left since the last one sent, based on it,
+// with deltas; otherwise every copy, with the generation in hdr. Under
+// idleWaits.mu.
+func (p *peerWait) hostWait(node string, waitMS uint32, hdr nats.Header) []byte {
+	p.gen++
+	defer clear(p.changed)
+	if p.deltas {
+		c := frame.HostWaitChange{Node: node, WaitMS: waitMS, Base: p.gen - 1, Gen: p.gen}
+		for id := range p.changed {
+			if ic := p.copies[id]; ic != nil {
+				c.Copies = append(c.Copies, ic.c)
+			} else {
+				c.Left = append(c.Left, id)
+			}
+		}
+		return frame.AppendHostWaitChange(nil, &c)
+	}
+	req := frame.HostWait{Node: node, WaitMS: waitMS, Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
+	for _, ic := range p.copies {
+		req.Copies = append(req.Copies, ic.c)
+	}
+	hdr.Set(frame.HeaderHostWaitGen, strconv.FormatUint(p.gen, 10))
+	return frame.AppendHostWait(nil, &req)
 }
 
 // What a failed host wait leads to (hostWaitFailure).

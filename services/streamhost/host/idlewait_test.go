@@ -652,14 +652,7 @@ func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
 	// ack the owner counted (n2 acks them first, as its own request
 	// would), so the wait ends with nothing; a copy at another epoch is
 	// woken at once.
-	d0, err := c.hosts["n1"].h.store.Get("hw").DigestAt(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack := frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: 9, TailDigest: d0, WaitMS: 10, MaxBytes: 1 << 10}
-	if resp, err := c.nc.Request(wire.ReplicationSubject("hw", 1, "n2"), frame.AppendReplRequest(nil, &ack), 5*time.Second); err != nil || replyError(resp) != nil {
-		t.Fatalf("n2's ack: %v %v", err, replyError(resp))
-	}
+	ackEmptyAsN2(t, c)
 	resp, err = c.nc.Request(wire.HostReplSubject("n1", "n2"), req, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -675,6 +668,20 @@ func TestHostWaitOnAnotherNodesSubjectRefused(t *testing.T) {
 	}
 	if w, err := frame.DecodeHostWake(resp.Data); err != nil || len(w.StreamIDs) != 1 || w.StreamIDs[0] != 9 || time.Since(began) > 2*time.Second {
 		t.Fatalf("host wait for an old epoch: %+v, %v after %v; want stream 9 woken at once", w, err, time.Since(began))
+	}
+}
+
+// ackEmptyAsN2 acks stream hw (id 9, epoch 1, owned by n1, followed by
+// n2) as n2 at its empty log, as n2's own request would.
+func ackEmptyAsN2(t *testing.T, c *miniCluster) {
+	t.Helper()
+	d0, err := c.hosts["n1"].h.store.Get("hw").DigestAt(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := frame.ReplRequest{Node: "n2", Epoch: 1, StreamID: 9, TailDigest: d0, WaitMS: 10, MaxBytes: 1 << 10}
+	if resp, err := c.nc.Request(wire.ReplicationSubject("hw", 1, "n2"), frame.AppendReplRequest(nil, &ack), 5*time.Second); err != nil || replyError(resp) != nil {
+		t.Fatalf("n2's ack: %v %v", err, replyError(resp))
 	}
 }
 
@@ -978,17 +985,51 @@ func hostWaitFirstPass(h *Host, req *frame.HostWait) []uint64 {
 	return ids
 }
 
-// BenchmarkServeHostWaitPerJoin is the owner host's work for one host wait
-// (a follower's resend when a copy joins its idle set): the first pass of
-// serveHostWait over every copy named, with the liveness refresh. Issue 17.
+// BenchmarkServeHostWaitPerJoin is the owner host's work for one copy
+// joining a follower host's idle set of n quiet copies. "whole": the
+// first pass of serveHostWait over every copy named, with the liveness
+// refresh, as when the follower host resent its whole set per join (and
+// still, at most once per half wait, to keep the copies live). "change":
+// a host wait change naming that copy applied to the set the owner host
+// holds, and its first pass over the copies it made dirty. Issue 17.
 func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 	for _, n := range []int{1000, 7000} {
-		b.Run(fmt.Sprintf("copies=%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("whole/copies=%d", n), func(b *testing.B) {
 			h, req := benchHostWaitOwner(b, n)
 			b.ResetTimer()
 			for b.Loop() {
 				if ids := hostWaitFirstPass(h, req); len(ids) != 0 {
 					b.Fatalf("%d copies woken, want none", len(ids))
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("change/copies=%d", n), func(b *testing.B) {
+			h, req := benchHostWaitOwner(b, n)
+			s := &waitSet{node: req.Node}
+			pw := &parkedWait{set: s, waitMS: req.WaitMS, full: true}
+			s.mu.Lock()
+			s.replace(req, 1, true)
+			s.cur = pw
+			s.mu.Unlock()
+			wait := time.Duration(req.WaitMS) * time.Millisecond
+			if check, _ := s.take(pw, true, wait, time.Now()); len(check) != n {
+				b.Fatalf("the whole set's first pass looked at %d copies, want %d", len(check), n)
+			}
+			pw.full = false
+			var owners []*owner
+			b.ResetTimer()
+			for b.Loop() {
+				s.mu.Lock()
+				s.apply(&frame.HostWaitChange{Node: req.Node, Base: s.gen, Gen: s.gen + 1, Copies: req.Copies[:1]})
+				s.mu.Unlock()
+				check, _ := s.take(pw, true, wait, time.Now())
+				if len(check) != 1 {
+					b.Fatalf("a change of one copy looked at %d", len(check))
+				}
+				s.watchOwners(check, h.ownedIDs.getCopies(check, owners))
+				owners = h.ownedIDs.getCopies(check, owners)
+				if ids, fetch, _ := hostWakeIDs(&frame.HostWait{Node: req.Node, Copies: check}, owners, true); len(ids)+len(fetch) != 0 {
+					b.Fatalf("%d copies woken, want none", len(ids)+len(fetch))
 				}
 			}
 		})
@@ -1043,9 +1084,11 @@ func TestHostWakeIDsOneLockPerCopy(t *testing.T) {
 // and left the copy asleep for the whole wait.
 func TestHostWaitFirstPassAfterAStop(t *testing.T) {
 	h, req := benchHostWaitOwner(t, 3)
-	watch := h.hostWaitWatch(req)
-	if len(watch) != 3 {
-		t.Fatalf("watch %v, want the 3 owned streams", watch)
+	s := &waitSet{node: req.Node}
+	s.replace(req, 0, false)
+	s.watchOwners(req.Copies, h.ownedIDs.getCopies(req.Copies, nil))
+	if len(s.watch) != 3 {
+		t.Fatalf("watch %v, want the 3 owned streams", s.watch)
 	}
 	stopped := h.ownedIDs.getCopies(req.Copies[1:2], nil)[0]
 	h.ownedIDs.remove(stopped) // owner.stop's first step

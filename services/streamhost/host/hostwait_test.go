@@ -1,0 +1,303 @@
+package host
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// TestHostWaitChangesBasedOnTheSetTheOwnerHolds drives an owner host's
+// side of host wait changes by hand: a change is applied only to the
+// generation of the set the owner host holds, and its answer carries the
+// new generation; one based on anything else is answered at once with
+// nothing and no generation (the sender then sends its whole set), and so
+// is every change after it until a whole set comes. A copy an answer
+// named that the next change neither names as left nor as joined (its
+// sender never had that answer) is looked at again; a change that grows
+// the set past what one host wait may name is refused.
+func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
+	c := newMiniCluster(t)
+	c.assign(assignment("hw", 9, 1, "n1", []string{"n2"}))
+	c.start("n1", nil)
+	c.waitCopy("n1", "hw", "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner })
+	ackEmptyAsN2(t, c)
+	subj := wire.HostReplSubject("n1", "n2")
+	quiet := frame.HostWaitCopy{StreamID: 9, Epoch: 1}
+	stale := frame.HostWaitCopy{StreamID: 9, Epoch: 0}
+	// send sends a host wait and returns its answer's woken ids, its
+	// generation header and how long it took.
+	send := func(name string, data []byte, gen string) ([]uint64, string, time.Duration) {
+		t.Helper()
+		m := nats.NewMsg(subj)
+		m.Data = data
+		if gen != "" {
+			m.Header.Set(frame.HeaderHostWaitGen, gen)
+		}
+		began := time.Now()
+		resp, err := c.nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if e := replyError(resp); e != nil {
+			t.Fatalf("%s: answered %v", name, e)
+		}
+		w, err := frame.DecodeHostWake(resp.Data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return w.StreamIDs, resp.Header.Get(frame.HeaderHostWaitGen), time.Since(began)
+	}
+	change := func(base, gen uint64, left []uint64, copies ...frame.HostWaitCopy) []byte {
+		return frame.AppendHostWaitChange(nil, &frame.HostWaitChange{Node: "n2", WaitMS: 200, Base: base, Gen: gen, Left: left, Copies: copies})
+	}
+	check := func(name string, ids []uint64, gen string, took time.Duration, wantIDs []uint64, wantGen string, parked bool) {
+		t.Helper()
+		if fmt.Sprint(ids) != fmt.Sprint(wantIDs) && !(len(ids) == 0 && len(wantIDs) == 0) || gen != wantGen {
+			t.Fatalf("%s: woke %v with generation %q, want %v and %q", name, ids, gen, wantIDs, wantGen)
+		}
+		if parked != (took >= 150*time.Millisecond) {
+			t.Fatalf("%s: answered after %v; want parked for its wait: %v", name, took, parked)
+		}
+	}
+
+	ids, gen, took := send("a change before any set", change(0, 1, nil, quiet), "")
+	check("a change before any set", ids, gen, took, nil, "", false)
+	ids, gen, took = send("the whole set", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{quiet}}), "5")
+	check("the whole set", ids, gen, took, nil, "5", true)
+	ids, gen, took = send("a copy changed", change(5, 6, nil, stale), "")
+	check("a copy changed", ids, gen, took, []uint64{9}, "6", false)
+	// The sender did not have that answer: the copy is still in its set,
+	// unchanged, and is looked at again.
+	ids, gen, took = send("an answer not had", change(6, 7, nil), "")
+	check("an answer not had", ids, gen, took, []uint64{9}, "7", false)
+	ids, gen, took = send("the copy left", change(7, 8, []uint64{9}), "")
+	check("the copy left", ids, gen, took, nil, "8", true)
+	ids, gen, took = send("the copy joined again", change(8, 9, nil, quiet), "")
+	check("the copy joined again", ids, gen, took, nil, "9", true)
+	ids, gen, took = send("a change on another generation", change(4, 10, nil, stale), "")
+	check("a change on another generation", ids, gen, took, nil, "", false)
+	ids, gen, took = send("a change after a refused one", change(9, 10, nil, stale), "")
+	check("a change after a refused one", ids, gen, took, nil, "", false)
+	ids, gen, took = send("the whole set again", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{stale}}), "20")
+	check("the whole set again", ids, gen, took, []uint64{9}, "20", false)
+
+	// A set grown by changes past what one host wait may name.
+	var many []frame.HostWaitCopy
+	size := 0
+	for i := uint64(0); size <= frame.MaxHostWaitBytes; i++ {
+		cp := frame.HostWaitCopy{StreamID: 1<<60 + i, Epoch: 1}
+		many = append(many, cp)
+		size += cp.Size()
+	}
+	resp, err := c.nc.Request(subj, change(20, 21, []uint64{9}, many...), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := replyError(resp); e == nil || e.Code != wire.CodeBadRequest {
+		t.Fatalf("a set of %d bytes by changes answered %v; want bad_request", size, e)
+	}
+	ids, gen, took = send("a change after the set was dropped", change(21, 22, nil), "")
+	check("a change after the set was dropped", ids, gen, took, nil, "", false)
+}
+
+// asleepCluster is idleCluster with every follower copy asleep for an
+// idle wait (a copy woken sooner is on a stream written again soon, which
+// keeps its own long poll), and the host waits to n1 recorded from then.
+func asleepCluster(t *testing.T, streams int) (*miniCluster, []string, *hostWaitTraffic) {
+	t.Helper()
+	c, names := idleCluster(t, streams)
+	waitIdle(t, c, streams)
+	time.Sleep(idleTestWait)
+	return c, names, watchHostWaits(t, c.nc)
+}
+
+// writeOneEach publishes a second record to each of names (idleCluster's
+// streams), one after another, each once every stream's copies are asleep
+// again after the one before.
+func writeOneEach(t *testing.T, c *miniCluster, names []string) {
+	t.Helper()
+	all := idleCopiesOf(c.hosts["n2"].h, "n1")
+	for i, s := range names {
+		c.mustPublish(s, payload(1+i))
+		for _, n := range []string{"n2", "n3"} {
+			c.waitCopy(n, s, "the record", func(cs wire.CopyStatus) bool { return cs.RecordTail == 2 })
+		}
+		waitIdle(t, c, all)
+	}
+}
+
+// hostWaitTraffic records the host waits n2 and n3 send n1: their kinds
+// and the copies each names.
+type hostWaitTraffic struct {
+	mu     sync.Mutex
+	whole  int // host waits naming the whole set
+	change int // host wait changes
+	named  int // copies (joined or left) the changes named
+	most   int // the most one change named
+}
+
+func watchHostWaits(t *testing.T, nc *nats.Conn) *hostWaitTraffic {
+	t.Helper()
+	tr := &hostWaitTraffic{}
+	sub, err := nc.Subscribe(wire.HostReplSubject("n1", "*"), func(m *nats.Msg) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if frame.IsHostWaitChange(m.Data) {
+			if c, err := frame.DecodeHostWaitChange(m.Data); err == nil {
+				tr.change++
+				n := len(c.Left) + len(c.Copies)
+				tr.named += n
+				tr.most = max(tr.most, n)
+			}
+			return
+		}
+		tr.whole++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// TestCopyJoiningTheIdleSetCostsALookAtIt: once a follower host's idle
+// set is at its owner host, a copy that leaves it and joins it again (a
+// record to an idle stream, carried in the host wake) costs a host wait
+// change naming that copy, and the owner host's passes look at that copy
+// and at every copy only about once per half wait (the liveness refresh),
+// not at the whole set per host wait. Before (issue 17) every join resent
+// the whole set, and the owner looked at every copy of it at least once
+// per host wait.
+func TestCopyJoiningTheIdleSetCostsALookAtIt(t *testing.T) {
+	const streams = 40
+	c, names, tr := asleepCluster(t, streams)
+	owner := c.hosts["n1"].h
+	checked0 := owner.parked.checked.Load()
+	began := time.Now()
+	const writes = 8
+	writeOneEach(t, c, names[:writes])
+	// The last rejoins reach the owner.
+	time.Sleep(3 * hostWaitGather)
+	elapsed := time.Since(began)
+	checked := owner.parked.checked.Load() - checked0
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.whole != 0 || tr.change < writes {
+		t.Fatalf("%d whole host waits and %d changes for %d records to idle streams; want changes only, one or more per record", tr.whole, tr.change, writes)
+	}
+	if tr.most > 4 {
+		t.Fatalf("a host wait change named %d copies; want the few that joined or left", tr.most)
+	}
+	// Passes over every copy: at most one per follower host per half
+	// wait, and one more each.
+	fullPasses := 2 * (int(elapsed/(idleTestWait/2)) + 1)
+	if limit := fullPasses*streams + 4*tr.change; checked > int64(limit) {
+		t.Fatalf("the owner looked at %d copies over %v for %d host wait changes naming %d copies; want at most %d", checked, elapsed, tr.change, tr.named, limit)
+	}
+	t.Logf("%d host wait changes naming %d copies; the owner looked at %d copies over %v", tr.change, tr.named, checked, elapsed)
+}
+
+// TestFollowerHostResendsItsWholeSetWhenTheOwnerHostLostIt: an owner host
+// that no longer holds a follower host's set (here it forgets n2's
+// generation, as a restarted owner host holds no set at all) refuses
+// n2's next change; n2 sends its whole set, and its changes go on from
+// there. A record to an idle stream reaches both followers all the while.
+func TestFollowerHostResendsItsWholeSetWhenTheOwnerHostLostIt(t *testing.T) {
+	const streams = 6
+	c, names, tr := asleepCluster(t, streams)
+	w := &c.hosts["n1"].h.parked
+	w.mu.Lock()
+	s := w.sets["n2"]
+	if s == nil {
+		w.mu.Unlock()
+		t.Fatal("n1 holds no set of n2's")
+	}
+	s.mu.Lock()
+	s.hasGen = false
+	s.mu.Unlock()
+	w.mu.Unlock()
+	writeOneEach(t, c, names[:3])
+	// The last rejoins reach the owner.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		held, hasGen := len(s.copies), s.hasGen
+		s.mu.Unlock()
+		if held == streams && hasGen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 holds n2's set of %d copies, generation known %v; want all %d", held, hasGen, streams)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.whole != 1 || tr.change < 3 {
+		t.Fatalf("%d whole host waits and %d changes; want n2's one whole set after its refused change, and changes", tr.whole, tr.change)
+	}
+}
+
+// TestWaitSetTake: a host wait's first pass looks at every copy when the
+// host wait named them all or the last such pass was half a wait ago; any
+// other pass at the copies joined, changed or marked since, each once.
+func TestWaitSetTake(t *testing.T) {
+	const wait = 4 * time.Second
+	cp := func(id uint64) frame.HostWaitCopy { return frame.HostWaitCopy{StreamID: id, Epoch: 1} }
+	s := &waitSet{node: "n2"}
+	whole := &parkedWait{set: s, full: true}
+	now := time.Now()
+	s.mu.Lock()
+	s.replace(&frame.HostWait{Node: "n2", Copies: []frame.HostWaitCopy{cp(1), cp(2), cp(3)}}, 1, true)
+	s.cur = whole
+	s.mu.Unlock()
+	ids := func(check []frame.HostWaitCopy) []uint64 {
+		var out []uint64
+		for _, c := range check {
+			out = append(out, c.StreamID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if check, ok := s.take(whole, true, wait, now); !ok || len(check) != 3 {
+		t.Fatalf("a whole set's first pass looked at %v (%v), want every copy", ids(check), ok)
+	}
+	if check, _ := s.take(whole, false, wait, now); len(check) != 0 {
+		t.Fatalf("a pass with nothing changed looked at %v", ids(check))
+	}
+	change := &parkedWait{set: s}
+	s.mu.Lock()
+	if !s.apply(&frame.HostWaitChange{Base: 1, Gen: 2, Left: []uint64{2}, Copies: []frame.HostWaitCopy{cp(4)}}) {
+		t.Fatal("a change on the generation held was refused")
+	}
+	s.cur = change
+	s.mu.Unlock()
+	if _, ok := s.take(whole, false, wait, now); ok {
+		t.Fatal("a replaced wait took copies")
+	}
+	if check, _ := s.take(change, true, wait, now.Add(wait/2-time.Millisecond)); fmt.Sprint(ids(check)) != "[4]" {
+		t.Fatalf("a change's first pass looked at %v, want the copy joined", ids(check))
+	}
+	s.again([]uint64{1, 2}, false) // 2 left: not looked at
+	if check, _ := s.take(change, false, wait, now); fmt.Sprint(ids(check)) != "[1]" {
+		t.Fatalf("a pass looked at %v, want the copy marked", ids(check))
+	}
+	later := &parkedWait{set: s}
+	s.mu.Lock()
+	s.apply(&frame.HostWaitChange{Base: 2, Gen: 3})
+	s.cur = later
+	s.mu.Unlock()
+	if check, _ := s.take(later, true, wait, now.Add(wait/2)); fmt.Sprint(ids(check)) != "[1 3 4]" {
+		t.Fatalf("a first pass half a wait after the last whole one looked at %v, want every copy", ids(check))
+	}
+}
