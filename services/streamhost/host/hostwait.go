@@ -463,7 +463,13 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 				return
 			}
 		}
-		if final {
+		// A whole set from a sender that gives generations is answered at
+		// once: the answer's generation tells the sender that this host
+		// holds its set, and its next host wait, a change, parks. Parked,
+		// the whole set would be cancelled by the next copy joining (every
+		// 100 ms while streams are created) before any answer came, and
+		// the sender would send whole sets on and on.
+		if final || first && pw.full && pw.gen != "" {
 			s.answered(pw, &frame.HostWake{})
 			h.replyHostWake(pw, &frame.HostWake{})
 			return

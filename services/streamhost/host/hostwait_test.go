@@ -69,8 +69,12 @@ func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
 
 	ids, gen, took := send("a change before any set", change(0, 1, nil, quiet), "")
 	check("a change before any set", ids, gen, took, nil, "", false)
-	ids, gen, took = send("the whole set", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{quiet}}), "5")
-	check("the whole set", ids, gen, took, nil, "5", true)
+	// A whole set with a generation is answered at once: its answer tells
+	// the sender its set is held. A change with nothing in it parks.
+	ids, gen, took = send("the whole set", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{quiet}}), "4")
+	check("the whole set", ids, gen, took, nil, "4", false)
+	ids, gen, took = send("no change", change(4, 5, nil), "")
+	check("no change", ids, gen, took, nil, "5", true)
 	ids, gen, took = send("a copy changed", change(5, 6, nil, stale), "")
 	check("a copy changed", ids, gen, took, []uint64{9}, "6", false)
 	// The sender did not have that answer: the copy is still in its set,
@@ -87,6 +91,14 @@ func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
 	check("a change after a refused one", ids, gen, took, nil, "", false)
 	ids, gen, took = send("the whole set again", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{stale}}), "20")
 	check("the whole set again", ids, gen, took, []uint64{9}, "20", false)
+	// Without a generation (a sender of an earlier release) a whole set
+	// parks as before, and its answer carries none.
+	ids, gen, took = send("a whole set without a generation", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{quiet}}), "")
+	check("a whole set without a generation", ids, gen, took, nil, "", true)
+	ids, gen, took = send("a change after a whole set without a generation", change(20, 21, nil), "")
+	check("a change after a whole set without a generation", ids, gen, took, nil, "", false)
+	ids, gen, took = send("the whole set with a generation", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 200, Copies: []frame.HostWaitCopy{stale}}), "20")
+	check("the whole set with a generation", ids, gen, took, []uint64{9}, "20", false)
 
 	// A set grown by changes past what one host wait may name.
 	var many []frame.HostWaitCopy
@@ -299,5 +311,37 @@ func TestWaitSetTake(t *testing.T) {
 	s.mu.Unlock()
 	if check, _ := s.take(later, true, wait, now.Add(wait/2)); fmt.Sprint(ids(check)) != "[1 3 4]" {
 		t.Fatalf("a first pass half a wait after the last whole one looked at %v, want every copy", ids(check))
+	}
+}
+
+// TestStreamsCreatedOneAfterAnotherSendTheWholeSetOnce: while streams are
+// created one after another, each new stream's copies join their host's
+// idle set after its first record, every 100 ms or so, from the first
+// host wait on. A follower host sends its whole set once and changes
+// after it. Before the owner host answered a whole set at once, that
+// answer, the only sign that the owner host held the set, never came: a
+// join cancelled each host wait first, and every host wait was the whole
+// set (at 10,000 streams, the owner still looked at every copy of it).
+func TestStreamsCreatedOneAfterAnotherSendTheWholeSetOnce(t *testing.T) {
+	c := newMiniCluster(t)
+	tr := watchHostWaits(t, c.nc)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.start(n, func(cfg *Config) {
+			cfg.ReplWait = 50 * time.Millisecond
+			cfg.ReplIdleWait = idleTestWait
+		})
+	}
+	const streams = 20
+	for i := range streams {
+		name := fmt.Sprintf("created%d", i)
+		c.assign(assignment(name, uint64(100+i), 1, "n1", []string{"n2", "n3"}))
+		c.waitCopy("n1", name, "owner", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+		c.mustPublish(name, payload(0))
+	}
+	waitIdle(t, c, streams)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.whole > 2 || tr.change < streams {
+		t.Fatalf("%d whole host waits and %d changes while %d streams were created; want n2's and n3's first whole sets only, then changes", tr.whole, tr.change, streams)
 	}
 }

@@ -270,7 +270,14 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		if code := resp.Header.Get(frame.HeaderError); code != "" {
 			// An error leaves deltas as it was: an owner host that refused
 			// the host wait after applying it holds its set; one that did
-			// not refuses the next change, and asks for the whole set.
+			// not refuses the next change, and asks for the whole set. But
+			// bad_request may be an owner host of an earlier release,
+			// which cannot read a change: the whole set goes next.
+			if code == wire.CodeBadRequest {
+				w.mu.Lock()
+				p.deltas = false
+				w.mu.Unlock()
+			}
 			var er wire.ErrorReply
 			_ = json.Unmarshal(resp.Data, &er)
 			gap = hostWaitRetry
