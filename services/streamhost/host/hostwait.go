@@ -39,11 +39,12 @@ const waitSetKeep = 4 * maxReplWait
 // of its last full host wait with the changes since applied
 // (frame.HostWaitChange), so that a copy joining the set costs a look at
 // that copy, not at the whole set (issue 17). A pass looks at the copies
-// in dirty; a host wait's first pass looks at every copy when the host
-// wait was a whole set, or when the last such pass was half a wait ago or
-// more: that pass keeps the copies live (owner.hostWaitQuiet's refresh)
-// and notices what signals no change (a follower removed from a stream's
-// assignment), as every host wait's first pass did before.
+// in dirty; it looks at every copy when it is the first of a host wait
+// that named them all, or half a wait after the last such pass (a parked
+// wait makes one then, waitSet.take): that pass keeps the copies live
+// (owner.hostWaitQuiet's refresh) and notices what signals no change (a
+// follower removed from a stream's assignment), as every host wait's
+// first pass did before.
 type waitSet struct {
 	node string
 	// mu guards the fields below. It is taken alone or under
@@ -289,18 +290,19 @@ func (s *waitSet) leave(id uint64) {
 	delete(s.dirty, id)
 }
 
-// take returns the copies a pass of pw looks at, or false when pw no
-// longer serves the set. A first pass
-// looks at every copy when pw named them all or the last such pass was
-// wait/2 ago or more; any other pass at the dirty ones. The copies taken
-// are no longer dirty: what changes after is marked again.
-func (s *waitSet) take(pw *parkedWait, first bool, wait time.Duration, now time.Time) (check []frame.HostWaitCopy, ok bool) {
+// take returns the copies a pass of pw looks at, whether they are all of
+// them, and when the next pass over all of them is due; or false when pw
+// no longer serves the set. A pass looks at every copy when it is pw's
+// first and pw named them all, or when the last such pass was wait/2 ago
+// or more; otherwise at the dirty ones. The copies taken are no longer
+// dirty: what changes after is marked again.
+func (s *waitSet) take(pw *parkedWait, first bool, wait time.Duration, now time.Time) (check []frame.HostWaitCopy, all bool, due time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != pw {
-		return nil, false
+		return nil, false, time.Time{}, false
 	}
-	all := first && (pw.full || now.Sub(s.fullAt) >= wait/2)
+	all = first && pw.full || now.Sub(s.fullAt) >= wait/2
 	if all {
 		s.fullAt = now
 		check = make([]frame.HostWaitCopy, 0, len(s.copies))
@@ -309,7 +311,7 @@ func (s *waitSet) take(pw *parkedWait, first bool, wait time.Duration, now time.
 		}
 		// A new map: clearing one that held every copy costs as much.
 		s.dirty = map[uint64]struct{}{}
-		return check, true
+		return check, true, now.Add(wait / 2), true
 	}
 	for id := range s.dirty {
 		if sc := s.copies[id]; sc != nil {
@@ -317,7 +319,7 @@ func (s *waitSet) take(pw *parkedWait, first bool, wait time.Duration, now time.
 		}
 		delete(s.dirty, id) // not clear: its cost is the map's size
 	}
-	return check, true
+	return check, false, s.fullAt.Add(wait / 2), true
 }
 
 // watchOwners puts into the watch the copies of check whose owner
@@ -338,11 +340,12 @@ func (s *waitSet) watchOwners(check []frame.HostWaitCopy, owners []*owner) {
 	}
 }
 
-// again marks dirty the copies a pass must look at again: those whose
-// ack is on its way (looked at again after hostWaitGap), and, with
-// signal, the copies an answer of a replaced wait named (its sender
-// cancelled that request), at once by the wait now serving the set.
-func (s *waitSet) again(ids []uint64, signal bool) {
+// again marks dirty the copies a pass of from must look at again: those
+// whose ack is on its way (from looks again after hostWaitGap), and the
+// copies an answer of a replaced wait named (its sender cancelled that
+// request). When from no longer serves the set, the wait now serving it
+// is signalled to look at once: its own passes did not take them (review).
+func (s *waitSet) again(ids []uint64, from *parkedWait) {
 	if len(ids) == 0 {
 		return
 	}
@@ -353,7 +356,7 @@ func (s *waitSet) again(ids []uint64, signal bool) {
 			s.dirty[id] = struct{}{}
 		}
 	}
-	if signal && s.cur != nil {
+	if s.cur != nil && s.cur != from {
 		select {
 		case s.cur.wake <- struct{}{}:
 		default:
@@ -376,7 +379,7 @@ func (s *waitSet) answered(pw *parkedWait, wake *frame.HostWake) {
 		return
 	}
 	s.mu.Unlock()
-	s.again(ids, true)
+	s.again(ids, pw)
 }
 
 // remove ends pw's service of the set if it still serves it.
@@ -420,7 +423,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	final := false
 	var owners []*owner
 	for {
-		check, ok := s.take(pw, first, wait, time.Now())
+		check, all, due, ok := s.take(pw, first, wait, time.Now())
 		if !ok {
 			h.endHostWait(pw)
 			return
@@ -439,9 +442,9 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			req := &frame.HostWait{Node: s.node, WaitMS: pw.waitMS, Copies: check}
 			var ids []uint64
 			var fetch []int
-			// A first pass also keeps the copies live (hostWakeIDs'
-			// refresh): every copy, when it looks at all of them.
-			ids, fetch, inFlight = hostWakeIDs(req, owners, first)
+			// A first pass, and a pass over every copy, also keep the
+			// copies they look at live (hostWakeIDs' refresh).
+			ids, fetch, inFlight = hostWakeIDs(req, owners, first || all)
 			// A copy's ack in flight is counted without a change of its
 			// stream: look again shortly.
 			if len(inFlight) > 0 {
@@ -449,7 +452,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 				for _, i := range inFlight {
 					again = append(again, check[i].StreamID)
 				}
-				s.again(again, false)
+				s.again(again, pw)
 			}
 			if len(ids)+len(fetch) > 0 {
 				limit := 0 // a sender of an earlier release: stream ids only
@@ -479,15 +482,22 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		if len(inFlight) > 0 {
 			tick = time.After(hostWaitGap)
 		}
+		// The next pass over every copy keeps them live while this wait
+		// is parked (a change's first pass looks only at the copies that
+		// changed): at most half a wait between two.
+		refresh := time.NewTimer(time.Until(due))
 		select {
 		case <-pw.wake:
 		case <-tick:
+		case <-refresh.C:
 		case <-timer.C:
 			final = true
 		case <-pw.end:
+			refresh.Stop()
 			h.endHostWait(pw)
 			return
 		}
+		refresh.Stop()
 	}
 }
 

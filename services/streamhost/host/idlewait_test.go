@@ -1012,7 +1012,7 @@ func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 			s.cur = pw
 			s.mu.Unlock()
 			wait := time.Duration(req.WaitMS) * time.Millisecond
-			if check, _ := s.take(pw, true, wait, time.Now()); len(check) != n {
+			if check, _, _, _ := s.take(pw, true, wait, time.Now()); len(check) != n {
 				b.Fatalf("the whole set's first pass looked at %d copies, want %d", len(check), n)
 			}
 			pw.full = false
@@ -1022,7 +1022,7 @@ func BenchmarkServeHostWaitPerJoin(b *testing.B) {
 				s.mu.Lock()
 				s.apply(&frame.HostWaitChange{Node: req.Node, Base: s.gen, Gen: s.gen + 1, Copies: req.Copies[:1]})
 				s.mu.Unlock()
-				check, _ := s.take(pw, true, wait, time.Now())
+				check, _, _, _ := s.take(pw, true, wait, time.Now())
 				if len(check) != 1 {
 					b.Fatalf("a change of one copy looked at %d", len(check))
 				}
