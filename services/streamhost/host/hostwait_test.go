@@ -59,7 +59,8 @@ func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
 	}
 	check := func(name string, ids []uint64, gen string, took time.Duration, wantIDs []uint64, wantGen string, parked bool) {
 		t.Helper()
-		if fmt.Sprint(ids) != fmt.Sprint(wantIDs) && !(len(ids) == 0 && len(wantIDs) == 0) || gen != wantGen {
+		same := fmt.Sprint(ids) == fmt.Sprint(wantIDs) || len(ids) == 0 && len(wantIDs) == 0
+		if !same || gen != wantGen {
 			t.Fatalf("%s: woke %v with generation %q, want %v and %q", name, ids, gen, wantIDs, wantGen)
 		}
 		if parked != (took >= 400*time.Millisecond) {
