@@ -193,6 +193,19 @@ func (h *Host) onHostWait(m *nats.Msg) {
 		h.log.Debug("host wait change on a set this host does not hold; asking for the whole set", "node", node, "base", change.Base)
 		h.replyHostWake(pw, &frame.HostWake{})
 		return
+	case pw.full && pw.gen != "" && !tooLarge:
+		// A whole set from a sender that gives generations is answered at
+		// once, before any pass: the answer's generation tells the sender
+		// that this host holds its set, and its next host wait, a change,
+		// parks and has every copy looked at (replace marked them all).
+		// Parked, or answered only after a pass over every copy, the whole
+		// set could be cancelled by the next copy joining (every 100 ms
+		// while streams are created) before any answer came, and the
+		// sender would send whole sets on and on.
+		s.answered(pw, &frame.HostWake{})
+		s.remove(pw)
+		h.replyHostWake(pw, &frame.HostWake{})
+		return
 	case tooLarge:
 		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: the set of %d bytes is over %d", size, frame.MaxHostWaitBytes))
 		return
@@ -466,13 +479,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 				return
 			}
 		}
-		// A whole set from a sender that gives generations is answered at
-		// once: the answer's generation tells the sender that this host
-		// holds its set, and its next host wait, a change, parks. Parked,
-		// the whole set would be cancelled by the next copy joining (every
-		// 100 ms while streams are created) before any answer came, and
-		// the sender would send whole sets on and on.
-		if final || first && pw.full && pw.gen != "" {
+		if final {
 			s.answered(pw, &frame.HostWake{})
 			h.replyHostWake(pw, &frame.HostWake{})
 			return

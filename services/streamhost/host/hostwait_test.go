@@ -54,9 +54,19 @@ func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
 		}
 		return w.StreamIDs, resp.Header.Get(frame.HeaderHostWaitGen), time.Since(began)
 	}
+	// The waits are 600 ms (a parked one is answered after 400 ms or
+	// more); those of changes to be answered at once, 4 s (the pass over
+	// every copy half a wait after the last would answer them at 2 s).
+	waitMS := uint32(600)
 	change := func(base, gen uint64, left []uint64, copies ...frame.HostWaitCopy) []byte {
-		return frame.AppendHostWaitChange(nil, &frame.HostWaitChange{Node: "n2", WaitMS: 600, Base: base, Gen: gen, Left: left, Copies: copies})
+		return frame.AppendHostWaitChange(nil, &frame.HostWaitChange{Node: "n2", WaitMS: waitMS, Base: base, Gen: gen, Left: left, Copies: copies})
 	}
+	waitFor := func(ms uint32, data func() []byte) []byte {
+		waitMS = ms
+		defer func() { waitMS = 600 }()
+		return data()
+	}
+	long := func(data func() []byte) []byte { return waitFor(4000, data) }
 	check := func(name string, ids []uint64, gen string, took time.Duration, wantIDs []uint64, wantGen string, parked bool) {
 		t.Helper()
 		same := fmt.Sprint(ids) == fmt.Sprint(wantIDs) || len(ids) == 0 && len(wantIDs) == 0
@@ -70,36 +80,61 @@ func TestHostWaitChangesBasedOnTheSetTheOwnerHolds(t *testing.T) {
 
 	ids, gen, took := send("a change before any set", change(0, 1, nil, quiet), "")
 	check("a change before any set", ids, gen, took, nil, "", false)
-	// A whole set with a generation is answered at once: its answer tells
-	// the sender its set is held. A change with nothing in it parks.
+	// A whole set with a generation is answered at once, before any pass:
+	// its answer tells the sender its set is held. The next change, with
+	// nothing in it, looks at the set's copies, and parks.
 	ids, gen, took = send("the whole set", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 600, Copies: []frame.HostWaitCopy{quiet}}), "4")
 	check("the whole set", ids, gen, took, nil, "4", false)
 	ids, gen, took = send("no change", change(4, 5, nil), "")
 	check("no change", ids, gen, took, nil, "5", true)
-	ids, gen, took = send("a copy changed", change(5, 6, nil, stale), "")
+	ids, gen, took = send("a copy changed", long(func() []byte { return change(5, 6, nil, stale) }), "")
 	check("a copy changed", ids, gen, took, []uint64{9}, "6", false)
 	// The sender did not have that answer: the copy is still in its set,
 	// unchanged, and is looked at again.
-	ids, gen, took = send("an answer not had", change(6, 7, nil), "")
+	ids, gen, took = send("an answer not had", long(func() []byte { return change(6, 7, nil) }), "")
 	check("an answer not had", ids, gen, took, []uint64{9}, "7", false)
 	ids, gen, took = send("the copy left", change(7, 8, []uint64{9}), "")
 	check("the copy left", ids, gen, took, nil, "8", true)
 	ids, gen, took = send("the copy joined again", change(8, 9, nil, quiet), "")
 	check("the copy joined again", ids, gen, took, nil, "9", true)
-	ids, gen, took = send("a change on another generation", change(4, 10, nil, stale), "")
+	// A parked wait looks at every copy half a wait after the last such
+	// pass, which keeps them live: n2's ack, counted at the start, is
+	// refreshed while a change with nothing in it is parked for 3 s.
+	o := c.hosts["n1"].h.ownedIDs.get(9)
+	ackAt := func() time.Time {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.mu.conf.acks["n2"].at
+	}
+	parked := make(chan struct{})
+	data := waitFor(3000, func() []byte { return change(9, 10, nil) })
+	go func() {
+		defer close(parked)
+		if resp, err := c.nc.Request(subj, data, 5*time.Second); err != nil || replyError(resp) != nil {
+			t.Errorf("a change parked for 3 s: %v %v", err, replyError(resp))
+		}
+	}()
+	time.Sleep(2500 * time.Millisecond)
+	if age := time.Since(ackAt()); age > 1400*time.Millisecond {
+		t.Fatalf("n2's ack was last refreshed %v ago, 2.5 s into a wait of 3 s; want a pass over every copy within half a wait", age)
+	}
+	<-parked
+	ids, gen, took = send("a change on another generation", change(4, 11, nil, stale), "")
 	check("a change on another generation", ids, gen, took, nil, "", false)
-	ids, gen, took = send("a change after a refused one", change(9, 10, nil, stale), "")
+	ids, gen, took = send("a change after a refused one", change(10, 11, nil, stale), "")
 	check("a change after a refused one", ids, gen, took, nil, "", false)
 	ids, gen, took = send("the whole set again", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 600, Copies: []frame.HostWaitCopy{stale}}), "20")
-	check("the whole set again", ids, gen, took, []uint64{9}, "20", false)
+	check("the whole set again", ids, gen, took, nil, "20", false)
+	ids, gen, took = send("a change after the whole set", change(20, 21, nil), "")
+	check("a change after the whole set", ids, gen, took, []uint64{9}, "21", false)
 	// Without a generation (a sender of an earlier release) a whole set
 	// parks as before, and its answer carries none.
 	ids, gen, took = send("a whole set without a generation", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 600, Copies: []frame.HostWaitCopy{quiet}}), "")
 	check("a whole set without a generation", ids, gen, took, nil, "", true)
-	ids, gen, took = send("a change after a whole set without a generation", change(20, 21, nil), "")
+	ids, gen, took = send("a change after a whole set without a generation", change(21, 22, nil), "")
 	check("a change after a whole set without a generation", ids, gen, took, nil, "", false)
 	ids, gen, took = send("the whole set with a generation", frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 600, Copies: []frame.HostWaitCopy{stale}}), "20")
-	check("the whole set with a generation", ids, gen, took, []uint64{9}, "20", false)
+	check("the whole set with a generation", ids, gen, took, nil, "20", false)
 
 	// A set grown by changes past what one host wait may name.
 	var many []frame.HostWaitCopy
@@ -360,5 +395,59 @@ func TestStreamsCreatedOneAfterAnotherSendTheWholeSetOnce(t *testing.T) {
 	defer tr.mu.Unlock()
 	if tr.whole > 2 || tr.change < streams {
 		t.Fatalf("%d whole host waits and %d changes while %d streams were created; want n2's and n3's first whole sets only, then changes", tr.whole, tr.change, streams)
+	}
+}
+
+// TestPeerWaitGenerationsNeverRepeat: the generations of a follower
+// host's idle set for one owner host do not start again when the set
+// ends and a new one begins. Review: both counted from 0, so a whole set
+// of the earlier one arriving late (reordered across a reconnect to
+// another server) was taken by the owner host for the current chain's,
+// and the current one's copies were never looked at.
+func TestPeerWaitGenerationsNeverRepeat(t *testing.T) {
+	c := newMiniCluster(t)
+	h := c.start("n2", nil).h
+	gens := make(chan string, 8)
+	sub, err := c.nc.Subscribe(wire.HostReplSubject("n9", "n2"), func(m *nats.Msg) {
+		gens <- m.Header.Get(frame.HeaderHostWaitGen)
+		// Refused: the follower host wakes its copies, and the set ends.
+		msg := nats.NewMsg(m.Reply)
+		msg.Header.Set(frame.HeaderError, wire.CodeNotFound)
+		msg.Data = []byte(`{"error":{"code":"not_found","message":"test"}}`)
+		_ = c.nc.PublishMsg(msg)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var first []string
+	for range 2 {
+		if _, ok := h.sleepIdle(t.Context(), "n9", frame.HostWaitCopy{StreamID: 5, Epoch: 1}); !ok {
+			t.Fatal("sleepIdle ended with its context")
+		}
+		select {
+		case g := <-gens:
+			first = append(first, g)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no host wait sent")
+		}
+		// The set ends before the next begins.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			h.idle.mu.Lock()
+			gone := h.idle.peers["n9"] == nil
+			h.idle.mu.Unlock()
+			if gone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the idle set for n9 did not end")
+			}
+		}
+	}
+	if first[0] == "" || first[0] == first[1] {
+		t.Fatalf("the two sets' first host waits had generations %q and %q; want two different ones", first[0], first[1])
 	}
 }

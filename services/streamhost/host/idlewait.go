@@ -157,7 +157,11 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 	}
 	p := w.peers[owner]
 	if p == nil {
-		p = &peerWait{owner: owner, copies: map[uint64]*idleCopy{}, changed: map[uint64]struct{}{}}
+		// Generations start from the clock, so that a whole set of an
+		// earlier peerWait (or process) arriving late never matches the
+		// chain of this one (review: both counted from 0, and the late
+		// set was taken for the current one).
+		p = &peerWait{owner: owner, copies: map[uint64]*idleCopy{}, changed: map[uint64]struct{}{}, gen: uint64(time.Now().UnixNano())}
 		if w.peers == nil {
 			w.peers = map[string]*peerWait{}
 		}
@@ -321,11 +325,21 @@ func (h *Host) wakeIdle(p *peerWait, ids map[uint64]*frame.Batch) {
 	w := &h.idle
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ic := range p.copies {
-		if b, ok := ids[ic.c.StreamID]; ids == nil || ok {
-			p.remove(ic)
-			ic.batch = b
-			close(ic.woken)
+	wake := func(ic *idleCopy, b *frame.Batch) {
+		p.remove(ic)
+		ic.batch = b
+		close(ic.woken)
+	}
+	if ids == nil {
+		for _, ic := range p.copies {
+			wake(ic, nil)
+		}
+		return
+	}
+	// By the ids named: a wake costs what it names, not the set.
+	for id, b := range ids {
+		if ic := p.copies[id]; ic != nil {
+			wake(ic, b)
 		}
 	}
 }
