@@ -109,7 +109,8 @@ func (a recordArrivals) quiet(now time.Time, idleWait time.Duration) bool {
 // busy reports whether records came twice within the idle wait before
 // now: records arriving now are the third, and the copy keeps its own long
 // poll, answered with the records at once, rather than sleep after each
-// (one host wait round and a resend of its host's whole set per record).
+// (one host wait round per record: its wake, and its host's next host
+// wait naming it again).
 // Once or twice in an idle wait (a failover: a retried publish, then the
 // next) the copy sleeps again after each.
 func (a recordArrivals) busy(now time.Time, idleWait time.Duration) bool {

@@ -191,7 +191,7 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	switch {
 	case !applied:
 		h.log.Debug("host wait change on a set this host does not hold; asking for the whole set", "node", node, "base", change.Base)
-		h.replyHostWake(pw, &frame.HostWake{})
+		h.answerHostWait(pw, &frame.HostWake{})
 		return
 	case pw.full && pw.gen != "" && !tooLarge:
 		// A whole set from a sender that gives generations is answered at
@@ -202,9 +202,8 @@ func (h *Host) onHostWait(m *nats.Msg) {
 		// set could be cancelled by the next copy joining (every 100 ms
 		// while streams are created) before any answer came, and the
 		// sender would send whole sets on and on.
-		s.answered(pw, &frame.HostWake{})
+		h.answerHostWait(pw, &frame.HostWake{})
 		s.remove(pw)
-		h.replyHostWake(pw, &frame.HostWake{})
 		return
 	case tooLarge:
 		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: the set of %d bytes is over %d", size, frame.MaxHostWaitBytes))
@@ -377,6 +376,21 @@ func (s *waitSet) again(ids []uint64, from *parkedWait) {
 	}
 }
 
+// answerHostWait answers pw with wake and the generation of its set,
+// having recorded what it names (waitSet.answered).
+func (h *Host) answerHostWait(pw *parkedWait, wake *frame.HostWake) {
+	pw.set.answered(pw, wake)
+	if pw.reply == "" {
+		return
+	}
+	m := nats.NewMsg(pw.reply)
+	if pw.gen != "" {
+		m.Header.Set(frame.HeaderHostWaitGen, pw.gen)
+	}
+	m.Data = frame.AppendHostWake(nil, wake)
+	h.publishReply(m)
+}
+
 // answered records the stream ids pw's answer names, if pw still serves
 // the set; if not, the sender never reads it, and they are looked at
 // again.
@@ -402,19 +416,6 @@ func (s *waitSet) remove(pw *parkedWait) {
 		s.cur = nil
 	}
 	s.mu.Unlock()
-}
-
-// replyHostWake answers pw with wake and the generation of its set.
-func (h *Host) replyHostWake(pw *parkedWait, wake *frame.HostWake) {
-	if pw.reply == "" {
-		return
-	}
-	m := nats.NewMsg(pw.reply)
-	if pw.gen != "" {
-		m.Header.Set(frame.HeaderHostWaitGen, pw.gen)
-	}
-	m.Data = frame.AppendHostWake(nil, wake)
-	h.publishReply(m)
 }
 
 // serveHostWait answers pw when any copy of its set has something to ask
@@ -474,14 +475,12 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 				}
 				wake := &frame.HostWake{StreamIDs: ids}
 				hostWakeRecords(wake, req, owners, fetch, limit)
-				s.answered(pw, wake)
-				h.replyHostWake(pw, wake)
+				h.answerHostWait(pw, wake)
 				return
 			}
 		}
 		if final {
-			s.answered(pw, &frame.HostWake{})
-			h.replyHostWake(pw, &frame.HostWake{})
+			h.answerHostWait(pw, &frame.HostWake{})
 			return
 		}
 		first = false

@@ -451,3 +451,25 @@ func TestPeerWaitGenerationsNeverRepeat(t *testing.T) {
 		t.Fatalf("the two sets' first host waits had generations %q and %q; want two different ones", first[0], first[1])
 	}
 }
+
+// BenchmarkHostWaitersChanged is the store's OnChange on an owner host
+// holding three follower hosts' idle sets of 2,500 copies each: every
+// append of the host calls it, from many streams at once. "unwatched":
+// an append to a stream none of the sets watches (a busy stream).
+func BenchmarkHostWaitersChanged(b *testing.B) {
+	var w hostWaiters
+	w.sets = map[string]*waitSet{}
+	for _, node := range []string{"n2", "n3", "n4"} {
+		s := &waitSet{node: node, watch: map[string]uint64{}, dirty: map[uint64]struct{}{}, copies: map[uint64]*setCopy{}}
+		for i := range 2500 {
+			s.watch[fmt.Sprintf("idle%d", i)] = uint64(i)
+		}
+		w.sets[node] = s
+	}
+	w.n.Store(3)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			w.changed("busy")
+		}
+	})
+}

@@ -357,7 +357,6 @@ func (p *peerWait) remove(ic *idleCopy) {
 // idleWaits.mu.
 func (p *peerWait) hostWait(node string, waitMS uint32, hdr nats.Header) []byte {
 	p.gen++
-	defer clear(p.changed)
 	if p.deltas {
 		c := frame.HostWaitChange{Node: node, WaitMS: waitMS, Base: p.gen - 1, Gen: p.gen}
 		for id := range p.changed {
@@ -366,9 +365,13 @@ func (p *peerWait) hostWait(node string, waitMS uint32, hdr nats.Header) []byte 
 			} else {
 				c.Left = append(c.Left, id)
 			}
+			// Not clear: its cost is the map's size, and it held every
+			// copy once all were woken.
+			delete(p.changed, id)
 		}
 		return frame.AppendHostWaitChange(nil, &c)
 	}
+	p.changed = map[uint64]struct{}{}
 	req := frame.HostWait{Node: node, WaitMS: waitMS, Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
 	for _, ic := range p.copies {
 		req.Copies = append(req.Copies, ic.c)
