@@ -47,7 +47,9 @@
 // notice ends the wait at once (an owner that comes back without a notice,
 // having only reconnected, is met up to 1 s later).
 // While it retries it asks a coordinator (admin stream.info) about the
-// stream, at the first retry and then after 250 ms, 500 ms, 1 s and every
+// stream, at the first retry that follows an attempt answered or refused
+// (an attempt that merely timed out reached a host serving the stream,
+// which the coordinators cannot add to) and then after 250 ms, 500 ms, 1 s and every
 // 2 s until a coordinator says the stream is recovering or waiting, then
 // every 8 s (so the thousands of publishers of a mass failover do not flood
 // the coordinators recovering their streams: the failover's end comes as

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,4 +77,45 @@ func recoveringStream(t *testing.T, svc *nats.Conn) (attempts, infos *atomic.Int
 		respondJSON(t, m, wire.StreamInfo{Stream: "s", Status: wire.StatusRecovering})
 	})
 	return attempts, infos
+}
+
+// A publish whose attempts time out (a host takes them and answers late)
+// is retried without asking the coordinators: the stream has a server, and
+// in a mass failover every slow publish asking flooded them. An attempt
+// that finds nobody serving still asks.
+func TestRetryAfterATimeoutAsksNoCoordinator(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	var attempts, infos atomic.Int32
+	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+		infos.Add(1)
+		respondJSON(t, m, wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusServing})
+	})
+	sub := subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
+		if attempts.Add(1) < 3 {
+			return // taken, never answered: the attempt times out
+		}
+		respondJSON(t, m, wire.PublishConfirm{StreamID: 1, Offset: 0, Epoch: 1, Copies: 2, W: 2})
+	})
+	c := connectClient(t, url, WithRetry(0, 0), WithBackoff(time.Millisecond, 2*time.Millisecond),
+		WithRequestTimeout(100*time.Millisecond), WithBatching(0, 0, 0))
+	if _, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if a, i := attempts.Load(), infos.Load(); a != 3 || i != 0 {
+		t.Fatalf("%d attempts and %d stream.info requests, want 3 attempts and none", a, i)
+	}
+
+	// Nobody serving: the retry asks.
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Publish(ctx, "s", []byte("r")); err == nil {
+		t.Fatal("publish with nobody serving: confirmed")
+	}
+	if i := infos.Load(); i == 0 {
+		t.Fatal("retries after no responders asked no coordinator")
+	}
 }

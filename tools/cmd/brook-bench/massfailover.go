@@ -90,6 +90,7 @@ func (r massResult) write(w io.Writer) {
 	}
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
+	ignoreWrite(fmt.Fprintf(w, "confirms per second after the %s (owned/not owned): %s\n", map[bool]string{true: "first publish", false: "kill"}[r.NoKill], perSecond(r.Serve, r.Others)))
 	if r.NoKill {
 		r.Cost.writeAs(w, "burst window", "first publish")
 	} else {
@@ -372,4 +373,34 @@ func forEach(ctx context.Context, streams []string, limit int, fn func(context.C
 		return first
 	}
 	return ctx.Err()
+}
+
+// perSecond renders how many of owned and others were confirmed in each
+// second after the kill, "1s 0/12 2s 40/900 ...": confirms that bunch up
+// at a multiple of the client's request timeout show retries, not the
+// cluster, setting the pace.
+func perSecond(owned, others []time.Duration) string {
+	var counts [][2]int
+	add := func(ds []time.Duration, k int) {
+		for _, d := range ds {
+			s := int(d / time.Second)
+			for len(counts) <= s {
+				counts = append(counts, [2]int{})
+			}
+			counts[s][k]++
+		}
+	}
+	add(owned, 0)
+	add(others, 1)
+	var b []byte
+	for s, c := range counts {
+		if c == [2]int{} {
+			continue
+		}
+		b = fmt.Appendf(b, " <%ds %d/%d", s+1, c[0], c[1])
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return string(b[1:])
 }

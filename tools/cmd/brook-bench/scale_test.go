@@ -141,3 +141,14 @@ func TestCPUSampleCountsWork(t *testing.T) {
 		t.Fatalf("the machine was busy %d ticks, less than this process's %.0f", busy-busy0, self)
 	}
 }
+
+func TestPerSecondCountsEachSecond(t *testing.T) {
+	s := time.Second
+	got := perSecond([]time.Duration{s / 2, 2*s + 1}, []time.Duration{s / 3, s / 2, 2 * s})
+	if want := "<1s 1/2 <3s 1/1"; got != want {
+		t.Fatalf("perSecond = %q, want %q", got, want)
+	}
+	if got := perSecond(nil, nil); got != "none" {
+		t.Fatalf("perSecond of nothing = %q", got)
+	}
+}
