@@ -13,6 +13,7 @@
 package liveness
 
 import (
+	"iter"
 	"maps"
 	"sync"
 	"time"
@@ -235,11 +236,43 @@ func (t *Tracker) Disconnected(node string, conn Conn, at time.Time) bool {
 // it reported one): what a view of one stream needs, without copying every
 // node's copies of every stream.
 func (t *Tracker) ViewStream(stream string) map[string]Seen {
+	return t.ViewStreams(func(yield func(string) bool) { yield(stream) })
+}
+
+// ViewStreams is View with each node's copies cut down to those of the
+// named streams (nil when it reported none of them): what a round over
+// some streams needs, under one lock, without copying every node's copies
+// of every stream (a view per stream cost a lock and a map per node each:
+// 9% of a leader's CPU while 2,500 streams failed over).
+func (t *Tracker) ViewStreams(names iter.Seq[string]) map[string]Seen {
 	return t.view(func(copies map[string]wire.CopyStatus) map[string]wire.CopyStatus {
-		if cs, ok := copies[stream]; ok {
-			return map[string]wire.CopyStatus{stream: cs}
+		var out map[string]wire.CopyStatus
+		for name := range names {
+			if cs, ok := copies[name]; ok {
+				if out == nil {
+					out = map[string]wire.CopyStatus{}
+				}
+				out[name] = cs
+			}
 		}
-		return nil
+		return out
+	})
+}
+
+// ViewSealed is View with each node's copies cut down to the sealed ones:
+// what controller.SealedReports reads, without copying the rest.
+func (t *Tracker) ViewSealed() map[string]Seen {
+	return t.view(func(copies map[string]wire.CopyStatus) map[string]wire.CopyStatus {
+		var out map[string]wire.CopyStatus
+		for name, cs := range copies {
+			if cs.Sealed {
+				if out == nil {
+					out = map[string]wire.CopyStatus{}
+				}
+				out[name] = cs
+			}
+		}
+		return out
 	})
 }
 

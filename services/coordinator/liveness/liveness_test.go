@@ -2,6 +2,9 @@ package liveness
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -100,6 +103,57 @@ func TestViewStream(t *testing.T) {
 	v["a"].Copies["s"] = wire.CopyStatus{}
 	if c := tr.ViewStream("s")["a"].Copies["s"]; c.RecordTail != 7 {
 		t.Fatalf("changing the view changed the tracker: %+v", c)
+	}
+}
+
+// ViewStreams and ViewSealed are View cut down: for random reports, each
+// node's copies in them are exactly View's copies of the named streams,
+// and of the sealed ones; liveness is View's.
+func TestViewStreamsAndViewSealedCutTheFullView(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 100 {
+		tr := New()
+		now := time.Unix(1_000, 0)
+		for n := range 1 + r.IntN(4) {
+			var copies []wire.CopyStatus
+			for i := range 20 {
+				if r.IntN(2) == 0 {
+					copies = append(copies, wire.CopyStatus{Stream: fmt.Sprintf("s%d", i), StreamID: uint64(i + 1),
+						Role: wire.RoleFollower, Epoch: 1, Sealed: r.IntN(4) == 0, RecordTail: uint64(r.IntN(9))})
+				}
+			}
+			tr.Heartbeat(wire.Heartbeat{Node: fmt.Sprintf("n%d", n), Incarnation: 1, Beat: 1, Copies: copies}, now)
+		}
+		names := map[string]bool{}
+		for i := range 20 {
+			if r.IntN(3) == 0 {
+				names[fmt.Sprintf("s%d", i)] = true
+			}
+		}
+		full := tr.View()
+		cut := func(keep func(string, wire.CopyStatus) bool) map[string]Seen {
+			out := map[string]Seen{}
+			for id, s := range full {
+				var cs map[string]wire.CopyStatus
+				for name, c := range s.Copies {
+					if keep(name, c) {
+						if cs == nil {
+							cs = map[string]wire.CopyStatus{}
+						}
+						cs[name] = c
+					}
+				}
+				s.Copies = cs
+				out[id] = s
+			}
+			return out
+		}
+		if got, want := tr.ViewStreams(maps.Keys(names)), cut(func(n string, _ wire.CopyStatus) bool { return names[n] }); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: ViewStreams(%v) = %+v, want %+v", round, names, got, want)
+		}
+		if got, want := tr.ViewSealed(), cut(func(_ string, c wire.CopyStatus) bool { return c.Sealed }); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: ViewSealed = %+v, want %+v", round, got, want)
+		}
 	}
 }
 

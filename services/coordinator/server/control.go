@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,11 +92,12 @@ func (s *Server) flushWaits() {
 // net that would catch, and log, a stream the state machine's index missed.
 const fullPlanEvery = 10 * time.Second
 
-// sealedEvery is how often the control loop copies every copy the hosts
+// sealedEvery is how often the control loop looks at every copy the hosts
 // reported, to find the sealed ones (controller.SealedReports): that is the
 // one input of a plan that needs all of them (30,000 at 10,000 streams of
-// three copies), so the rounds in between copy the hosts' liveness and the
-// reported copies of the streams they plan, nothing more.
+// three copies). It copies only the sealed ones (Tracker.ViewSealed); the
+// rounds copy the hosts' liveness and the reported copies of the streams
+// they plan, nothing more, and only the full round copies everything.
 const sealedEvery = time.Second
 
 // controlOnce runs one planning round and reports whether it changed the
@@ -107,14 +109,17 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 	s.mu.Unlock()
 	heard, deaf := s.hearing.view(s.nc)
 	full := now.Sub(s.lastFullPlan) >= fullPlanEvery
-	allCopies := full || now.Sub(s.lastSealedScan) >= sealedEvery
 	var nodes map[string]liveness.Seen
-	if allCopies {
+	if full {
 		nodes = s.live.View()
 		s.sealed = controller.SealedReports(controller.Liveness{Nodes: nodes})
 		s.lastSealedScan = now
 	} else {
 		nodes = s.live.ViewStream("") // every host's liveness, no copies (no stream is named "")
+		if now.Sub(s.lastSealedScan) >= sealedEvery {
+			s.sealed = controller.SealedReports(controller.Liveness{Nodes: s.live.ViewSealed()})
+			s.lastSealedScan = now
+		}
 	}
 	live := controller.Liveness{LeaderSince: since, HeardSince: heard, Deaf: deaf, Nodes: nodes, Probing: s.probingNodes(),
 		Grace: s.advisoryGrace(now)}
@@ -140,7 +145,7 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 		s.readFailing = false
 	}
 	st := v.(*state.State)
-	if !allCopies {
+	if !full {
 		s.addCopies(nodes, st)
 	}
 	acts := controller.Plan(st, live, now, s.params)
@@ -171,18 +176,10 @@ func (s *Server) controlOnce(ctx context.Context) bool {
 // addCopies adds to nodes (a view without copies) what each host reported
 // of the streams in st, the streams a round plans over.
 func (s *Server) addCopies(nodes map[string]liveness.Seen, st *state.State) {
-	for name := range st.Streams {
-		for id, seen := range s.live.ViewStream(name) {
-			c, ok := seen.Copies[name]
-			n, known := nodes[id]
-			if !ok || !known {
-				continue
-			}
-			if n.Copies == nil {
-				n.Copies = map[string]wire.CopyStatus{}
-				nodes[id] = n
-			}
-			n.Copies[name] = c
+	for id, seen := range s.live.ViewStreams(maps.Keys(st.Streams)) {
+		if n, known := nodes[id]; known && seen.Copies != nil {
+			n.Copies = seen.Copies
+			nodes[id] = n
 		}
 	}
 }
