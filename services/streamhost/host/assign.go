@@ -116,7 +116,7 @@ func (h *Host) applyCreated(ctx context.Context, first createdNotice) {
 	if !h.ready.Load() || h.leaving.Load() {
 		return
 	}
-	var run applies
+	run := applies{pool: h.pool}
 	for _, n := range batch {
 		a := n.as.Assignment
 		if n.version <= applied || !a.Includes(h.cfg.Node) || n.as.Starts == nil || wire.ValidName("stream", a.Stream) != nil {
@@ -134,8 +134,9 @@ func (h *Host) applyCreated(ctx context.Context, first createdNotice) {
 // applies runs applies of streams side by side, at most
 // maxConcurrentApplies at once. The zero value is ready to use.
 type applies struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	pool *pool // runs the applies; nil: one goroutine each
 }
 
 // Go runs f once fewer than maxConcurrentApplies run.
@@ -145,11 +146,11 @@ func (p *applies) Go(f func()) {
 	}
 	p.sem <- struct{}{}
 	p.wg.Add(1)
-	go func() {
+	p.pool.run(func() {
 		defer p.wg.Done()
 		defer func() { <-p.sem }()
 		f()
-	}()
+	})
 }
 
 // Wait waits for every f run.
@@ -505,7 +506,7 @@ const maxConcurrentApplies = 256
 // metadata writes sharing Pebble's WAL syncs, instead of one fsync after
 // another.
 func (h *Host) apply(ctx context.Context, snap *wire.AssignmentSnapshot, todo []*wire.AssignedStream) {
-	var run applies
+	run := applies{pool: h.pool}
 	var failedMu sync.Mutex
 	failed := map[string]struct{}{}
 	for _, as := range todo {

@@ -89,12 +89,17 @@
 //     owner within the host's budget for its kind (goRequest; a follower's
 //     standalone ack, a replication request without a reply subject, is
 //     counted in the subscription's callback instead: a digest read and
-//     owner.mu, never a wait): an idle one
-//     if one waits, else a new one, which after its request waits
-//     workerIdle for another (so stacks grown by one request serve the
-//     next); tracked by the owner's WaitGroup, which stop waits for, and
-//     ended by the role's context; the
-//     expiry timer's callback takes owner.mu and sends after it.
+//     owner.mu, never a wait), run on the host's pool; tracked by the
+//     owner's WaitGroup, which stop waits for, and ended by the role's
+//     context; the expiry timer's callback takes owner.mu and sends after
+//     it.
+//   - the host's pool (pool.go) runs the jobs of owners' requests, of the
+//     request group (seals, hand-offs) and of the appliers: on an idle
+//     worker if one waits, else on a new one, which after its job waits
+//     workerIdle for another (so stacks grown by one job serve the next,
+//     of any owner). Each job is counted by whoever started it; the
+//     workers end after workerIdle idle, or when Run's end closes the pool
+//     (after the request group and the roles have stopped).
 //   - per seal request, a goroutine of the host's request group within
 //     the seals' budget.
 //   - per seal batch (seals.go), one goroutine of the request group that

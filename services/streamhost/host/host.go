@@ -265,6 +265,9 @@ type Host struct {
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	reqs     tracker // request goroutines (seals, hand-offs, watchDrain)
+	// pool runs the short jobs of reqs, of the appliers and of every
+	// owner's requests on workers that keep their grown stacks (pool.go).
+	pool *pool
 	// drainForces counts the reconnects watchDrain asked for.
 	drainForces atomic.Uint64
 	// drains are the ended roles' drains watchDrain still watches.
@@ -292,6 +295,7 @@ type tracker struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	pool   *pool // runs the goroutines; nil: one goroutine each
 }
 
 // Go runs f unless the tracker is closed.
@@ -303,10 +307,10 @@ func (t *tracker) Go(f func()) bool {
 	}
 	t.wg.Add(1)
 	t.mu.Unlock()
-	go func() {
+	t.pool.run(func() {
 		defer t.wg.Done()
 		f()
-	}()
+	})
 	return true
 }
 
@@ -355,7 +359,10 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
+	workers := newPool()
 	h := &Host{
+		pool:        workers,
+		reqs:        tracker{pool: workers},
 		cfg:         cfg,
 		log:         log,
 		tracer:      cfg.TracerProvider.Tracer("github.com/brook-streams/brook/services/streamhost/host"),
@@ -571,6 +578,7 @@ func (h *Host) Run(ctx context.Context) error {
 		r.mu.Unlock()
 	}
 	h.idle.wg.Wait()
+	h.pool.close()
 	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.log.Warn("flush nats on shutdown", "err", err)
 	}

@@ -114,53 +114,21 @@ func (h *Host) noteRefused(b *budget, n int) {
 		"refused_since_last_line", b.refused.Swap(0))
 }
 
-// workerIdle is how long a request goroutine of an owner waits for the
-// next request before it ends.
-const workerIdle = 2 * time.Second
-
 // goRequest serves a request of the owner within b's slots, and answers
-// overloaded at once when b has none. An idle request goroutine of the
-// owner takes it if one waits (its stack already grown by earlier
-// requests: a new goroutine per request grew its stack every time);
-// otherwise a new tracked one serves it and then waits workerIdle for
-// more. Goroutines stay bounded by the budgets: each serves one request
-// at a time, and an idle one ends after workerIdle or with the role.
+// overloaded at once when b has none. It runs on the host's pool
+// (goTracked), whose workers keep the stacks earlier requests grew: a new
+// goroutine per request grew its stack every time. Goroutines stay bounded
+// by the budgets: each serves one request at a time.
 func (o *owner) goRequest(m *nats.Msg, b *budget, serve func()) {
 	if !b.take() {
 		o.h.refuse(m.Reply, b)
 		return
 	}
-	job := func() {
+	if !o.goTracked(func() {
 		defer b.give()
 		serve()
-	}
-	if o.ctx.Err() == nil {
-		select {
-		case o.work <- job:
-			return
-		default:
-		}
-	}
-	if !o.goTracked(func() { job(); o.idleWorker() }) {
+	}) {
 		b.give()
 		o.h.replyErr(m.Reply, o.closedErr())
-	}
-}
-
-// idleWorker serves the requests goRequest hands it until none came for
-// workerIdle or the role stops.
-func (o *owner) idleWorker() {
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		select {
-		case job := <-o.work:
-			job()
-			t.Reset(workerIdle)
-		case <-t.C:
-			return
-		case <-o.ctx.Done():
-			return
-		}
 	}
 }

@@ -87,10 +87,6 @@ type owner struct {
 	// assignment's followers (replSlots).
 	replReqs *budget
 
-	// work hands a request to an idle request goroutine (goRequest);
-	// unbuffered, so a send succeeds only when one waits.
-	work chan func()
-
 	subs    []*nats.Subscription // publish, fetch, commit
 	replSub *nats.Subscription
 
@@ -154,7 +150,6 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		in:       make(chan intakeMsg, intakeQueue),
 		written:  make(chan *writtenAppend, maxWrittenAhead),
 		ahead:    make(chan struct{}, maxWrittenAhead),
-		work:     make(chan func()),
 		replReqs: newBudget("replication requests of stream "+a.Stream, "in flight", replSlots(0)),
 		dd:       dedupe.New(dedupe.DefaultPerProducer, dedupe.DefaultProducers),
 	}
@@ -374,10 +369,10 @@ func (o *owner) goTracked(f func()) bool {
 	}
 	o.wg.Add(1)
 	o.mu.Unlock()
-	go func() {
+	o.h.pool.run(func() {
 		defer o.wg.Done()
 		f()
-	}()
+	})
 	return true
 }
 

@@ -22,13 +22,19 @@ func goroutineID() string {
 }
 
 // A request after an earlier one finished is served by the goroutine that
-// served the earlier one (its stack already grown), not a new one; two at
-// once get two goroutines; the role's stop ends the idle ones.
+// served the earlier one (its stack already grown), not a new one, whichever
+// owner of the host it is for; two at once get two goroutines; the role's
+// stop waits for its requests only, and the pool's close ends the idle
+// workers.
 func TestRequestGoroutinesAreReused(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	o := &owner{ctx: ctx, cancel: cancel, work: make(chan func())}
+	h := &Host{pool: newPool()}
+	newOwner := func() *owner {
+		ctx, cancel := context.WithCancel(context.Background())
+		return &owner{ctx: ctx, cancel: cancel, h: h}
+	}
+	o, o2 := newOwner(), newOwner()
 	b := newBudget("requests", "in flight", 8)
-	serveOn := func(release <-chan struct{}) <-chan string {
+	serveOn := func(o *owner, release <-chan struct{}) <-chan string {
 		ch := make(chan string, 1)
 		o.goRequest(&nats.Msg{}, b, func() {
 			if release != nil {
@@ -38,11 +44,13 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 		})
 		return ch
 	}
-	first := <-serveOn(nil)
-	// Let the first goroutine reach its wait for more.
+	first := <-serveOn(o, nil)
+	// Let the first goroutine reach its wait for more. The next request,
+	// for another owner (a failover wakes thousands, one request each),
+	// runs on it too.
 	var second string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if second = <-serveOn(nil); second == first || time.Now().After(deadline) {
+		if second = <-serveOn(o2, nil); second == first || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -50,8 +58,8 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 		t.Fatalf("the next request ran on goroutine %s, not the idle %s", second, first)
 	}
 	release := make(chan struct{})
-	busy := serveOn(release)
-	other := <-serveOn(nil)
+	busy := serveOn(o, release)
+	other := <-serveOn(o, nil)
 	close(release)
 	if held := <-busy; held == other {
 		t.Fatalf("two requests at once shared goroutine %s", held)
@@ -60,6 +68,21 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 	// is after it answered here.
 	waitInUse(t, b, 0)
 	o.stop0()
+	o2.stop0()
+	if n := h.pool.workers(); n != 2 {
+		t.Fatalf("%d workers started for at most two requests at once, want 2", n)
+	}
+	done := make(chan struct{})
+	go func() { h.pool.close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second): // well before workerIdle
+		t.Fatal("the pool's close did not end its idle workers")
+	}
+	// After close a job still runs, on a goroutine of its own.
+	ran := make(chan struct{})
+	h.pool.Go(func() { close(ran) })
+	<-ran
 }
 
 // stop0 cancels the role and waits for its request goroutines, as stop
