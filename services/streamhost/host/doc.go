@@ -58,9 +58,12 @@
 // # Locks and goroutines
 //
 // Lock order: replica.mu, then owner.mu, then the store's own locks
-// (streamlog.Copy's), then hostWaiters.mu, then waitSet.mu (the store's
-// OnChange takes both with the copy's lock held; nothing holding them takes
-// another lock, and waitSet.mu is also taken alone);
+// (streamlog.Copy's), then hostWaiters.mu, then waitSet.mu (nothing holding
+// them takes another lock, and waitSet.mu is also taken alone; the store's
+// OnChange, called with a copy's lock held, takes neither while the host
+// runs: it hands the change to the marking goroutine without waiting, since
+// a copy's lock held while waiting for them stopped the store's group
+// commits);
 // owner.inMu, idleWaits.mu and ownerIndex.mu are taken alone. No lock of this package is
 // held across an fsync, a NATS request or a publish:
 //
@@ -110,6 +113,10 @@
 //     (those still running are answered timeout and go on alone, holding
 //     their slots until they end; shutdown waits for them as for any
 //     request goroutine).
+//   - the marking goroutine (hostWaiters.markLoop, started by Run): it
+//     marks the store's changes in the idle sets (markQueue); ended by
+//     hostWaiters.close, which waits for it, as Run's shutdown begins (or
+//     on any earlier return of Run).
 //   - per follower, its worker (startFollower; ends on stop, which cancels
 //     it and waits, or when the store closes). Asleep on a host wait it
 //     deregisters when its context ends. Beside it its syncer, which waits
@@ -165,7 +172,9 @@
 //     intake and counts its writes in flight, so publishes take no
 //     host-wide lock, and a hold's expiry is a timer.
 //
-// Shutdown closes the request group, cancels and waits for the background
-// group, then stops every role (each stop waits for its goroutines), then
-// closes the store.
+// Shutdown answers the parked host waits and stops the marking goroutine
+// (hostWaiters.close), closes the request group, cancels and waits for the
+// background group, then stops every role (each stop waits for its
+// goroutines), waits for the idle copies' loops, closes the pool (its idle
+// workers end; every job has ended by then), then closes the store.
 package host

@@ -529,6 +529,8 @@ func (h *Host) Incarnation() uint64 { return h.incarnation }
 func (h *Host) Run(ctx context.Context) error {
 	defer h.bgCancel()
 	defer h.metrics.unobserve()
+	h.parked.start()
+	defer h.parked.close()
 	// Seals are answered from the start, before the first snapshot: a seal
 	// only fences storage, and a restarted host that can answer one lets a
 	// waiting recovery finish.

@@ -26,7 +26,44 @@ type hostWaiters struct {
 	// checked counts the copies the passes looked at (the tests and
 	// BenchmarkServeHostWaitPerJoin read it).
 	checked atomic.Int64
+	// marks, while start's goroutine runs, takes the store's changes to
+	// it (changed); nil: changed marks them itself.
+	marks atomic.Pointer[markQueue]
 }
+
+// markQueue carries the streams the store reports changed to the
+// goroutine that marks them in the sets (hostWaiters.markLoop). The store
+// reports with the copy's lock held, and the copy's lock is what its group
+// commit takes to complete an append: while OnChange waited for
+// hostWaiters.mu (held to apply a whole host wait, and then queued for by
+// every appender behind a writer) or a set's mu (hundreds of appenders in
+// a row, each handed it in turn on a saturated machine), the host's group
+// commits stopped, and with them every confirm of the host: seconds
+// without a confirm in a 10,000-stream failover. A change now costs a
+// send that never waits.
+type markQueue struct {
+	streams chan string
+	// overflow says a change found streams full: the loop then marks
+	// every watched copy of every set (what a lost change could have
+	// named).
+	overflow atomic.Bool
+	// kick wakes the loop after overflow is set: the queue may have
+	// drained between the failed send and the flag, and the loop would
+	// otherwise sleep on it (buffered 1).
+	kick chan struct{}
+	// overflows counts the changes that found the queue full (tests).
+	overflows atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// markQueueLen bounds the changes waiting for the loop; past it a change
+// costs a look at every watched copy.
+const markQueueLen = 8192
+
+// markBatch is how many changes the loop marks under one hold of the
+// locks.
+const markBatch = 256
 
 // waitSetKeep is how long an owner host keeps the set of a follower host
 // that sends no more host waits (it has no idle copy here, or is gone). A
@@ -48,9 +85,9 @@ const waitSetKeep = 4 * maxReplWait
 type waitSet struct {
 	node string
 	// mu guards the fields below. It is taken alone or under
-	// hostWaiters.mu; the store's OnChange takes it (changed) with a
-	// copy's lock held, so no owner's or copy's lock is taken, and nothing
-	// sent, while it is held.
+	// hostWaiters.mu; the marking of the store's changes takes it
+	// (changed, markLoop), so no owner's or copy's lock is taken, and
+	// nothing sent, while it is held.
 	mu sync.Mutex
 	// gen is the generation of copies the sender gave it
 	// (frame.HeaderHostWaitGen), when hasGen: a change based on any other
@@ -699,30 +736,97 @@ func (o *owner) hostWaitQuiet(node string, record, cursor uint64, refresh bool, 
 
 // changed marks dirty the copies of stream in every set that watches it,
 // and wakes the wait serving the set. The store calls it with the copy's
-// lock held (streamlog.Options.OnChange): it takes only hostWaiters.mu
-// (shared, so that appends of different streams do not queue on one
-// another) and each set's mu, and nothing holding those takes a copy's
-// lock.
+// lock held (streamlog.Options.OnChange), so it never waits: while start's
+// goroutine runs it hands stream to it (markQueue) and returns; without
+// it (a host that does not run, in tests) it marks the sets itself,
+// taking hostWaiters.mu (shared) and each set's mu, which nothing holding
+// them takes a copy's lock under.
 func (w *hostWaiters) changed(stream string) {
 	if w.n.Load() == 0 {
 		return
 	}
+	if q := w.marks.Load(); q != nil {
+		select {
+		case q.streams <- stream:
+		default:
+			q.overflows.Add(1)
+			q.overflow.Store(true)
+			select {
+			case q.kick <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	w.mark([]string{stream}, false)
+}
+
+// mark marks streams dirty in every set that watches them, or every
+// watched copy with all, and wakes the waits serving the sets.
+func (w *hostWaiters) mark(streams []string, all bool) {
 	w.mu.RLock()
 	for _, s := range w.sets {
-		s.changed(stream)
+		s.changed(streams, all)
 	}
 	w.mu.RUnlock()
 }
 
-func (s *waitSet) changed(stream string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id, ok := s.watch[stream]
-	if !ok {
+// start has the store's changes marked by a goroutine of their own (see
+// markQueue) until close.
+func (w *hostWaiters) start() {
+	q := &markQueue{streams: make(chan string, markQueueLen), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if !w.marks.CompareAndSwap(nil, q) {
 		return
 	}
-	s.dirty[id] = struct{}{}
-	if s.cur != nil {
+	go w.markLoop(q)
+}
+
+// markLoop marks the changes q carries, up to markBatch under one hold of
+// the locks, until q stops.
+func (w *hostWaiters) markLoop(q *markQueue) {
+	defer close(q.done)
+	batch := make([]string, 0, markBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case stream := <-q.streams:
+			batch = append(batch, stream)
+		case <-q.kick: // overflow set: mark everything below
+		case <-q.stop:
+			return
+		}
+	more:
+		for len(batch) < markBatch {
+			select {
+			case stream := <-q.streams:
+				batch = append(batch, stream)
+			default:
+				break more
+			}
+		}
+		w.mark(batch, q.overflow.Swap(false))
+	}
+}
+
+func (s *waitSet) changed(streams []string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	marked := false
+	if all {
+		for _, id := range s.watch {
+			s.dirty[id] = struct{}{}
+			marked = true
+		}
+	} else {
+		for _, stream := range streams {
+			if id, ok := s.watch[stream]; ok {
+				s.dirty[id] = struct{}{}
+				marked = true
+			}
+		}
+	}
+	if marked && s.cur != nil {
 		select {
 		case s.cur.wake <- struct{}{}:
 		default:
@@ -733,6 +837,15 @@ func (s *waitSet) changed(stream string) {
 // close answers every parked wait shutting_down, forgets the sets and
 // refuses new host waits.
 func (w *hostWaiters) close() {
+	// The sets go first (n is 0 when w.mu is given back), so that no
+	// change takes the synchronous path and waits for w.mu; then the
+	// marking goroutine stops.
+	defer func() {
+		if q := w.marks.Swap(nil); q != nil {
+			close(q.stop)
+			<-q.done
+		}
+	}()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true

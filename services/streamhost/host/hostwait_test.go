@@ -454,8 +454,11 @@ func TestPeerWaitGenerationsNeverRepeat(t *testing.T) {
 
 // BenchmarkHostWaitersChanged is the store's OnChange on an owner host
 // holding three follower hosts' idle sets of 2,500 copies each: every
-// append of the host calls it, from many streams at once. "unwatched":
-// an append to a stream none of the sets watches (a busy stream).
+// append of the host calls it, from many streams at once, and it hands the
+// stream to the marking goroutine (a send; past the queue's room a flag).
+// The stream is one none of the sets watches (a busy stream). Not
+// comparable with the figures before the marking goroutine (session 34:
+// the marking itself, on the caller).
 func BenchmarkHostWaitersChanged(b *testing.B) {
 	var w hostWaiters
 	w.sets = map[string]*waitSet{}
@@ -467,9 +470,89 @@ func BenchmarkHostWaitersChanged(b *testing.B) {
 		w.sets[node] = s
 	}
 	w.n.Store(3)
+	w.start()
+	defer w.close()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			w.changed("busy")
 		}
 	})
+}
+
+// The store reports a change with the copy's lock held, and the copy's lock
+// is what its group commit needs: a change must never wait for the idle
+// sets' locks (held by a host wait applying a whole set, or by a pass),
+// which stopped a host's group commits, and every confirm of the host, for
+// seconds in a 10,000-stream failover. The change is marked once the lock
+// is free; changes past the queue's room mark every watched copy.
+func TestStoreChangesNeverWaitForTheIdleSetsLocks(t *testing.T) {
+	var w hostWaiters
+	s := &waitSet{node: "n2", watch: map[string]uint64{"s": 7, "u": 8}, dirty: map[uint64]struct{}{}, copies: map[uint64]*setCopy{}}
+	w.sets = map[string]*waitSet{"n2": s}
+	w.n.Store(1)
+	w.start()
+	defer w.close()
+	dirty := func(id uint64) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.dirty[id]
+		return ok
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	// returns runs f with unlock's lock held and fails if f waited; the
+	// lock is given back either way, so that a failing f ends.
+	returns := func(what string, f func(), unlock func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+			unlock()
+		case <-time.After(2 * time.Second):
+			unlock()
+			<-done
+			t.Fatalf("%s waited for a lock", what)
+		}
+	}
+
+	// A set's lock held, then hostWaiters.mu held for writing.
+	s.mu.Lock()
+	returns("a change while a set is held", func() { w.changed("s") }, s.mu.Unlock)
+	eventually("the change was not marked once the set's lock was free", func() bool { return dirty(7) })
+	w.mu.Lock()
+	returns("a change while the sets are held", func() { w.changed("s") }, w.mu.Unlock)
+
+	// More changes than the queue holds, while the set is held: none
+	// waits, and once it is free every watched copy is marked, u too,
+	// which no change named.
+	eventually("the queue did not drain", func() bool { return len(w.marks.Load().streams) == 0 })
+	s.mu.Lock()
+	clear(s.dirty)
+	returns("changes past the queue's room", func() {
+		for i := range markQueueLen + markBatch + 10 {
+			w.changed(fmt.Sprintf("busy%d", i))
+		}
+	}, s.mu.Unlock)
+	eventually("a change past the queue's room did not mark every watched copy", func() bool { return dirty(7) && dirty(8) })
+	if n := w.marks.Load().overflows.Load(); n == 0 {
+		t.Fatal("no change counted past the queue's room")
+	}
+
+	// The flag set after the queue drained (the sender preempted between
+	// its failed send and the flag): its kick still has everything marked.
+	eventually("the queue did not drain", func() bool { return len(w.marks.Load().streams) == 0 })
+	s.mu.Lock()
+	clear(s.dirty)
+	s.mu.Unlock()
+	q := w.marks.Load()
+	q.overflow.Store(true)
+	q.kick <- struct{}{}
+	eventually("an overflow flagged after the queue drained marked nothing", func() bool { return dirty(7) && dirty(8) })
 }

@@ -117,8 +117,9 @@ func (h *Host) noteRefused(b *budget, n int) {
 // goRequest serves a request of the owner within b's slots, and answers
 // overloaded at once when b has none. It runs on the host's pool
 // (goTracked), whose workers keep the stacks earlier requests grew: a new
-// goroutine per request grew its stack every time. Goroutines stay bounded
-// by the budgets: each serves one request at a time.
+// goroutine per request grew its stack every time. The requests running
+// stay bounded by the budgets; the pool's idle workers number at most the
+// most jobs that ran at once, each ending after workerIdle idle.
 func (o *owner) goRequest(m *nats.Msg, b *budget, serve func()) {
 	if !b.take() {
 		o.h.refuse(m.Reply, b)

@@ -69,8 +69,10 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 	waitInUse(t, b, 0)
 	o.stop0()
 	o2.stop0()
-	if n := h.pool.workers(); n != 2 {
-		t.Fatalf("%d workers started for at most two requests at once, want 2", n)
+	// Two at once need two; a third may start if a request came while
+	// the worker that served the one before was still ending its job.
+	if n := h.pool.workers(); n < 2 || n > 3 {
+		t.Fatalf("%d workers started for at most two requests at once, want 2 (3 at most)", n)
 	}
 	done := make(chan struct{})
 	go func() { h.pool.close(); close(done) }()
