@@ -178,11 +178,33 @@ func AppendHostWaitChange(dst []byte, w *HostWaitChange) []byte {
 	dst = binary.AppendUvarint(dst, uint64(w.WaitMS))
 	dst = binary.AppendUvarint(dst, w.Base)
 	dst = binary.AppendUvarint(dst, w.Gen)
-	dst = binary.AppendUvarint(dst, uint64(len(w.Left)))
-	for _, id := range w.Left {
+	dst = appendStreamIDs(dst, w.Left)
+	return appendHostWaitCopies(dst, w.Copies)
+}
+
+// appendStreamIDs appends a count and the stream ids.
+func appendStreamIDs(dst []byte, ids []uint64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
 		dst = binary.AppendUvarint(dst, id)
 	}
-	return appendHostWaitCopies(dst, w.Copies)
+	return dst
+}
+
+// streamIDs reads a count and that many stream ids (what names them in
+// errors).
+func (d *decoder) streamIDs(what string) ([]uint64, error) {
+	n, err := d.hostCount(what, 1)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]uint64, n)
+	for i := range ids {
+		if ids[i], err = d.uvarint(what); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // DecodeHostWaitChange decodes a host wait change.
@@ -202,15 +224,8 @@ func DecodeHostWaitChange(p []byte) (*HostWaitChange, error) {
 	if w.Gen, err = d.uvarint("generation"); err != nil {
 		return nil, fmt.Errorf("frame: host wait change: %w", err)
 	}
-	n, err := d.hostCount("left stream id", 1)
-	if err != nil {
+	if w.Left, err = d.streamIDs("left stream id"); err != nil {
 		return nil, fmt.Errorf("frame: host wait change: %w", err)
-	}
-	w.Left = make([]uint64, n)
-	for i := range w.Left {
-		if w.Left[i], err = d.uvarint("left stream id"); err != nil {
-			return nil, fmt.Errorf("frame: host wait change: %w", err)
-		}
 	}
 	if w.Copies, err = d.hostWaitCopies(); err != nil {
 		return nil, fmt.Errorf("frame: host wait change: %w", err)
@@ -266,10 +281,7 @@ func AppendHostWake(dst []byte, w *HostWake) []byte {
 		kind = KindHostWakeRecords
 	}
 	dst = append(dst, Magic, Version, kind)
-	dst = binary.AppendUvarint(dst, uint64(len(w.StreamIDs)))
-	for _, id := range w.StreamIDs {
-		dst = binary.AppendUvarint(dst, id)
-	}
+	dst = appendStreamIDs(dst, w.StreamIDs)
 	if len(w.Batches) == 0 {
 		return dst
 	}
@@ -295,18 +307,13 @@ func DecodeHostWake(p []byte) (*HostWake, error) {
 	if err := d.header(kind); err != nil {
 		return nil, fmt.Errorf("frame: host wake: %w", err)
 	}
-	n, err := d.hostCount("stream id", 1)
+	ids, err := d.streamIDs("stream id")
 	if err != nil {
 		return nil, fmt.Errorf("frame: host wake: %w", err)
 	}
 	w := &HostWake{}
-	if n > 0 {
-		w.StreamIDs = make([]uint64, n)
-	}
-	for i := range w.StreamIDs {
-		if w.StreamIDs[i], err = d.uvarint("stream id"); err != nil {
-			return nil, fmt.Errorf("frame: host wake: %w", err)
-		}
+	if len(ids) > 0 {
+		w.StreamIDs = ids
 	}
 	if records {
 		if err := d.hostWakeBatches(w); err != nil {

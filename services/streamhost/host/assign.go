@@ -146,7 +146,7 @@ func (p *applies) Go(f func()) {
 	}
 	p.sem <- struct{}{}
 	p.wg.Add(1)
-	p.pool.run(func() {
+	p.pool.Go(func() {
 		defer p.wg.Done()
 		defer func() { <-p.sem }()
 		f()

@@ -307,7 +307,7 @@ func (t *tracker) Go(f func()) bool {
 	}
 	t.wg.Add(1)
 	t.mu.Unlock()
-	t.pool.run(func() {
+	t.pool.Go(func() {
 		defer t.wg.Done()
 		f()
 	})

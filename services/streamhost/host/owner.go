@@ -369,7 +369,7 @@ func (o *owner) goTracked(f func()) bool {
 	}
 	o.wg.Add(1)
 	o.mu.Unlock()
-	o.h.pool.run(func() {
+	o.h.pool.Go(func() {
 		defer o.wg.Done()
 		f()
 	})

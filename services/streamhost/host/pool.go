@@ -40,8 +40,13 @@ func newPool() *pool {
 }
 
 // Go runs f on an idle worker, or on a new one. It never blocks. After
-// close, f runs on a goroutine of its own.
+// close, or on a nil pool (hosts built in tests), f runs on a goroutine
+// of its own.
 func (p *pool) Go(f func()) {
+	if p == nil {
+		go f()
+		return
+	}
 	select {
 	case p.work <- f:
 		return
@@ -90,15 +95,6 @@ func (p *pool) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
-}
-
-// run runs f on p, or on a goroutine of its own when p is nil.
-func (p *pool) run(f func()) {
-	if p == nil {
-		go f()
-		return
-	}
-	p.Go(f)
 }
 
 // workers returns how many workers the pool has started (tests).
