@@ -143,8 +143,8 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// A new owner's notice ends the wait early (notices.go). The wait
 	// starts before the status check: a notice that arrives while the
 	// coordinators are asked (a round trip, longer on a busy cluster, and
-	// the first retry always asks) must wake the retry too, not leave it
-	// its whole backoff.
+	// the first retry after an attempt that did not merely time out asks)
+	// must wake the retry too, not leave it its whole backoff.
 	var notice <-chan struct{}
 	if r.stream != "" {
 		var release func()
@@ -241,7 +241,8 @@ const (
 )
 
 // infoDue reports whether the retry asks the coordinators about the stream
-// now: at the first retry, then after infoWait, and, once they said the
+// now (next skips it after an attempt that timed out, timedOut): at the
+// first retry, then after infoWait, and, once they said the
 // stream is recovering or waiting, only every infoSettled. The next change
 // of a failing-over stream is its new owner, which announces itself and
 // confirms the retry; asking on meanwhile sent the coordinators that
@@ -279,8 +280,9 @@ func (r *retrier) countRetry() {
 // failover of thousands of streams has as many publishers retrying at
 // once; asking every interval, they sent the coordinators that were
 // recovering those streams thousands of stream.info requests a second.
-// The first question still goes at the first retry (a stream that does
-// not exist is reported at once), and an owner's notice ends a retry's
+// The first question still goes at the first retry that follows an
+// attempt answered or refused (a stream that does not exist is reported
+// at once), and an owner's notice ends a retry's
 // wait whatever the interval.
 func infoWait(interval time.Duration, checks int) time.Duration {
 	return interval << min(max(checks-1, 0), maxInfoDoublings)

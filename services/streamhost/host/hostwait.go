@@ -23,8 +23,7 @@ type hostWaiters struct {
 	closed bool
 	sets   map[string]*waitSet // by follower node
 	n      atomic.Int32        // len(sets), read without mu by changed
-	// checked counts the copies the passes looked at (the tests and
-	// BenchmarkServeHostWaitPerJoin read it).
+	// checked counts the copies the passes looked at (the tests read it).
 	checked atomic.Int64
 	// marks, while start's goroutine runs, takes the store's changes to
 	// it (changed); nil: changed marks them itself.
@@ -145,8 +144,12 @@ type parkedWait struct {
 // wait to its sender's set, whole or changed (in the order they arrived),
 // parks it (replacing the sender's older one) and serves it in a
 // goroutine of the host's request group within the replication budget. A
-// change based on a generation this host does not hold is answered at
-// once with nothing and no generation: the sender sends its whole set.
+// whole set that carries a generation is answered at once, with nothing
+// and that generation, so that the sender's next host wait can be a
+// change (its joins would otherwise cancel every whole set before its
+// answer). A change based on a generation this host does not hold is
+// answered at once with nothing and no generation: the sender sends its
+// whole set.
 func (h *Host) onHostWait(m *nats.Msg) {
 	h.metrics.replReceived(replKindHostWait)
 	var full *frame.HostWait
@@ -461,7 +464,8 @@ func (s *waitSet) remove(pw *parkedWait) {
 // looks at the copies that joined or changed, or at every copy
 // (waitSet.take); each later pass at the copies whose stream changed
 // since, signalled, and every hostWaitGap at those whose ack is on its
-// way.
+// way; and at most every half wait one pass at every copy, which keeps
+// the quiet copies live.
 func (h *Host) serveHostWait(pw *parkedWait) {
 	s := pw.set
 	defer s.remove(pw)
@@ -488,7 +492,8 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			// (so the pass looks the owners up again after the watch is
 			// set; owners looked up before it could name a role stopped in
 			// between, whose change signalled no one: review R6).
-			s.watchOwners(check, h.ownedIDs.getCopies(check, owners))
+			owners = h.ownedIDs.getCopies(check, owners)
+			s.watchOwners(check, owners)
 			owners = h.ownedIDs.getCopies(check, owners)
 			req := &frame.HostWait{Node: s.node, WaitMS: pw.waitMS, Copies: check}
 			var ids []uint64
@@ -548,9 +553,9 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 // is not answered, or closed as the host stops, answered shutting_down.
 func (h *Host) endHostWait(pw *parkedWait) {
 	w := &h.parked
-	w.mu.Lock()
+	w.mu.RLock() // closing is written under the write lock
 	closing := pw.closing
-	w.mu.Unlock()
+	w.mu.RUnlock()
 	if closing {
 		h.replyErr(pw.reply, h.stopping())
 	}
