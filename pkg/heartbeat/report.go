@@ -146,9 +146,8 @@ func (r *Reporter) reportChanged(hb wire.Heartbeat) wire.Heartbeat {
 			changed = append(changed, cs)
 		}
 	}
-	byStream := func(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
-	slices.SortFunc(changed, byStream)
-	slices.SortFunc(gone, byStream)
+	slices.SortFunc(changed, byStreamName)
+	slices.SortFunc(gone, byStreamName)
 	hb.Copies = append(changed, gone...)
 	hb.Delta, hb.Since = true, since
 	return hb
@@ -162,6 +161,19 @@ type Copies struct {
 	beat        uint64 // the last report applied
 	synced      bool   // the copies are the host's as of report beat
 	copies      map[string]wire.CopyStatus
+	// list is copies sorted by stream name as List last returned it, and
+	// pending the changes of the deltas applied since, in order; listed
+	// says list is kept. List merges pending into a new list (a copy of
+	// it, and the changes sorted and placed) rather than sorting every
+	// name again: at thousands of copies a host's beats in a failover
+	// change hundreds, and the attention service sorted them all on every
+	// beat (issue 17). A full report or a reset drops the list, as do
+	// more changes pending than copies (a reader that never lists keeps
+	// none); List builds it again then. The slice is shared with List's
+	// callers and never modified.
+	list    []wire.CopyStatus
+	pending []wire.CopyStatus
+	listed  bool
 }
 
 // Apply applies a whole report and reports whether the copies changed
@@ -185,6 +197,7 @@ func (c *Copies) Apply(hb wire.Heartbeat) bool {
 			c.copies[cs.Stream] = cs
 		}
 		c.beat, c.synced = hb.Beat, true
+		c.dropList()
 		return true
 	}
 	if hb.Beat <= c.beat {
@@ -199,6 +212,12 @@ func (c *Copies) Apply(hb wire.Heartbeat) bool {
 			delete(c.copies, cs.Stream)
 		} else {
 			c.copies[cs.Stream] = cs
+		}
+	}
+	if c.listed {
+		c.pending = append(c.pending, hb.Copies...)
+		if len(c.pending) > len(c.copies) {
+			c.dropList()
 		}
 	}
 	c.beat = hb.Beat
@@ -221,11 +240,51 @@ func (c *Copies) Map() map[string]wire.CopyStatus { return c.copies }
 // Clone returns a copy of the copies by stream name (nil if none known).
 func (c *Copies) Clone() map[string]wire.CopyStatus { return maps.Clone(c.copies) }
 
-// List returns the copies sorted by stream name (empty, never nil).
+// List returns the copies sorted by stream name (empty, never nil). The
+// slice is shared: callers must not modify it. It stays as it is after
+// later Applies, which build a new one.
 func (c *Copies) List() []wire.CopyStatus {
-	out := make([]wire.CopyStatus, 0, len(c.copies))
-	for _, name := range slices.Sorted(maps.Keys(c.copies)) {
-		out = append(out, c.copies[name])
+	if c.listed && len(c.pending) > 0 {
+		c.list, c.pending = mergeChanges(c.list, c.pending), nil
 	}
-	return out
+	if !c.listed {
+		out := make([]wire.CopyStatus, 0, len(c.copies))
+		for _, name := range slices.Sorted(maps.Keys(c.copies)) {
+			out = append(out, c.copies[name])
+		}
+		c.list, c.listed = out, true
+	}
+	return c.list
+}
+
+// dropList forgets the sorted list; List builds it again.
+func (c *Copies) dropList() { c.list, c.pending, c.listed = nil, nil, false }
+
+func byStreamName(a, b wire.CopyStatus) int { return cmp.Compare(a.Stream, b.Stream) }
+
+// mergeChanges returns a new list: sorted, one copy per stream, with the
+// changes (of one delta or several, in order) applied to it as Apply
+// applies them to the map (a copy with Gone set is dropped, any other
+// replaces or joins; of several entries for one stream the last counts).
+// sorted is not modified.
+func mergeChanges(sorted, changed []wire.CopyStatus) []wire.CopyStatus {
+	changes := slices.Clone(changed)
+	slices.SortStableFunc(changes, byStreamName)
+	out := make([]wire.CopyStatus, 0, len(sorted)+len(changes))
+	i := 0
+	for k, cs := range changes {
+		if k+1 < len(changes) && changes[k+1].Stream == cs.Stream {
+			continue // a later entry for the same stream counts
+		}
+		j, _ := slices.BinarySearchFunc(sorted[i:], cs.Stream, func(e wire.CopyStatus, name string) int { return cmp.Compare(e.Stream, name) })
+		out = append(out, sorted[i:i+j]...)
+		i += j
+		if i < len(sorted) && sorted[i].Stream == cs.Stream {
+			i++ // replaced or dropped
+		}
+		if !cs.Gone {
+			out = append(out, cs)
+		}
+	}
+	return append(out, sorted[i:]...)
 }

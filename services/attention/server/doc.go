@@ -29,11 +29,13 @@
 //     memory never sees time go back; the reply is encoded and sent after.
 //   - Watcher.mu guards the view: the stream list with streamsAt,
 //     listedAt and lowerStreams; the cluster info with clusterAt and
-//     lowerCluster; noticed; the heartbeats (hbs), the report assembly
-//     (parts, reports) and the decoder (hbDec); listeningSince and
-//     reconnects. A pull sends its requests with no lock held and applies
-//     each reply under it (listCurrent, applyCluster, applyStreams). A
-//     heartbeat is decoded under it and then applied under it.
+//     lowerCluster; noticed; the heartbeats (hbs, listDue), the report
+//     assembly (parts, reports) and the decoder (hbDec); listeningSince
+//     and reconnects. A pull sends its requests with no lock held and
+//     applies each reply under it (listCurrent, applyCluster,
+//     applyStreams). A heartbeat is decoded under it and then applied
+//     under it; Snapshot lists under it the copies of the nodes whose
+//     reports changed since the last one (heartbeatsLocked).
 //   - metrics.mu guards the counts of the latest judging by kind.
 //
 // Goroutines, who starts them and how they stop:

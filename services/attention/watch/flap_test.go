@@ -142,7 +142,7 @@ func replayMassFailover(t *testing.T, cfg judge.Config) map[string][]flapEvent {
 			nodes = append(nodes, wire.NodeInfo{Node: n, State: st, Copies: 36})
 		}
 		w.mu.Lock()
-		hbs := maps.Clone(w.hbs)
+		hbs := w.heartbeatsLocked()
 		w.mu.Unlock()
 		v := judge.View{Streams: streams, Nodes: nodes, Version: 1, ListeningSince: t0.Add(-time.Minute)}
 		now := map[string]bool{}

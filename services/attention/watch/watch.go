@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +101,7 @@ type Watcher struct {
 	lowerCluster   int
 	noticed        uint64 // highest notice version that asked for a pull
 	hbs            map[string]judge.HeartbeatSeen
+	listDue        map[string]bool              // nodes whose hbs copies are to be listed from reports; guarded by mu
 	parts          *heartbeat.Assembler         // guarded by mu
 	reports        map[string]*heartbeat.Copies // each node's copies from its reports; guarded by mu
 	hbDec          *heartbeat.Decoder           // guarded by mu
@@ -129,6 +131,7 @@ func New(nc *nats.Conn, opts Options) *Watcher {
 		pullNow: make(chan struct{}, 1),
 		now:     time.Now,
 		hbs:     map[string]judge.HeartbeatSeen{},
+		listDue: map[string]bool{},
 		parts:   heartbeat.NewAssembler(),
 		reports: map[string]*heartbeat.Copies{},
 		hbDec:   heartbeat.NewDecoder(),
@@ -250,6 +253,7 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 			head := hb
 			head.Copies, head.Delta, head.Since, head.Live = []wire.CopyStatus{}, false, 0, false
 			w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: head, At: at}
+			delete(w.listDue, hb.Node)
 			return
 		}
 		seen.At = at
@@ -257,20 +261,29 @@ func (w *Watcher) onHeartbeat(msg *nats.Msg) {
 		w.hbs[hb.Node] = seen
 		return
 	}
-	if seen, had := w.hbs[hb.Node]; had && whole.Delta && len(whole.Copies) == 0 &&
-		seen.Heartbeat.Incarnation == whole.Incarnation {
-		// An empty delta, as every beat of an idle host is: the copies
-		// are those of the last report applied, which the node's
-		// heartbeat lists already (a delta applies only right after
-		// one). Rebuilding the sorted list of thousands of copies on
-		// every beat cost in proportion to what exists, not to what
-		// changed.
-		whole.Copies = seen.Heartbeat.Copies
-	} else {
-		whole.Copies = rep.List()
-	}
+	// The node's copies are listed when a judging asks for them
+	// (heartbeatsLocked), not here: a host's beats come twice a second,
+	// and in a mass failover each of them changes hundreds of its
+	// thousands of copies. rep keeps its sorted list across deltas, so a
+	// list costs a copy of it and the changes' merge, and nothing when
+	// nothing changed (issue 17).
+	whole.Copies = nil
 	whole.Delta, whole.Since = false, 0
 	w.hbs[hb.Node] = judge.HeartbeatSeen{Heartbeat: whole, At: at}
+	w.listDue[hb.Node] = true
+}
+
+// heartbeatsLocked returns a copy of the heartbeats seen, each node's
+// copies listed from its reports as of the last one applied. Call with
+// w.mu held.
+func (w *Watcher) heartbeatsLocked() map[string]judge.HeartbeatSeen {
+	for node := range w.listDue {
+		hs := w.hbs[node]
+		hs.Heartbeat.Copies = w.reports[node].List()
+		w.hbs[node] = hs
+		delete(w.listDue, node)
+	}
+	return maps.Clone(w.hbs)
 }
 
 func (w *Watcher) onNotice(msg *nats.Msg) {
@@ -469,9 +482,5 @@ func (w *Watcher) Snapshot(now time.Time) (judge.View, map[string]judge.Heartbea
 			st.PulledAt = w.clusterAt
 		}
 	}
-	hbs := make(map[string]judge.HeartbeatSeen, len(w.hbs))
-	for k, v := range w.hbs {
-		hbs[k] = v
-	}
-	return v, hbs, st
+	return v, w.heartbeatsLocked(), st
 }
