@@ -101,42 +101,15 @@ func SealBatchSubject(node string) string { return "brook.host." + node + ".seal
 func HostProbeSubject(node string) string { return "brook.host." + node + ".probe" }
 
 // Stream data-plane subjects; only the stream's current owner subscribes.
-func PublishSubject(stream string) string { return "brook.s." + stream + "." + VerbPublish }
-func FetchSubject(stream string) string   { return "brook.s." + stream + "." + VerbFetch }
-func CommitSubject(stream string) string  { return "brook.s." + stream + "." + VerbCommit }
-
-// IntakeWildcard matches the stream's four intake subjects (publish,
-// publish batch, fetch, cursor commit: one token after the stream) and no
-// other of its subjects: the owner takes them with one subscription
-// rather than four, as a mass failover's promotions each subscribed to
-// every one of them, and every subscription is an interest change that
-// each nats-server of the cluster applies (issue 17). IntakeVerb names
-// which of them a message came on.
-func IntakeWildcard(stream string) string { return "brook.s." + stream + ".*" }
-
-// The intake verbs, the last token of each intake subject.
-const (
-	VerbPublish      = "pub"
-	VerbPublishBatch = "pubb"
-	VerbFetch        = "fetch"
-	VerbCommit       = "commit"
-)
-
-// IntakeVerb returns the last token of an intake subject (VerbPublish,
-// ...), or "" for a subject with no dot.
-func IntakeVerb(subject string) string {
-	i := strings.LastIndexByte(subject, '.')
-	if i < 0 {
-		return ""
-	}
-	return subject[i+1:]
-}
+func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" }
+func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
+func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
 
 // PublishBatchSubject takes a publish batch (a frame.PubBatch, many records
 // in one request) and answers a frame.PubReply once every record of it is
 // confirmed, or an error reply like a publish's for a refusal of the whole
 // batch.
-func PublishBatchSubject(stream string) string { return "brook.s." + stream + "." + VerbPublishBatch }
+func PublishBatchSubject(stream string) string { return "brook.s." + stream + ".pubb" }
 
 // Limits of a publish batch at the owner: more records, or a larger frame,
 // is refused whole with CodePayloadTooLarge (a client splits its batches

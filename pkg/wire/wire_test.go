@@ -139,39 +139,3 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 }
-
-// The intake wildcard matches each of the four intake subjects (one token
-// after the stream) and none of the stream's other subjects, and
-// IntakeVerb names the verb.
-func TestIntakeWildcardMatchesTheFourVerbs(t *testing.T) {
-	const stream = "orders"
-	prefix := strings.TrimSuffix(wire.IntakeWildcard(stream), "*")
-	matches := func(subj string) bool {
-		rest, ok := strings.CutPrefix(subj, prefix)
-		return ok && rest != "" && !strings.Contains(rest, ".")
-	}
-	for subj, verb := range map[string]string{
-		wire.PublishSubject(stream):      wire.VerbPublish,
-		wire.PublishBatchSubject(stream): wire.VerbPublishBatch,
-		wire.FetchSubject(stream):        wire.VerbFetch,
-		wire.CommitSubject(stream):       wire.VerbCommit,
-	} {
-		if !matches(subj) {
-			t.Errorf("%s does not match %s", subj, wire.IntakeWildcard(stream))
-		}
-		if got := wire.IntakeVerb(subj); got != verb {
-			t.Errorf("IntakeVerb(%s) = %q, want %q", subj, got, verb)
-		}
-	}
-	for _, subj := range []string{
-		wire.OwnerNoticeSubject(stream, "h1"), wire.ReplicationSubject(stream, 3, "h1"),
-		wire.PublishSubject("orders2"), wire.HeartbeatSubject("h1"),
-	} {
-		if matches(subj) {
-			t.Errorf("%s matches %s", subj, wire.IntakeWildcard(stream))
-		}
-	}
-	if got := wire.IntakeVerb("nodots"); got != "" {
-		t.Errorf("IntakeVerb of a subject without a dot: %q", got)
-	}
-}

@@ -2,10 +2,8 @@
 // node in one Pebble database (package streamlog) and, for each copy, plays
 // the role its latest applied assignment gives it.
 //
-// An owner subscribes to the stream's intake (publish, publish batch,
-// fetch and commit: one subscription, wire.IntakeWildcard, its verb read
-// from the subject's last token) and to its replication subjects at its
-// epoch. Publishes are handed to one appender goroutine per
+// An owner subscribes to the stream's publish, fetch, commit and
+// replication subjects. Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
 // W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,

@@ -888,36 +888,3 @@ func TestNoticedEpochSurvivesAnOlderPull(t *testing.T) {
 		t.Fatalf("after the older pull's apply: %+v", hb)
 	}
 }
-
-// An owner takes its stream's four intake verbs on one subscription, not
-// one each (a mass failover's promotions each subscribed to all of them,
-// and every subscription is an interest change each nats-server of the
-// cluster applies): promoting a copy adds two subscriptions to the host's
-// connection, the intake's and replication's. A request on a verb of the
-// intake's wildcard that is none of the four is refused with bad_request,
-// not left unanswered.
-func TestOwnerTakesItsIntakeOnOneSubscription(t *testing.T) {
-	f := newFixture(t)
-	f.set(1, map[string]uint64{"q": 4}, one("q", 4, 1, []wire.HistoryStart{}, ""))
-	f.waitHB("owner of q", func(hb wire.Heartbeat) bool {
-		cs, ok := find(hb, "q")
-		return ok && cs.Role == wire.RoleOwner && f.host.Ready()
-	})
-	before := f.host.nc.NumSubscriptions()
-	f.set(2, map[string]uint64{"q": 4, "p": 5}, one("q", 4, 1, []wire.HistoryStart{}, ""), one("p", 5, 1, []wire.HistoryStart{}, ""))
-	f.waitHB("owner of p", func(hb wire.Heartbeat) bool {
-		cs, ok := find(hb, "p")
-		return ok && cs.Role == wire.RoleOwner
-	})
-	if got := f.host.nc.NumSubscriptions() - before; got != 2 {
-		t.Fatalf("promoting p added %d subscriptions, want 2 (intake and replication)", got)
-	}
-	if pc, werr := requestNamingStream(t, f.nc, wire.PublishSubject("p"), []byte("rec"), ""); werr != nil {
-		t.Fatalf("publish through the intake: %v", werr)
-	} else if len(pc.Data) == 0 {
-		t.Fatal("publish through the intake: empty confirm")
-	}
-	if _, werr := requestNamingStream(t, f.nc, "brook.s.p.bogus", []byte("x"), ""); codeOf(werr) != wire.CodeBadRequest {
-		t.Fatalf("request on brook.s.p.bogus: %v, want bad_request", werr)
-	}
-}

@@ -184,12 +184,20 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 	// already ack.
 	o.replSub, err = h.nc.Subscribe(wire.ReplicationWildcard(a.Stream, a.Epoch), o.onRepl)
 	if err == nil {
-		// One subscription for the four intake verbs (wire.IntakeWildcard).
-		var sub *nats.Subscription
-		subj := wire.IntakeWildcard(a.Stream)
-		if sub, err = h.nc.Subscribe(subj, o.unlessSuperseded(o.onIntake)); err != nil {
-			err = fmt.Errorf("subscribe %s: %w", subj, err)
-		} else {
+		for _, s := range []struct {
+			subj string
+			cb   nats.MsgHandler
+		}{
+			{wire.PublishSubject(a.Stream), o.onPublish},
+			{wire.PublishBatchSubject(a.Stream), o.onPublishBatch},
+			{wire.FetchSubject(a.Stream), o.onFetch},
+			{wire.CommitSubject(a.Stream), o.onCommit},
+		} {
+			var sub *nats.Subscription
+			if sub, err = h.nc.Subscribe(s.subj, o.unlessSuperseded(s.cb)); err != nil {
+				err = fmt.Errorf("subscribe %s: %w", s.subj, err)
+				break
+			}
 			o.subs = append(o.subs, sub)
 		}
 	} else {
@@ -786,26 +794,6 @@ func (o *owner) stopIntake(code string) {
 		close(o.in)
 	}
 	o.inMu.Unlock()
-}
-
-// onIntake takes a message on one of the stream's intake subjects to its
-// verb's handler. The wildcard matches one token only, so nothing else of
-// the stream's reaches it but a verb no client may send (nats-server lets
-// clients publish on the four verbs only): a request on one is refused
-// with bad_request, never left unanswered.
-func (o *owner) onIntake(m *nats.Msg) {
-	switch verb := wire.IntakeVerb(m.Subject); verb {
-	case wire.VerbPublish:
-		o.onPublish(m)
-	case wire.VerbPublishBatch:
-		o.onPublishBatch(m)
-	case wire.VerbFetch:
-		o.onFetch(m)
-	case wire.VerbCommit:
-		o.onCommit(m)
-	default:
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "stream %s: no such request %q", o.stream, verb))
-	}
 }
 
 // unlessSuperseded wraps an intake callback: once the role has stopped,
