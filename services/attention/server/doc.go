@@ -50,8 +50,9 @@
 //     it returns.
 //   - watch.Watcher.Run subscribes to heartbeats and change notices,
 //     flushes, and pulls at once, then on every Refresh and on every
-//     notice newer than what it holds, pulls at least minPullGap (or one
-//     pull's duration) apart; each request is bounded by RequestTimeout
+//     notice newer than what it holds, pulls at least minPullGap apart
+//     and pauses three times a pull's duration after it (pullGap); each
+//     request is bounded by RequestTimeout
 //     and by its context. It ends with its context and unsubscribes.
 //   - NATS delivers each subscription's messages on a goroutine of that
 //     subscription: onList (judges under Service.mu, then replies),
