@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/brook-streams/brook/pkg/wire"
@@ -64,7 +65,7 @@ func (d *Decoder) Decode(sender string, data []byte) (wire.Heartbeat, error) {
 	if end, ok := copiesEnd(data); ok {
 		var prefix wire.Heartbeat
 		raw := append(bytes.Clone(data[:end]), '}')
-		if json.Unmarshal(raw, &prefix) == nil {
+		if decodeWhole(raw, &prefix) == nil {
 			if hb, ok := withTail(prefix, data[end:]); ok {
 				// A liveness beat's empty copies, or a delta's few, would
 				// replace the full reports' in memory (they alternate): they
@@ -122,6 +123,30 @@ func withTail(prefix wire.Heartbeat, tail []byte) (wire.Heartbeat, bool) {
 	return tf.Heartbeat, true
 }
 
+// decodeWhole decodes data, a whole heartbeat object, into hb as
+// json.Unmarshal does. When data has one top-level "copies" member (in any
+// case) whose value is an array in the form json.Marshal writes
+// (decodeCopies), the copies are read by hand and only the other members
+// by encoding/json: a mass failover's deltas list hundreds of copies, and
+// three coordinators and attention decoding each with reflection was 4-5%
+// of the whole machine's CPU (issue 17). Anything else is decoded by
+// encoding/json alone, which then also gives the error.
+func decodeWhole(data []byte, hb *wire.Heartbeat) error {
+	if start, end, n := copiesSpan(data); n == 1 {
+		if copies, ok := decodeCopies(data[start:end]); ok {
+			rest := make([]byte, 0, len(data)-(end-start)+2)
+			rest = append(append(append(rest, data[:start]...), "[]"...), data[end:]...)
+			var out wire.Heartbeat
+			if json.Unmarshal(rest, &out) == nil {
+				out.Copies = copies
+				*hb = out
+				return nil
+			}
+		}
+	}
+	return json.Unmarshal(data, hb)
+}
+
 // copiesEnd returns the offset in data just past the value of the last
 // top-level member named "copies" (in any case, unescaped), found by a
 // structural scan that does not decode anything. It need not be exact to
@@ -129,43 +154,199 @@ func withTail(prefix wire.Heartbeat, tail []byte) (wire.Heartbeat, bool) {
 // and a split anywhere but after a top-level member makes one of them
 // invalid, so the message is then decoded whole.
 func copiesEnd(data []byte) (int, bool) {
+	_, end, n := copiesSpan(data)
+	return end, n > 0
+}
+
+// copiesSpan returns where the value of the last top-level member named
+// "copies" (in any case, unescaped) starts and ends in data, and how many
+// such members data has (0 if none, or if the scan fails).
+func copiesSpan(data []byte) (start, end, n int) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return 0, false
+		return 0, 0, 0
 	}
-	end, found := 0, false
 	for i++; ; {
 		i = skipSpace(data, i)
 		if i < len(data) && data[i] == '}' {
-			return end, found
+			return start, end, n
 		}
 		keyStart := i
 		i = skipValue(data, i)
 		if i < 0 || data[keyStart] != '"' {
-			return 0, false
+			return 0, 0, 0
 		}
 		key := data[keyStart+1 : i-1]
 		i = skipSpace(data, i)
 		if i >= len(data) || data[i] != ':' {
-			return 0, false
+			return 0, 0, 0
 		}
-		i = skipValue(data, skipSpace(data, i+1))
+		valueStart := skipSpace(data, i+1)
+		i = skipValue(data, valueStart)
 		if i < 0 {
-			return 0, false
+			return 0, 0, 0
 		}
 		if bytes.EqualFold(key, []byte("copies")) {
-			end, found = i, true
+			start, end, n = valueStart, i, n+1
 		}
 		i = skipSpace(data, i)
 		switch {
 		case i < len(data) && data[i] == ',':
 			i++
 		case i < len(data) && data[i] == '}':
-			return end, found
+			return start, end, n
+		default:
+			return 0, 0, 0
+		}
+	}
+}
+
+// decodeCopies decodes data, a JSON array of copies, when it is in the
+// form json.Marshal writes: no white space; objects whose members are
+// CopyStatus's, each named exactly as its tag (in any order; of a member
+// named twice the last counts, as in encoding/json); strings of printable
+// ASCII without escapes; numbers as plain digits without a leading zero
+// that fit a uint64; true or false. For such an array the result is
+// json.Unmarshal's. It reports false for anything else (null, other
+// forms, invalid JSON), which the caller then leaves to encoding/json.
+func decodeCopies(data []byte) ([]wire.CopyStatus, bool) {
+	if len(data) < 2 || data[0] != '[' {
+		return nil, false
+	}
+	out := []wire.CopyStatus{}
+	i := 1
+	if data[i] == ']' {
+		return out, i+1 == len(data)
+	}
+	for {
+		var cs wire.CopyStatus
+		var ok bool
+		if i, ok = decodeCopy(data, i, &cs); !ok {
+			return nil, false
+		}
+		out = append(out, cs)
+		switch {
+		case i < len(data) && data[i] == ',':
+			i++
+		case i < len(data) && data[i] == ']':
+			return out, i+1 == len(data)
+		default:
+			return nil, false
+		}
+	}
+}
+
+// decodeCopy decodes the object at data[i:] into cs (decodeCopies's form)
+// and returns the offset just past it.
+func decodeCopy(data []byte, i int, cs *wire.CopyStatus) (int, bool) {
+	if i >= len(data) || data[i] != '{' {
+		return 0, false
+	}
+	i++
+	if i < len(data) && data[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		key, next, ok := plainString(data, i)
+		if !ok || next >= len(data) || data[next] != ':' {
+			return 0, false
+		}
+		i = next + 1
+		switch key {
+		case "stream", "role":
+			var v string
+			if v, i, ok = plainString(data, i); !ok {
+				return 0, false
+			}
+			if key == "stream" {
+				cs.Stream = v
+			} else {
+				cs.Role = v
+			}
+		case "stream_id", "epoch", "record_tail", "cursor_tail", "confirmed":
+			var v uint64
+			if v, i, ok = plainUint(data, i); !ok {
+				return 0, false
+			}
+			switch key {
+			case "stream_id":
+				cs.StreamID = v
+			case "epoch":
+				cs.Epoch = v
+			case "record_tail":
+				cs.RecordTail = v
+			case "cursor_tail":
+				cs.CursorTail = v
+			default:
+				cs.Confirmed = v
+			}
+		case "sealed", "gone":
+			var v bool
+			switch {
+			case bytes.HasPrefix(data[i:], []byte("true")):
+				v, i = true, i+4
+			case bytes.HasPrefix(data[i:], []byte("false")):
+				i += 5
+			default:
+				return 0, false
+			}
+			if key == "sealed" {
+				cs.Sealed = v
+			} else {
+				cs.Gone = v
+			}
+		default:
+			return 0, false
+		}
+		switch {
+		case i < len(data) && data[i] == ',':
+			i++
+		case i < len(data) && data[i] == '}':
+			return i + 1, true
 		default:
 			return 0, false
 		}
 	}
+}
+
+// plainString reads the string at data[i:] if it is printable ASCII
+// between quotes with no escape, and returns it and the offset past it.
+func plainString(data []byte, i int) (string, int, bool) {
+	if i >= len(data) || data[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(data); j++ {
+		switch c := data[j]; {
+		case c == '"':
+			return string(data[i+1 : j]), j + 1, true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// plainUint reads the number at data[i:] if it is plain digits without a
+// leading zero (or a lone 0) that fit a uint64, and returns it and the
+// offset past it.
+func plainUint(data []byte, i int) (uint64, int, bool) {
+	j := i
+	var v uint64
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		d := uint64(data[j] - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, 0, false
+		}
+		v = v*10 + d
+		j++
+	}
+	if j == i || (data[i] == '0' && j > i+1) {
+		return 0, 0, false
+	}
+	if j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
+		return 0, 0, false
+	}
+	return v, j, true
 }
 
 func skipSpace(data []byte, i int) int {

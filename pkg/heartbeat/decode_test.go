@@ -3,6 +3,8 @@ package heartbeat
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -70,6 +72,63 @@ func TestDecoderMatchesUnmarshal(t *testing.T) {
 	}
 }
 
+// decodeCopies takes every array of copies json.Marshal writes, and
+// decodes it as json.Unmarshal does; any other array it either decodes as
+// json.Unmarshal does or leaves to it (reports false).
+func TestDecodeCopiesAsUnmarshal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		copies := make([]wire.CopyStatus, rng.IntN(5))
+		for i := range copies {
+			copies[i] = wire.CopyStatus{Stream: fmt.Sprintf("s-%d_X", rng.IntN(1000)), StreamID: rng.Uint64(), Role: []string{wire.RoleOwner, wire.RoleFollower, wire.RoleNone, ""}[rng.IntN(4)],
+				Epoch: rng.Uint64N(3), RecordTail: math.MaxUint64 - rng.Uint64N(2), CursorTail: rng.Uint64N(11), Confirmed: rng.Uint64N(2), Sealed: rng.IntN(2) == 0, Gone: rng.IntN(2) == 0}
+		}
+		data, err := json.Marshal(copies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := decodeCopies(data)
+		if !ok {
+			t.Fatalf("decodeCopies refused what json.Marshal wrote: %s", data)
+		}
+		if !reflect.DeepEqual(got, copies) {
+			t.Fatalf("decodeCopies(%s) = %+v, want %+v", data, got, copies)
+		}
+	}
+	for _, data := range []string{
+		`[]`, `[{}]`, `[{"stream":"a"},{}]`, `[{"epoch":0}]`, `[{"epoch":18446744073709551615}]`,
+		`[{"epoch":18446744073709551616}]`, `[{"epoch":01}]`, `[{"epoch":1.0}]`, `[{"epoch":1e3}]`, `[{"epoch":-1}]`,
+		`[{"epoch":null}]`, `[{"stream":"a\"b"}]`, `[{"stream":"a\u0041"}]`, `[{"stream":"é"}]`, `[{"Stream":"a"}]`,
+		`[{"stream":"a","stream":"b"}]`, `[{"other":1}]`, `[{"sealed":true,"gone":false}]`, `[{"sealed":tru}]`,
+		`[{"sealed":null}]`, `[ {"stream":"a"}]`, `[{"stream": "a"}]`, `[{"stream":"a"},]`, `[{"stream":"a"}`, `[{"stream":"a"}]x`,
+		`null`, `[null]`, `[1]`, `["a"]`, `[[]]`, `[{"stream":1}]`, `[{"epoch":"1"}]`, `[`, `]`, ``,
+	} {
+		var want []wire.CopyStatus
+		werr := json.Unmarshal([]byte(data), &want)
+		got, ok := decodeCopies([]byte(data))
+		if ok && (werr != nil || !reflect.DeepEqual(got, want)) {
+			t.Errorf("decodeCopies(%s) = %+v, json.Unmarshal gives %+v (%v)", data, got, want, werr)
+		}
+	}
+}
+
+// FuzzDecodeCopies: decodeCopies never disagrees with json.Unmarshal.
+func FuzzDecodeCopies(f *testing.F) {
+	f.Add([]byte(`[{"stream":"a","stream_id":1,"role":"owner","epoch":2,"record_tail":3,"cursor_tail":4,"confirmed":3,"sealed":false,"gone":true}]`))
+	f.Add([]byte(`[{"epoch":18446744073709551616}]`))
+	f.Add([]byte(`[{},{"stream":"x"}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := decodeCopies(data)
+		if !ok {
+			return
+		}
+		var want []wire.CopyStatus
+		if err := json.Unmarshal(data, &want); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeCopies(%q) = %+v, json.Unmarshal gives %+v (%v)", data, got, want, err)
+		}
+	})
+}
+
 // FuzzDecoder: after any message from a sender, the Decoder decodes any
 // next message from it as json.Unmarshal does.
 func FuzzDecoder(f *testing.F) {
@@ -78,6 +137,8 @@ func FuzzDecoder(f *testing.F) {
 	f.Add(base, append(base[:len(base)-1:len(base)-1], []byte(`,"copies":null}`)...))
 	f.Add(base, append(base[:len(base)-1:len(base)-1], []byte(`,}`)...))
 	f.Add([]byte(`{"copies":[],"node":"a"}`), []byte(`{"copies":[],"NODE":"b","Leaving":true}`))
+	f.Add([]byte(`{"copies":[{"stream":"a"}],"Copies":[{"stream":"b"}]}`), []byte(`{"node":"a","copies":[{"stream":"a","epoch":1}],"delta":true,"beat":"x"}`))
+	f.Add([]byte(`{"copies":[{"stream":"a","epoch":18446744073709551616}]}`), []byte(`{"copies":[{"stream":"a\u0041"}],"delta":true}`))
 	f.Fuzz(func(t *testing.T, prev, next []byte) {
 		d := NewDecoder()
 		checkDecode(t, d, "s", prev)
