@@ -28,6 +28,10 @@ type hostWaiters struct {
 	// marks, while start's goroutine runs, takes the store's changes to
 	// it (changed); nil: changed marks them itself.
 	marks atomic.Pointer[markQueue]
+	// overflows counts the changes that found marks full, each making the
+	// next marking look at every watched copy (exported as
+	// brook.host.idle.mark_overflows).
+	overflows atomic.Int64
 }
 
 // markQueue carries the streams the store reports changed to the
@@ -50,10 +54,8 @@ type markQueue struct {
 	// drained between the failed send and the flag, and the loop would
 	// otherwise sleep on it (buffered 1).
 	kick chan struct{}
-	// overflows counts the changes that found the queue full (tests).
-	overflows atomic.Int64
-	stop      chan struct{}
-	done      chan struct{}
+	stop chan struct{}
+	done chan struct{}
 }
 
 // markQueueLen bounds the changes waiting for the loop; past it a change
@@ -754,7 +756,7 @@ func (w *hostWaiters) changed(stream string) {
 		select {
 		case q.streams <- stream:
 		default:
-			q.overflows.Add(1)
+			w.overflows.Add(1)
 			q.overflow.Store(true)
 			select {
 			case q.kick <- struct{}{}:

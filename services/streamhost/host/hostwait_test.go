@@ -541,7 +541,7 @@ func TestStoreChangesNeverWaitForTheIdleSetsLocks(t *testing.T) {
 		}
 	}, s.mu.Unlock)
 	eventually("a change past the queue's room did not mark every watched copy", func() bool { return dirty(7) && dirty(8) })
-	if n := w.marks.Load().overflows.Load(); n == 0 {
+	if n := w.overflows.Load(); n == 0 {
 		t.Fatal("no change counted past the queue's room")
 	}
 

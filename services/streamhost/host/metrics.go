@@ -84,6 +84,7 @@ type metrics struct {
 	lagTime    metric.Float64ObservableGauge
 	streamLagR metric.Int64ObservableGauge
 	streamLagT metric.Float64ObservableGauge
+	overflows  metric.Int64ObservableCounter
 	reg        metric.Registration
 	codes      telemetry.AttrOptions // by error code, built once per code
 }
@@ -153,17 +154,22 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.streamLagT, err = mt.Float64ObservableGauge("brook.host.stream.lag.time", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest record a follower lacks behind this host's owner of a stream; the same series as brook.host.stream.lag.records."))
 	add(err)
+	m.overflows, err = mt.Int64ObservableCounter("brook.host.idle.mark_overflows", metric.WithUnit("{change}"),
+		metric.WithDescription("Store changes that found the idle sets' marking queue full; each made the next marking look at every copy the host waits watch."))
+	add(err)
 	return m, errors.Join(errs...)
 }
 
-// observe registers the callback of the host's gauges.
+// observe registers the callback of the host's gauges and observed
+// counters.
 func (m *metrics) observe(h *Host) error {
 	reg, err := telemetry.Meter(h.cfg.MeterProvider, MeterName).RegisterCallback(
 		func(ctx context.Context, o metric.Observer) error {
 			h.observeCopies(o, m)
 			h.observeLag(o, m, time.Now())
+			o.ObserveInt64(m.overflows, h.parked.overflows.Load())
 			return nil
-		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT)
+		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT, m.overflows)
 	if err != nil {
 		return err
 	}

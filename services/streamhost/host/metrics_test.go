@@ -57,6 +57,11 @@ func TestHostMetrics(t *testing.T) {
 		t.Fatalf("seal of another stream id: %v", e)
 	}
 	time.Sleep(20 * time.Millisecond) // the lag's age is measurable
+	// Changes that found the marking queue full (a burst the test cannot
+	// time) are counted by the idle sets; the counter exports their count.
+	c.mu.Lock()
+	c.hosts["n1"].h.parked.overflows.Add(3)
+	c.mu.Unlock()
 
 	ctx := context.Background()
 	f, err := metricstest.Scrape(ctx, url1)
@@ -97,6 +102,7 @@ func TestHostMetrics(t *testing.T) {
 		t.Errorf("n3's lag age %vs; want the age of the first record", age)
 	}
 	want("brook_host_seal_answered_total", 1, "error_type", wire.CodeNotFound)
+	want("brook_host_idle_mark_overflows_total", 3)
 	if s := f.Sum("brook_host_publish_duration_seconds"); s <= 0 {
 		t.Errorf("confirm latency sum %v", s)
 	}
