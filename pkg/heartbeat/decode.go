@@ -136,15 +136,32 @@ func decodeWhole(data []byte, hb *wire.Heartbeat) error {
 		if copies, ok := decodeCopies(data[start:end]); ok {
 			rest := make([]byte, 0, len(data)-(end-start)+2)
 			rest = append(append(append(rest, data[:start]...), "[]"...), data[end:]...)
-			var out wire.Heartbeat
-			if json.Unmarshal(rest, &out) == nil {
-				out.Copies = copies
-				*hb = out
+			// encoding/json counts the members it takes for the copies
+			// itself (a key with escapes, "c\u006fpies", is one that
+			// copiesSpan's scan of the raw bytes does not see): only
+			// when that is the one member read by hand are they used.
+			var out struct {
+				wire.Heartbeat
+				Copies membersCount `json:"copies"`
+			}
+			if json.Unmarshal(rest, &out) == nil && out.Copies == 1 {
+				out.Heartbeat.Copies = copies
+				*hb = out.Heartbeat
 				return nil
 			}
 		}
 	}
 	return json.Unmarshal(data, hb)
+}
+
+// membersCount counts the members encoding/json decodes into it (null
+// included).
+type membersCount int
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *membersCount) UnmarshalJSON([]byte) error {
+	*n++
+	return nil
 }
 
 // copiesEnd returns the offset in data just past the value of the last

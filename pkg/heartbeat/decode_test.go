@@ -66,6 +66,10 @@ func TestDecoderMatchesUnmarshal(t *testing.T) {
 		[]byte(`{"node":"h1","incarnation":7,"copies":[],"beat":"x"}`),
 		[]byte(`{"node":"h1","incarnation":7,"copies":[]} x`),
 		[]byte(`{"node":"h1","incarnation":7,"copies":[]}  `),
+		// Keys with escapes that encoding/json takes for the copies.
+		[]byte(`{"copies":[{"stream":"a"}],"c\u006fpies":[{"stream":"b"}]}`),
+		[]byte(`{"copies":[{"stream":"a"}],"copie\u017f":[{"stream":"b"}]}`),
+		[]byte(`{"c\u006fpies":[{"stream":"b","epoch":7}],"copies":[{"stream":"a"}]}`),
 		[]byte(`{"node":`), []byte(`{"node":"h1","copies":[{"stream":1}]}`), []byte(`{"node":"h1","copies":{}}`), []byte(`[]`),
 	} {
 		checkDecode(t, d, "a", data)
@@ -138,6 +142,7 @@ func FuzzDecoder(f *testing.F) {
 	f.Add(base, append(base[:len(base)-1:len(base)-1], []byte(`,}`)...))
 	f.Add([]byte(`{"copies":[],"node":"a"}`), []byte(`{"copies":[],"NODE":"b","Leaving":true}`))
 	f.Add([]byte(`{"copies":[{"stream":"a"}],"Copies":[{"stream":"b"}]}`), []byte(`{"node":"a","copies":[{"stream":"a","epoch":1}],"delta":true,"beat":"x"}`))
+	f.Add([]byte(`{"c\u006fpies":[{"stream":"b","epoch":7}],"copies":[{"stream":"a"}]}`), []byte(`{"copies":[{"stream":"a"}],"copie\u017f":[]}`))
 	f.Add([]byte(`{"copies":[{"stream":"a","epoch":18446744073709551616}]}`), []byte(`{"copies":[{"stream":"a\u0041"}],"delta":true}`))
 	f.Fuzz(func(t *testing.T, prev, next []byte) {
 		d := NewDecoder()

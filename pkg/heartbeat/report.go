@@ -241,8 +241,8 @@ func (c *Copies) Map() map[string]wire.CopyStatus { return c.copies }
 func (c *Copies) Clone() map[string]wire.CopyStatus { return maps.Clone(c.copies) }
 
 // List returns the copies sorted by stream name (empty, never nil). The
-// slice is shared: callers must not modify it. It stays as it is after
-// later Applies, which build a new one.
+// slice is shared: callers must not modify it. Later Applies do not change
+// it; the next List after a change returns a new slice.
 func (c *Copies) List() []wire.CopyStatus {
 	if c.listed && len(c.pending) > 0 {
 		c.list, c.pending = mergeChanges(c.list, c.pending), nil
@@ -252,7 +252,7 @@ func (c *Copies) List() []wire.CopyStatus {
 		for _, name := range slices.Sorted(maps.Keys(c.copies)) {
 			out = append(out, c.copies[name])
 		}
-		c.list, c.listed = out, true
+		c.list, c.pending, c.listed = out, nil, true
 	}
 	return c.list
 }

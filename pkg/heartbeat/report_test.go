@@ -176,7 +176,7 @@ func BenchmarkListAfterDelta(b *testing.B) {
 				}
 				c.Apply(delta)
 				if mode == "sorted" {
-					c.listed = false
+					c.dropList()
 				}
 				if len(c.List()) != n {
 					b.Fatal("copies lost")

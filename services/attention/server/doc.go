@@ -34,8 +34,8 @@
 //     and reconnects. A pull sends its requests with no lock held and
 //     applies each reply under it (listCurrent, applyCluster,
 //     applyStreams). A heartbeat is decoded under it and then applied
-//     under it; Snapshot lists under it the copies of the nodes whose
-//     reports changed since the last one (heartbeatsLocked).
+//     under it; Snapshot lists under it the copies of the nodes with a
+//     report applied since the last Snapshot (heartbeatsLocked).
 //   - metrics.mu guards the counts of the latest judging by kind.
 //
 // Goroutines, who starts them and how they stop:
@@ -51,7 +51,8 @@
 //   - watch.Watcher.Run subscribes to heartbeats and change notices,
 //     flushes, and pulls at once, then on every Refresh and on every
 //     notice newer than what it holds, pulls at least minPullGap apart
-//     and pauses three times a pull's duration after it (pullGap); each
+//     and pauses three times a pull's duration after it, at most 2 s
+//     (pullGap); each
 //     request is bounded by RequestTimeout
 //     and by its context. It ends with its context and unsubscribes.
 //   - NATS delivers each subscription's messages on a goroutine of that

@@ -60,15 +60,19 @@ const listMaxAge = 10 * time.Second
 // the whole list (20 pages each) were 2.9% of the whole machine's CPU in
 // a failover, and the coordinators' answers 1.1% more (issue 17), for a
 // list fresher by the length of a pull or so.
+// The pause is at most maxPullPause: a pull that ran into its requests'
+// timeouts (loaded coordinators) must not push the next one out by
+// several times them, leaving the view stale when it matters most.
 const (
-	minPullGap  = 200 * time.Millisecond
-	pullSpacing = 3
+	minPullGap   = 200 * time.Millisecond
+	pullSpacing  = 3
+	maxPullPause = 2 * time.Second
 )
 
 // pullGap is the least time from the start of a pull that took took to
 // the start of the next.
 func pullGap(took time.Duration) time.Duration {
-	return max(minPullGap, took+pullSpacing*took)
+	return max(minPullGap, took+min(pullSpacing*took, maxPullPause))
 }
 
 // Options configure a Watcher.

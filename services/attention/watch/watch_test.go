@@ -535,15 +535,18 @@ func beatWatcher(t *testing.T) (*Watcher, func(wire.Heartbeat)) {
 	}
 }
 
-// A pull is followed by a pause of pullSpacing times its length before
-// the next one starts, and pulls start at least minPullGap apart.
+// A pull is followed by a pause of pullSpacing times its length, at most
+// maxPullPause, before the next one starts, and pulls start at least
+// minPullGap apart.
 func TestPullGapPausesInProportionToThePull(t *testing.T) {
 	for _, tc := range []struct{ took, want time.Duration }{
 		{0, minPullGap},
 		{10 * time.Millisecond, minPullGap},
 		{50 * time.Millisecond, minPullGap},
 		{100 * time.Millisecond, 400 * time.Millisecond},
-		{time.Second, 4 * time.Second},
+		{500 * time.Millisecond, 2 * time.Second},
+		{time.Second, 3 * time.Second},
+		{5 * time.Second, 7 * time.Second},
 	} {
 		if got := pullGap(tc.took); got != tc.want {
 			t.Errorf("pullGap(%v) = %v, want %v", tc.took, got, tc.want)

@@ -28,9 +28,9 @@ type hostWaiters struct {
 	// marks, while start's goroutine runs, takes the store's changes to
 	// it (changed); nil: changed marks them itself.
 	marks atomic.Pointer[markQueue]
-	// overflows counts the changes that found marks full, each making the
-	// next marking look at every watched copy (exported as
-	// brook.host.idle.mark_overflows).
+	// overflows counts the changes that found the marking queue full,
+	// each making the next marking look at every watched copy (exported
+	// as brook.host.idle.mark_overflows).
 	overflows atomic.Int64
 }
 

@@ -155,7 +155,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Age of the oldest record a follower lacks behind this host's owner of a stream; the same series as brook.host.stream.lag.records."))
 	add(err)
 	m.overflows, err = mt.Int64ObservableCounter("brook.host.idle.mark_overflows", metric.WithUnit("{change}"),
-		metric.WithDescription("Store changes that found the idle sets' marking queue full; each made the next marking look at every copy the host waits watch."))
+		metric.WithDescription("Store changes that found the idle sets' marking queue full; each made the next marking look at every copy watched by parked host waits."))
 	add(err)
 	return m, errors.Join(errs...)
 }
