@@ -41,13 +41,15 @@ type decodedPrefix struct {
 // NewDecoder returns a Decoder that remembers nothing yet.
 func NewDecoder() *Decoder { return &Decoder{last: map[string]*decodedPrefix{}} }
 
-// present records that a member was there, even as null (a null copies
+// membersCount counts the members encoding/json decodes into it: it
+// stands in for the copies to tell whether, and how many times, a message
+// sets them (encoding/json calls it for null too, and a null copies
 // member empties the copies).
-type present bool
+type membersCount int
 
-// UnmarshalJSON implements json.Unmarshaler; json calls it for null too.
-func (p *present) UnmarshalJSON([]byte) error {
-	*p = true
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *membersCount) UnmarshalJSON([]byte) error {
+	*n++
 	return nil
 }
 
@@ -115,9 +117,9 @@ func withTail(prefix wire.Heartbeat, tail []byte) (wire.Heartbeat, bool) {
 	// tells when the tail sets them again.
 	tf := struct {
 		wire.Heartbeat
-		Copies present `json:"copies"`
+		Copies membersCount `json:"copies"`
 	}{Heartbeat: prefix}
-	if err := json.Unmarshal(obj, &tf); err != nil || tf.Copies {
+	if err := json.Unmarshal(obj, &tf); err != nil || tf.Copies > 0 {
 		return wire.Heartbeat{}, false
 	}
 	return tf.Heartbeat, true
@@ -152,16 +154,6 @@ func decodeWhole(data []byte, hb *wire.Heartbeat) error {
 		}
 	}
 	return json.Unmarshal(data, hb)
-}
-
-// membersCount counts the members encoding/json decodes into it (null
-// included).
-type membersCount int
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (n *membersCount) UnmarshalJSON([]byte) error {
-	*n++
-	return nil
 }
 
 // copiesEnd returns the offset in data just past the value of the last

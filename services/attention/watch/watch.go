@@ -60,6 +60,7 @@ const listMaxAge = 10 * time.Second
 // the whole list (20 pages each) were 2.9% of the whole machine's CPU in
 // a failover, and the coordinators' answers 1.1% more (issue 17), for a
 // list fresher by the length of a pull or so.
+//
 // The pause is at most maxPullPause: a pull that ran into its requests'
 // timeouts (loaded coordinators) must not push the next one out by
 // several times them, leaving the view stale when it matters most.
