@@ -550,7 +550,9 @@ func (h *Host) Run(ctx context.Context) error {
 	} {
 		s, err := h.nc.Subscribe(sub.subject, sub.handle)
 		if err != nil {
-			unsubscribeAll(subs)
+			// What the subscriptions made so far started (a notice's
+			// roles, the pool's workers) stops before the store closes.
+			h.stop(subs)
 			return h.closeStore(fmt.Errorf("subscribe %s: %w", sub.subject, err))
 		}
 		subs = append(subs, s)
@@ -568,7 +570,21 @@ func (h *Host) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	h.shutdown()
+	h.stop(subs)
+	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("flush nats on shutdown", "err", err)
+	}
+	h.closeBeatConn()
+	h.log.Info("stream host stopped")
+	return h.closeStore(nil)
+}
 
+// stop ends what Run started, in order: the subscriptions subs, the
+// parked host waits, the requests in flight, the background loops, every
+// role (answering shutting_down), the idle waits and the pool's workers.
+// Run calls it after its graceful shutdown, or when a subscription failed
+// (what the earlier ones started then stops before the store closes).
+func (h *Host) stop(subs []*nats.Subscription) {
 	unsubscribeAll(subs)
 	h.parked.close()
 	h.reqs.Close()
@@ -581,12 +597,6 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.idle.wg.Wait()
 	h.pool.close()
-	if err := h.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		h.log.Warn("flush nats on shutdown", "err", err)
-	}
-	h.closeBeatConn()
-	h.log.Info("stream host stopped")
-	return h.closeStore(nil)
 }
 
 // unsubscribeAll unsubscribes subs, the last first.
