@@ -474,6 +474,13 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	wait := wire.WaitUpTo(int64(pw.waitMS), maxReplWait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// refresh and again are reset on each pass (stopped ones, with Go
+	// 1.23's timers, never deliver a stale tick after a Reset).
+	refresh := time.NewTimer(wait)
+	defer refresh.Stop()
+	again := time.NewTimer(hostWaitGap)
+	again.Stop()
+	defer again.Stop()
 	first := true
 	// final: the wait is over; this pass answers what it finds, or that
 	// nothing changed.
@@ -530,12 +537,13 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		first = false
 		var tick <-chan time.Time
 		if len(inFlight) > 0 {
-			tick = time.After(hostWaitGap)
+			again.Reset(hostWaitGap)
+			tick = again.C
 		}
 		// The next pass over every copy keeps them live while this wait
 		// is parked (a change's first pass looks only at the copies that
 		// changed): at most half a wait between two.
-		refresh := time.NewTimer(time.Until(due))
+		refresh.Reset(time.Until(due))
 		select {
 		case <-pw.wake:
 		case <-tick:
@@ -543,11 +551,11 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		case <-timer.C:
 			final = true
 		case <-pw.end:
-			refresh.Stop()
 			h.endHostWait(pw)
 			return
 		}
 		refresh.Stop()
+		again.Stop()
 	}
 }
 
