@@ -21,6 +21,7 @@ import (
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
@@ -96,8 +97,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Duration("disconnect-grace", wire.DefaultDisconnectGrace, "after a disconnect advisory, how long to wait for a heartbeat or liveness beat")
 	fs.Duration("probe-timeout", wire.DefaultProbeTimeout, "before a ttl expiry the leader asks the host whether it is alive: the longest it waits for the answer (the wait adapts to how late beats arrive lately, from a small floor on a quiet machine up to this; no responders expires at once)")
 	fs.String("default-policy", policy.Default, "confirm policy stamped on replicated assignments")
-	fs.Duration("replace-after", 30*time.Second, "how long a stream may miss a copy before a new node replaces it")
-	fs.Duration("seal-timeout", time.Second, "how long recovery waits for each seal")
+	fs.Duration("replace-after", controller.DefaultReplaceAfter, "how long a stream may miss a copy before a new node replaces it")
+	fs.Duration("seal-timeout", recovery.DefaultSealTimeout, "how long recovery waits for each seal, from when it is sent")
 	fs.Int("max-streams", state.DefaultMaxStreams, "most streams the cluster holds; a create past it is refused with stream_limit")
 	fs.Int("max-copies-per-host", state.DefaultMaxCopiesPerHost, "most stream copies a create places on one host; a create that finds too few hosts below it is refused with host_limit (failovers may exceed it)")
 	fs.Int("max-inflight", server.DefaultMaxInflight, "most admin requests this replica serves at once, and apart from them most hosts' assignment pulls and leaves; one more is answered overloaded (clients and hosts retry after a backoff)")

@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/brook-streams/brook/pkg/wire"
+	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
 )
@@ -159,5 +161,21 @@ func TestRaftTLS(t *testing.T) {
 	t.Setenv("BROOK_RAFT_CA", "")
 	if _, err := Load([]string{"--data-dir", "d", "--raft-cert", "c.pem", "--raft-key", "k.pem"}); err == nil {
 		t.Error("--raft-cert and --raft-key without a CA accepted")
+	}
+}
+
+// The flags' defaults are the packages' own, one definition each: a
+// coordinator started without them gets what server.Options.defaults
+// fills in and what the recovery worker and the controller fall back to.
+func TestDefaultsAreThePackagesOwn(t *testing.T) {
+	c, err := Load([]string{"--data-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SealTimeout != recovery.DefaultSealTimeout || c.ReplaceAfter != controller.DefaultReplaceAfter ||
+		c.TTL != wire.DefaultHostTTL || c.ProbeTimeout != wire.DefaultProbeTimeout {
+		t.Fatalf("seal timeout %v (package %v), replace after %v (package %v), ttl %v (package %v), probe timeout %v (package %v)",
+			c.SealTimeout, recovery.DefaultSealTimeout, c.ReplaceAfter, controller.DefaultReplaceAfter,
+			c.TTL, wire.DefaultHostTTL, c.ProbeTimeout, wire.DefaultProbeTimeout)
 	}
 }

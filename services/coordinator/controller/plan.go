@@ -34,6 +34,11 @@ const (
 	ActUpdate = "update"
 )
 
+// DefaultReplaceAfter is how long a stream may miss a copy before a fresh
+// node replaces it, unless configured (the coordinator's --replace-after
+// and server.Options.ReplaceAfter take it).
+const DefaultReplaceAfter = 30 * time.Second
+
 // Detection reasons for ActExpire and ActRecover.Detected.
 const (
 	DetectTTL      = "ttl"
@@ -72,7 +77,9 @@ type Action struct {
 type Params struct {
 	TTL             time.Duration
 	DisconnectGrace time.Duration
-	ReplaceAfter    time.Duration
+	// ReplaceAfter is how long a stream may miss a copy before a fresh
+	// node replaces it (DefaultReplaceAfter unless configured).
+	ReplaceAfter time.Duration
 	// DefaultPolicy is stamped on assignments of streams whose create named
 	// no policy.
 	DefaultPolicy string

@@ -23,7 +23,9 @@ const (
 	maxBackoff = 2 * time.Second
 )
 
-// DefaultSealTimeout is used when Worker.SealTimeout is not set.
+// DefaultSealTimeout is how long a seal is given from when it is sent,
+// unless configured: the one default of the coordinator's --seal-timeout,
+// of server.Options.SealTimeout and of a Worker without SealTimeout.
 const DefaultSealTimeout = 2 * time.Second
 
 // SealQueueAllowance is how long, at most, a seal may wait in its

@@ -119,10 +119,10 @@ func (o *Options) defaults() error {
 		o.ProbeTimeout = wire.DefaultProbeTimeout
 	}
 	if o.ReplaceAfter <= 0 {
-		o.ReplaceAfter = 30 * time.Second
+		o.ReplaceAfter = controller.DefaultReplaceAfter
 	}
 	if o.SealTimeout <= 0 {
-		o.SealTimeout = time.Second
+		o.SealTimeout = recovery.DefaultSealTimeout
 	}
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = state.DefaultMaxStreams
