@@ -194,6 +194,12 @@ func (c *Client) UndrainNode(ctx context.Context, node string) (wire.OK, error) 
 // next epoch. A move that did not complete is a *wire.Error: not_found,
 // bad_request (not a live follower), conflict (a recovery or another move
 // pending, or the recovery promoted another copy), timeout or unavailable.
+// The coordinator may take up to req.TimeoutMS plus 11 s (with its default
+// 2 s seal timeout) to answer a move whose hand-off or recovery runs long,
+// and the Client's admin timeout (WithAdminTimeout, DefaultAdminTimeout)
+// bounds the wait for that answer: raise it, or expect a timeout error
+// for a move that may still complete (stream.info then says where the
+// stream is).
 func (c *Client) MoveStream(ctx context.Context, req wire.StreamMove) (wire.StreamMoveReply, error) {
 	var out wire.StreamMoveReply
 	err := c.Admin(ctx, wire.VerbStreamMove, req, &out)

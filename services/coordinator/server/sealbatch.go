@@ -23,8 +23,9 @@ const (
 	// when its slowest seal has ended, so a smaller batch keeps one slow
 	// seal (a copy waiting for its queued writes) from holding many
 	// answers back: at 3,000 streams batches of 256, 4 in flight, left
-	// many first seal rounds unanswered within the 1 s seal timeout,
-	// batches of 64, 8 in flight, none (docs/benchmarks.md, session 25).
+	// many first seal rounds unanswered within the then-default 1 s seal
+	// timeout, batches of 64, 8 in flight, none (docs/benchmarks.md,
+	// session 25).
 	maxSealBatch = 64
 	// maxSealSenders is the most batches in flight to one node at once:
 	// one slow batch (a batch is answered when its slowest seal is) does

@@ -474,13 +474,13 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 	wait := wire.WaitUpTo(int64(pw.waitMS), maxReplWait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	// refresh and again are reset on each pass (stopped ones, with Go
+	// refresh and gap are reset on each pass (stopped ones, with Go
 	// 1.23's timers, never deliver a stale tick after a Reset).
 	refresh := time.NewTimer(wait)
 	defer refresh.Stop()
-	again := time.NewTimer(hostWaitGap)
-	again.Stop()
-	defer again.Stop()
+	gap := time.NewTimer(hostWaitGap)
+	gap.Stop()
+	defer gap.Stop()
 	first := true
 	// final: the wait is over; this pass answers what it finds, or that
 	// nothing changed.
@@ -537,8 +537,8 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 		first = false
 		var tick <-chan time.Time
 		if len(inFlight) > 0 {
-			again.Reset(hostWaitGap)
-			tick = again.C
+			gap.Reset(hostWaitGap)
+			tick = gap.C
 		}
 		// The next pass over every copy keeps them live while this wait
 		// is parked (a change's first pass looks only at the copies that
@@ -555,7 +555,7 @@ func (h *Host) serveHostWait(pw *parkedWait) {
 			return
 		}
 		refresh.Stop()
-		again.Stop()
+		gap.Stop()
 	}
 }
 
