@@ -527,10 +527,10 @@ func (h *Host) Incarnation() uint64 { return h.incarnation }
 // Run serves until ctx is done, then shuts down gracefully and closes the
 // store. It returns once everything it started has stopped.
 func (h *Host) Run(ctx context.Context) error {
-	defer h.bgCancel()
 	defer h.metrics.unobserve()
+	// Both returns below go through stop, which closes the parked waits
+	// and cancels the background context.
 	h.parked.start()
-	defer h.parked.close()
 	// Seals are answered from the start, before the first snapshot: a seal
 	// only fences storage, and a restarted host that can answer one lets a
 	// waiting recovery finish.
