@@ -100,16 +100,34 @@ func SealBatchSubject(node string) string { return "brook.host." + node + ".seal
 // host's request gets "no responders".
 func HostProbeSubject(node string) string { return "brook.host." + node + ".probe" }
 
-// Stream data-plane subjects; only the stream's current owner subscribes.
-func PublishSubject(stream string) string { return "brook.s." + stream + ".pub" }
-func FetchSubject(stream string) string   { return "brook.s." + stream + ".fetch" }
-func CommitSubject(stream string) string  { return "brook.s." + stream + ".commit" }
+// Stream data-plane subjects; only the stream's current owner subscribes,
+// to all four at once (StreamOpWildcard).
+func PublishSubject(stream string) string { return "brook.s." + stream + "." + OpPublish }
+func FetchSubject(stream string) string   { return "brook.s." + stream + "." + OpFetch }
+func CommitSubject(stream string) string  { return "brook.s." + stream + "." + OpCommit }
+
+// The last tokens of the stream data-plane subjects.
+const (
+	OpPublish      = "pub"
+	OpPublishBatch = "pubb"
+	OpFetch        = "fetch"
+	OpCommit       = "commit"
+)
+
+// StreamOpWildcard matches the four data-plane subjects of stream
+// (publish, publish batch, fetch, commit) and nothing else of brook's: the
+// owner's one subscription for them. StreamOp names which one a message
+// came on. (The replication and owner-notice subjects have more tokens.)
+func StreamOpWildcard(stream string) string { return "brook.s." + stream + ".*" }
+
+// StreamOp is the last token of subject, or "" if it has no dot.
+func StreamOp(subject string) string { return lastToken(subject) }
 
 // PublishBatchSubject takes a publish batch (a frame.PubBatch, many records
 // in one request) and answers a frame.PubReply once every record of it is
 // confirmed, or an error reply like a publish's for a refusal of the whole
 // batch.
-func PublishBatchSubject(stream string) string { return "brook.s." + stream + ".pubb" }
+func PublishBatchSubject(stream string) string { return "brook.s." + stream + "." + OpPublishBatch }
 
 // Limits of a publish batch at the owner: more records, or a larger frame,
 // is refused whole with CodePayloadTooLarge (a client splits its batches
@@ -148,7 +166,10 @@ func ReplicationWildcard(stream string, epoch uint64) string {
 
 // ReplicationNode is the node a ReplicationSubject names (its last token),
 // or "" if subject has no dot.
-func ReplicationNode(subject string) string {
+func ReplicationNode(subject string) string { return lastToken(subject) }
+
+// lastToken is the part of subject after its last dot, or "" if it has none.
+func lastToken(subject string) string {
 	i := strings.LastIndexByte(subject, '.')
 	if i < 0 {
 		return ""

@@ -2,8 +2,9 @@
 // node in one Pebble database (package streamlog) and, for each copy, plays
 // the role its latest applied assignment gives it.
 //
-// An owner subscribes to the stream's publish, fetch, commit and
-// replication subjects. Publishes are handed to one appender goroutine per
+// An owner subscribes to the stream's data-plane subjects (publish,
+// publish batch, fetch, commit: one wildcard subscription) and to its
+// epoch's replication subjects (a second one). Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
 // W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,

@@ -520,6 +520,50 @@ func TestPublishNamesItsStream(t *testing.T) {
 	}
 }
 
+// An owner takes its stream's four data-plane verbs on one subscription
+// and its followers' replication on a second, and gives both up with the
+// role: a failover that promotes thousands of copies makes two SUBs per
+// stream, not five. A message on the stream's wildcard that names no verb
+// is refused with bad_request.
+func TestOwnerSubscribesTwice(t *testing.T) {
+	f := newFixture(t)
+	f.waitHB("a ready host", func(wire.Heartbeat) bool { return f.host.Ready() })
+	base := f.host.nc.NumSubscriptions()
+	f.set(1, map[string]uint64{"p": 5, "q": 6},
+		one("p", 5, 1, []wire.HistoryStart{}, ""), one("q", 6, 1, []wire.HistoryStart{}, ""))
+	f.waitHB("owner of p and q", func(hb wire.Heartbeat) bool {
+		p, okp := find(hb, "p")
+		q, okq := find(hb, "q")
+		return okp && okq && p.Role == wire.RoleOwner && q.Role == wire.RoleOwner
+	})
+	if n := f.host.nc.NumSubscriptions(); n != base+4 {
+		t.Fatalf("%d subscriptions with two owned streams, want %d (2 per owner)", n, base+4)
+	}
+	// Every verb still reaches its handler through the one subscription.
+	if _, werr := requestNamingStream(t, f.nc, wire.PublishSubject("p"), []byte("rec"), ""); werr != nil {
+		t.Fatalf("publish: %v", werr)
+	}
+	if _, werr := requestNamingStream(t, f.nc, wire.FetchSubject("p"), []byte(`{"start":"earliest"}`), ""); werr != nil {
+		t.Fatalf("fetch: %v", werr)
+	}
+	if _, werr := requestNamingStream(t, f.nc, wire.CommitSubject("p"), []byte(`{"cursor":"k","offset":1}`), ""); werr != nil {
+		t.Fatalf("cursor commit: %v", werr)
+	}
+	if _, werr := requestNamingStream(t, f.nc, "brook.s.p.bogus", []byte("x"), ""); codeOf(werr) != wire.CodeBadRequest {
+		t.Fatalf("a request on no verb: %v, want %s", werr, wire.CodeBadRequest)
+	}
+	// p's role ends (its stream is gone): its two subscriptions go, the
+	// intake's once its drain is over.
+	f.set(2, map[string]uint64{"q": 6}, one("q", 6, 1, []wire.HistoryStart{}, ""))
+	deadline := time.Now().Add(10 * time.Second)
+	for f.host.nc.NumSubscriptions() != base+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions after p's role ended, want %d", f.host.nc.NumSubscriptions(), base+2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // codeOf is the code of werr, or "" for none.
 func codeOf(werr *wire.Error) string {
 	if werr == nil {

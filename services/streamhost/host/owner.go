@@ -87,8 +87,16 @@ type owner struct {
 	// assignment's followers (replSlots).
 	replReqs *budget
 
-	subs    []*nats.Subscription // publish, fetch, commit
-	replSub *nats.Subscription
+	// intakeSub takes the stream's publishes, publish batches, fetches
+	// and cursor commits (onStreamOp), replSub its followers' replication
+	// requests and acks. One subscription for the four operations, not
+	// one each: nats.go runs a goroutine per subscription, and each is a
+	// SUB through the cluster's routes when a failover promotes thousands
+	// of copies at once. Replication keeps its own: a publish that waits
+	// for room in a full intake queue holds the intake's subscription,
+	// and the followers' acks must still come through.
+	intakeSub *nats.Subscription
+	replSub   *nats.Subscription
 
 	// short mirrors mu.conf.short() for the appender, which checks it
 	// before writing without taking mu.
@@ -183,25 +191,10 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 	// Followers first, so that the first publishes meet followers that can
 	// already ack.
 	o.replSub, err = h.nc.Subscribe(wire.ReplicationWildcard(a.Stream, a.Epoch), o.onRepl)
-	if err == nil {
-		for _, s := range []struct {
-			subj string
-			cb   nats.MsgHandler
-		}{
-			{wire.PublishSubject(a.Stream), o.onPublish},
-			{wire.PublishBatchSubject(a.Stream), o.onPublishBatch},
-			{wire.FetchSubject(a.Stream), o.onFetch},
-			{wire.CommitSubject(a.Stream), o.onCommit},
-		} {
-			var sub *nats.Subscription
-			if sub, err = h.nc.Subscribe(s.subj, o.unlessSuperseded(s.cb)); err != nil {
-				err = fmt.Errorf("subscribe %s: %w", s.subj, err)
-				break
-			}
-			o.subs = append(o.subs, sub)
-		}
-	} else {
+	if err != nil {
 		err = fmt.Errorf("subscribe replication: %w", err)
+	} else if o.intakeSub, err = h.nc.Subscribe(wire.StreamOpWildcard(a.Stream), o.unlessSuperseded(o.onStreamOp)); err != nil {
+		err = fmt.Errorf("subscribe %s: %w", wire.StreamOpWildcard(a.Stream), err)
 	}
 	o.wg.Add(2)
 	go o.appender()
@@ -374,6 +367,29 @@ func (o *owner) goTracked(f func()) bool {
 		f()
 	})
 	return true
+}
+
+// onStreamOp is the callback of the owner's one subscription to the stream's
+// data-plane subjects (wire.StreamOpWildcard): it hands each message to
+// its operation's handler. Every handler returns at once except a publish's
+// when the intake queue is full (enqueue): that holds this subscription's
+// later messages in NATS, the stream's fetches and cursor commits among
+// them, until the appender has taken one.
+func (o *owner) onStreamOp(m *nats.Msg) {
+	switch v := wire.StreamOp(m.Subject); v {
+	case wire.OpPublish:
+		o.onPublish(m)
+	case wire.OpPublishBatch:
+		o.onPublishBatch(m)
+	case wire.OpFetch:
+		o.onFetch(m)
+	case wire.OpCommit:
+		o.onCommit(m)
+	default:
+		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+			"stream %s: no operation %q (%s, %s, %s or %s)", o.stream, v,
+			wire.OpPublish, wire.OpPublishBatch, wire.OpFetch, wire.OpCommit))
+	}
 }
 
 // onPublish is the publish subject's callback. It only checks the size and
@@ -754,8 +770,8 @@ func (o *owner) expire() {
 // publishes that are not written yet fail with code. Followers are still
 // served and written publishes may still be confirmed.
 //
-// The subscriptions are drained, not unsubscribed: an Unsubscribe drops
-// the messages NATS has already handed to the subscription (or sent
+// The intake subscription is drained, not unsubscribed: an Unsubscribe
+// drops the messages NATS has already handed to the subscription (or sent
 // before it heard of the unsubscribe) whose callback has not run yet, and
 // a publish among them would get no answer at all, its client waiting out
 // its request timeout (TestPublishesAcrossTheSealAnswered). Drained, each
@@ -767,26 +783,24 @@ func (o *owner) expire() {
 // the connection; watchDrain ends that connection.
 func (o *owner) stopIntake(code string) {
 	if o.closing.Load() != nil {
-		return // stopped before: the subscriptions drain already
+		return // stopped before: the subscription drains already
 	}
 	reconnects := o.h.nc.Stats().Reconnects
 	o.drainFrom.Store(reconnects) // before closing: unlessSuperseded reads it after
 	if !o.closing.CompareAndSwap(nil, &code) {
 		return
 	}
-	drained := make([]*nats.Subscription, 0, len(o.subs))
-	for _, s := range o.subs {
+	if s := o.intakeSub; s != nil {
 		err := s.Drain()
 		switch {
 		case err == nil:
-			drained = append(drained, s)
+			if !o.h.reqs.Go(func() { o.h.watchDrain([]*nats.Subscription{s}, reconnects) }) {
+				o.log.Debug("host stopping: drain not watched")
+			}
 		case !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) &&
 			!errors.Is(err, nats.ErrConnectionDraining):
 			o.log.Warn("drain", "subject", s.Subject, "err", err)
 		}
-	}
-	if len(drained) > 0 && !o.h.reqs.Go(func() { o.h.watchDrain(drained, reconnects) }) {
-		o.log.Debug("host stopping: drain not watched")
 	}
 	o.inMu.Lock()
 	if !o.inClosed {
