@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -13,18 +14,19 @@ import (
 
 // adminOnce sends one admin request and decodes the reply into resp.
 func (c *Client) adminOnce(ctx context.Context, verb string, req, resp any) error {
-	return c.jsonOnce(ctx, wire.AdminSubject(verb), req, resp)
+	return c.jsonOnce(ctx, wire.AdminSubject(verb), req, resp, c.opts.adminTimeout)
 }
 
-// jsonOnce sends one JSON request to subject and decodes the reply.
-func (c *Client) jsonOnce(ctx context.Context, subject string, req, resp any) error {
+// jsonOnce sends one JSON request to subject, waits up to wait for the
+// reply and decodes it.
+func (c *Client) jsonOnce(ctx context.Context, subject string, req, resp any, wait time.Duration) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", subject, err)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = body
-	reply, err := c.request(ctx, msg, c.opts.adminTimeout, replyJSON)
+	reply, err := c.request(ctx, msg, wait, replyJSON)
 	if err != nil {
 		return err
 	}
@@ -62,13 +64,18 @@ func writeRetryable(err error) bool {
 // overloaded; writes only on no responders, unavailable and overloaded,
 // within the retry limits.
 func (c *Client) Admin(ctx context.Context, verb string, req, resp any) error {
+	return c.adminWithin(ctx, verb, req, resp, c.opts.adminTimeout)
+}
+
+// adminWithin is Admin with wait as each attempt's wait for its reply.
+func (c *Client) adminWithin(ctx context.Context, verb string, req, resp any, wait time.Duration) error {
 	retry := writeRetryable
 	switch verb {
 	case wire.VerbStreamInfo, wire.VerbStreamList, wire.VerbClusterInfo:
 		retry = readRetryable
 	}
 	return c.withSimpleRetry(ctx, "admin "+verb, retry, func(ctx context.Context) error {
-		return c.adminOnce(ctx, verb, req, resp)
+		return c.jsonOnce(ctx, wire.AdminSubject(verb), req, resp, wait)
 	})
 }
 
@@ -194,15 +201,14 @@ func (c *Client) UndrainNode(ctx context.Context, node string) (wire.OK, error) 
 // next epoch. A move that did not complete is a *wire.Error: not_found,
 // bad_request (not a live follower), conflict (a recovery or another move
 // pending, or the recovery promoted another copy), timeout or unavailable.
-// The coordinator may take up to req.TimeoutMS plus 11 s (with its default
-// 2 s seal timeout) to answer a move whose hand-off or recovery runs long,
-// and the Client's admin timeout (WithAdminTimeout, DefaultAdminTimeout)
-// bounds the wait for that answer: raise it, or expect a timeout error
-// for a move that may still complete (stream.info then says where the
-// stream is).
+// A move whose hand-off or recovery runs long is answered within
+// wire.MoveReplyWithin(req.TimeoutMS) (req.TimeoutMS plus 12 s), so the
+// request waits that long, or the Client's admin timeout if longer; ctx
+// may end it sooner. A timeout error means the move may still complete
+// (stream.info then says where the stream is).
 func (c *Client) MoveStream(ctx context.Context, req wire.StreamMove) (wire.StreamMoveReply, error) {
 	var out wire.StreamMoveReply
-	err := c.Admin(ctx, wire.VerbStreamMove, req, &out)
+	err := c.adminWithin(ctx, wire.VerbStreamMove, req, &out, max(c.opts.adminTimeout, wire.MoveReplyWithin(req.TimeoutMS)))
 	return out, err
 }
 
@@ -234,7 +240,7 @@ func (c *Client) ClearAttention(ctx context.Context, stream string) (wire.OK, er
 func (c *Client) AttentionList(ctx context.Context) (wire.AttentionListReply, error) {
 	var list wire.AttentionListReply
 	err := c.withSimpleRetry(ctx, "attention list", readRetryable, func(ctx context.Context) error {
-		return c.jsonOnce(ctx, wire.AttentionList, wire.Empty{}, &list)
+		return c.jsonOnce(ctx, wire.AttentionList, wire.Empty{}, &list, c.opts.adminTimeout)
 	})
 	return list, err
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
@@ -96,5 +97,40 @@ func TestAdminRetryRules(t *testing.T) {
 	ci, err := c.ClusterInfo(ctxTimeout(t, 10*time.Second))
 	if err != nil || ci.Leader != 2 || infos.Load() != 3 {
 		t.Fatalf("cluster info = %+v, %v after %d asks", ci, err, infos.Load())
+	}
+}
+
+// A stream.move may take its hand-off timeout and the recovery after it to
+// be answered: the client waits for that (wire.MoveReplyWithin), not only
+// its admin timeout, which still bounds the other verbs.
+func TestMoveStreamWaitsForTheMovesAnswer(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	const answerAfter = 400 * time.Millisecond
+	for _, verb := range []string{wire.VerbStreamMove, wire.VerbNodeDrain} {
+		subscribe(t, svc, wire.AdminSubject(verb), func(m *nats.Msg) {
+			go func() {
+				time.Sleep(answerAfter)
+				if verb == wire.VerbStreamMove {
+					respondJSON(t, m, wire.StreamMoveReply{Stream: "s", From: "h1", To: "h2", Epoch: 2})
+					return
+				}
+				respondJSON(t, m, wire.OK{OK: true})
+			}()
+		})
+	}
+	c := connectClient(t, url, WithAdminTimeout(100*time.Millisecond), WithRetry(0, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	rep, err := c.MoveStream(ctx, wire.StreamMove{Stream: "s", Node: "h2"})
+	if err != nil || rep.To != "h2" || rep.Epoch != 2 {
+		t.Fatalf("move answered after %v with a 100ms admin timeout: %+v, %v", answerAfter, rep, err)
+	}
+	if _, err := c.DrainNode(ctx, "h1"); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("drain answered after %v with a 100ms admin timeout: %v, want a timeout", answerAfter, err)
+	}
+	// The caller's context still ends the wait.
+	short := ctxTimeout(t, 150*time.Millisecond)
+	if _, err := c.MoveStream(short, wire.StreamMove{Stream: "s"}); err == nil || !errors.Is(short.Err(), context.DeadlineExceeded) {
+		t.Fatalf("move under a 150ms context: %v", err)
 	}
 }

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // StreamMove asks the coordinators to move ownership of a live stream to
 // Node, one of its followers, or to the best live follower when Node is
 // empty (stream.move). The owner stops taking publishes, the target catches
@@ -9,11 +11,32 @@ type StreamMove struct {
 	Stream string `json:"stream"`
 	Node   string `json:"node,omitempty"`
 	// TimeoutMS bounds the owner's hand-off (stop intake, wait for the
-	// target's durable ack of the tail); 0: the coordinator's default; at
-	// most MaxMoveTimeoutMS. The request's deadline covers it and the
-	// recovery after it: wait up to TimeoutMS plus about 9 s (default
-	// seal timeout) for the reply.
+	// target's durable ack of the tail); 0: DefaultMoveTimeoutMS; at most
+	// MaxMoveTimeoutMS. The request's deadline covers it and the recovery
+	// after it: the reply comes within MoveReplyWithin(TimeoutMS).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// DefaultMoveTimeoutMS is a move's hand-off timeout when the request names
+// none.
+const DefaultMoveTimeoutMS = 2000
+
+// MoveReplyMargin is how much longer than its hand-off timeout a
+// stream.move may take to be answered: the coordinator's read and the
+// move's record (5 s), the hand-off's answer (1 s), the recovery after it
+// (two seal rounds at the default seal timeout of 2 s and a second), and
+// a second for the reply to travel. A coordinator whose seal timeout makes
+// the move longer answers timeout at MoveReplyWithin less that second and
+// leaves the move's recovery to finish on its own.
+const MoveReplyMargin = 12 * time.Second
+
+// MoveReplyWithin is how long a stream.move with timeoutMS (0: the
+// default) may take to be answered: how long a caller should wait.
+func MoveReplyWithin(timeoutMS int64) time.Duration {
+	if timeoutMS <= 0 {
+		timeoutMS = DefaultMoveTimeoutMS
+	}
+	return time.Duration(timeoutMS)*time.Millisecond + MoveReplyMargin
 }
 
 // MaxMoveTimeoutMS bounds a move's hand-off timeout (stream.move's

@@ -172,7 +172,7 @@ type Mover struct {
 const DefaultMoveFinish = 10 * time.Second
 
 // DefaultMoveTimeout bounds a hand-off when nothing else is said.
-const DefaultMoveTimeout = 2 * time.Second
+const DefaultMoveTimeout = wire.DefaultMoveTimeoutMS * time.Millisecond
 
 // MoveResult is a completed move.
 type MoveResult struct {

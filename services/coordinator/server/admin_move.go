@@ -124,7 +124,7 @@ func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 	// shutdown cuts it (the move's recovery then finishes on its own
 	// bounded context, recovery.Mover.Finish).
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(s.reqCtx, s.moveRequestTimeout(timeout))
+	ctx, cancel := context.WithTimeout(s.reqCtx, s.moveRequestTimeout(req.TimeoutMS))
 	defer cancel()
 	// The stream, every node and the load counts: not a copy of every
 	// stream.
@@ -136,12 +136,15 @@ func (s *Server) streamMove(_ context.Context, body []byte) (any, error) {
 }
 
 // moveRequestTimeout bounds a stream.move whose hand-off timeout is
-// timeout (0: the default): the read and the begin (requestTimeout), the
+// timeoutMS (0: the default): the read and the begin (requestTimeout), the
 // hand-off (its timeout and a second for the answer) and the recovery
-// after it (moverGrace, as recovery.Mover.Finish). A caller waiting for
-// the reply should allow as long.
-func (s *Server) moveRequestTimeout(timeout time.Duration) time.Duration {
-	return requestTimeout + recovery.HandoffBound(timeout) + s.moverGrace()
+// after it (moverGrace, as recovery.Mover.Finish), but no longer than its
+// callers wait (wire.MoveReplyWithin, less a second for the reply to
+// reach them): with a seal timeout above the default the move is answered
+// timeout then, and its recovery finishes on its own.
+func (s *Server) moveRequestTimeout(timeoutMS int64) time.Duration {
+	whole := requestTimeout + recovery.HandoffBound(time.Duration(timeoutMS)*time.Millisecond) + s.moverGrace()
+	return min(whole, wire.MoveReplyWithin(timeoutMS)-time.Second)
 }
 
 // validStreamAndNode checks a request's stream name and its node name,
