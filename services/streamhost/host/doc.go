@@ -65,7 +65,7 @@
 // runs: it hands the change to the marking goroutine without waiting, since
 // a copy's lock held while waiting for them stopped the store's group
 // commits);
-// owner.inMu, idleWaits.mu, ownerIndex.mu and replies.mu are taken alone. No lock of this package is
+// owner.inMu, owner.track, idleWaits.mu, ownerIndex.mu and replies.mu are taken alone. No lock of this package is
 // held across an fsync, a NATS request or a publish:
 //
 //   - replica.mu serializes a copy's role changes, seals and assignment
@@ -73,8 +73,9 @@
 //     and across stopping the role, which waits for the role's goroutines;
 //     none of them takes replica.mu.
 //   - owner.mu guards the fields grouped in owner.mu: the confirmer, the
-//     watermark's wake-up channel, the expiry timer, the stopped flag and
-//     the log-once maps. Every path that changes the confirmer (an append
+//     watermark's wake-up channel, the expiry timer and the log-once
+//     maps; owner.track, taken alone, the stopped flag that ends the
+//     role's request goroutines (goTracked). Every path that changes the confirmer (an append
 //     made durable, a follower's ack, an assignment update, an expiry, a
 //     failure) builds its replies under it and sends them after releasing
 //     it (owner.send). The appender calls Append (which waits for the

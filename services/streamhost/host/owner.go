@@ -108,6 +108,16 @@ type owner struct {
 	// before the role subscribes; read without mu.
 	settledFloor uint64
 
+	// track guards stopped: once set (by stop), goTracked starts no
+	// request goroutine, so stop's wait for the role's WaitGroup ends. Its
+	// own mutex, not mu: every request the owner serves starts under it,
+	// in the intake subscription's callback among others, which then
+	// need not wait for the confirm bookkeeping.
+	track struct {
+		sync.Mutex
+		stopped bool
+	}
+
 	// mu guards the fields in it. Replies are built under it and sent
 	// after (send); nothing holds it across an fsync or a NATS request.
 	mu struct {
@@ -121,7 +131,6 @@ type owner struct {
 		startTail uint64
 		wmCh      chan struct{} // closed and replaced when the watermark advances
 		timer     *time.Timer   // fires expire at the earliest deadline
-		stopped   bool          // no new request goroutines
 		// diverged is the record tail at which each follower last failed
 		// the log matching check, so that a follower retrying is logged
 		// once.
@@ -355,13 +364,13 @@ func closeError(code, stream string) *wire.Error {
 // goTracked runs f in a goroutine the role's stop waits for, unless the
 // role has stopped.
 func (o *owner) goTracked(f func()) bool {
-	o.mu.Lock()
-	if o.mu.stopped {
-		o.mu.Unlock()
+	o.track.Lock()
+	if o.track.stopped {
+		o.track.Unlock()
 		return false
 	}
 	o.wg.Add(1)
-	o.mu.Unlock()
+	o.track.Unlock()
 	o.h.pool.Go(func() {
 		defer o.wg.Done()
 		f()
@@ -886,9 +895,9 @@ func (o *owner) stop(code string) {
 		}
 	}
 	o.failPending(code)
-	o.mu.Lock()
-	o.mu.stopped = true
-	o.mu.Unlock()
+	o.track.Lock()
+	o.track.stopped = true
+	o.track.Unlock()
 	o.cancel()
 	o.wg.Wait()
 }

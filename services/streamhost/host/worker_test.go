@@ -90,9 +90,9 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 // stop0 cancels the role and waits for its request goroutines, as stop
 // does once the rest of the role has stopped.
 func (o *owner) stop0() {
-	o.mu.Lock()
-	o.mu.stopped = true
-	o.mu.Unlock()
+	o.track.Lock()
+	o.track.stopped = true
+	o.track.Unlock()
 	o.cancel()
 	o.wg.Wait()
 }
