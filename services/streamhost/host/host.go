@@ -272,8 +272,6 @@ type Host struct {
 	drainForces atomic.Uint64
 	// drains are the ended roles' drains watchDrain still watches.
 	drains drainWatch
-	// replies sends the host's replies one at a time (reply.go).
-	replies replies
 
 	// Caps on requests in flight (limits.go): readers' requests (fetches,
 	// commit waits), followers' replication requests, seals, and among
