@@ -25,13 +25,13 @@ const DefaultMoveTimeoutMS = 2000
 // stream.move may take to be answered: the coordinator's read and the
 // move's record (5 s), the hand-off's answer (1 s), the recovery after it
 // (two seal rounds at the default seal timeout of 2 s and a second), and
-// a second for the reply to travel. A coordinator whose seal timeout makes
-// the move longer answers timeout at MoveReplyWithin less that second and
-// leaves the move's recovery to finish on its own.
+// a second for the reply to travel. A coordinator with a longer seal
+// timeout may answer a slow move later, by twice the difference.
 const MoveReplyMargin = 12 * time.Second
 
 // MoveReplyWithin is how long a stream.move with timeoutMS (0: the
-// default) may take to be answered: how long a caller should wait.
+// default) may take to be answered at the default seal timeout: how long
+// a caller should wait.
 func MoveReplyWithin(timeoutMS int64) time.Duration {
 	if timeoutMS <= 0 {
 		timeoutMS = DefaultMoveTimeoutMS

@@ -100,7 +100,8 @@ type Limits struct {
 }
 
 // DefaultLimits are account BROOK's limits when Spec.Limits is zero. A host
-// subscribes to four subjects per owned stream.
+// holds two subscriptions per owned stream (its publishes, fetches and
+// cursor commits on one, its followers' replication on the other).
 var DefaultLimits = Limits{MaxConnections: 4096, MaxSubscriptions: 65536, MaxPayload: 8 << 20}
 
 // SysLimits are account SYS's limits: the advisory listeners subscribe to

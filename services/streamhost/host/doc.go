@@ -65,7 +65,7 @@
 // runs: it hands the change to the marking goroutine without waiting, since
 // a copy's lock held while waiting for them stopped the store's group
 // commits);
-// owner.inMu, owner.track, idleWaits.mu, ownerIndex.mu and replies.mu are taken alone. No lock of this package is
+// owner.inMu, owner.track, idleWaits.mu and ownerIndex.mu are taken alone. No lock of this package is
 // held across an fsync, a NATS request or a publish:
 //
 //   - replica.mu serializes a copy's role changes, seals and assignment
@@ -84,12 +84,6 @@
 //     (pubbatch.go).
 //   - owner.inMu guards closing the intake channel against a publish
 //     callback sending on it.
-//   - replies.mu guards the host's queue of replies and whether a
-//     goroutine is sending them (reply.go). The goroutine that finds none
-//     sending sends its own reply and then the queue, outside the lock; so
-//     a goroutine that replies may publish other goroutines' replies
-//     before its reply call returns, and one that finds the queue full
-//     waits on replies.mu's condition until the sender takes it.
 //
 // Goroutines, who starts them and how they stop:
 //

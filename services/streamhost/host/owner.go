@@ -380,10 +380,14 @@ func (o *owner) goTracked(f func()) bool {
 
 // onStreamOp is the callback of the owner's one subscription to the stream's
 // data-plane subjects (wire.StreamOpWildcard): it hands each message to
-// its operation's handler. Every handler returns at once except a publish's
-// when the intake queue is full (enqueue): that holds this subscription's
-// later messages in NATS, the stream's fetches and cursor commits among
-// them, until the appender has taken one.
+// its operation's handler, in turn: a handler holds the operations behind
+// it. A publish waits when the intake queue is full (enqueue), holding the
+// stream's later messages in NATS (its fetches and cursor commits among
+// them, which then share the subscription's pending limits with the
+// publishes and may be dropped with them as a slow consumer's) until the
+// appender has taken one; a cursor commit at or below the watermark is
+// written here (onCommit, a write without an fsync); fetches and waiting
+// commits go to their own goroutines at once.
 func (o *owner) onStreamOp(m *nats.Msg) {
 	switch v := wire.StreamOp(m.Subject); v {
 	case wire.OpPublish:
@@ -401,7 +405,7 @@ func (o *owner) onStreamOp(m *nats.Msg) {
 	}
 }
 
-// onPublish is the publish subject's callback. It only checks the size and
+// onPublish takes a publish (onStreamOp). It only checks the size and
 // queues the message: the appender writes it.
 func (o *owner) onPublish(m *nats.Msg) {
 	if len(m.Data) > o.h.cfg.MaxPayload {
@@ -873,12 +877,12 @@ func (o *owner) settled() bool {
 	return o.mu.move.inflight == 0 && o.mu.conf.settled(time.Now())
 }
 
-// stop ends the role: its intake subscriptions drain (stopIntake) and its
+// stop ends the role: its intake subscription drains (stopIntake) and its
 // replication subscription is gone, waiting publishes fail with code, and
 // when it returns every goroutine the role started (appender, completer,
 // request goroutines) has returned. What it does not wait for, as it is
 // called under the replica's lock and the drain ends after a round trip to
-// the server: the drained subscriptions' callbacks, which run on NATS's
+// the server: the drained subscription's callbacks, which run on NATS's
 // goroutines after it returns and only refuse (closing is set, the intake
 // closed, goTracked refuses) or stay silent (unlessSuperseded), and
 // watchDrain, which runs in the host's request tracker (reqs) that the

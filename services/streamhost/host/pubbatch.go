@@ -87,7 +87,7 @@ func (o *owner) stage(st *staging, it produced, payload []byte) {
 // isPubBatch reports whether m came on the publish batch subject.
 func isPubBatch(m *nats.Msg) bool { return strings.HasSuffix(m.Subject, ".pubb") }
 
-// onPublishBatch is the publish batch subject's callback: like onPublish,
+// onPublishBatch takes a publish batch (onStreamOp): like onPublish,
 // it checks the size and queues the message; the appender decodes it.
 func (o *owner) onPublishBatch(m *nats.Msg) {
 	if len(m.Data) > wire.MaxPublishBatchBytes {

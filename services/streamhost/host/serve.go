@@ -369,7 +369,7 @@ func (o *owner) misnamedFollower(reply, node, claimed string) {
 		"stream %s: replication request on node %s's subject names node %s", o.stream, node, claimed))
 }
 
-// onFetch is the fetch subject's callback; fetches may long-poll, so each
+// onFetch takes a fetch (onStreamOp); fetches may long-poll, so each
 // is served in its own goroutine, within the readers' budget.
 func (o *owner) onFetch(m *nats.Msg) {
 	o.goRequest(m, o.h.readerReqs, func() { o.serveFetch(m) })
