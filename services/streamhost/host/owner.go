@@ -899,6 +899,12 @@ func (o *owner) stop(code string) {
 		}
 	}
 	o.failPending(code)
+	o.endRequests()
+}
+
+// endRequests cancels the role and waits for its goroutines: once stopped
+// is set, goTracked starts no more of them.
+func (o *owner) endRequests() {
 	o.track.Lock()
 	o.track.stopped = true
 	o.track.Unlock()

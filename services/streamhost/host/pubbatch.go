@@ -2,7 +2,6 @@ package host
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -85,7 +84,7 @@ func (o *owner) stage(st *staging, it produced, payload []byte) {
 }
 
 // isPubBatch reports whether m came on the publish batch subject.
-func isPubBatch(m *nats.Msg) bool { return strings.HasSuffix(m.Subject, ".pubb") }
+func isPubBatch(m *nats.Msg) bool { return wire.StreamOp(m.Subject) == wire.OpPublishBatch }
 
 // onPublishBatch takes a publish batch (onStreamOp): like onPublish,
 // it checks the size and queues the message; the appender decodes it.

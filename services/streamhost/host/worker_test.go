@@ -67,8 +67,8 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 	// A slot is given back after the request's function returns, which
 	// is after it answered here.
 	waitInUse(t, b, 0)
-	o.stop0()
-	o2.stop0()
+	o.endRequests()
+	o2.endRequests()
 	// Two at once need two; a third may start if a request came while
 	// the worker that served the one before was still ending its job.
 	if n := h.pool.workers(); n < 2 || n > 3 {
@@ -85,14 +85,4 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 	ran := make(chan struct{})
 	h.pool.Go(func() { close(ran) })
 	<-ran
-}
-
-// stop0 cancels the role and waits for its request goroutines, as stop
-// does once the rest of the role has stopped.
-func (o *owner) stop0() {
-	o.track.Lock()
-	o.track.stopped = true
-	o.track.Unlock()
-	o.cancel()
-	o.wg.Wait()
 }
