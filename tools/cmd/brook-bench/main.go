@@ -69,6 +69,9 @@ type options struct {
 	both       bool
 	// failoverStreams > 0 runs the mass failover instead of the workload.
 	failoverStreams int
+	// failoverTimes, with failoverStreams, names the file of each
+	// stream's confirm time after the kill.
+	failoverTimes string
 	// failoverNoKill publishes the burst after the idle window with no
 	// host killed: what waking every idle stream at once costs alone
 	// (--failover-kill=false; the zero value kills, as tests expect).
@@ -136,6 +139,7 @@ func main() {
 	flag.StringVar(&o.coordArgs, "coord-args", "", "extra arguments of every coordinator of the local cluster, space separated (e.g. \"--disconnect-grace 150ms --ttl 800ms\")")
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
 	failoverKill := flag.Bool("failover-kill", true, "with --failover-streams (brook): false kills no host and times the same burst of one publish per idle stream (the streams of the host that owns the most stay apart as \"owned\")")
+	flag.StringVar(&o.failoverTimes, "failover-times", "", "with --failover-streams (brook): write each stream's name, owned or other, and its first confirm's milliseconds after the kill to this file, one stream a line")
 	flag.IntVar(&o.balanceStreams, "balance-streams", 0, "instead of the workload: create this many streams on a local cluster of 4 hosts under light load, SIGKILL the host owning the most, restart it once its streams failed over, and time the owner balancer back to every host within 10% of the even share")
 	flag.IntVar(&o.createConcurrency, "create-concurrency", defaultCreateConcurrency, "with --failover-streams or --balance-streams: creates in flight at once")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -37,6 +38,9 @@ type massResult struct {
 	// Others is the same for the streams it did not own (a follower lost:
 	// they should keep confirming without a recovery).
 	Others []time.Duration
+	// PerStream, when not nil (--failover-times), is each stream's time of
+	// Serve or Others by name.
+	PerStream map[string]time.Duration
 	// Create times the creates; Idle is what the processes and the
 	// heartbeats cost once the streams are idle (zero without
 	// --idle-window).
@@ -73,6 +77,24 @@ func countRaft(cl *cluster.Cluster) raftCounts {
 		rc.Snapshots += bytes.Count(b, []byte("raft snapshot taken"))
 	}
 	return rc
+}
+
+// writeTimes writes PerStream to path, one stream a line: its name,
+// "owned" or "other" (owners names who owned it before the kill) and its
+// milliseconds after the kill, for matching with the processes' logs.
+func (r massResult) writeTimes(path string, owners map[string]string) error {
+	var b bytes.Buffer
+	for _, s := range slices.Sorted(maps.Keys(r.PerStream)) {
+		kind := "other"
+		if owners[s] == r.Killed {
+			kind = "owned"
+		}
+		ignoreWrite(fmt.Fprintf(&b, "%s %s %d\n", s, kind, r.PerStream[s].Milliseconds()))
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write the per-stream times: %w", err)
+	}
+	return nil
 }
 
 func (r massResult) write(w io.Writer) {
@@ -183,6 +205,9 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if err != nil {
 		return res, fmt.Errorf("failover cost: %w", err)
 	}
+	if o.failoverTimes != "" {
+		res.PerStream = make(map[string]time.Duration, len(streams))
+	}
 	res.Cost, err = meter.measure(log, func() error {
 		res.RaftAtKill = countRaft(cl)
 		killed := time.Now()
@@ -201,6 +226,11 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	})
 	if err != nil {
 		return res, err
+	}
+	if o.failoverTimes != "" {
+		if err := res.writeTimes(o.failoverTimes, owners); err != nil {
+			return res, err
+		}
 	}
 	if err := forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
 		return checkTwoRecords(ctx, c, s)

@@ -346,7 +346,8 @@ func measureClusterIdle(ctx context.Context, cl *cluster.Cluster, window time.Du
 // queued behind others would be timed from the kill while it waited for
 // a turn) and records, per stream, how long after killed it was
 // confirmed: in r.Serve for the streams owners names r.Killed for, in
-// r.Others for the rest; both sorted.
+// r.Others for the rest; both sorted. Where r.PerStream is not nil it
+// also gets each stream's time by name.
 func (r *massResult) timeAfterKill(ctx context.Context, streams []string, owners map[string]string, killed time.Time,
 	publish func(context.Context, string) error) error {
 	var mu sync.Mutex
@@ -358,6 +359,9 @@ func (r *massResult) timeAfterKill(ctx context.Context, streams []string, owners
 		}
 		d := time.Since(killed)
 		mu.Lock()
+		if r.PerStream != nil {
+			r.PerStream[s] = d
+		}
 		if owners[s] == r.Killed {
 			r.Serve = append(r.Serve, d)
 		} else {

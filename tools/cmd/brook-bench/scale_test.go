@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -150,5 +151,25 @@ func TestPerSecondCountsEachSecond(t *testing.T) {
 	}
 	if got := perSecond(nil, nil); got != "none" {
 		t.Fatalf("perSecond of nothing = %q", got)
+	}
+}
+
+// TestWriteTimesNamesEachStream: --failover-times writes one line per
+// stream, sorted by name, with whether the killed host owned it and its
+// milliseconds after the kill.
+func TestWriteTimesNamesEachStream(t *testing.T) {
+	r := massResult{Killed: "h2", PerStream: map[string]time.Duration{
+		"s2": 1500 * time.Millisecond, "s1": 250 * time.Millisecond, "s3": 3 * time.Second,
+	}}
+	path := filepath.Join(t.TempDir(), "times.txt")
+	if err := r.writeTimes(path, map[string]string{"s1": "h1", "s2": "h2", "s3": "h2"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "s1 other 250\ns2 owned 1500\ns3 owned 3000\n"; string(got) != want {
+		t.Fatalf("times file:\n%s\nwant:\n%s", got, want)
 	}
 }
