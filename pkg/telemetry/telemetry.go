@@ -3,9 +3,16 @@
 //
 // Spans leave the process over OTLP/HTTP only when an OTLP endpoint variable
 // is set (the exporter itself reads endpoint, headers and timeouts from the
-// standard OTEL_EXPORTER_OTLP_* variables); otherwise the provider still
-// samples and assigns ids, so trace ids reach logs, NATS headers and stream
-// info without any collector and at almost no cost. The provider is never
+// standard OTEL_EXPORTER_OTLP_* variables). Otherwise the provider records
+// nothing (every span is dropped by the sampler) but still assigns ids, so
+// trace ids reach logs, NATS headers and stream info without any collector
+// and without the cost of recording spans that go nowhere: recording them
+// took 13% of the leader coordinator's CPU in a 10,000-stream failover
+// (docs/benchmarks.md, "Session 39"). A process that does not export sends
+// its trace context unsampled, so a process downstream that exports (its
+// default sampler follows the parent) records no spans of those traces
+// either: turn exporting on in every brook process or in none. The
+// provider is never
 // installed globally: callers pass it to what needs it. W3C trace context
 // helpers live in the tracecontext subpackage, which clients can import
 // without the exporter.
@@ -36,8 +43,9 @@ type Options struct {
 	// SDKResource puts those attributes over the SDK's default resource
 	// (telemetry.sdk.* and OTEL_RESOURCE_ATTRIBUTES) instead of alone.
 	SDKResource bool
-	// Sampler decides which spans are recorded; nil keeps the SDK's
-	// default, which follows a remote parent's decision and samples roots.
+	// Sampler decides which spans are recorded while exporting; nil keeps
+	// the SDK's default, which follows a remote parent's decision and
+	// samples roots. Without exporting no span is recorded.
 	Sampler sdktrace.Sampler
 	// EndpointEnvs are the variables any of which, set and not empty,
 	// turns exporting on; nil means EndpointEnv and TracesEndpointEnv.
@@ -63,10 +71,16 @@ func NewProvider(ctx context.Context, o Options) (*sdktrace.TracerProvider, erro
 		res = merged
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if o.Sampler != nil {
+	export := exporting(o.EndpointEnvs)
+	switch {
+	case !export:
+		// Dropped spans still get their ids (a new root a new trace id,
+		// a child its parent's).
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	case o.Sampler != nil:
 		opts = append(opts, sdktrace.WithSampler(o.Sampler))
 	}
-	if exporting(o.EndpointEnvs) {
+	if export {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("create OTLP/HTTP trace exporter: %w", err)

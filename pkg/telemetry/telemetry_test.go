@@ -59,11 +59,18 @@ func TestExportsOnlyWithEndpoint(t *testing.T) {
 	}
 }
 
-// TestResourceAndSampler records the spans of providers built with each
-// option, including one whose remote parent was not sampled: the SDK's
-// default sampler follows that parent, AlwaysSample does not.
+// collector is a stand-in OTLP/HTTP collector that takes every post.
+func collector(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestResourceAndSampler records the spans of exporting providers built
+// with each option, including one whose remote parent was not sampled: the
+// SDK's default sampler follows that parent, AlwaysSample does not.
 func TestResourceAndSampler(t *testing.T) {
-	t.Setenv(EndpointEnv, "")
+	t.Setenv(EndpointEnv, collector(t))
 	t.Setenv(TracesEndpointEnv, "")
 	unsampledParent := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, Remote: true,
@@ -122,5 +129,37 @@ func TestResourceAndSampler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNothingRecordedWithoutExport: with no endpoint the provider records
+// no span, not even under AlwaysSample, yet a new root still gets a trace
+// id and a child its parent's, for logs and stream info.
+func TestNothingRecordedWithoutExport(t *testing.T) {
+	t.Setenv(EndpointEnv, "")
+	t.Setenv(TracesEndpointEnv, "")
+	for _, sampler := range []sdktrace.Sampler{nil, sdktrace.AlwaysSample()} {
+		tp, err := NewProvider(context.Background(), Options{Service: "brook-x", Sampler: sampler})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := tracetest.NewSpanRecorder()
+		tp.RegisterSpanProcessor(rec)
+		ctx, root := tp.Tracer("test").Start(context.Background(), "root", trace.WithNewRoot())
+		_, child := tp.Tracer("test").Start(ctx, "child")
+		if root.IsRecording() || child.IsRecording() {
+			t.Errorf("sampler %v: spans record without an exporter", sampler)
+		}
+		child.End()
+		root.End()
+		if n := len(rec.Ended()); n != 0 {
+			t.Errorf("sampler %v: %d spans recorded without an exporter", sampler, n)
+		}
+		if !root.SpanContext().TraceID().IsValid() || child.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			t.Errorf("sampler %v: trace ids root %s child %s, want one valid id", sampler, root.SpanContext().TraceID(), child.SpanContext().TraceID())
+		}
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

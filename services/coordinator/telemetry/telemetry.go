@@ -1,8 +1,9 @@
 // Package telemetry builds brook-coordinator's OpenTelemetry tracer
 // provider with pkg/telemetry. Spans leave the process over OTLP/HTTP only
 // when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces-specific variable) is set;
-// otherwise the provider still samples and assigns ids, so a failover's
-// trace id can be logged and shown in stream.info without any collector.
+// otherwise the provider records no span but still assigns ids, so a
+// failover's trace id can be logged and shown in stream.info without any
+// collector (pkg/telemetry).
 package telemetry
 
 import (
@@ -23,8 +24,8 @@ func Setup(ctx context.Context, instance string) (*sdktrace.TracerProvider, erro
 	return telemetry.NewProvider(ctx, telemetry.Options{
 		Service:  "brook-coordinator",
 		Instance: instance,
-		// Every span is sampled, even under an unsampled caller, so that a
-		// failover always has a trace id to record.
+		// While exporting, every span is sampled, even under an unsampled
+		// caller, so that every failover's trace is complete.
 		Sampler: sdktrace.AlwaysSample(),
 	})
 }
