@@ -42,9 +42,10 @@ import (
 // after the attempt was sent: the attempt cannot have reached it. That
 // covers a failover fast enough that the first probe already meets the
 // new owner, and an owner whose connection was replaced. An abandoned
-// attempt is retried like a timed-out one: its record may have been
-// written before the owner died, so a retry can write it twice unless the
-// publish carries a producer id (WithProducer). Probes name the stream
+// attempt is retried at once, without a backoff (retrier.next: an owner
+// that serves answered the probe). As with a timed-out attempt, its record
+// may have been written before the owner died, so a retry can write it
+// twice unless the publish carries a producer id (WithProducer). Probes name the stream
 // id the client's confirms carried, so that an owner of another stream of
 // the same name (one deleted, or created again) never bounds or abandons
 // an attempt with an epoch of its own history.

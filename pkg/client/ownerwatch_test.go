@@ -191,6 +191,26 @@ func TestPublishAbandonsAnIdempotentAttemptAcrossAnOwnerChange(t *testing.T) {
 	}
 }
 
+// An attempt abandoned because a newer owner answered the probe is retried
+// at once, not after a backoff: that owner serves now. In a 10,000-stream
+// failover most retries that a new owner's notice woke were abandoned so
+// (the notice kicks a probe, which the new owner answers with an epoch
+// above the one the client knew when the retry went out), and each then
+// waited a backoff before trying again (session 39). With backoffs of 6 s
+// the publish would take 3 s more.
+func TestAbandonedAttemptIsRetriedAtOnce(t *testing.T) {
+	pc, took, a, b, err := publishAfterOwnerDies(t, 400*time.Millisecond, WithBackoff(6*time.Second, 6*time.Second), WithRequestTimeout(10*time.Second))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 2500*time.Millisecond {
+		t.Fatalf("publish took %v; its abandoned attempt should be retried at once, not after a backoff of 3 to 6 s", took)
+	}
+	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
+	}
+}
+
 // With the probe off, the held attempt waits out the request timeout: the
 // probe is what makes the two tests above fast.
 func TestPublishWithoutOwnerProbeWaitsForTheTimeout(t *testing.T) {

@@ -131,6 +131,20 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
 		return r.giveUp(nil)
 	}
+	// An attempt abandoned because an owner at a newer epoch, or one that
+	// began serving after the attempt went out, answered the owner watch's
+	// probe (ErrOwnerLost) is retried at once: that owner serves now. In a
+	// mass failover most retries a new owner's notice woke were abandoned
+	// so (the notice also kicks a probe, which the new owner answers above
+	// the epoch the client knew when the retry went out), and a backoff
+	// after each only delayed the retry. It cannot loop: the probe taught
+	// the watch the newer epoch, so the next attempt is abandoned only for
+	// an owner newer still.
+	if errors.Is(err, ErrOwnerLost) {
+		r.markAttempt()
+		r.countRetry()
+		return nil
+	}
 	// A new owner's notice heard during the failed attempt (its probe may
 	// be what abandoned the attempt) is one the wait below would miss:
 	// the retry goes at once, without the status check, since a new owner
