@@ -32,7 +32,7 @@ var (
 	ErrClosed = errors.New("brook: closed")
 	// ErrOwnerLost means a publish attempt was abandoned because the owner
 	// it went to no longer serves the stream (see WithOwnerProbe); it is
-	// retried like a timeout.
+	// retried at once, since an owner that serves answered the probe.
 	ErrOwnerLost = errors.New("brook: the owner the request went to is gone")
 	// ErrStreamReplaced means the stream this client meant (the id it is
 	// pinned to, or the one a request named) was deleted, and the name

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -477,5 +479,20 @@ func TestSlowOwnerIsProbedLessWhileNoticesAreHeld(t *testing.T) {
 	}
 	if n := c.Stats().Sub(before).Probes; n < 1 || n > 10 {
 		t.Fatalf("%d probes of a slow live owner over 3 s, want between 1 and 10", n)
+	}
+}
+
+// An attempt abandoned after the caller's context ended is not retried:
+// the caller gets its context's error. Retried at once regardless, a
+// batched publish would send the record again after its caller gave up
+// (the batcher sends before it looks at the context).
+func TestAbandonedAttemptAfterTheContextEndedIsNotRetried(t *testing.T) {
+	c := connectClient(t, startNATS(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := c.newRetrier("publish", "s", 0)
+	err := r.next(ctx, fmt.Errorf("%s: %w", wire.PublishSubject("s"), ErrOwnerLost))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("retry after the context ended: %v, want the context's error", err)
 	}
 }

@@ -103,8 +103,9 @@ func (r *retrier) markAttempt() {
 	}
 }
 
-// next is called after a failed attempt. It returns nil after having waited
-// the backoff when another attempt should be made, or the error to return
+// next is called after a failed attempt. It returns nil when another
+// attempt should be made (after the backoff, or at once after an abandoned
+// attempt or a new owner's notice), or the error to return
 // to the caller.
 func (r *retrier) next(ctx context.Context, err error) error {
 	r.attempts++
@@ -137,10 +138,15 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// mass failover most retries a new owner's notice woke were abandoned
 	// so (the notice also kicks a probe, which the new owner answers above
 	// the epoch the client knew when the retry went out), and a backoff
-	// after each only delayed the retry. It cannot loop: the probe taught
+	// after each only delayed the retry. It does not spin: the probe taught
 	// the watch the newer epoch, so the next attempt is abandoned only for
-	// an owner newer still.
+	// a newer epoch still or an owner that (re)began serving after it went
+	// out, each found by a probe, and probes are paced. A caller whose
+	// context ended gets its error, not an attempt sent after it gave up.
 	if errors.Is(err, ErrOwnerLost) {
+		if ctx.Err() != nil {
+			return r.giveUp(ctx.Err())
+		}
 		r.markAttempt()
 		r.countRetry()
 		return nil

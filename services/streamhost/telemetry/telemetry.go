@@ -1,8 +1,8 @@
 // Package telemetry sets up OpenTelemetry tracing for brook-streamhost with
 // pkg/telemetry. Spans are exported over OTLP/HTTP only when
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
-// set; otherwise the provider records spans without exporting them, so
-// trace ids still flow through logs and NATS messages at almost no cost.
+// set; otherwise the provider records no span but still assigns ids, so
+// trace ids still flow through logs and NATS messages (pkg/telemetry).
 package telemetry
 
 import (
