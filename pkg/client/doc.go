@@ -41,8 +41,8 @@
 // the subscription, and the connection has not reconnected since). An
 // abandoned attempt is retried at once: an owner that serves answered the
 // probe. The client retries the other failures of such a request with a
-// bounded exponential backoff with jitter, bounded by the caller's context and by the retry limits of the
-// Client (see WithRetry); after a second of retries, one that found nobody
+// bounded exponential backoff with jitter, bounded by the caller's context
+// and by the retry limits of the Client (see WithRetry); after a second of retries, one that found nobody
 // serving (no responders, or a host that is not the owner) waits up to 1 s
 // instead while the notices are known to be heard, as the new owner's
 // notice ends the wait at once (an owner that comes back without a notice,

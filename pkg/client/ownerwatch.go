@@ -45,10 +45,10 @@ import (
 // attempt is retried at once, without a backoff (retrier.next: an owner
 // that serves answered the probe). As with a timed-out attempt, its record
 // may have been written before the owner died, so a retry can write it
-// twice unless the publish carries a producer id (WithProducer). Probes name the stream
-// id the client's confirms carried, so that an owner of another stream of
-// the same name (one deleted, or created again) never bounds or abandons
-// an attempt with an epoch of its own history.
+// twice unless the publish carries a producer id (WithProducer). Probes
+// name the stream id the client's confirms carried, so that an owner of
+// another stream of the same name (one deleted, or created again) never
+// bounds or abandons an attempt with an epoch of its own history.
 //
 // An attempt whose records all carry a producer id (WithProducer) is also
 // abandoned once an owner at an epoch above the newest the client knew

@@ -80,6 +80,23 @@ func (o *standInOwner) onPublish(m *nats.Msg) {
 	respondJSON(o.t, m, wire.PublishConfirm{StreamID: 1, Offset: off, Epoch: o.epoch, Copies: 2, W: 2})
 }
 
+// wantRetriedToTheNewOwner checks that the second publish of
+// publishAfterOwnerDies (or its kin) was confirmed by the new owner at
+// epoch 2 within within (why says what a longer wait means), its held
+// attempt having reached the old owner and its one retry the new owner.
+func wantRetriedToTheNewOwner(t *testing.T, pc wire.PublishConfirm, took time.Duration, a, b *standInOwner, err error, within time.Duration, why string) {
+	t.Helper()
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > within {
+		t.Fatalf("publish took %v; %s", took, why)
+	}
+	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
+		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
+	}
+}
+
 // publishAfterOwnerDies confirms a first publish at epoch 1, then lets the
 // owner die holding the second, starts a new owner at epoch 2 after
 // newOwnerAfter, and returns the second publish's confirm and time, the
@@ -128,15 +145,7 @@ func publishAsProducerAfterOwnerIsReplaced(t *testing.T, newOwnerAfter time.Dura
 // long before the 3s request timeout.
 func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 	pc, took, a, b, err := publishAfterOwnerDies(t, 400*time.Millisecond)
-	if err != nil || pc.Epoch != 2 {
-		t.Fatalf("publish: %+v %v", pc, err)
-	}
-	if took > 2*time.Second {
-		t.Fatalf("publish took %v; the held attempt should be abandoned well before the 3s request timeout", took)
-	}
-	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
-		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
-	}
+	wantRetriedToTheNewOwner(t, pc, took, a, b, err, 2*time.Second, "the held attempt should be abandoned well before the 3s request timeout")
 }
 
 // The new owner already serves when the first probe goes out (a fast
@@ -146,15 +155,7 @@ func TestPublishAbandonsAnAttemptToAReplacedOwner(t *testing.T) {
 // abandoned. Before, it waited for the whole request timeout (3 s here).
 func TestPublishAbandonsAnAttemptOlderThanTheServingOwner(t *testing.T) {
 	pc, took, a, b, err := publishAfterOwnerDies(t, 150*time.Millisecond)
-	if err != nil || pc.Epoch != 2 {
-		t.Fatalf("publish: %+v %v", pc, err)
-	}
-	if took > 2*time.Second {
-		t.Fatalf("publish took %v; the held attempt should be abandoned well before the 3s request timeout", took)
-	}
-	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
-		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
-	}
+	wantRetriedToTheNewOwner(t, pc, took, a, b, err, 2*time.Second, "the held attempt should be abandoned well before the 3s request timeout")
 }
 
 // An owner that died with nobody serving yet: the probe finds no
@@ -182,15 +183,7 @@ func TestPublishAbandonsAnIdempotentAttemptAcrossAnOwnerChange(t *testing.T) {
 	// The new owner starts at once: within sendGuard of the attempt.
 	pc, took, a, b, err := publishAsProducerAfterOwnerIsReplaced(t, 0, func(url string) *standInOwner { return startOwner(t, url, 2) },
 		"p", WithRequestTimeout(5*time.Second))
-	if err != nil || pc.Epoch != 2 {
-		t.Fatalf("publish: %+v %v", pc, err)
-	}
-	if took > 2500*time.Millisecond {
-		t.Fatalf("publish took %v; the lost attempt should be abandoned well before the 5s request timeout", took)
-	}
-	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
-		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
-	}
+	wantRetriedToTheNewOwner(t, pc, took, a, b, err, 2500*time.Millisecond, "the lost attempt should be abandoned well before the 5s request timeout")
 }
 
 // An attempt abandoned because a newer owner answered the probe is retried
@@ -202,15 +195,7 @@ func TestPublishAbandonsAnIdempotentAttemptAcrossAnOwnerChange(t *testing.T) {
 // the publish would take 3 s more.
 func TestAbandonedAttemptIsRetriedAtOnce(t *testing.T) {
 	pc, took, a, b, err := publishAfterOwnerDies(t, 400*time.Millisecond, WithBackoff(6*time.Second, 6*time.Second), WithRequestTimeout(10*time.Second))
-	if err != nil || pc.Epoch != 2 {
-		t.Fatalf("publish: %+v %v", pc, err)
-	}
-	if took > 2500*time.Millisecond {
-		t.Fatalf("publish took %v; its abandoned attempt should be retried at once, not after a backoff of 3 to 6 s", took)
-	}
-	if a.pubs.Load() != 2 || b.pubs.Load() != 1 {
-		t.Fatalf("old owner saw %d publishes, new owner %d; want 2 and 1", a.pubs.Load(), b.pubs.Load())
-	}
+	wantRetriedToTheNewOwner(t, pc, took, a, b, err, 2500*time.Millisecond, "its abandoned attempt should be retried at once, not after a backoff of 3 to 6 s")
 }
 
 // With the probe off, the held attempt waits out the request timeout: the
@@ -482,10 +467,11 @@ func TestSlowOwnerIsProbedLessWhileNoticesAreHeld(t *testing.T) {
 	}
 }
 
-// An attempt abandoned after the caller's context ended is not retried:
-// the caller gets its context's error. Retried at once regardless, a
-// batched publish would send the record again after its caller gave up
-// (the batcher sends before it looks at the context).
+// A failure retried at once (an attempt abandoned for a serving owner, or
+// one during which a new owner's notice was heard) is not retried after the
+// caller's context ended: the caller gets its context's error. Retried
+// regardless, a batched publish would send the record again after its
+// caller gave up (the batcher sends before it looks at the context).
 func TestAbandonedAttemptAfterTheContextEndedIsNotRetried(t *testing.T) {
 	c := connectClient(t, startNATS(t))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -493,6 +479,14 @@ func TestAbandonedAttemptAfterTheContextEndedIsNotRetried(t *testing.T) {
 	r := c.newRetrier("publish", "s", 0)
 	err := r.next(ctx, fmt.Errorf("%s: %w", wire.PublishSubject("s"), ErrOwnerLost))
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("retry after the context ended: %v, want the context's error", err)
+		t.Fatalf("retry of an abandoned attempt after the context ended: %v, want the context's error", err)
+	}
+	_, release := c.awaitOwner("s") // the stream's notices are heard
+	defer release()
+	r = c.newRetrier("publish", "s", 0)
+	c.onOwnerNotice("s")
+	err = r.next(ctx, fmt.Errorf("%s: %w", wire.PublishSubject("s"), nats.ErrNoResponders))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("retry after a notice with the context ended: %v, want the context's error", err)
 	}
 }

@@ -105,8 +105,7 @@ func (r *retrier) markAttempt() {
 
 // next is called after a failed attempt. It returns nil when another
 // attempt should be made (after the backoff, or at once after an abandoned
-// attempt or a new owner's notice), or the error to return
-// to the caller.
+// attempt or a new owner's notice), or the error to return to the caller.
 func (r *retrier) next(ctx context.Context, err error) error {
 	r.attempts++
 	if ctx.Err() != nil && r.lastErr != nil {
@@ -132,30 +131,26 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if o.maxRetryTime > 0 && time.Since(r.start)+delay > o.maxRetryTime {
 		return r.giveUp(nil)
 	}
-	// An attempt abandoned because an owner at a newer epoch, or one that
-	// began serving after the attempt went out, answered the owner watch's
-	// probe (ErrOwnerLost) is retried at once: that owner serves now. In a
-	// mass failover most retries a new owner's notice woke were abandoned
-	// so (the notice also kicks a probe, which the new owner answers above
-	// the epoch the client knew when the retry went out), and a backoff
-	// after each only delayed the retry. It does not spin: the probe taught
-	// the watch the newer epoch, so the next attempt is abandoned only for
-	// a newer epoch still or an owner that (re)began serving after it went
-	// out, each found by a probe, and probes are paced. A caller whose
-	// context ended gets its error, not an attempt sent after it gave up.
-	if errors.Is(err, ErrOwnerLost) {
+	// Two failures are retried at once, without a backoff or the status
+	// check, since a serving owner is known:
+	//   - an attempt abandoned because an owner at a newer epoch, or one
+	//     that began serving after the attempt went out, answered the
+	//     owner watch's probe (ErrOwnerLost). In a mass failover most
+	//     retries a new owner's notice woke were abandoned so (the notice
+	//     also kicks a probe, which the new owner answers above the epoch
+	//     the client knew when the retry went out). It does not spin: the
+	//     probe taught the watch the newer epoch, so the next attempt is
+	//     abandoned only for a newer epoch still or an owner that
+	//     (re)began serving after it went out, each found by a paced probe;
+	//   - an attempt during which a new owner's notice was heard (its probe
+	//     may be what abandoned the attempt): the wait below would miss it.
+	// A caller whose context ended gets its error instead: a batched
+	// publish sends before it looks at the context, so a retry now would
+	// send the record after the caller gave up.
+	if errors.Is(err, ErrOwnerLost) || (r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark)) {
 		if ctx.Err() != nil {
 			return r.giveUp(ctx.Err())
 		}
-		r.markAttempt()
-		r.countRetry()
-		return nil
-	}
-	// A new owner's notice heard during the failed attempt (its probe may
-	// be what abandoned the attempt) is one the wait below would miss:
-	// the retry goes at once, without the status check, since a new owner
-	// has announced itself.
-	if r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark) {
 		r.markAttempt()
 		r.countRetry()
 		return nil

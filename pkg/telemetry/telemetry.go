@@ -12,10 +12,9 @@
 // its trace context unsampled, so a process downstream that exports (its
 // default sampler follows the parent) records no spans of those traces
 // either: turn exporting on in every brook process or in none. The
-// provider is never
-// installed globally: callers pass it to what needs it. W3C trace context
-// helpers live in the tracecontext subpackage, which clients can import
-// without the exporter.
+// provider is never installed globally: callers pass it to what needs it.
+// W3C trace context helpers live in the tracecontext subpackage, which
+// clients can import without the exporter.
 package telemetry
 
 import (

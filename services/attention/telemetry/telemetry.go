@@ -4,8 +4,8 @@
 // Spans are exported over OTLP/HTTP only when OTEL_EXPORTER_OTLP_ENDPOINT is
 // set (the exporter reads the standard OTEL_* variables itself); otherwise
 // the provider records no span but still assigns ids, so trace ids still
-// propagate (pkg/telemetry). No global provider or propagator is installed: callers pass the
-// provider they get here.
+// propagate (pkg/telemetry). No global provider or propagator is installed:
+// callers pass the provider they get here.
 package telemetry
 
 import (
