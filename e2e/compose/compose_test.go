@@ -397,7 +397,10 @@ func loseOwner(ctx context.Context, t *testing.T, s *stack, cl *client.Client, l
 	}
 	t.Logf("%s: %s rejoined as a follower at epoch %d and caught up past offset %d in %v", how, old.Owner, na.Epoch, held,
 		time.Since(backAt).Round(time.Millisecond))
-	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	// The copy is back and caught up (above); docker's own verdict follows
+	// from a check process it starts every 2 s, which on a loaded machine
+	// can take seconds each.
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := s.WaitHealthy(hctx, service); err != nil {
 		t.Fatal(err)

@@ -550,8 +550,10 @@ func (s *stack) healthLogs(services []string, states map[string]containerState) 
 // container. A container that exited fails at once: it will not recover.
 func (s *stack) WaitHealthy(ctx context.Context, services ...string) error {
 	var last map[string]containerState
+	var lastErr error // the last failed look, if any: docker itself may be slow
 	for {
 		states, err := s.States(ctx)
+		lastErr = err
 		if err == nil {
 			last = states
 			ready := true
@@ -570,7 +572,7 @@ func (s *stack) WaitHealthy(ctx context.Context, services ...string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for healthy services: %w (last states: %v)%s", ctx.Err(), last, s.healthLogs(services, last))
+			return fmt.Errorf("waiting for healthy services: %w (last states: %v; last look's error: %v)%s", ctx.Err(), last, lastErr, s.healthLogs(services, last))
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
