@@ -176,12 +176,6 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 		p.idle = make(chan struct{})
 	}
 	p.outstanding++
-	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
-		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
-	})
-	pd.watched = p.c.watchAttempt(p.stream, o.hasSeq, func() {
-		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
-	})
 	// A reconnect loses the attempt (or its reply): retry it at once.
 	pd.stopConn = context.AfterFunc(p.c.gen.Current(), func() {
 		p.firstFailed(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", wire.PublishSubject(p.stream), nats.ErrDisconnected))
@@ -194,6 +188,15 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
 	err := p.c.nc.PublishMsg(msg)
+	// The attempt's timeout and owner watch start once it left the
+	// client, as a batch's do (batcher.sendLocked); take, which needs
+	// p.mu, cannot run before both are set.
+	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
+		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
+	})
+	pd.watched = p.c.watchAttempt(p.stream, o.hasSeq, func() {
+		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
+	})
 	p.mu.Unlock()
 	if err != nil {
 		p.firstFailed(id, fmt.Errorf("%s: %w", msg.Subject, err))

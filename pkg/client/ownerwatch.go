@@ -77,9 +77,17 @@ const (
 	// (run).
 	probeEveryQuiet = time.Second
 	probeTimeout    = 500 * time.Millisecond
-	// sendGuard: an attempt is registered just before it is sent, so only
-	// a probe started this long after the registration is taken to have
-	// gone out after the attempt.
+	// sendGuard: only a probe started this long after an attempt's
+	// registration is taken to have gone out after the attempt. A batch
+	// (and an async publisher's attempt) is registered once PublishMsg
+	// put it in the connection's buffer, ahead of any later request, so
+	// the guard is only a margin of the clocks; a single request
+	// (batching off, WithBatching(0, ...)) is registered just before
+	// nats.go sends it, and the guard assumes its send takes less: one
+	// that waits longer for the connection's lock (thousands of requests
+	// at once on one connection) may go out after such a probe and be
+	// abandoned when it need not be, and is then retried as a timed-out
+	// attempt is.
 	sendGuard = 50 * time.Millisecond
 	// watchIdleTTL: a stream's watch unused this long may be dropped, so
 	// that a client publishing to ever new stream names keeps bounded
@@ -105,7 +113,7 @@ func WithOwnerProbe(after time.Duration) Option {
 
 // watched is one attempt in flight.
 type watched struct {
-	sent time.Time // registered, just before it was sent
+	sent time.Time // registered: once it is sent (a batch), or just before (a single request)
 	// bound is the highest epoch the owner the attempt reached can have,
 	// set by the first conclusive probe after it (bounded); 0 means
 	// unknown, and such an attempt is never abandoned.

@@ -1,0 +1,186 @@
+package client
+
+import (
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gateProxy forwards one TCP connection to a server; while paused it reads
+// nothing more from the client, whose writes then fill the sockets'
+// buffers and block, as they do when a server falls behind its client.
+type gateProxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	open chan struct{} // closed while the gate is open
+}
+
+func newGateProxy(t *testing.T, serverURL string) *gateProxy {
+	t.Helper()
+	target := strings.TrimPrefix(serverURL, "nats://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gateProxy{ln: ln, open: make(chan struct{})}
+	close(p.open)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = in.Close(); _ = out.Close() })
+			go func() { _, _ = io.Copy(in, out) }()
+			go p.forward(out, in)
+		}
+	}()
+	return p
+}
+
+// forward copies the client's bytes to the server, waiting at the gate
+// before each read.
+func (p *gateProxy) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		p.mu.Lock()
+		open := p.open
+		p.mu.Unlock()
+		<-open
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *gateProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *gateProxy) pause() {
+	p.mu.Lock()
+	p.open = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *gateProxy) resume() {
+	p.mu.Lock()
+	close(p.open)
+	p.mu.Unlock()
+}
+
+// A batch that waits for the connection (its PublishMsg blocked behind
+// writes the server does not take, as behind thousands of publishes and
+// probes in a mass failover) has its request timeout counted from when it
+// left the client, not from when it was built: the wait is the client's,
+// not the owner's. Before, the batch timed out while it waited, was retried
+// as soon as it got out, and the owner got it twice (one retry per batch
+// queued so; 12,000-16,000 in a 10,000-stream failover).
+func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	release := make(chan struct{})
+	o.hold = func(n int) {
+		if n == 0 {
+			<-release
+		}
+	}
+	proxy := newGateProxy(t, url)
+	// A linger far longer than the test: the second record goes out only
+	// when the first batch's reply comes, from the reply's callback.
+	c := connectClient(t, proxy.url(), WithBatching(time.Minute, 0, 0),
+		WithRequestTimeout(300*time.Millisecond), WithOwnerProbe(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("a"), WithProducer("p", 1))
+		first <- err
+	}()
+	<-o.got // the first batch is held at the owner
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("b"), WithProducer("p", 2))
+		second <- err
+	}()
+	// The second record joins the open batch behind the one in flight.
+	waitFor(t, func() bool {
+		c.batchMu.Lock()
+		b := c.batchers["x"]
+		c.batchMu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.open) == 1
+	})
+
+	// Stop the server taking the client's bytes, and fill the connection
+	// until a write blocks, holding the connection's lock.
+	proxy.pause()
+	var inPublish atomic.Int64 // unix nanoseconds a filler publish began; 0 between
+	var stop atomic.Bool
+	fillerDone := make(chan struct{})
+	go func() {
+		defer close(fillerDone)
+		big := make([]byte, 512<<10)
+		for i := 0; i < 400 && !stop.Load(); i++ {
+			inPublish.Store(time.Now().UnixNano())
+			err := c.nc.Publish("filler", big)
+			inPublish.Store(0)
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, func() bool {
+		began := inPublish.Load()
+		return began != 0 && time.Since(time.Unix(0, began)) > 200*time.Millisecond
+	})
+
+	// The first batch's reply sends the second batch, whose PublishMsg
+	// now waits for the connection: longer than the request timeout.
+	close(release)
+	time.Sleep(time.Second)
+	stop.Store(true)
+	proxy.resume()
+	<-fillerDone
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Stats().Retries; r != 0 {
+		t.Errorf("%d retries: the wait for the connection was counted against the request timeout", r)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.batches) != 2 {
+		t.Errorf("the owner got %d batches, want 2 (one per record, none repeated)", len(o.batches))
+	}
+}
+
+// waitFor polls cond until it holds, for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
