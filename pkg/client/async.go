@@ -176,7 +176,8 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 		p.idle = make(chan struct{})
 	}
 	p.outstanding++
-	// A reconnect loses the attempt (or its reply): retry it at once.
+	// A reconnect may lose the attempt (or its reply): retry it at once
+	// (see batcher.sendLocked).
 	pd.stopConn = context.AfterFunc(p.c.gen.Current(), func() {
 		p.firstFailed(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", wire.PublishSubject(p.stream), nats.ErrDisconnected))
 	})
@@ -187,14 +188,16 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	msg := publishMsg(p.stream, data, sent)
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
+	seen := p.c.seenEpoch(p.stream)
 	err := p.c.nc.PublishMsg(msg)
-	// The attempt's timeout and owner watch start once it left the
-	// client, as a batch's do (batcher.sendLocked); take, which needs
-	// p.mu, cannot run before both are set.
+	// The attempt's timeout and owner watch start once it is in the
+	// connection's buffer, as a batch's do (batcher.sendLocked), judged
+	// against the epoch known before; take, which needs p.mu, cannot run
+	// before both are set.
 	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
 		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
 	})
-	pd.watched = p.c.watchAttempt(p.stream, o.hasSeq, func() {
+	pd.watched = p.c.watchAttemptSeen(p.stream, o.hasSeq, &seen, func() {
 		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
 	})
 	p.mu.Unlock()

@@ -234,9 +234,10 @@ type sendResult struct {
 // failover on two cores). A batch that waited there has not been near an
 // owner, and counting that wait timed it out and retried it, adding to
 // the queue, or had it probed before it went out. Registered after the
-// send, the attempt is also ordered before every probe started after it
-// (ownerwatch.go). No reply can be taken before the flight is complete:
-// take needs b.mu, held here.
+// send, the attempt also never goes out after a probe started later
+// (ownerwatch.go); it is judged against the owner epoch the client knew
+// before the send (seenEpoch), not one learnt while it waited. No reply
+// can be taken before the flight is complete: take needs b.mu, held here.
 func (b *batcher) sendLocked() sendResult {
 	b.linger.Stop()
 	items := b.open
@@ -245,7 +246,10 @@ func (b *batcher) sendLocked() sendResult {
 	id := b.nextID
 	fl := &flight{items: items, streamID: b.openID}
 	b.flights[id] = fl
-	// A reconnect loses the batch (or its reply): retry it at once.
+	// A reconnect may lose the batch (or its reply): retry it at once. A
+	// batch that went out on the new connection after all (PublishMsg
+	// waited through the reconnect) is then sent twice; records with
+	// producer ids are dropped as repeats.
 	fl.stopConn = context.AfterFunc(b.c.gen.Current(), func() {
 		b.fail(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", b.subject, nats.ErrDisconnected))
 	})
@@ -257,13 +261,14 @@ func (b *batcher) sendLocked() sendResult {
 	setStreamID(msg, fl.streamID)
 	msg.Reply = b.prefix + strconv.FormatUint(id, 10)
 	msg.Data = frame.AppendPubBatch(nil, &pb)
+	seen := b.c.seenEpoch(b.stream)
 	err := b.c.nc.PublishMsg(msg)
 	fl.sent = time.Now()
 	timeout := b.c.opts.requestTimeout
 	fl.timer = time.AfterFunc(timeout, func() {
 		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
 	})
-	fl.watched = b.c.watchAttempt(b.stream, !slices.ContainsFunc(items, func(it *batchItem) bool { return it.rec.Producer == "" }), func() {
+	fl.watched = b.c.watchAttemptSeen(b.stream, !slices.ContainsFunc(items, func(it *batchItem) bool { return it.rec.Producer == "" }), &seen, func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
 	})
 	if err != nil {

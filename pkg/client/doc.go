@@ -15,11 +15,12 @@
 // every request to the owner and the client needs no topology. While a
 // stream fails over there is briefly no owner (nats.ErrNoResponders), or a
 // host answers not_owner, sealed, shutting_down, recovering or overloaded, or a request
-// gets no reply because the owner died holding it. An attempt's request
-// timeout and probe delay count from when it left the client (its batch
-// went into the connection's buffer), not from when it was made: with
-// thousands of requests at once the wait for the connection's lock is
-// the client's own, and says nothing about the owner. A stream whose
+// gets no reply because the owner died holding it. A batched (or async)
+// publish's request timeout and probe delay count from when nats.go took
+// its batch into the connection's buffer, not from when it was made: with
+// thousands of requests at once the wait for the connection's lock is the
+// client's own, and says nothing about the owner (a single request, and a
+// fetch or commit, still counts it). A stream whose
 // assignment holds fewer copies than its min_copies answers publishes
 // not_enough_copies until placement adds copies back; that is retried the
 // same way (nothing was confirmed). A publish that waits

@@ -78,11 +78,15 @@ const (
 	probeEveryQuiet = time.Second
 	probeTimeout    = 500 * time.Millisecond
 	// sendGuard: only a probe started this long after an attempt's
-	// registration is taken to have gone out after the attempt. A batch
-	// (and an async publisher's attempt) is registered once PublishMsg
-	// put it in the connection's buffer, ahead of any later request, so
-	// the guard is only a margin of the clocks; a single request
-	// (batching off, WithBatching(0, ...)) is registered just before
+	// registration is taken to have gone out after the attempt, and an
+	// owner that began serving this long after it is taken not to have
+	// received it. A batch (and an async publisher's attempt) is
+	// registered once PublishMsg put it in the connection's buffer, ahead
+	// of any later request, so for the first rule the guard is only a
+	// margin of the clocks, and for the second it covers the batch's way
+	// from that buffer to the owner. A single request (batching off,
+	// WithBatching(0, ...), or a record too large for a batch or with a
+	// producer id over frame.MaxPubProducer) is registered just before
 	// nats.go sends it, and the guard assumes its send takes less: one
 	// that waits longer for the connection's lock (thousands of requests
 	// at once on one connection) may go out after such a probe and be
@@ -155,12 +159,39 @@ type ownerWatch struct {
 	dropped bool      // removed from Client.watches: take the stream's current watch
 }
 
+// epochSeen is the newest owner epoch of a stream the client knew at one
+// moment, and the stream id it is of (watched.known and knownID).
+type epochSeen struct{ epoch, streamID uint64 }
+
+// seenEpoch returns what the client knows of stream's owner epoch now. A
+// batch takes it before PublishMsg and registers after (batcher.sendLocked):
+// the epoch an attempt is judged against (the rule for attempts with
+// producer ids) is the one known when it was handed to the connection,
+// not one learnt while it waited there, which could already be above the
+// owner it reaches.
+func (c *Client) seenEpoch(stream string) epochSeen {
+	if c.opts.probeAfter <= 0 {
+		return epochSeen{}
+	}
+	w := c.streamWatch(stream)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return epochSeen{epoch: w.epoch, streamID: w.streamID}
+}
+
 // watchAttempt registers an attempt to stream that abandon cancels;
 // idempotent says that every record of it carries a producer id. The
 // caller must call the returned done once the attempt ended, with its
 // confirm (zero if none). Calling done again only records the confirm's
 // stream id and epoch.
 func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (done func(wire.PublishConfirm)) {
+	return c.watchAttemptSeen(stream, idempotent, nil, abandon)
+}
+
+// watchAttemptSeen is watchAttempt for an attempt sent already, which
+// knew seen when it was handed to the connection (nil: what the client
+// knows now).
+func (c *Client) watchAttemptSeen(stream string, idempotent bool, seen *epochSeen, abandon func()) (done func(wire.PublishConfirm)) {
 	if c.opts.probeAfter <= 0 {
 		return func(wire.PublishConfirm) {}
 	}
@@ -173,6 +204,9 @@ func (c *Client) watchAttempt(stream string, idempotent bool, abandon func()) (d
 			continue
 		}
 		a := &watched{sent: time.Now(), known: w.epoch, knownID: w.streamID, idempotent: idempotent, abandon: abandon}
+		if seen != nil {
+			a.known, a.knownID = seen.epoch, seen.streamID
+		}
 		w.attempts[a] = struct{}{}
 		if !w.running {
 			w.running = true

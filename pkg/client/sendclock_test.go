@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // gateProxy forwards one TCP connection to a server; while paused it reads
@@ -103,7 +105,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	// A linger far longer than the test: the second record goes out only
 	// when the first batch's reply comes, from the reply's callback.
 	c := connectClient(t, proxy.url(), WithBatching(time.Minute, 0, 0),
-		WithRequestTimeout(300*time.Millisecond), WithOwnerProbe(0))
+		WithRequestTimeout(time.Second), WithOwnerProbe(0))
 	ctx := ctxTimeout(t, 20*time.Second)
 
 	first := make(chan error, 1)
@@ -153,7 +155,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	// The first batch's reply sends the second batch, whose PublishMsg
 	// now waits for the connection: longer than the request timeout.
 	close(release)
-	time.Sleep(time.Second)
+	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
 	proxy.resume()
 	<-fillerDone
@@ -182,5 +184,40 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A batch is judged against the owner epoch the client knew before it was
+// handed to the connection, not one learnt while it waited there: an
+// attempt with producer ids that knew epoch 1 is abandoned once an owner
+// at epoch 2 answers a probe, even if the client learnt of epoch 2 before
+// the attempt was registered (it may have reached the owner at epoch 1,
+// which then died). Judged against epoch 2 it would wait for its request
+// timeout instead.
+func TestAttemptIsJudgedAgainstTheEpochKnownBeforeItsSend(t *testing.T) {
+	url := startNATS(t)
+	startOwner(t, url, 2)
+	c := connectClient(t, url, WithOwnerProbe(50*time.Millisecond))
+	w := c.streamWatch("s")
+	w.mu.Lock()
+	w.epoch, w.streamID = 2, 1 // learnt while the attempt waited
+	w.mu.Unlock()
+
+	abandoned := make(chan struct{})
+	done := c.watchAttemptSeen("s", true, &epochSeen{epoch: 1, streamID: 1}, func() { close(abandoned) })
+	defer done(wire.PublishConfirm{})
+	select {
+	case <-abandoned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an attempt that knew epoch 1 was not abandoned when the owner at epoch 2 answered")
+	}
+
+	kept := make(chan struct{})
+	done2 := c.watchAttempt("s", true, func() { close(kept) })
+	defer done2(wire.PublishConfirm{})
+	select {
+	case <-kept:
+		t.Fatal("an attempt that knew epoch 2 was abandoned by the owner at epoch 2")
+	case <-time.After(500 * time.Millisecond):
 	}
 }
