@@ -102,6 +102,18 @@ func (o *batchOwner) serve(m *nats.Msg) {
 	}()
 }
 
+// holdBatch keeps the reply to batch n (0 the first) until the returned
+// release is called.
+func (o *batchOwner) holdBatch(n int) (release func()) {
+	ch := make(chan struct{})
+	o.hold = func(got int) {
+		if got == n {
+			<-ch
+		}
+	}
+	return func() { close(ch) }
+}
+
 // Concurrent Publish calls share batches: with a long linger, the first
 // goes out alone (nothing in flight), the others gather while it is in
 // flight and go out together when it is answered (not after the linger);
@@ -109,12 +121,7 @@ func (o *batchOwner) serve(m *nats.Msg) {
 func TestBatchGathersConcurrentPublishes(t *testing.T) {
 	url := startNATS(t)
 	o := newBatchOwner(t, url)
-	release := make(chan struct{})
-	o.hold = func(n int) {
-		if n == 0 {
-			<-release
-		}
-	}
+	release := o.holdBatch(0)
 	c := connectClient(t, url, WithBatching(time.Minute, 0, 0))
 	ctx := ctxTimeout(t, 10*time.Second)
 	const n = 50
@@ -151,7 +158,7 @@ func TestBatchGathersConcurrentPublishes(t *testing.T) {
 			t.Fatalf("%d publishes queued, want %d", queued, n-1)
 		}
 	}
-	close(release)
+	release()
 	if got := <-o.got; got != n-1 {
 		t.Fatalf("second batch of %d records, want %d", got, n-1)
 	}
@@ -418,12 +425,7 @@ func TestBatchOrderAcrossPinning(t *testing.T) {
 func TestBatchCloseOnSharedConnUnsubscribes(t *testing.T) {
 	url := startNATS(t)
 	o := newBatchOwner(t, url)
-	release := make(chan struct{})
-	o.hold = func(n int) {
-		if n == 1 {
-			<-release
-		}
-	}
+	release := o.holdBatch(1)
 	nc := responderConn(t, url)
 	before := nc.NumSubscriptions()
 	c := New(nc, WithBatching(time.Millisecond, 0, 0), WithRequestTimeout(5*time.Second),
@@ -445,7 +447,7 @@ func TestBatchCloseOnSharedConnUnsubscribes(t *testing.T) {
 	if nc.IsClosed() {
 		t.Fatal("Close closed a connection it did not make")
 	}
-	close(release)
+	release()
 	if err := <-held; err != nil {
 		t.Fatalf("the batch in flight at Close: %v, want its confirm", err)
 	}

@@ -117,7 +117,7 @@ func WithOwnerProbe(after time.Duration) Option {
 
 // watched is one attempt in flight.
 type watched struct {
-	sent time.Time // registered: once it is sent (a batch), or just before (a single request)
+	sent time.Time // registered: once it is sent (a batch, an async attempt), or just before (a single request)
 	// bound is the highest epoch the owner the attempt reached can have,
 	// set by the first conclusive probe after it (bounded); 0 means
 	// unknown, and such an attempt is never abandoned.
@@ -160,8 +160,13 @@ type ownerWatch struct {
 }
 
 // epochSeen is the newest owner epoch of a stream the client knew at one
-// moment, and the stream id it is of (watched.known and knownID).
-type epochSeen struct{ epoch, streamID uint64 }
+// moment, and the stream id it is of (watched.known and knownID), with the
+// stream's watch it was read from, which the registration after the send
+// reuses rather than looking it up again.
+type epochSeen struct {
+	w               *ownerWatch
+	epoch, streamID uint64
+}
 
 // seenEpoch returns what the client knows of stream's owner epoch now. A
 // batch takes it before PublishMsg and registers after (batcher.sendLocked):
@@ -176,7 +181,7 @@ func (c *Client) seenEpoch(stream string) epochSeen {
 	w := c.streamWatch(stream)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return epochSeen{epoch: w.epoch, streamID: w.streamID}
+	return epochSeen{w: w, epoch: w.epoch, streamID: w.streamID}
 }
 
 // watchAttempt registers an attempt to stream that abandon cancels;
@@ -195,12 +200,19 @@ func (c *Client) watchAttemptSeen(stream string, idempotent bool, seen *epochSee
 	if c.opts.probeAfter <= 0 {
 		return func(wire.PublishConfirm) {}
 	}
+	var w *ownerWatch
+	if seen != nil {
+		w = seen.w
+	}
 	for {
-		w := c.streamWatch(stream)
+		if w == nil {
+			w = c.streamWatch(stream)
+		}
 		w.mu.Lock()
 		if w.dropped {
 			// Dropped as idle between the lookup and now.
 			w.mu.Unlock()
+			w = nil
 			continue
 		}
 		a := &watched{sent: time.Now(), known: w.epoch, knownID: w.streamID, idempotent: idempotent, abandon: abandon}

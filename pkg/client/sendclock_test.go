@@ -95,12 +95,7 @@ func (p *gateProxy) resume() {
 func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	url := startNATS(t)
 	o := newBatchOwner(t, url)
-	release := make(chan struct{})
-	o.hold = func(n int) {
-		if n == 0 {
-			<-release
-		}
-	}
+	release := o.holdBatch(0)
 	proxy := newGateProxy(t, url)
 	// A linger far longer than the test: the second record goes out only
 	// when the first batch's reply comes, from the reply's callback.
@@ -154,7 +149,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 
 	// The first batch's reply sends the second batch, whose PublishMsg
 	// now waits for the connection: longer than the request timeout.
-	close(release)
+	release()
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
 	proxy.resume()
