@@ -120,6 +120,9 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		followed  = map[uint64]recordID{}
 		followDup int
 	)
+	// The CPU clocks are read around the publishing only; a machine
+	// without them (not Linux) reports no CPU figures.
+	cpuStart, cpuErr := sampleCPU()
 	start := time.Now()
 	runCtx, stopPublishing := context.WithTimeout(ctx, cfg.Duration)
 	defer stopPublishing()
@@ -213,6 +216,7 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 
 	pubWG.Wait()
 	end := time.Now()
+	cpuEnd, cpuEndErr := sampleCPU()
 	if cfg.SettleAfterStop > 0 {
 		time.Sleep(cfg.SettleAfterStop)
 	}
@@ -234,6 +238,11 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		res.KilledAtMS = killedAt.Sub(start).Milliseconds()
 	}
 	res.summarize(confirms, killedAt)
+	if cpuErr == nil && cpuEndErr == nil {
+		res.CPU = cpuBetween(cpuStart, cpuEnd, res.Confirmed)
+	} else {
+		log.Info("no CPU figures", "err", errors.Join(cpuErr, cpuEndErr))
+	}
 
 	// Read everything back and judge.
 	delivered := map[recordID][]uint64{}
@@ -285,6 +294,9 @@ type Result struct {
 	FollowedAt    int            `json:"followed_offsets"`
 	Verify        Verification   `json:"verification"`
 	After         map[string]any `json:"after,omitempty"`
+	// CPU is the machine's and the bench process's CPU over the
+	// publishing (nil where it cannot be read).
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // Phase is throughput and confirm latency over part of the run.

@@ -16,16 +16,19 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 		get  func(*Result) float64
 		unit string
 		sum  bool // a count that must be zero in every run: show the total, not the median
+		cpu  bool // a CPU figure: runs without one (no /proc/stat) are left out
 	}
 	rows := []row{
-		{"confirmed records/s before the kill", func(r *Result) float64 { return r.Before.PerSecond }, "%.0f", false},
-		{"confirmed records/s, whole run", func(r *Result) float64 { return r.Whole.PerSecond }, "%.0f", false},
-		{"p50 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P50MS }, "%.2f", false},
-		{"p99 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P99MS }, "%.2f", false},
-		{"write unavailability after the kill (ms)", func(r *Result) float64 { return float64(r.UnavailableMS) }, "%.0f", false},
-		{"lost confirmed records", func(r *Result) float64 { return float64(r.Verify.Lost + r.Verify.Moved) }, "%.0f", true},
-		{"duplicates", func(r *Result) float64 { return float64(r.Verify.Duplicates) }, "%.0f", true},
-		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true},
+		{"confirmed records/s before the kill", func(r *Result) float64 { return r.Before.PerSecond }, "%.0f", false, false},
+		{"confirmed records/s, whole run", func(r *Result) float64 { return r.Whole.PerSecond }, "%.0f", false, false},
+		{"p50 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P50MS }, "%.2f", false, false},
+		{"p99 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P99MS }, "%.2f", false, false},
+		{"machine CPU per confirmed record, whole run (µs)", func(r *Result) float64 { return r.CPU.MachineUSPerRecord }, "%.1f", false, true},
+		{"machine busy while publishing (% of all cores)", func(r *Result) float64 { return r.CPU.MachineBusyPct }, "%.0f", false, true},
+		{"write unavailability after the kill (ms)", func(r *Result) float64 { return float64(r.UnavailableMS) }, "%.0f", false, false},
+		{"lost confirmed records", func(r *Result) float64 { return float64(r.Verify.Lost + r.Verify.Moved) }, "%.0f", true, false},
+		{"duplicates", func(r *Result) float64 { return float64(r.Verify.Duplicates) }, "%.0f", true, false},
+		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true, false},
 	}
 	var b strings.Builder
 	writeTableHead(&b, "figure (median of runs; each run in parentheses)", targets, func(t string) int { return len(results[t]) })
@@ -34,6 +37,9 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 		for _, t := range targets {
 			var vals []float64
 			for _, res := range results[t] {
+				if r.cpu && res.CPU == nil {
+					continue
+				}
 				vals = append(vals, r.get(res))
 			}
 			if len(vals) == 0 {

@@ -26,6 +26,10 @@ func (r *Result) WriteText(w io.Writer) error {
 		}
 	}
 	row("whole run", r.Whole)
+	if c := r.CPU; c != nil {
+		fmt.Fprintf(&b, "  cpu while publishing: machine %.0f%% busy of %d cores (%.2f core-s), %.1f µs per confirmed record; this process %.2f core-s, %.1f µs per record\n",
+			c.MachineBusyPct, c.Cores, c.MachineCoreSeconds, c.MachineUSPerRecord, c.BenchCoreSeconds, c.BenchUSPerRecord)
+	}
 	v := r.Verify
 	verdict := "OK"
 	if !v.OK {

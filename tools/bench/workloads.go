@@ -29,7 +29,8 @@ func (w Workload) Describe() string {
 
 // WriteWorkloadSummary writes one markdown table of every workload: per
 // target its median confirmed records/s and p50/p99 confirm latency before
-// the kill, and, with two targets or more, the first's records/s over the
+// the kill, the machine's CPU per confirmed record (CPU; when every run
+// has it), and, with two targets or more, the first's records/s over the
 // fastest other's (named when there are more than two, e.g. JetStream's
 // faster publish path). results[i] holds workload i's runs by target.
 func WriteWorkloadSummary(w io.Writer, targets []string, wls []Workload, results []map[string][]*Result) error {
@@ -58,14 +59,21 @@ func WriteWorkloadSummary(w io.Writer, targets []string, wls []Workload, results
 				b.WriteString(" – |")
 				continue
 			}
-			var rate, p50, p99 []float64
+			var rate, p50, p99, cpu []float64
 			for _, r := range rs {
 				rate = append(rate, r.Before.PerSecond)
 				p50 = append(p50, r.Before.P50MS)
 				p99 = append(p99, r.Before.P99MS)
+				if r.CPU != nil {
+					cpu = append(cpu, r.CPU.MachineUSPerRecord)
+				}
 			}
 			rates[j] = median(rate)
-			fmt.Fprintf(&b, " %.0f rec/s, p50 %.2f ms, p99 %.2f ms |", rates[j], median(p50), median(p99))
+			fmt.Fprintf(&b, " %.0f rec/s, p50 %.2f ms, p99 %.2f ms", rates[j], median(p50), median(p99))
+			if len(cpu) == len(rs) {
+				fmt.Fprintf(&b, ", %.0f µs CPU/rec", median(cpu))
+			}
+			b.WriteString(" |")
 		}
 		if len(targets) >= 2 {
 			best := 1

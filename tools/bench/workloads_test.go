@@ -47,3 +47,27 @@ func TestWriteWorkloadSummaryFastestPeer(t *testing.T) {
 		}
 	}
 }
+
+// The machine's CPU per record joins a target's cell only when every run
+// of it has one.
+func TestWriteWorkloadSummaryCPU(t *testing.T) {
+	wls := []Workload{{1, 256}}
+	res := func(rate, us float64) *Result {
+		r := &Result{Before: Phase{PerSecond: rate, P50MS: 1, P99MS: 2}}
+		if us > 0 {
+			r.CPU = &CPU{MachineUSPerRecord: us}
+		}
+		return r
+	}
+	results := []map[string][]*Result{
+		{"brook": {res(300, 90), res(200, 70), res(100, 80)}, "jetstream": {res(100, 60), res(100, 0)}},
+	}
+	var b strings.Builder
+	if err := WriteWorkloadSummary(&b, []string{"brook", "jetstream"}, wls, results); err != nil {
+		t.Fatal(err)
+	}
+	want := "| 1 publisher x 256 outstanding | 200 rec/s, p50 1.00 ms, p99 2.00 ms, 80 µs CPU/rec | 100 rec/s, p50 1.00 ms, p99 2.00 ms | 2.00 |"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("summary lacks %q:\n%s", want, b.String())
+	}
+}
