@@ -21,6 +21,7 @@ import (
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -108,7 +109,7 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Float64("balance-margin", controller.DefaultBalanceMargin, "how far (a fraction of the even share) a host's owned streams may be off it before streams move")
 	fs.Duration("balance-settle", controller.DefaultBalanceSettle, "quiet period after a failover pending or a change of the hosts that may own before the balancer moves anything")
 	fs.Int("balance-moves-per-host", controller.DefaultBalanceMovesPerHost, "planned moves of the balancer in flight from one owner at most")
-	fs.Uint64("rtt-ms", 10, "Raft round trip time in milliseconds (election after 30 RTT)")
+	fs.Uint64("rtt-ms", raftstore.DefaultRTTMillisecond, "the Raft clock's tick in milliseconds: a follower starts an election after 30 to 60 ticks of silence from the leader, which beats every 2")
 	fs.String("raft-ca", "", "PEM file of the CA that signs every replica's Raft certificate (with --raft-cert and --raft-key: mutual TLS between Raft peers)")
 	fs.String("raft-cert", "", "PEM certificate of this replica's Raft transport, for server and client use, naming every peer's Raft host (e.g. .brook-auth/coordinator-raft-cert.pem)")
 	fs.String("raft-key", "", "PEM private key of --raft-cert")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/coordinator/controller"
+	"github.com/brook-streams/brook/services/coordinator/raftstore"
 	"github.com/brook-streams/brook/services/coordinator/recovery"
 	"github.com/brook-streams/brook/services/coordinator/server"
 	"github.com/brook-streams/brook/services/coordinator/state"
@@ -31,7 +32,7 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != 10 || // defaults
+	if c.DisconnectGrace != wire.DefaultDisconnectGrace || c.RTTMillisecond != raftstore.DefaultRTTMillisecond || // defaults
 		c.MaxStreams != state.DefaultMaxStreams || c.MaxCopiesPerHost != state.DefaultMaxCopiesPerHost ||
 		c.MaxInflight != server.DefaultMaxInflight {
 		t.Fatalf("defaults: %+v", c)

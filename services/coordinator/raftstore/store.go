@@ -33,23 +33,34 @@ import (
 // ShardID is the one Raft shard that holds the coordinator state.
 const ShardID uint64 = 1
 
-// Raft tuning. With the default 10 ms RTT a follower starts an election
-// after 1.5 to 3 s (randomized) of silence from the leader, and a leader
-// steps down (CheckQuorum) when a majority was silent for as long. On a
-// loaded 2-core machine every coordinator process, followers as much as
-// the leader, goes unscheduled for 0.2 to 1.2 s hundreds of times in a
-// 10,000-stream run (docs/benchmarks.md, "Session 26: coordinator under a
-// mass failover"): with 300 to 600 ms (ElectionRTT 30) the leadership
-// moved 13 times in one run, and every new leader re-sealed what was in
-// flight, so the failover did not converge. 1.5 s is more than the
-// longest stall seen, so a stall no longer costs the leadership; a leader
-// that really died is replaced 1.5 to 3 s after its last heartbeat, plus
-// a (pre-)vote round. An operator does not wait for that to hear that the
-// coordinators lost their quorum: a request the shard does not answer in
-// time is checked with a read-index round of its own (ConfirmQuorum).
+// Raft tuning. The Raft clock ticks every RTTMillisecond (default 50 ms).
+// A follower starts an election after 30 to 60 ticks (randomized), 1.5 to
+// 3 s at the default, of silence from the leader, and a leader steps down
+// (CheckQuorum) when a majority was silent for as long. On a loaded 2-core
+// machine every coordinator process, followers as much as the leader, goes
+// unscheduled for 0.2 to 1.2 s hundreds of times in a 10,000-stream run
+// (docs/benchmarks.md, "Session 26: coordinator under a mass failover"):
+// with 300 to 600 ms the leadership moved 13 times in one run, and every
+// new leader re-sealed what was in flight, so the failover did not
+// converge. 1.5 s is more than the longest stall seen, so a stall no
+// longer costs the leadership; a leader that really died is replaced 1.5
+// to 3 s after its last heartbeat, plus a (pre-)vote round. An operator
+// does not wait for that to hear that the coordinators lost their quorum:
+// a request the shard does not answer in time is checked with a read-index
+// round of its own (ConfirmQuorum).
+//
+// The leader beats every 2 ticks (100 ms), 15 times per election timeout.
+// Nothing else waits for a tick: proposals and their replication, the
+// commit index's broadcast to the followers and a read-index round are
+// sent when they happen. The clock was 10 ms with a beat every tick until
+// 2026-12-05; each tick and beat wakes Dragonboat's workers and transport
+// in all three processes, and at 50 ms with a beat every other tick an
+// idle coordinator's CPU about halved (docs/benchmarks.md, "Session 41").
+const DefaultRTTMillisecond = 50
+
 const (
-	electionRTT        = 150
-	heartbeatRTT       = 1
+	electionRTT        = 30
+	heartbeatRTT       = 2
 	compactionOverhead = 1024
 	defaultOpTimeout   = 5 * time.Second
 )
@@ -93,7 +104,9 @@ type Config struct {
 	// Peers maps every initial replica id to its Raft address.
 	Peers map[uint64]string
 	// DataDir holds the NodeHost's Raft log and snapshots.
-	DataDir        string
+	DataDir string
+	// RTTMillisecond is the Raft clock's tick (0: DefaultRTTMillisecond);
+	// the election timeout and the heartbeat are counted in ticks.
 	RTTMillisecond uint64
 	// TLS, when set, runs the Raft transport over mutual TLS.
 	TLS    *TLSFiles
@@ -193,7 +206,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: replica %d is not among the peers %v", cfg.ReplicaID, cfg.Peers)
 	}
 	if cfg.RTTMillisecond == 0 {
-		cfg.RTTMillisecond = 10
+		cfg.RTTMillisecond = DefaultRTTMillisecond
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -58,7 +58,7 @@ func startCluster(t testing.TB, tls func(id uint64) *TLSFiles, snapMin uint64) *
 
 func (c *cluster) open(id uint64) {
 	c.t.Helper()
-	s, err := Open(Config{ReplicaID: id, RaftAddr: c.peers[id], Peers: c.peers, DataDir: c.dirs[id], RTTMillisecond: 10,
+	s, err := Open(Config{ReplicaID: id, RaftAddr: c.peers[id], Peers: c.peers, DataDir: c.dirs[id],
 		TLS: c.tls[id], SnapshotMinEntries: c.snapMin})
 	if err != nil {
 		c.t.Fatalf("open %d: %v", id, err)

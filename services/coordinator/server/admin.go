@@ -76,7 +76,8 @@ func probePause(n int) time.Duration {
 const quorumWait = 500 * time.Millisecond
 
 // quorumProbe bounds the read-index round of the quorum check: a healthy
-// leader answers it in a heartbeat round trip (10 ms RTT). Under load a
+// leader answers it in one heartbeat round trip, sent at once rather
+// than on the Raft clock's tick. Under load a
 // leader held up longer than this makes the requests that waited
 // quorumWait answer unavailable too, and clients retry them; an election
 // waits 1.5 s.

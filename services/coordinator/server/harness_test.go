@@ -54,7 +54,6 @@ func newCluster(t *testing.T, n int, tune func(*Options)) *cluster {
 		ReplaceAfter:    time.Minute,
 		SealTimeout:     300 * time.Millisecond,
 		ControlInterval: 50 * time.Millisecond,
-		RTTMillisecond:  10,
 		Logger:          testLogger(t),
 		TracerProvider:  c.tp,
 	}
