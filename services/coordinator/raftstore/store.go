@@ -437,8 +437,9 @@ func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, e
 		}
 		res, err := s.nh.SyncPropose(ctx, s.session, cmd)
 		if g != nil {
-			// Dropped or refused (retryable): not in the log.
-			g.settle(err != nil && retryable(err))
+			// Dropped or refused (retryable), or refused for a budget
+			// under one tick: not in the log.
+			g.settle(err != nil && (retryable(err) || errors.Is(err, dragonboat.ErrTimeoutTooSmall)))
 		}
 		if err == nil {
 			var r state.Result
