@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -59,24 +58,20 @@ func sampleCPU() (cpuSample, error) {
 		return cpuSample{}, err
 	}
 	defer func() { _ = f.Close() }() // read-only
-	busy, total, cores, err := parseProcStat(f)
+	busy, total, cores, err := ParseProcStat(f)
 	if err != nil {
 		return cpuSample{}, err
 	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return cpuSample{}, err
-	}
-	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpuSample{at: time.Now(), busy: busy, total: total, cores: cores, self: self}, nil
+	return cpuSample{at: time.Now(), busy: busy, total: total, cores: cores, self: selfCPU()}, nil
 }
 
-// parseProcStat reads the aggregate "cpu" line of /proc/stat (user, nice,
+// ParseProcStat reads the aggregate "cpu" line of /proc/stat (user, nice,
 // system, idle, iowait, irq, softirq, steal, ...) and counts the per-core
 // "cpuN" lines. Busy is user+nice+system+irq+softirq; the total adds idle,
 // iowait and steal. Guest time is already inside user and is not added
-// again.
-func parseProcStat(r io.Reader) (busy, total uint64, cores int, err error) {
+// again. It is the bench's one reader of the machine's CPU clocks (the
+// scale mode's machine figure reads the busy ticks here too).
+func ParseProcStat(r io.Reader) (busy, total uint64, cores int, err error) {
 	sc := bufio.NewScanner(r)
 	found := false
 	for sc.Scan() {

@@ -17,7 +17,7 @@ ctxt 999
 `
 
 func TestParseProcStat(t *testing.T) {
-	busy, total, cores, err := parseProcStat(strings.NewReader(procStatText))
+	busy, total, cores, err := ParseProcStat(strings.NewReader(procStatText))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestParseProcStat(t *testing.T) {
 		t.Fatalf("busy %d total %d cores %d", busy, total, cores)
 	}
 	for _, bad := range []string{"", "intr 1\n", "cpu 1 2 3\ncpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 x 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\n"} {
-		if _, _, _, err := parseProcStat(strings.NewReader(bad)); err == nil {
+		if _, _, _, err := ParseProcStat(strings.NewReader(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/tools/auth"
+	"github.com/brook-streams/brook/tools/bench"
 	"github.com/brook-streams/brook/tools/cluster"
 )
 
@@ -209,31 +210,15 @@ func (s *cpuSample) end() ([]procUsage, error) {
 }
 
 // machineBusy reads the machine's busy CPU time over all its cores (the
-// first line of /proc/stat), in clock ticks: what every process on it,
-// this cluster's or not, took.
+// first line of /proc/stat, read by bench.ParseProcStat), in clock ticks:
+// what every process on it, this cluster's or not, took.
 func machineBusy() (uint64, error) {
 	data, err := readProc("stat")
 	if err != nil {
 		return 0, err
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: first line %q", line)
-	}
-	// user nice system idle iowait irq softirq steal; the guest times
-	// after them are counted in user already.
-	var busy uint64
-	for i, v := range f[1:min(len(f), 9)] {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
-		}
-		if i != 3 && i != 4 {
-			busy += n
-		}
-	}
-	return busy, nil
+	busy, _, _, err := bench.ParseProcStat(bytes.NewReader(data))
+	return busy, err
 }
 
 // byteCounter counts the messages and bytes of a subscription.
