@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +57,56 @@ func TestProposalUnderOneTickIsNotInTheLog(t *testing.T) {
 	}
 	if !gate.Abandon() {
 		t.Fatal("the request cannot be abandoned though nothing reached the log")
+	}
+}
+
+// A read-index round Dragonboat drops is run again only while it can
+// still be answered: Dragonboat refuses a round under one tick
+// (ErrTimeoutTooSmall), so the retries stop once less than two ticks are
+// left, and the error returned is the drop, not the refusal of a retry
+// that could never have succeeded.
+func TestReadIndexRetriesStopTwoTicksBeforeTheBudget(t *testing.T) {
+	const tick, budget = 20 * time.Millisecond, 200 * time.Millisecond
+	var budgets []time.Duration
+	dropAll := func(left time.Duration) error {
+		budgets = append(budgets, left)
+		if left < tick { // as Dragonboat's ReadIndex answers
+			return fmt.Errorf("read index: %w", dragonboat.ErrTimeoutTooSmall)
+		}
+		return fmt.Errorf("read index: %w", errRoundDropped)
+	}
+	start := time.Now()
+	err := retryRounds(budget, tick, dropAll)
+	took := time.Since(start)
+	if !errors.Is(err, errRoundDropped) {
+		t.Fatalf("every round dropped: got %v, want the drop", err)
+	}
+	if len(budgets) < 2 {
+		t.Fatalf("%d rounds: a dropped round was not run again", len(budgets))
+	}
+	for i, b := range budgets {
+		if b < tick {
+			t.Errorf("round %d asked for with %v left, under one tick (%v)", i, b, tick)
+		}
+	}
+	if took < budget-2*tick {
+		t.Errorf("gave up after %v with more than two ticks of %v left", took, budget)
+	}
+
+	// A round that completes after drops ends the retries, and one that
+	// fails otherwise is not run again.
+	n := 0
+	if err := retryRounds(budget, tick, func(time.Duration) error {
+		if n++; n < 3 {
+			return errRoundDropped
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("two drops then an answer: %v after %d rounds, want nil after 3", err, n)
+	}
+	n = 0
+	other := errors.New("read index: not completed")
+	if err := retryRounds(budget, tick, func(time.Duration) error { n++; return other }); !errors.Is(err, other) || n != 1 {
+		t.Fatalf("a round that failed: %v after %d rounds, want it after 1", err, n)
 	}
 }

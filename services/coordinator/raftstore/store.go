@@ -580,17 +580,30 @@ func (s *Store) ConfirmQuorum(budget time.Duration) error {
 
 // readIndex runs a read-index round and waits for it up to budget. A
 // round Dragonboat drops or refuses at once (as it does right after an
-// election, or while the replica is busy) is run again within budget
-// rather than judged failed.
+// election, or while the replica is busy) is run again while at least two
+// ticks of budget remain, rather than judged failed.
 func (s *Store) readIndex(budget time.Duration) error {
+	tick := time.Duration(s.cfg.RTTMillisecond) * time.Millisecond
+	return retryRounds(budget, tick, s.readIndexOnce)
+}
+
+// retryRounds runs round with what is left of budget until it succeeds,
+// fails for good, or less than two ticks are left. Dragonboat counts a
+// round's timeout in whole ticks, rounded down, and refuses one under a
+// tick (ErrTimeoutTooSmall); a round of one tick may time out at the next
+// tick, however soon that comes. So a dropped round is retried only while
+// it can still get an answer, and the error returned is the drop itself.
+func retryRounds(budget, tick time.Duration, round func(time.Duration) error) error {
 	deadline := time.Now().Add(budget)
 	for {
-		left := time.Until(deadline)
-		err := s.readIndexOnce(left)
-		if err == nil || time.Until(deadline) < 10*time.Millisecond || !errors.Is(err, errRoundDropped) && !retryable(err) {
+		err := round(time.Until(deadline))
+		if err == nil || !errors.Is(err, errRoundDropped) && !retryable(err) {
 			return err
 		}
 		time.Sleep(5 * time.Millisecond)
+		if time.Until(deadline) < 2*tick {
+			return err
+		}
 	}
 }
 
