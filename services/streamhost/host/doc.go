@@ -32,6 +32,19 @@
 // something to ask for) or the host wait fails, and then asks again on
 // its own subject: the host wait only decides when a follower asks.
 //
+// Followers, their hosts and owners talk through the host's replication
+// link (replLink, transport.go): a follower's requests and standalone
+// acks, its host's host waits, and the owner's side that serves both.
+// The link carries encoded frames and the authenticated sender, and
+// knows nothing of what they mean: every rule (what an ack counts, when a
+// follower asks again, what a host wait is answered with) is in the
+// follower's, the owner's and the host waits' files. natsLink
+// (link_nats.go) is its one implementation, over the host's NATS
+// connection, and the only file of the package that knows how
+// replication travels; another transport is another implementation.
+// Client requests (publishes, fetches, commits), seals, probes and
+// assignments stay on NATS.
+//
 // Seals fence a copy in storage first and then stop whatever role the copy
 // played at an older epoch. Assignments are pulled from the coordinators
 // (on start, on a notice of a newer version and every 5s) and applied in

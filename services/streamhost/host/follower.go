@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -175,14 +173,14 @@ type written struct {
 }
 
 func (f *follower) run(ctx context.Context) {
-	subj := wire.ReplicationSubject(f.stream, f.epoch, f.h.cfg.Node)
+	to := f.h.link.toOwner(f.stream, f.epoch)
 	// Batches written but not yet durable, in the order written (and so
 	// the order they become durable); syncer waits for each and acks it.
 	// The syncer holds one and the worker one more while it waits to
 	// queue it: followerAhead in all.
 	pending := make(chan written, followerAhead-2)
 	synced := make(chan struct{})
-	go f.syncer(ctx, subj, pending, synced)
+	go f.syncer(ctx, to, pending, synced)
 	defer func() {
 		close(pending)
 		<-synced
@@ -253,22 +251,15 @@ func (f *follower) run(ctx context.Context) {
 		// still runs (syncer acks them as they land).
 		req.ReadFrom, req.ReadDigest = t.RecordWritten, t.WrittenDigest
 		f.raiseSent(t.Record)
-		msg := nats.NewMsg(subj)
-		msg.Data = frame.AppendReplRequest(nil, &req)
-		// The owner answers within the wait; a longer silence means it is
-		// gone (a dead responder is not reported as "no responders").
-		rctx, cancel := context.WithTimeout(ctx, replTimeout(wait))
-		// A reconnect loses the request (and its answer): ask again at once.
-		stop := context.AfterFunc(f.h.conn.Current(), cancel)
 		asked := time.Now()
-		resp, err := f.h.nc.RequestMsgWithContext(rctx, msg)
-		stop()
-		cancel()
+		// The owner answers within the wait; a longer silence means it is
+		// gone. A request the link lost (errLinkLost) is asked again.
+		resp, err := to.request(ctx, frame.AppendReplRequest(nil, &req), replTimeout(wait))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, nats.ErrNoResponders) && noOwner < noOwnerRetries && fails == 0 {
+			if errors.Is(err, errNoServer) && noOwner < noOwnerRetries && fails == 0 {
 				noOwner++
 				select {
 				case <-ctx.Done():
@@ -292,9 +283,9 @@ func (f *follower) run(ctx context.Context) {
 			}
 			continue
 		}
-		if code := resp.Header.Get(frame.HeaderError); code != "" {
+		if code := resp.code; code != "" {
 			var er wire.ErrorReply
-			_ = json.Unmarshal(resp.Data, &er)
+			_ = json.Unmarshal(resp.data, &er)
 			if code == wire.CodeStaleEpoch || code == wire.CodeNotFound {
 				f.h.requestPull()
 			}
@@ -317,7 +308,7 @@ func (f *follower) run(ctx context.Context) {
 			}
 			continue
 		}
-		b, err := frame.DecodeBatch(resp.Data)
+		b, err := frame.DecodeBatch(resp.data)
 		if err != nil || b.Epoch != f.epoch {
 			if !fail(slog.LevelWarn, "bad batch from owner", "err", err, "fails", fails+1) {
 				return
@@ -409,7 +400,7 @@ func (f *follower) run(ctx context.Context) {
 // closed and drained: every durable func is called, as the store requires;
 // when the worker is stopped they return at once (the writes may still
 // land, unacked).
-func (f *follower) syncer(ctx context.Context, subj string, pending <-chan written, done chan<- struct{}) {
+func (f *follower) syncer(ctx context.Context, to ownerLink, pending <-chan written, done chan<- struct{}) {
 	defer close(done)
 	for w := range pending {
 		if err := w.durable(ctx); err != nil {
@@ -425,7 +416,7 @@ func (f *follower) syncer(ctx context.Context, subj string, pending <-chan writt
 			continue
 		}
 		f.h.metrics.stage(stageFollowerApply, time.Since(w.got))
-		f.ackDurable(subj)
+		f.ackDurable(to)
 		if w.acked != nil {
 			close(w.acked)
 		}
@@ -452,13 +443,13 @@ func (f *follower) raiseSent(tail uint64) bool {
 // carries them. The worker's request in flight may be parked at the
 // owner for its long poll: without this, a confirm would wait for the
 // poll to end.
-func (f *follower) ackDurable(subj string) {
+func (f *follower) ackDurable(to ownerLink) {
 	t := f.c.Tails()
 	if !f.raiseSent(t.Record) {
 		return
 	}
 	req := f.ack(t)
-	if err := f.h.nc.Publish(subj, frame.AppendReplRequest(nil, &req)); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := to.ack(frame.AppendReplRequest(nil, &req)); err != nil {
 		// The next request carries the tails anyway.
 		f.log.Debug("standalone ack not sent", "err", err)
 	}

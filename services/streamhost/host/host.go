@@ -255,7 +255,9 @@ type Host struct {
 	// connection of their own, mainSeen is the main connection as last
 	// seen (connWatch, Reconnected, Disconnected): the beats read it
 	// instead of asking nc, whose lock a stalled write holds.
-	beatNC   *nats.Conn
+	beatNC *nats.Conn
+	// link carries replication between copies (transport.go).
+	link     replLink
 	mainSeen atomic.Pointer[mainConn]
 	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
@@ -386,6 +388,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		sealReqs:    newBudget("seals", "in flight", cfg.MaxInflight),
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
 	}
+	h.link = natsLink{h: h}
 	if cfg.BeatConn != nil {
 		h.beatNC = cfg.BeatConn
 		h.seeMainConn()
@@ -536,7 +539,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// waiting recovery finish.
 	// The leader's liveness probe is answered from the start too: it asks
 	// only about an incarnation that has beaten.
-	var subs []*nats.Subscription
+	var subs []func() // each ends a subscription
 	for _, sub := range []struct {
 		subject string
 		handle  nats.MsgHandler
@@ -546,7 +549,6 @@ func (h *Host) Run(ctx context.Context) error {
 		{wire.HostProbeSubject(h.cfg.Node), h.onProbe},
 		{wire.AssignNoticeSubject(h.cfg.Node), h.onNotice},
 		{wire.HandoffSubject(h.cfg.Node), h.onHandoff},
-		{wire.HostReplWildcard(h.cfg.Node), h.onHostWait},
 	} {
 		s, err := h.nc.Subscribe(sub.subject, sub.handle)
 		if err != nil {
@@ -555,8 +557,14 @@ func (h *Host) Run(ctx context.Context) error {
 			h.stop(subs)
 			return h.closeStore(fmt.Errorf("subscribe %s: %w", sub.subject, err))
 		}
-		subs = append(subs, s)
+		subs = append(subs, func() { _ = s.Unsubscribe() })
 	}
+	stopWaits, err := h.link.serveHostWaits(h.onHostWait)
+	if err != nil {
+		h.stop(subs)
+		return h.closeStore(fmt.Errorf("serve host waits: %w", err))
+	}
+	subs = append(subs, stopWaits)
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	if h.beatNC != h.nc {
 		h.goBG(func() { h.connWatch(h.bgCtx) })
@@ -579,13 +587,16 @@ func (h *Host) Run(ctx context.Context) error {
 	return h.closeStore(nil)
 }
 
-// stop ends what Run started, in order: the subscriptions subs, the
-// parked host waits, the requests in flight, the background loops, every
-// role (answering shutting_down), the idle waits and the pool's workers.
-// Run calls it after its graceful shutdown, or when a subscription failed
-// (what the earlier ones started then stops before the store closes).
-func (h *Host) stop(subs []*nats.Subscription) {
-	unsubscribeAll(subs)
+// stop ends what Run started, in order: the subscriptions subs (the last
+// first; the host waits' is last), the parked host waits, the requests in
+// flight, the background loops, every role (answering shutting_down), the
+// idle waits and the pool's workers. Run calls it after its graceful
+// shutdown, or when a subscription failed (what the earlier ones started
+// then stops before the store closes).
+func (h *Host) stop(subs []func()) {
+	for i := len(subs) - 1; i >= 0; i-- {
+		subs[i]()
+	}
 	h.parked.close()
 	h.reqs.Close()
 	h.bgCancel()
@@ -597,13 +608,6 @@ func (h *Host) stop(subs []*nats.Subscription) {
 	}
 	h.idle.wg.Wait()
 	h.pool.close()
-}
-
-// unsubscribeAll unsubscribes subs, the last first.
-func unsubscribeAll(subs []*nats.Subscription) {
-	for i := len(subs) - 1; i >= 0; i-- {
-		_ = subs[i].Unsubscribe()
-	}
 }
 
 // onProbe answers the coordinator leader's liveness probe

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -123,7 +121,7 @@ type setCopy struct {
 
 // parkedWait is one follower host's host wait at this owner host.
 type parkedWait struct {
-	reply  string
+	reply  hostWaitReplier // nil: not answered
 	set    *waitSet
 	waitMS uint32
 	// full says the host wait named the whole set: its first pass looks
@@ -152,45 +150,48 @@ type parkedWait struct {
 // answer). A change based on a generation this host does not hold is
 // answered at once with nothing and no generation: the sender sends its
 // whole set.
-func (h *Host) onHostWait(m *nats.Msg) {
+func (h *Host) onHostWait(c hostWaitCall) {
 	h.metrics.replReceived(replKindHostWait)
 	var full *frame.HostWait
 	var change *frame.HostWaitChange
 	var node string
 	var waitMS uint32
 	var err error
-	if frame.IsHostWaitChange(m.Data) {
-		if change, err = frame.DecodeHostWaitChange(m.Data); err == nil {
+	if frame.IsHostWaitChange(c.data) {
+		if change, err = frame.DecodeHostWaitChange(c.data); err == nil {
 			node, waitMS = change.Node, change.WaitMS
 		}
-	} else if full, err = frame.DecodeHostWait(m.Data); err == nil {
+	} else if full, err = frame.DecodeHostWait(c.data); err == nil {
 		node, waitMS = full.Node, full.WaitMS
 	}
 	var gen uint64
-	genHdr := m.Header.Get(frame.HeaderHostWaitGen)
-	if err == nil && full != nil && genHdr != "" {
-		gen, err = strconv.ParseUint(genHdr, 10, 64)
+	if err == nil && full != nil && c.gen != "" {
+		gen, err = strconv.ParseUint(c.gen, 10, 64)
+	}
+	fail := func(e *wire.Error) {
+		if c.reply != nil {
+			c.reply.fail(e)
+		}
 	}
 	if err != nil {
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))
+		fail(wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))
 		return
 	}
-	// As on the replication subjects, the last token is the sender: with
-	// credentials a host publishes only its own, so a body naming another
-	// node is a host speaking for another.
-	if subj := wire.ReplicationNode(m.Subject); node != subj {
-		h.log.Warn("host wait names another node than its subject; refused", "subject_node", subj, "body_node", node)
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait on node %s's subject names node %s", subj, node))
+	// As for replication, c.from is the sender as the link authenticated
+	// it, so a body naming another node is a host speaking for another.
+	if node != c.from {
+		h.log.Warn("host wait names another node than its sender; refused", "sender", c.from, "body_node", node)
+		fail(wire.Errorf(wire.CodeBadRequest, "host wait from node %s names node %s", c.from, node))
 		return
 	}
-	pw := &parkedWait{reply: m.Reply, waitMS: waitMS, full: full != nil, wake: make(chan struct{}, 1), end: make(chan struct{}),
-		records: m.Header.Get(frame.HeaderWakeRecords) != ""}
+	pw := &parkedWait{reply: c.reply, waitMS: waitMS, full: full != nil, wake: make(chan struct{}, 1), end: make(chan struct{}),
+		records: c.records}
 	now := time.Now()
 	w := &h.parked
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		h.replyErr(m.Reply, h.stopping())
+		fail(h.stopping())
 		return
 	}
 	w.sweep(node, now)
@@ -207,7 +208,7 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	s.mu.Lock()
 	applied := true
 	if full != nil {
-		s.replace(full, gen, genHdr != "")
+		s.replace(full, gen, c.gen != "")
 	} else {
 		applied = s.apply(change)
 	}
@@ -248,12 +249,13 @@ func (h *Host) onHostWait(m *nats.Msg) {
 		s.remove(pw)
 		return
 	case tooLarge:
-		h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "host wait: the set of %d bytes is over %d", size, frame.MaxHostWaitBytes))
+		fail(wire.Errorf(wire.CodeBadRequest, "host wait: the set of %d bytes is over %d", size, frame.MaxHostWaitBytes))
 		return
 	}
 	if !h.replReqs.take() {
 		s.remove(pw)
-		h.refuse(m.Reply, h.replReqs)
+		fail(h.overloaded(h.replReqs))
+		h.noteRefused(h.replReqs, 1)
 		return
 	}
 	if !h.reqs.Go(func() {
@@ -262,7 +264,7 @@ func (h *Host) onHostWait(m *nats.Msg) {
 	}) {
 		h.replReqs.give()
 		s.remove(pw)
-		h.replyErr(m.Reply, h.stopping())
+		fail(h.stopping())
 	}
 }
 
@@ -422,15 +424,10 @@ func (s *waitSet) again(ids []uint64, from *parkedWait) {
 // having recorded what it names (waitSet.answered).
 func (h *Host) answerHostWait(pw *parkedWait, wake *frame.HostWake) {
 	pw.set.answered(pw, wake)
-	if pw.reply == "" {
+	if pw.reply == nil {
 		return
 	}
-	m := nats.NewMsg(pw.reply)
-	if pw.gen != "" {
-		m.Header.Set(frame.HeaderHostWaitGen, pw.gen)
-	}
-	m.Data = frame.AppendHostWake(nil, wake)
-	h.publishReply(m)
+	pw.reply.wake(frame.AppendHostWake(nil, wake), pw.gen)
 }
 
 // answered records the stream ids pw's answer names, if pw still serves
@@ -566,8 +563,8 @@ func (h *Host) endHostWait(pw *parkedWait) {
 	w.mu.RLock() // closing is written under the write lock
 	closing := pw.closing
 	w.mu.RUnlock()
-	if closing {
-		h.replyErr(pw.reply, h.stopping())
+	if closing && pw.reply != nil {
+		pw.reply.fail(h.stopping())
 	}
 }
 
@@ -591,7 +588,7 @@ const (
 // than that and the wake's stream ids (at most n, of at most ten bytes
 // each) and headers.
 func (h *Host) hostWakeLimit(n int) int {
-	return min(hostWakeBytes, int(h.nc.MaxPayload())-n*binary.MaxVarintLen64-frameHeadroom)
+	return min(hostWakeBytes, int(h.link.maxMessage())-n*binary.MaxVarintLen64-frameHeadroom)
 }
 
 // hostWakeRecords puts into wake the records of the copies fetch names

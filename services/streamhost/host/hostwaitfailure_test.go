@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-
-	"github.com/nats-io/nats.go"
 )
 
 // TestHostWaitFailure: what a failed host wait leads to. A late host wait
@@ -27,9 +25,9 @@ func TestHostWaitFailure(t *testing.T) {
 		{"late", false, context.DeadlineExceeded, nil, 0, hostWaitLate},
 		{"late, copies joined after the deadline", false, context.DeadlineExceeded, errSetGrew, 0, hostWaitLate},
 		{"late the third time in a row", false, context.DeadlineExceeded, nil, hostWaitLateMax - 1, hostWaitWake},
-		{"late after a reconnect", false, context.DeadlineExceeded, errReconnected, 0, hostWaitWake},
-		{"cancelled by a reconnect", false, context.Canceled, errReconnected, 0, hostWaitWake},
-		{"no responders", false, nats.ErrNoResponders, nil, 0, hostWaitWake},
+		{"link lost", false, errLinkLost, nil, 0, hostWaitWake},
+		{"link lost as copies joined", false, errLinkLost, errSetGrew, 0, hostWaitWake},
+		{"no responders", false, errNoServer, nil, 0, hostWaitWake},
 		{"other error", false, errors.New("boom"), nil, 0, hostWaitWake},
 	} {
 		if got := hostWaitFailure(c.stopping, c.err, c.cause, c.late); got != c.want {

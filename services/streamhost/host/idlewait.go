@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -78,10 +76,7 @@ const (
 	hostWaitLateMax = 3
 )
 
-var (
-	errSetGrew     = errors.New("a copy joined the idle set")
-	errReconnected = errors.New("the NATS connection was replaced")
-)
+var errSetGrew = errors.New("a copy joined the idle set")
 
 // idleCopy is one sleeping follower copy.
 type idleCopy struct {
@@ -206,7 +201,7 @@ func (h *Host) sleepIdle(ctx context.Context, owner string, c frame.HostWaitCopy
 // when a host wait fails). It ends when p has no copies or the host stops.
 func (h *Host) hostWaitLoop(p *peerWait) {
 	w := &h.idle
-	subj := wire.HostReplSubject(p.owner, h.cfg.Node)
+	to := h.link.toHost(p.owner)
 	wait := h.cfg.ReplIdleWait
 	log := h.log.With("owner_node", p.owner)
 	var last time.Time
@@ -231,9 +226,8 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			w.mu.Unlock()
 			return
 		}
-		msg := nats.NewMsg(subj)
-		msg.Header.Set(frame.HeaderWakeRecords, "1")
-		msg.Data = p.hostWait(h.cfg.Node, uint32(wait/time.Millisecond), msg.Header)
+		hw := p.hostWait(h.cfg.Node, uint32(wait/time.Millisecond))
+		hw.records = true
 		gen := strconv.FormatUint(p.gen, 10)
 		rctx, cancel := context.WithCancelCause(h.bgCtx)
 		last = time.Now()
@@ -241,12 +235,8 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 		w.mu.Unlock()
 
 		// The owner answers within the wait; a longer silence means it is
-		// gone, and a reconnect loses the request and its answer.
-		tctx, tcancel := context.WithTimeout(rctx, replTimeout(wait))
-		stop := context.AfterFunc(h.conn.Current(), func() { cancel(errReconnected) })
-		resp, err := h.nc.RequestMsgWithContext(tctx, msg)
-		stop()
-		tcancel()
+		// gone, and a lost link loses the request and its answer.
+		resp, err := to.wait(rctx, hw, replTimeout(wait))
 		cause := context.Cause(rctx)
 		cancel(nil)
 		w.mu.Lock()
@@ -271,7 +261,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			continue
 		}
 		late = 0
-		if code := resp.Header.Get(frame.HeaderError); code != "" {
+		if code := resp.code; code != "" {
 			// An error leaves deltas as it was: an owner host that refused
 			// the host wait after applying it holds its set; one that did
 			// not refuses the next change, and asks for the whole set. But
@@ -283,7 +273,7 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 				w.mu.Unlock()
 			}
 			var er wire.ErrorReply
-			_ = json.Unmarshal(resp.Data, &er)
+			_ = json.Unmarshal(resp.data, &er)
 			gap = hostWaitRetry
 			if code == wire.CodeOverloaded {
 				// The owner host is there and busy: more requests (every
@@ -295,9 +285,9 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 			h.wakeIdle(p, nil)
 			continue
 		}
-		wake, err := frame.DecodeHostWake(resp.Data)
+		wake, err := frame.DecodeHostWake(resp.data)
 		w.mu.Lock()
-		p.deltas = err == nil && resp.Header.Get(frame.HeaderHostWaitGen) == gen
+		p.deltas = err == nil && resp.gen == gen
 		w.mu.Unlock()
 		if err != nil {
 			log.Warn("bad host wake; waking the idle copies", "err", err)
@@ -351,11 +341,10 @@ func (p *peerWait) remove(ic *idleCopy) {
 	p.changed[ic.c.StreamID] = struct{}{}
 }
 
-// hostWait is the encoding of p's next host wait, of generation p.gen+1:
-// the copies that joined or left since the last one sent, based on it,
-// with deltas; otherwise every copy, with the generation in hdr. Under
-// idleWaits.mu.
-func (p *peerWait) hostWait(node string, waitMS uint32, hdr nats.Header) []byte {
+// hostWait is p's next host wait, of generation p.gen+1: the copies that
+// joined or left since the last one sent, based on it, with deltas;
+// otherwise every copy, with the generation. Under idleWaits.mu.
+func (p *peerWait) hostWait(node string, waitMS uint32) hostWaitMsg {
 	p.gen++
 	if p.deltas {
 		c := frame.HostWaitChange{Node: node, WaitMS: waitMS, Base: p.gen - 1, Gen: p.gen}
@@ -369,15 +358,14 @@ func (p *peerWait) hostWait(node string, waitMS uint32, hdr nats.Header) []byte 
 			// copy once all were woken.
 			delete(p.changed, id)
 		}
-		return frame.AppendHostWaitChange(nil, &c)
+		return hostWaitMsg{data: frame.AppendHostWaitChange(nil, &c)}
 	}
 	p.changed = map[uint64]struct{}{}
 	req := frame.HostWait{Node: node, WaitMS: waitMS, Copies: make([]frame.HostWaitCopy, 0, len(p.copies))}
 	for _, ic := range p.copies {
 		req.Copies = append(req.Copies, ic.c)
 	}
-	hdr.Set(frame.HeaderHostWaitGen, strconv.FormatUint(p.gen, 10))
-	return frame.AppendHostWait(nil, &req)
+	return hostWaitMsg{data: frame.AppendHostWait(nil, &req), gen: strconv.FormatUint(p.gen, 10)}
 }
 
 // What a failed host wait leads to (hostWaitFailure).
@@ -395,14 +383,15 @@ const (
 // request that ran out its time is late, not lost (hostWaitLateMax), even
 // when copies joined between its deadline and the look at its cause: a
 // join cancels a request already ended too, and that must not turn a late
-// answer into a wake of every copy.
+// answer into a wake of every copy. A lost link (errLinkLost), nobody
+// serving (errNoServer) and any other error wake every copy.
 func hostWaitFailure(stopping bool, err, cause error, late int) int {
 	switch {
 	case stopping:
 		return hostWaitStop
 	case errors.Is(err, context.Canceled) && errors.Is(cause, errSetGrew):
 		return hostWaitRegrown
-	case errors.Is(err, context.DeadlineExceeded) && (cause == nil || errors.Is(cause, errSetGrew)) && late+1 < hostWaitLateMax:
+	case errors.Is(err, context.DeadlineExceeded) && late+1 < hostWaitLateMax:
 		return hostWaitLate
 	}
 	return hostWaitWake

@@ -4,8 +4,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -120,9 +118,11 @@ func (h *Host) noteRefused(b *budget, n int) {
 // goroutine per request grew its stack every time. The requests running
 // stay bounded by the budgets; the pool's idle workers number at most the
 // most jobs that ran at once, each ending after workerIdle idle.
-func (o *owner) goRequest(m *nats.Msg, b *budget, serve func()) {
+// fail answers the request when it is not served.
+func (o *owner) goRequest(fail func(*wire.Error), b *budget, serve func()) {
 	if !b.take() {
-		o.h.refuse(m.Reply, b)
+		fail(o.h.overloaded(b))
+		o.h.noteRefused(b, 1)
 		return
 	}
 	if !o.goTracked(func() {
@@ -130,6 +130,11 @@ func (o *owner) goRequest(m *nats.Msg, b *budget, serve func()) {
 		serve()
 	}) {
 		b.give()
-		o.h.replyErr(m.Reply, o.closedErr())
+		fail(o.closedErr())
 	}
+}
+
+// failer answers a request on reply subject to with an error.
+func (o *owner) failer(to string) func(*wire.Error) {
+	return func(e *wire.Error) { o.h.replyErr(to, e) }
 }

@@ -96,7 +96,8 @@ type owner struct {
 	// for room in a full intake queue holds the intake's subscription,
 	// and the followers' acks must still come through.
 	intakeSub *nats.Subscription
-	replSub   *nats.Subscription
+	// stopRepl ends the followers' requests and acks (replLink.serve).
+	stopRepl func()
 
 	// short mirrors mu.conf.short() for the appender, which checks it
 	// before writing without taking mu.
@@ -199,9 +200,9 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 	var err error
 	// Followers first, so that the first publishes meet followers that can
 	// already ack.
-	o.replSub, err = h.nc.Subscribe(wire.ReplicationWildcard(a.Stream, a.Epoch), o.onRepl)
+	o.stopRepl, err = h.link.serve(a.Stream, a.Epoch, o.onRepl)
 	if err != nil {
-		err = fmt.Errorf("subscribe replication: %w", err)
+		err = fmt.Errorf("serve replication: %w", err)
 	} else if o.intakeSub, err = h.nc.Subscribe(wire.StreamOpWildcard(a.Stream), o.unlessSuperseded(o.onStreamOp)); err != nil {
 		err = fmt.Errorf("subscribe %s: %w", wire.StreamOpWildcard(a.Stream), err)
 	}
@@ -893,10 +894,8 @@ func (o *owner) stop(code string) {
 	o.h.ownedIDs.remove(o)
 	o.h.parked.changed(o.stream)
 	o.stopIntake(code)
-	if o.replSub != nil {
-		if err := o.replSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
-			o.log.Warn("unsubscribe", "subject", o.replSub.Subject, "err", err)
-		}
+	if o.stopRepl != nil {
+		o.stopRepl()
 	}
 	o.failPending(code)
 	o.endRequests()

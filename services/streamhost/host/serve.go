@@ -32,21 +32,18 @@ const (
 	minReplyByteLimit = 64 << 10
 )
 
-// byteLimit caps a requested byte bound by what one NATS message can carry.
-func (o *owner) byteLimit(asked, def, limit int) int {
+// byteLimit caps a requested byte bound by what one message can carry
+// (maxMsg: a NATS message for a fetch, the replication link's for a
+// follower).
+func byteLimit(asked, def, limit int, maxMsg int64) int {
 	if asked <= 0 {
 		asked = def
 	}
 	asked = min(asked, limit)
-	if mp := int(o.h.nc.MaxPayload()) - frameHeadroom; mp > 0 {
+	if mp := int(maxMsg) - frameHeadroom; mp > 0 {
 		asked = min(asked, max(mp, minReplyByteLimit))
 	}
 	return asked
-}
-
-// replyBatch encodes b and sends it.
-func (o *owner) replyBatch(to string, b *frame.Batch) {
-	o.h.replyData(to, frame.AppendBatch(nil, b))
 }
 
 // replyFetch sends an encoded batch to a reader with the owner's stream id
@@ -112,48 +109,46 @@ func toFrameRecords(recs []streamlog.Record) []frame.Record {
 	return out
 }
 
-// onRepl is the replication subject's callback. A request may wait for new
-// data, so it is served in its own goroutine, never in the callback, within
-// the replication budget: readers' requests cannot take its slots. A
-// standalone ack (no reply subject) never waits: it is served here.
-func (o *owner) onRepl(m *nats.Msg) {
-	if m.Reply == "" {
+// onRepl takes what the replication link delivers (replLink.serve). A
+// request may wait for new data, so it is served in its own goroutine,
+// never in the link's, within the replication budget: readers' requests
+// cannot take its slots. A standalone ack never waits: it is served here.
+func (o *owner) onRepl(c replCall) {
+	if c.isAck() {
 		o.h.metrics.replReceived(replKindAck)
-		o.serveRepl(m)
+		o.serveRepl(c)
 		return
 	}
 	o.h.metrics.replReceived(replKindRequest)
-	o.goRequest(m, o.replReqs, func() { o.serveRepl(m) })
+	o.goRequest(c.fail, o.replReqs, func() { o.serveRepl(c) })
 }
 
 // serveRepl answers a follower: records below the owner's written tail
 // (durable or still in its group commit) from the follower's read position,
 // and cursor events below its durable cursor tail from the follower's
 // cursor tail. The request itself is the follower's ack of everything below
-// its durable tails; a request without a reply subject is only that, a
-// standalone ack, and is not answered.
-func (o *owner) serveRepl(m *nats.Msg) {
-	req, err := frame.DecodeReplRequest(m.Data)
+// its durable tails; a standalone ack is only that, and is not answered.
+func (o *owner) serveRepl(c replCall) {
+	req, err := frame.DecodeReplRequest(c.data)
 	if err != nil {
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "replication request: %v", err))
+		c.fail(wire.Errorf(wire.CodeBadRequest, "replication request: %v", err))
 		return
 	}
-	// The subject's last token is the sender's node: with credentials,
-	// nats-server lets host n publish on its own replication subjects
-	// only, so a body naming another node is a host speaking (and acking)
-	// for another. It is refused before anything of it counts.
-	if node := wire.ReplicationNode(m.Subject); req.Node != node {
-		o.misnamedFollower(m.Reply, node, req.Node)
+	// c.from is the sender's node as the link authenticated it, so a body
+	// naming another node is a host speaking (and acking) for another. It
+	// is refused before anything of it counts.
+	if req.Node != c.from {
+		o.misnamedFollower(c, req.Node)
 		return
 	}
 	if req.StreamID != o.id || req.Epoch != o.epoch {
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeStaleEpoch,
+		c.fail(wire.Errorf(wire.CodeStaleEpoch,
 			"stream %s: request for stream id %d epoch %d; this owner is stream id %d epoch %d",
 			o.stream, req.StreamID, req.Epoch, o.id, o.epoch))
 		return
 	}
 	if !o.isFollower(req.Node) {
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeNotFound,
+		c.fail(wire.Errorf(wire.CodeNotFound,
 			"stream %s: node %s is not a follower at epoch %d", o.stream, req.Node, o.epoch))
 		return
 	}
@@ -169,7 +164,7 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		o.log.Error("follower claims more than the owner holds", "follower", req.Node,
 			"follower_tail", req.RecordTail, "follower_read_from", readFrom, "owner_tail", t.RecordWritten,
 			"follower_cursor_tail", req.CursorTail, "owner_cursor_tail", t.CursorWritten)
-		o.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
+		c.fail(wire.Errorf(wire.CodeBadRequest,
 			"stream %s: follower tails %d (read from %d)/%d are past the owner's %d/%d", o.stream, req.RecordTail, readFrom, req.CursorTail, t.RecordWritten, t.CursorWritten))
 		return
 	}
@@ -208,10 +203,10 @@ func (o *owner) serveRepl(m *nats.Msg) {
 			matched = false
 		case err != nil:
 			o.log.Error("read digest for follower", "follower", req.Node, "at", ck.at, "err", err)
-			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, ck.at, err))
+			c.fail(wire.Errorf(wire.CodeInternal, "stream %s: read digest at %d: %v", o.stream, ck.at, err))
 			return
 		case od != ck.theirs:
-			o.divergedFollower(m.Reply, req.Node, ck.at, ck.theirs, od, t.Record)
+			o.divergedFollower(c, req.Node, ck.at, ck.theirs, od, t.Record)
 			return
 		}
 		if !matched {
@@ -221,8 +216,8 @@ func (o *owner) serveRepl(m *nats.Msg) {
 	if matched && ackable {
 		o.ack(req.Node, req.RecordTail, req.CursorTail)
 	}
-	if m.Reply == "" {
-		return // a standalone ack: counted, nothing to send
+	if c.isAck() {
+		return // counted, nothing to send
 	}
 
 	wait := wire.WaitUpTo(int64(req.WaitMS), maxReplWait)
@@ -263,20 +258,20 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		case <-timer.C:
 			deadline = time.Now()
 		case <-o.ctx.Done():
-			o.h.replyErr(m.Reply, o.closedErr())
+			c.fail(o.closedErr())
 			return
 		}
 	}
 
 	b := o.replBatch(t, readFrom)
 	if !begun {
-		o.replyBatch(m.Reply, b) // nothing yet: the follower asks again
+		c.answer(b) // nothing yet: the follower asks again
 		return
 	}
 	if readFrom < t.Head {
 		// The follower is behind the retained head: it restarts there.
 		b.Next = t.Head
-		o.replyBatch(m.Reply, b)
+		c.answer(b)
 		return
 	}
 	if readFrom < t.RecordWritten {
@@ -285,18 +280,18 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		// owner's own copy is durable too (confirmer), so a follower
 		// holding one the owner then loses holds an unconfirmed record,
 		// which a recovery keeps or cuts like any other (docs/failover.md).
-		err := o.readWritten(b, t, o.byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes))
+		err := o.readWritten(b, t, byteLimit(int(req.MaxBytes), defaultReplBytes, maxFetchBytes, o.h.link.maxMessage()))
 		if errors.Is(err, streamlog.ErrBelowHead) {
 			// Retention moved the head while this request waited.
 			nt := o.c.Tails()
 			b.Head, b.HeadDigest = nt.Head, nt.HeadDigest
 			b.Next = b.Head
-			o.replyBatch(m.Reply, b)
+			c.answer(b)
 			return
 		}
 		if err != nil {
 			o.log.Error("read records for follower", "follower", req.Node, "from", readFrom, "err", err)
-			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
+			c.fail(wire.Errorf(wire.CodeInternal, "stream %s: read records: %v", o.stream, err))
 			return
 		}
 	}
@@ -304,14 +299,14 @@ func (o *owner) serveRepl(m *nats.Msg) {
 		evs, err := o.c.ReadCursorEvents(req.CursorTail, maxReplEvents, t.CursorDurable)
 		if err != nil {
 			o.log.Error("read cursor events for follower", "follower", req.Node, "from", req.CursorTail, "err", err)
-			o.h.replyErr(m.Reply, wire.Errorf(wire.CodeInternal, "stream %s: read cursor events: %v", o.stream, err))
+			c.fail(wire.Errorf(wire.CodeInternal, "stream %s: read cursor events: %v", o.stream, err))
 			return
 		}
 		for _, e := range evs {
 			b.CursorEvents = append(b.CursorEvents, frame.CursorEvent{Offset: e.Offset, Cursor: e.Cursor, Position: e.Position})
 		}
 	}
-	o.replyBatch(m.Reply, b)
+	c.answer(b)
 }
 
 // replBatch is the batch a follower reading from from is answered with at
@@ -339,7 +334,7 @@ func (o *owner) readWritten(b *frame.Batch, t streamlog.Tails, maxBytes int) err
 // diverged; its ack is not counted and nothing is served to it. Only a
 // newer assignment (with its history cut) can bring such a copy back, so
 // it is logged once per offset, not on every retry.
-func (o *owner) divergedFollower(reply, node string, at, theirs, ours, ownerTail uint64) {
+func (o *owner) divergedFollower(c replCall, node string, at, theirs, ours, ownerTail uint64) {
 	o.mu.Lock()
 	last, seen := o.mu.diverged[node]
 	o.mu.diverged[node] = at
@@ -349,14 +344,15 @@ func (o *owner) divergedFollower(reply, node string, at, theirs, ours, ownerTail
 			"follower_tail", at, "follower_digest", fmt.Sprintf("%016x", theirs),
 			"owner_digest_there", fmt.Sprintf("%016x", ours), "owner_tail", ownerTail)
 	}
-	o.h.replyErr(reply, wire.Errorf(wire.CodeDiverged,
+	c.fail(wire.Errorf(wire.CodeDiverged,
 		"stream %s: follower %s at record tail %d has digest %016x there, the owner %016x (owner tail %d): the logs differ below the tail",
 		o.stream, node, at, theirs, ours, ownerTail))
 }
 
-// misnamedFollower refuses a replication request sent on node's subject
-// whose body names claimed, logging it once per claim.
-func (o *owner) misnamedFollower(reply, node, claimed string) {
+// misnamedFollower refuses a replication request from c.from whose body
+// names claimed, logging it once per claim.
+func (o *owner) misnamedFollower(c replCall, claimed string) {
+	node := c.from
 	o.mu.Lock()
 	last, seen := o.mu.misnamed[node]
 	o.mu.misnamed[node] = claimed
@@ -365,14 +361,14 @@ func (o *owner) misnamedFollower(reply, node, claimed string) {
 		o.log.Error("replication request names another node than its subject; refused, its ack is not counted",
 			"subject_node", node, "body_node", claimed)
 	}
-	o.h.replyErr(reply, wire.Errorf(wire.CodeBadRequest,
-		"stream %s: replication request on node %s's subject names node %s", o.stream, node, claimed))
+	c.fail(wire.Errorf(wire.CodeBadRequest,
+		"stream %s: replication request from node %s names node %s", o.stream, node, claimed))
 }
 
 // onFetch takes a fetch (onStreamOp); fetches may long-poll, so each
 // is served in its own goroutine, within the readers' budget.
 func (o *owner) onFetch(m *nats.Msg) {
-	o.goRequest(m, o.h.readerReqs, func() { o.serveFetch(m) })
+	o.goRequest(o.failer(m.Reply), o.h.readerReqs, func() { o.serveFetch(m) })
 }
 
 // serveFetch answers a reader with records below the confirmed watermark
@@ -432,7 +428,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 		maxRecs = defaultFetchRecords
 	}
 	maxRecs = min(maxRecs, maxFetchRecords)
-	maxBytes := o.byteLimit(req.MaxBytes, defaultFetchBytes, maxFetchBytes)
+	maxBytes := byteLimit(req.MaxBytes, defaultFetchBytes, maxFetchBytes, o.h.nc.MaxPayload())
 	deadline := time.Now().Add(wait)
 
 	var (
@@ -541,7 +537,7 @@ func (o *owner) onCommit(m *nats.Msg) {
 			"stream %s: commit of cursor %s at %d is past the owner's tail %d", o.stream, req.Cursor, req.Offset, tail))
 		return
 	}
-	o.goRequest(m, o.h.readerReqs, func() { o.commitWhenConfirmed(m.Reply, req) })
+	o.goRequest(o.failer(m.Reply), o.h.readerReqs, func() { o.commitWhenConfirmed(m.Reply, req) })
 }
 
 // commitWhenConfirmed waits up to commitHold for the watermark to reach a

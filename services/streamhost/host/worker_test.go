@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // goroutineID is the calling goroutine's id, from its stack header.
@@ -36,7 +36,7 @@ func TestRequestGoroutinesAreReused(t *testing.T) {
 	b := newBudget("requests", "in flight", 8)
 	serveOn := func(o *owner, release <-chan struct{}) <-chan string {
 		ch := make(chan string, 1)
-		o.goRequest(&nats.Msg{}, b, func() {
+		o.goRequest(func(*wire.Error) {}, b, func() {
 			if release != nil {
 				<-release
 			}

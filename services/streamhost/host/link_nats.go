@@ -1,0 +1,162 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// natsLink is replLink over the host's NATS connection. A follower of
+// stream at epoch on node n sends on wire.ReplicationSubject(stream,
+// epoch, n), a request with a reply subject, an ack without; the owner
+// subscribes to wire.ReplicationWildcard(stream, epoch). The subject's
+// last token is the sender: with credentials, nats-server lets host n
+// publish on its own replication subjects only (deploy/auth), which is
+// what makes replCall.from authenticated.
+type natsLink struct{ h *Host }
+
+func (l natsLink) serve(stream string, epoch uint64, fn func(replCall)) (func(), error) {
+	h := l.h
+	sub, err := h.nc.Subscribe(wire.ReplicationWildcard(stream, epoch), func(m *nats.Msg) {
+		c := replCall{from: wire.ReplicationNode(m.Subject), data: m.Data}
+		if m.Reply != "" {
+			c.reply = natsReply{h: h, to: m.Reply}
+		}
+		fn(c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			h.log.Warn("unsubscribe", "subject", sub.Subject, "err", err)
+		}
+	}, nil
+}
+
+func (l natsLink) maxMessage() int64 { return l.h.nc.MaxPayload() }
+
+func (l natsLink) toOwner(stream string, epoch uint64) ownerLink {
+	return natsOwner{h: l.h, subj: wire.ReplicationSubject(stream, epoch, l.h.cfg.Node)}
+}
+
+// natsReply answers a request on its reply subject.
+type natsReply struct {
+	h  *Host
+	to string
+}
+
+func (r natsReply) batch(b *frame.Batch) { r.h.replyData(r.to, frame.AppendBatch(nil, b)) }
+func (r natsReply) fail(e *wire.Error)   { r.h.replyErr(r.to, e) }
+
+// natsOwner is a follower's way to its owner: its own replication subject.
+type natsOwner struct {
+	h    *Host
+	subj string
+}
+
+func (o natsOwner) request(ctx context.Context, req []byte, timeout time.Duration) (replAnswer, error) {
+	msg := nats.NewMsg(o.subj)
+	msg.Data = req
+	resp, err := natsRequest(ctx, o.h, msg, timeout)
+	if err != nil {
+		return replAnswer{}, err
+	}
+	return replAnswer{code: resp.Header.Get(frame.HeaderError), data: resp.Data}, nil
+}
+
+func (o natsOwner) ack(req []byte) error {
+	err := o.h.nc.Publish(o.subj, req)
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return nil
+	}
+	return err
+}
+
+// natsRequest sends msg on h's connection and waits for its answer up to
+// timeout, or until ctx ends (its error). A request nobody subscribed to
+// fails at once with errNoServer; one whose connection was replaced
+// before its answer came (a reconnect loses both) with errLinkLost.
+func natsRequest(ctx context.Context, h *Host, msg *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lost := make(chan struct{})
+	stop := context.AfterFunc(h.conn.Current(), func() { close(lost); cancel() })
+	resp, err := h.nc.RequestMsgWithContext(rctx, msg)
+	if !stop() {
+		<-lost
+		if err != nil && ctx.Err() == nil {
+			return nil, errLinkLost
+		}
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, errNoServer
+	}
+	return resp, err
+}
+
+func (l natsLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
+	h := l.h
+	sub, err := h.nc.Subscribe(wire.HostReplWildcard(h.cfg.Node), func(m *nats.Msg) {
+		c := hostWaitCall{from: wire.ReplicationNode(m.Subject), hostWaitMsg: hostWaitMsg{data: m.Data,
+			gen: m.Header.Get(frame.HeaderHostWaitGen), records: m.Header.Get(frame.HeaderWakeRecords) != ""}}
+		if m.Reply != "" {
+			c.reply = natsWakeReply{h: h, to: m.Reply}
+		}
+		fn(c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+func (l natsLink) toHost(node string) hostLink {
+	return natsHost{h: l.h, subj: wire.HostReplSubject(node, l.h.cfg.Node)}
+}
+
+// natsHost is a follower host's way to an owner host's host waits: its
+// own subject there (wire.HostReplSubject), whose last token is the
+// sender as for replication.
+type natsHost struct {
+	h    *Host
+	subj string
+}
+
+func (n natsHost) wait(ctx context.Context, hw hostWaitMsg, timeout time.Duration) (hostWaitAnswer, error) {
+	msg := nats.NewMsg(n.subj)
+	if hw.records {
+		msg.Header.Set(frame.HeaderWakeRecords, "1")
+	}
+	if hw.gen != "" {
+		msg.Header.Set(frame.HeaderHostWaitGen, hw.gen)
+	}
+	msg.Data = hw.data
+	resp, err := natsRequest(ctx, n.h, msg, timeout)
+	if err != nil {
+		return hostWaitAnswer{}, err
+	}
+	return hostWaitAnswer{code: resp.Header.Get(frame.HeaderError), gen: resp.Header.Get(frame.HeaderHostWaitGen), data: resp.Data}, nil
+}
+
+// natsWakeReply answers a host wait on its reply subject.
+type natsWakeReply struct {
+	h  *Host
+	to string
+}
+
+func (r natsWakeReply) wake(data []byte, gen string) {
+	m := nats.NewMsg(r.to)
+	if gen != "" {
+		m.Header.Set(frame.HeaderHostWaitGen, gen)
+	}
+	m.Data = data
+	r.h.publishReply(m)
+}
+
+func (r natsWakeReply) fail(e *wire.Error) { r.h.replyErr(r.to, e) }
