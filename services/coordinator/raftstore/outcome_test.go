@@ -110,3 +110,22 @@ func TestReadIndexRetriesStopTwoTicksBeforeTheBudget(t *testing.T) {
 		t.Fatalf("a round that failed: %v after %d rounds, want it after 1", err, n)
 	}
 }
+
+// A proposal whose context is already past its deadline is refused by
+// Dragonboat before it reaches the log (ErrInvalidDeadline), as one under
+// a tick is: the gate must not count it as possibly applied, and it is
+// answered unavailable.
+func TestProposalPastItsDeadlineIsNotInTheLog(t *testing.T) {
+	c := newCluster(t)
+	s := c.stores[c.leader()]
+	ctx, gate := WithProposeGate(context.Background())
+	ctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Millisecond))
+	defer cancel()
+	_, err := s.Propose(ctx, state.NodeSeen("n1", 1, 100))
+	if err == nil || wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("propose past its deadline: %v (code %q), want unavailable", err, wire.CodeOf(err))
+	}
+	if gate.Proposed() {
+		t.Fatalf("a proposal Dragonboat refused before the log (%v) counts as possibly applied", err)
+	}
+}

@@ -399,6 +399,15 @@ func retryable(err error) bool {
 	return errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, dragonboat.ErrSystemBusy)
 }
 
+// notProposed reports errors of SyncPropose after which its entry is
+// certainly not in the log: dropped or refused (retryable), refused for a
+// budget under one tick, or for a context already past its deadline
+// (Dragonboat checks both before it queues the entry).
+func notProposed(err error) bool {
+	return retryable(err) || errors.Is(err, dragonboat.ErrTimeoutTooSmall) ||
+		errors.Is(err, dragonboat.ErrInvalidDeadline) || errors.Is(err, dragonboat.ErrDeadlineNotSet)
+}
+
 func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
@@ -437,9 +446,7 @@ func (s *Store) Propose(ctx context.Context, c state.Command) (r state.Result, e
 		}
 		res, err := s.nh.SyncPropose(ctx, s.session, cmd)
 		if g != nil {
-			// Dropped or refused (retryable), or refused for a budget
-			// under one tick: not in the log.
-			g.settle(err != nil && (retryable(err) || errors.Is(err, dragonboat.ErrTimeoutTooSmall)))
+			g.settle(err != nil && notProposed(err))
 		}
 		if err == nil {
 			var r state.Result
