@@ -173,7 +173,7 @@ type written struct {
 }
 
 func (f *follower) run(ctx context.Context) {
-	to := f.h.link.toOwner(f.stream, f.epoch)
+	to := f.h.link.toOwner(f.stream, f.epoch, f.owner)
 	// Batches written but not yet durable, in the order written (and so
 	// the order they become durable); syncer waits for each and acks it.
 	// The syncer holds one and the worker one more while it waits to

@@ -41,7 +41,7 @@ func (l natsLink) serve(stream string, epoch uint64, fn func(replCall)) (func(),
 
 func (l natsLink) maxMessage() int64 { return l.h.nc.MaxPayload() }
 
-func (l natsLink) toOwner(stream string, epoch uint64) ownerLink {
+func (l natsLink) toOwner(stream string, epoch uint64, _ string) ownerLink {
 	return natsOwner{h: l.h, subj: wire.ReplicationSubject(stream, epoch, l.h.cfg.Node)}
 }
 

@@ -40,7 +40,7 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 	const stream, epoch = "s", uint64(3)
 	ctx := context.Background()
 	req := frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "n2", Epoch: epoch, StreamID: 7, RecordTail: 5})
-	to := fl.toOwner(stream, epoch)
+	to := fl.toOwner(stream, epoch, "n1")
 
 	// Nobody serves the stream at its epoch yet: at once, not at the
 	// timeout.

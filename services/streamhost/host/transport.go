@@ -38,8 +38,9 @@ type replLink interface {
 	// delivered.
 	serve(stream string, epoch uint64, fn func(replCall)) (stop func(), err error)
 	// toOwner is the way from this host's follower of stream at epoch to
-	// the stream's owner at that epoch, wherever it is.
-	toOwner(stream string, epoch uint64) ownerLink
+	// the stream's owner at that epoch, on node owner (the bus finds it
+	// by subject and needs no node; a direct link does).
+	toOwner(stream string, epoch uint64, owner string) ownerLink
 
 	// serveHostWaits delivers the host waits other hosts send this one
 	// (hostwait.go) to fn, in the link's goroutines, until stop is called.
