@@ -105,9 +105,9 @@
 //     also ends an Append waiting for its group commit); each replication,
 //     fetch or long-poll commit request in a request goroutine of the
 //     owner within the host's budget for its kind (goRequest; a follower's
-//     standalone ack, a replication request without a reply subject, is
-//     counted in the subscription's callback instead: a digest read and
-//     owner.mu, never a wait), run on the host's pool; tracked by the
+//     standalone ack is counted in the replication link's goroutine
+//     instead, the NATS subscription's callback with natsLink: a digest
+//     read and owner.mu, never a wait), run on the host's pool; tracked by the
 //     owner's WaitGroup, which stop waits for, and ended by the role's
 //     context; the expiry timer's callback takes owner.mu and sends after
 //     it.
