@@ -38,16 +38,17 @@ const (
 	// for the oldest to be durable once this many are outstanding.
 	followerAhead = 4
 	// noOwnerRetry is how soon a follower asks again, its first
-	// noOwnerRetries times in a row, when nobody answers its epoch's
-	// replication subject (no responders): after a failover or a planned
-	// move the followers apply the commit at about the time the new owner
-	// does, and the new owner subscribes only once promoted (a few ms
-	// later: its epoch's fsync, its window). The exponential backoff from
-	// backoffMin made the first follower ack to the new owner, which its
-	// first confirm needs, wait 10 to 30 ms more. No responders is answered
-	// by the NATS server at once, so these retries cost the owner nothing
-	// and the server one short request each, at most noOwnerRetries per
-	// follower and epoch; after them the backoff goes on as before.
+	// noOwnerRetries times in a row, when nobody serves its stream at its
+	// epoch (errNoServer; on NATS, no responders): after a failover or a
+	// planned move the followers apply the commit at about the time the
+	// new owner does, and the new owner serves only once promoted (a few
+	// ms later: its epoch's fsync, its window). The exponential backoff
+	// from backoffMin made the first follower ack to the new owner, which
+	// its first confirm needs, wait 10 to 30 ms more. The link answers
+	// errNoServer at once (the NATS server does), so these retries cost
+	// the owner nothing and the link one short request each, at most
+	// noOwnerRetries per follower and epoch; after them the backoff goes
+	// on as before.
 	noOwnerRetry   = 2 * time.Millisecond
 	noOwnerRetries = 10
 )
@@ -188,7 +189,7 @@ func (f *follower) run(ctx context.Context) {
 	}()
 	backoff := backoffMin
 	fails := 0
-	noOwner := 0 // no responders in a row, from the start of the role
+	noOwner := 0 // errNoServer in a row, from the start of the role
 	wait := f.h.cfg.ReplWait
 	// idle: the last request, of the whole idle wait, came back empty (or
 	// came back empty to a quiet copy), or brought records to a copy of a
