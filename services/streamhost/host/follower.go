@@ -439,7 +439,7 @@ func (f *follower) raiseSent(tail uint64) bool {
 }
 
 // ackDurable tells the owner the copy's durable tails at once, with a
-// standalone ack (a replication request without a reply subject, which
+// standalone ack (a replication request sent with replLink's ack, which
 // the owner counts and does not answer), unless a request already sent
 // carries them. The worker's request in flight may be parked at the
 // owner for its long poll: without this, a confirm would wait for the

@@ -588,7 +588,11 @@ const (
 // than that and the wake's stream ids (at most n, of at most ten bytes
 // each) and headers.
 func (h *Host) hostWakeLimit(n int) int {
-	return min(hostWakeBytes, int(h.link.maxMessage())-n*binary.MaxVarintLen64-frameHeadroom)
+	mm := h.link.maxMessage()
+	if mm <= 0 {
+		return hostWakeBytes
+	}
+	return min(hostWakeBytes, int(mm)-n*binary.MaxVarintLen64-frameHeadroom)
 }
 
 // hostWakeRecords puts into wake the records of the copies fetch names

@@ -85,14 +85,11 @@ func (o natsOwner) ack(req []byte) error {
 func natsRequest(ctx context.Context, h *Host, msg *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	lost := make(chan struct{})
-	stop := context.AfterFunc(h.conn.Current(), func() { close(lost); cancel() })
+	stop := context.AfterFunc(h.conn.Current(), cancel)
 	resp, err := h.nc.RequestMsgWithContext(rctx, msg)
-	if !stop() {
-		<-lost
-		if err != nil && ctx.Err() == nil {
-			return nil, errLinkLost
-		}
+	if !stop() && err != nil && ctx.Err() == nil {
+		// The connection was replaced while the request waited.
+		return nil, errLinkLost
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, errNoServer

@@ -39,8 +39,13 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 	ol, fl := natsLink{h: owner}, natsLink{h: follower}
 	const stream, epoch = "s", uint64(3)
 	ctx := context.Background()
-	req := frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "n2", Epoch: epoch, StreamID: 7, RecordTail: 5})
+	// The body names n3: from is the sender as the link knows it, never
+	// what the body claims (the owner compares the two).
+	req := frame.AppendReplRequest(nil, &frame.ReplRequest{Node: "n3", Epoch: epoch, StreamID: 7, RecordTail: 5})
 	to := fl.toOwner(stream, epoch, "n1")
+	if ol.maxMessage() <= 0 || fl.maxMessage() <= 0 {
+		t.Fatalf("message limit %d / %d, want the connection's", ol.maxMessage(), fl.maxMessage())
+	}
 
 	// Nobody serves the stream at its epoch yet: at once, not at the
 	// timeout.
@@ -153,18 +158,22 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		t.Fatalf("request after the owner stopped serving: %v, want errNoServer", err)
 	}
 
-	// Host waits: the sender, the generation and the records flag reach
-	// the owner host, and the wake's generation comes back.
+	// Host waits: nobody serving them is told at once.
+	hostTo := fl.toHost("n1")
+	if _, err := hostTo.wait(ctx, hostWaitMsg{data: []byte{1}}, 5*time.Second); !errors.Is(err, errNoServer) {
+		t.Fatalf("host wait with nobody serving: %v, want errNoServer", err)
+	}
+	// The sender, the generation and the records flag reach the owner
+	// host, and the wake's generation comes back.
 	waits := make(chan hostWaitCall, 1)
 	stopWaits, err := ol.serveHostWaits(func(c hostWaitCall) { waits <- c })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopWaits()
 	if err := owner.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	hw := hostWaitMsg{data: frame.AppendHostWait(nil, &frame.HostWait{Node: "n2", WaitMS: 100}), gen: "4", records: true}
+	hw := hostWaitMsg{data: frame.AppendHostWait(nil, &frame.HostWait{Node: "n3", WaitMS: 100}), gen: "4", records: true}
 	woken := make(chan hostWaitAnswer, 1)
 	go func() {
 		a, err := fl.toHost("n1").wait(ctx, hw, 5*time.Second)
@@ -198,5 +207,32 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 	wc.reply.fail(wire.Errorf(wire.CodeOverloaded, "busy"))
 	if a := <-woken; a.code != wire.CodeOverloaded {
 		t.Fatalf("refused host wait answered code %q", a.code)
+	}
+
+	// A host wait in flight whose link is replaced fails at once.
+	lostWait := make(chan error, 1)
+	go func() {
+		_, err := hostTo.wait(ctx, hw, 5*time.Second)
+		lostWait <- err
+	}()
+	<-waits
+	start = time.Now()
+	follower.conn.Replaced()
+	if err := <-lostWait; !errors.Is(err, errLinkLost) || time.Since(start) > 2*time.Second {
+		t.Fatalf("host wait whose link was replaced: %v after %v, want errLinkLost at once", err, time.Since(start))
+	}
+
+	// Once stopped, nothing more is delivered.
+	stopWaits()
+	if err := owner.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hostTo.wait(ctx, hw, 5*time.Second); !errors.Is(err, errNoServer) {
+		t.Fatalf("host wait after the owner host stopped serving them: %v, want errNoServer", err)
+	}
+	select {
+	case c := <-waits:
+		t.Fatalf("host wait from %s delivered after stop", c.from)
+	default:
 	}
 }

@@ -88,13 +88,14 @@ type owner struct {
 	replReqs *budget
 
 	// intakeSub takes the stream's publishes, publish batches, fetches
-	// and cursor commits (onStreamOp), replSub its followers' replication
-	// requests and acks. One subscription for the four operations, not
-	// one each: nats.go runs a goroutine per subscription, and each is a
-	// SUB through the cluster's routes when a failover promotes thousands
-	// of copies at once. Replication keeps its own: a publish that waits
-	// for room in a full intake queue holds the intake's subscription,
-	// and the followers' acks must still come through.
+	// and cursor commits (onStreamOp); the replication link serves its
+	// followers' requests and acks apart (stopRepl; on NATS a second
+	// subscription). One subscription for the four operations, not one
+	// each: nats.go runs a goroutine per subscription, and each is a SUB
+	// through the cluster's routes when a failover promotes thousands of
+	// copies at once. Replication keeps its own: a publish that waits for
+	// room in a full intake queue holds the intake's subscription, and
+	// the followers' acks must still come through.
 	intakeSub *nats.Subscription
 	// stopRepl ends the followers' requests and acks (replLink.serve).
 	stopRepl func()

@@ -196,9 +196,9 @@ func TestReplRequestOnAnotherNodesSubjectRefused(t *testing.T) {
 	if cs, _ := find(n1.h.Heartbeat(false), stream); cs.Confirmed != 0 {
 		t.Fatalf("owner confirmed %d from a request on another node's subject", cs.Confirmed)
 	}
-	const line = "replication request names another node than its subject"
+	const line = "replication request names another node than its sender"
 	n1.log.waitFor(t, line)
-	if log := n1.log.String(); strings.Count(log, line) != 1 || !strings.Contains(log, "subject_node=n3 body_node=n2") {
+	if log := n1.log.String(); strings.Count(log, line) != 1 || !strings.Contains(log, "sender=n3 body_node=n2") {
 		t.Fatalf("want the refusal logged once, naming both nodes:\n%s", log)
 	}
 

@@ -358,8 +358,8 @@ func (o *owner) misnamedFollower(c replCall, claimed string) {
 	o.mu.misnamed[node] = claimed
 	o.mu.Unlock()
 	if !seen || last != claimed {
-		o.log.Error("replication request names another node than its subject; refused, its ack is not counted",
-			"subject_node", node, "body_node", claimed)
+		o.log.Error("replication request names another node than its sender; refused, its ack is not counted",
+			"sender", node, "body_node", claimed)
 	}
 	c.fail(wire.Errorf(wire.CodeBadRequest,
 		"stream %s: replication request from node %s names node %s", o.stream, node, claimed))
