@@ -168,11 +168,7 @@ func (h *Host) onHostWait(c hostWaitCall) {
 	if err == nil && full != nil && c.gen != "" {
 		gen, err = strconv.ParseUint(c.gen, 10, 64)
 	}
-	fail := func(e *wire.Error) {
-		if c.reply != nil {
-			c.reply.fail(e)
-		}
-	}
+	fail := c.fail
 	if err != nil {
 		fail(wire.Errorf(wire.CodeBadRequest, "host wait: %v", err))
 		return
@@ -254,8 +250,7 @@ func (h *Host) onHostWait(c hostWaitCall) {
 	}
 	if !h.replReqs.take() {
 		s.remove(pw)
-		fail(h.overloaded(h.replReqs))
-		h.noteRefused(h.replReqs, 1)
+		h.refuse(fail, h.replReqs)
 		return
 	}
 	if !h.reqs.Go(func() {

@@ -81,11 +81,17 @@ func (b *budget) give() { b.n.Add(-1) }
 // inUse is how many slots are taken.
 func (b *budget) inUse() int64 { return b.n.Load() }
 
-// refuse answers reply with overloaded and logs the refusals of b at most
-// once per overloadLogEvery, with how many there were since the last line.
-func (h *Host) refuse(reply string, b *budget) {
-	h.replyErr(reply, h.overloaded(b))
+// refuse answers a request with overloaded (fail) and logs the refusals
+// of b at most once per overloadLogEvery, with how many there were since
+// the last line.
+func (h *Host) refuse(fail func(*wire.Error), b *budget) {
+	fail(h.overloaded(b))
 	h.noteRefused(b, 1)
+}
+
+// failer answers a request on reply subject to with an error.
+func (h *Host) failer(to string) func(*wire.Error) {
+	return func(e *wire.Error) { h.replyErr(to, e) }
 }
 
 // overloaded is the error a request b has no slot for is answered with.
@@ -121,8 +127,7 @@ func (h *Host) noteRefused(b *budget, n int) {
 // fail answers the request when it is not served.
 func (o *owner) goRequest(fail func(*wire.Error), b *budget, serve func()) {
 	if !b.take() {
-		fail(o.h.overloaded(b))
-		o.h.noteRefused(b, 1)
+		o.h.refuse(fail, b)
 		return
 	}
 	if !o.goTracked(func() {
@@ -132,9 +137,4 @@ func (o *owner) goRequest(fail func(*wire.Error), b *budget, serve func()) {
 		b.give()
 		fail(o.closedErr())
 	}
-}
-
-// failer answers a request on reply subject to with an error.
-func (o *owner) failer(to string) func(*wire.Error) {
-	return func(e *wire.Error) { o.h.replyErr(to, e) }
 }

@@ -21,20 +21,35 @@ import (
 type natsLink struct{ h *Host }
 
 func (l natsLink) serve(stream string, epoch uint64, fn func(replCall)) (func(), error) {
-	h := l.h
-	sub, err := h.nc.Subscribe(wire.ReplicationWildcard(stream, epoch), func(m *nats.Msg) {
+	return l.subscribe(wire.ReplicationWildcard(stream, epoch), func(m *nats.Msg) {
 		c := replCall{from: wire.ReplicationNode(m.Subject), data: m.Data}
 		if m.Reply != "" {
-			c.reply = natsReply{h: h, to: m.Reply}
+			c.reply = natsReply{h: l.h, to: m.Reply}
 		}
 		fn(c)
 	})
+}
+
+func (l natsLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
+	return l.subscribe(wire.HostReplWildcard(l.h.cfg.Node), func(m *nats.Msg) {
+		c := hostWaitCall{from: wire.ReplicationNode(m.Subject), hostWaitMsg: hostWaitMsg{data: m.Data,
+			gen: m.Header.Get(frame.HeaderHostWaitGen), records: m.Header.Get(frame.HeaderWakeRecords) != ""}}
+		if m.Reply != "" {
+			c.reply = natsReply{h: l.h, to: m.Reply}
+		}
+		fn(c)
+	})
+}
+
+// subscribe subscribes cb to subject and returns what unsubscribes it.
+func (l natsLink) subscribe(subject string, cb nats.MsgHandler) (func(), error) {
+	sub, err := l.h.nc.Subscribe(subject, cb)
 	if err != nil {
 		return nil, err
 	}
 	return func() {
 		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
-			h.log.Warn("unsubscribe", "subject", sub.Subject, "err", err)
+			l.h.log.Warn("unsubscribe", "subject", subject, "err", err)
 		}
 	}, nil
 }
@@ -45,7 +60,8 @@ func (l natsLink) toOwner(stream string, epoch uint64, _ string) ownerLink {
 	return natsOwner{h: l.h, subj: wire.ReplicationSubject(stream, epoch, l.h.cfg.Node)}
 }
 
-// natsReply answers a request on its reply subject.
+// natsReply answers a replication request or a host wait on its reply
+// subject (replReplier, hostWaitReplier).
 type natsReply struct {
 	h  *Host
 	to string
@@ -53,6 +69,15 @@ type natsReply struct {
 
 func (r natsReply) batch(b *frame.Batch) { r.h.replyData(r.to, frame.AppendBatch(nil, b)) }
 func (r natsReply) fail(e *wire.Error)   { r.h.replyErr(r.to, e) }
+
+func (r natsReply) wake(data []byte, gen string) {
+	m := nats.NewMsg(r.to)
+	if gen != "" {
+		m.Header.Set(frame.HeaderHostWaitGen, gen)
+	}
+	m.Data = data
+	r.h.publishReply(m)
+}
 
 // natsOwner is a follower's way to its owner: its own replication subject.
 type natsOwner struct {
@@ -97,22 +122,6 @@ func natsRequest(ctx context.Context, h *Host, msg *nats.Msg, timeout time.Durat
 	return resp, err
 }
 
-func (l natsLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
-	h := l.h
-	sub, err := h.nc.Subscribe(wire.HostReplWildcard(h.cfg.Node), func(m *nats.Msg) {
-		c := hostWaitCall{from: wire.ReplicationNode(m.Subject), hostWaitMsg: hostWaitMsg{data: m.Data,
-			gen: m.Header.Get(frame.HeaderHostWaitGen), records: m.Header.Get(frame.HeaderWakeRecords) != ""}}
-		if m.Reply != "" {
-			c.reply = natsWakeReply{h: h, to: m.Reply}
-		}
-		fn(c)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return func() { _ = sub.Unsubscribe() }, nil
-}
-
 func (l natsLink) toHost(node string) hostLink {
 	return natsHost{h: l.h, subj: wire.HostReplSubject(node, l.h.cfg.Node)}
 }
@@ -140,20 +149,3 @@ func (n natsHost) wait(ctx context.Context, hw hostWaitMsg, timeout time.Duratio
 	}
 	return hostWaitAnswer{code: resp.Header.Get(frame.HeaderError), gen: resp.Header.Get(frame.HeaderHostWaitGen), data: resp.Data}, nil
 }
-
-// natsWakeReply answers a host wait on its reply subject.
-type natsWakeReply struct {
-	h  *Host
-	to string
-}
-
-func (r natsWakeReply) wake(data []byte, gen string) {
-	m := nats.NewMsg(r.to)
-	if gen != "" {
-		m.Header.Set(frame.HeaderHostWaitGen, gen)
-	}
-	m.Data = data
-	r.h.publishReply(m)
-}
-
-func (r natsWakeReply) fail(e *wire.Error) { r.h.replyErr(r.to, e) }

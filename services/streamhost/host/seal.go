@@ -19,7 +19,7 @@ import (
 func (h *Host) onSeal(m *nats.Msg) {
 	if !h.sealReqs.take() {
 		h.metrics.sealAnswered(&wire.Error{Code: wire.CodeOverloaded})
-		h.refuse(m.Reply, h.sealReqs)
+		h.refuse(h.failer(m.Reply), h.sealReqs)
 		return
 	}
 	started := h.reqs.Go(func() {

@@ -368,7 +368,7 @@ func (o *owner) misnamedFollower(c replCall, claimed string) {
 // onFetch takes a fetch (onStreamOp); fetches may long-poll, so each
 // is served in its own goroutine, within the readers' budget.
 func (o *owner) onFetch(m *nats.Msg) {
-	o.goRequest(o.failer(m.Reply), o.h.readerReqs, func() { o.serveFetch(m) })
+	o.goRequest(o.h.failer(m.Reply), o.h.readerReqs, func() { o.serveFetch(m) })
 }
 
 // serveFetch answers a reader with records below the confirmed watermark
@@ -477,7 +477,7 @@ func (o *owner) serveFetch(m *nats.Msg) {
 		}
 		if timer == nil {
 			if !o.h.fetchWaits.take() {
-				o.h.refuse(m.Reply, o.h.fetchWaits)
+				o.h.refuse(o.h.failer(m.Reply), o.h.fetchWaits)
 				return
 			}
 			defer o.h.fetchWaits.give()
@@ -537,7 +537,7 @@ func (o *owner) onCommit(m *nats.Msg) {
 			"stream %s: commit of cursor %s at %d is past the owner's tail %d", o.stream, req.Cursor, req.Offset, tail))
 		return
 	}
-	o.goRequest(o.failer(m.Reply), o.h.readerReqs, func() { o.commitWhenConfirmed(m.Reply, req) })
+	o.goRequest(o.h.failer(m.Reply), o.h.readerReqs, func() { o.commitWhenConfirmed(m.Reply, req) })
 }
 
 // commitWhenConfirmed waits up to commitHold for the watermark to reach a

@@ -83,6 +83,13 @@ type hostWaitCall struct {
 	reply hostWaitReplier
 }
 
+// fail answers c with e, unless it asked for no answer.
+func (c hostWaitCall) fail(e *wire.Error) {
+	if c.reply != nil {
+		c.reply.fail(e)
+	}
+}
+
 // hostWaitReplier answers one host wait: once, with a wake or an error.
 type hostWaitReplier interface {
 	// wake answers with an encoded frame.HostWake and the generation of
