@@ -1,89 +1,13 @@
 package client
 
 import (
-	"io"
-	"net"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/wire"
 )
-
-// gateProxy forwards one TCP connection to a server; while paused it reads
-// nothing more from the client, whose writes then fill the sockets'
-// buffers and block, as they do when a server falls behind its client.
-type gateProxy struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	open chan struct{} // closed while the gate is open
-}
-
-func newGateProxy(t *testing.T, serverURL string) *gateProxy {
-	t.Helper()
-	target := strings.TrimPrefix(serverURL, "nats://")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &gateProxy{ln: ln, open: make(chan struct{})}
-	close(p.open)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			t.Cleanup(func() { _ = in.Close(); _ = out.Close() })
-			go func() { _, _ = io.Copy(in, out) }()
-			go p.forward(out, in)
-		}
-	}()
-	return p
-}
-
-// forward copies the client's bytes to the server, waiting at the gate
-// before each read.
-func (p *gateProxy) forward(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		p.mu.Lock()
-		open := p.open
-		p.mu.Unlock()
-		<-open
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *gateProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *gateProxy) pause() {
-	p.mu.Lock()
-	p.open = make(chan struct{})
-	p.mu.Unlock()
-}
-
-func (p *gateProxy) resume() {
-	p.mu.Lock()
-	close(p.open)
-	p.mu.Unlock()
-}
 
 // A batch that waits for the connection (its PublishMsg blocked behind
 // writes the server does not take, as behind thousands of publishes and
@@ -96,10 +20,10 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	url := startNATS(t)
 	o := newBatchOwner(t, url)
 	release := o.holdBatch(0)
-	proxy := newGateProxy(t, url)
+	proxy := nettest.NewStallProxy(t, url)
 	// A linger far longer than the test: the second record goes out only
 	// when the first batch's reply comes, from the reply's callback.
-	c := connectClient(t, proxy.url(), WithBatching(time.Minute, 0, 0),
+	c := connectClient(t, proxy.URL(), WithBatching(time.Minute, 0, 0),
 		WithRequestTimeout(time.Second), WithOwnerProbe(0))
 	ctx := ctxTimeout(t, 20*time.Second)
 
@@ -126,7 +50,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 
 	// Stop the server taking the client's bytes, and fill the connection
 	// until a write blocks, holding the connection's lock.
-	proxy.pause()
+	proxy.Pause()
 	var inPublish atomic.Int64 // unix nanoseconds a filler publish began; 0 between
 	var stop atomic.Bool
 	fillerDone := make(chan struct{})
@@ -152,7 +76,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	release()
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
-	proxy.resume()
+	proxy.Resume()
 	<-fillerDone
 	if err := <-first; err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -61,8 +61,8 @@ func TestStuckAckPublishHoldsNoGroupCommit(t *testing.T) {
 	c := newMiniCluster(t)
 	c.assign(assignment(stream, id, 1, "n1", []string{"n2"}), assignment(other, otherID, 1, "n2", nil))
 	c.start("n1", nil)
-	p := newStallProxy(t, strings.TrimPrefix(c.url, "nats://"))
-	nc, err := nats.Connect(p.url(), nats.Name("brook-streamhost:n2"))
+	p := nettest.NewStallProxy(t, c.url)
+	nc, err := nats.Connect(p.URL(), nats.Name("brook-streamhost:n2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +87,8 @@ func TestStuckAckPublishHoldsNoGroupCommit(t *testing.T) {
 	}
 
 	// n2's connection stalls; its ack of the batch will wait for it.
-	p.pause()
-	t.Cleanup(p.resume) // before the hosts stop
+	p.Pause()
+	t.Cleanup(p.Resume) // before the hosts stop
 	floodUntilStuck(t, nc)
 	release()
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,88 +13,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
-// stallProxy forwards TCP connections to a server; while paused it stops
-// reading what the clients send, so a client's socket fills and its
-// writes block, as a connection saturated by replication traffic does.
-type stallProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	gate   chan struct{} // closed while open; a new one while paused
-}
-
-func newStallProxy(t *testing.T, target string) *stallProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target, gate: make(chan struct{})}
-	close(p.gate)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
-			go func() { _, _ = io.Copy(c, s) }()
-			go p.forward(s, c)
-		}
-	}()
-	return p
-}
-
-func (p *stallProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-// forward copies from the client to the server, waiting at the gate
-// before each read.
-func (p *stallProxy) forward(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		p.mu.Lock()
-		gate := p.gate
-		p.mu.Unlock()
-		<-gate
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = dst.Close()
-			return
-		}
-	}
-}
-
-func (p *stallProxy) pause() {
-	p.mu.Lock()
-	p.gate = make(chan struct{})
-	p.mu.Unlock()
-}
-
-func (p *stallProxy) resume() {
-	p.mu.Lock()
-	close(p.gate)
-	p.mu.Unlock()
-}
-
-// beatFixture is one host whose main connection goes through a stallProxy,
+// beatFixture is one host whose main connection goes through a nettest.StallProxy,
 // with a beat connection of its own (or none), and a listener of its
 // beats on a connection of its own.
 type beatFixture struct {
-	proxy  *stallProxy
+	proxy  *nettest.StallProxy
 	mainNC *nats.Conn
 	beatNC *nats.Conn // nil: the host beats on mainNC
 	host   *Host
@@ -109,7 +35,7 @@ type beatFixture struct {
 func newBeatFixture(t *testing.T, ownBeatConn bool, adjust ...func(*Config)) *beatFixture {
 	t.Helper()
 	ns := startNATS(t, server.Options{})
-	f := &beatFixture{proxy: newStallProxy(t, ns.Addr().String()), done: make(chan error, 1)}
+	f := &beatFixture{proxy: nettest.NewStallProxy(t, ns.Addr().String()), done: make(chan error, 1)}
 
 	listen, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -133,7 +59,7 @@ func newBeatFixture(t *testing.T, ownBeatConn bool, adjust ...func(*Config)) *be
 		t.Fatal(err)
 	}
 
-	if f.mainNC, err = nats.Connect(f.proxy.url(), nats.Name("brook-streamhost:n1")); err != nil {
+	if f.mainNC, err = nats.Connect(f.proxy.URL(), nats.Name("brook-streamhost:n1")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.mainNC.Close)
@@ -208,7 +134,7 @@ func (f *beatFixture) waitLive(t *testing.T, n int) {
 // function that resumes the proxy and waits for the publisher to end.
 func (f *beatFixture) stallMain(t *testing.T) (resume func()) {
 	t.Helper()
-	f.proxy.pause()
+	f.proxy.Pause()
 	var sent atomic.Int64
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -229,7 +155,7 @@ func (f *beatFixture) stallMain(t *testing.T) (resume func()) {
 	}()
 	resume = func() {
 		close(stop)
-		f.proxy.resume()
+		f.proxy.Resume()
 		<-done
 	}
 	deadline := time.Now().Add(20 * time.Second)
