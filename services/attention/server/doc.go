@@ -14,7 +14,7 @@
 // given).
 //
 // Lock order: Service.mu, then watch.Watcher's mu (List holds the one
-// across Snapshot), then metrics.mu (List records the judging's counts).
+// across Snapshot; Ready takes Watcher.mu alone, in Pulled), then metrics.mu (List records the judging's counts).
 // Watcher.mu is also taken alone, by the watcher's callbacks and pulls,
 // and metrics.mu alone by the gauge's callback. Snapshot reads the NATS
 // connection's state (IsConnected, Stats: the connection's own lock)
@@ -48,6 +48,11 @@
 //     watcher and returns; when the watcher fails it returns the error,
 //     and its deferred cancel has nothing left to stop. It unsubscribes as
 //     it returns.
+//   - the connection watch (Service.bus, package connwatch), started by
+//     Service.Run on the same child context and waited for as Run
+//     returns: it asks the NATS connection whether it is up every
+//     connwatch.Interval, so that Ready (/healthz, the page's reason)
+//     answers from memory, never waiting for the connection's lock.
 //   - watch.Watcher.Run subscribes to heartbeats and change notices,
 //     flushes, and pulls at once, then on every Refresh and on every
 //     notice newer than what it holds, pulls at least minPullGap apart

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/connwatch"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/attention/judge"
 	"github.com/brook-streams/brook/services/attention/telemetry"
@@ -49,8 +50,11 @@ type Options struct {
 
 // Service judges and serves the attention list.
 type Service struct {
-	nc     *nats.Conn
-	w      *watch.Watcher
+	nc *nats.Conn
+	w  *watch.Watcher
+	// bus watches nc for Ready (/healthz) without waiting for the
+	// connection's lock (connwatch); Run runs it.
+	bus    *connwatch.Watch
 	opts   Options
 	log    *slog.Logger
 	tracer trace.Tracer
@@ -82,6 +86,7 @@ func New(nc *nats.Conn, opts Options) *Service {
 	}
 	return &Service{
 		nc:   nc,
+		bus:  connwatch.New(nc, connwatch.Interval, connwatch.Stale),
 		opts: opts,
 		log:  opts.Logger,
 		w: watch.New(nc, watch.Options{
@@ -183,13 +188,13 @@ func (s *Service) logSummary(event string, es []wire.AttentionEntry, listed int)
 }
 
 // Ready reports whether the service can answer: the coordinator's state has
-// been pulled and NATS is connected.
+// been pulled and NATS is connected. It never waits for the NATS connection
+// (connwatch).
 func (s *Service) Ready() (bool, string) {
-	_, _, st := s.w.Snapshot(time.Now())
-	switch {
-	case !st.Connected:
-		return false, "not connected to NATS"
-	case !st.Ready:
+	if err := s.bus.Err(); err != nil {
+		return false, err.Error()
+	}
+	if !s.w.Pulled() {
 		return false, "the coordinators' state has not been pulled yet"
 	}
 	return true, "ok"
@@ -212,6 +217,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cancel()
 	watchDone := make(chan error, 1)
 	go func() { watchDone <- s.w.Run(ctx) }()
+	busDone := make(chan struct{})
+	go func() { defer close(busDone); s.bus.Run(ctx) }()
+	defer func() { cancel(); <-busDone }()
 
 	tick := time.NewTicker(s.opts.Refresh)
 	defer tick.Stop()

@@ -471,6 +471,15 @@ func (w *Watcher) applyCluster(ci wire.ClusterInfo, at time.Time) {
 	w.cluster, w.clusterAt = &ci, at
 }
 
+// Pulled reports whether both the stream list and the cluster info have
+// been pulled once (Status.Ready). Unlike Snapshot it does not ask the NATS
+// connection.
+func (w *Watcher) Pulled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams != nil && w.cluster != nil
+}
+
 // Snapshot returns the judge's inputs as of now. The view's slices are
 // shared and must not be modified; the heartbeat map is a copy.
 //

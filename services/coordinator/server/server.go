@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/brook-streams/brook/pkg/connwatch"
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/svcconfig"
@@ -180,6 +181,9 @@ type Server struct {
 	stalls atomic.Uint64
 	nc     *nats.Conn
 	sysnc  *nats.Conn
+	// bus watches nc for Ready (/healthz) without waiting for its lock;
+	// set with nc.
+	bus *connwatch.Watch
 	// seals batches the recovery workers' seals per host (sealbatch.go);
 	// set with nc.
 	seals  *sealBatcher
@@ -342,6 +346,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		s.shutdown(context.Background(), false)
 		return nil, err
 	}
+	s.bus = connwatch.New(s.nc, connwatch.Interval, connwatch.Stale)
+	go s.bus.Run(s.reqCtx)
 	if opt.HTTPAddr != "" {
 		if err := s.serveHTTP(opt.HTTPAddr); err != nil {
 			s.shutdown(context.Background(), false)
@@ -796,13 +802,14 @@ func (s *Server) serveHTTP(addr string) error {
 func (s *Server) HTTPAddr() string { return s.httpAddr }
 
 // Ready reports why the coordinator cannot serve yet, or nil: it is ready
-// once NATS is connected and the Raft shard has a leader.
+// once NATS is connected and the Raft shard has a leader. It never waits
+// for the NATS connection (connwatch).
 func (s *Server) Ready() error {
 	if s.closed.Load() {
 		return errors.New("shutting down")
 	}
-	if !s.nc.IsConnected() {
-		return errors.New("nats not connected")
+	if err := s.bus.Err(); err != nil {
+		return err
 	}
 	if _, ok := s.store.Leader(); !ok {
 		return errors.New("raft shard has no leader")

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/brook-streams/brook/pkg/conngen"
+	"github.com/brook-streams/brook/pkg/connwatch"
 	"github.com/brook-streams/brook/pkg/heartbeat"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -263,7 +264,10 @@ type Host struct {
 	// conn ends with each NATS connection (Reconnected): a follower's
 	// request in flight on it is asked again at once; its Began is when
 	// the connection was last replaced (wire.HeaderServingFor).
-	conn     *conngen.Generation
+	conn *conngen.Generation
+	// bus watches nc for Health (/healthz), which must not wait for the
+	// connection's lock (connwatch); it runs in the background group.
+	bus      *connwatch.Watch
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	reqs     tracker // request goroutines (seals, hand-offs, watchDrain)
@@ -382,6 +386,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
 		conn:        conngen.New(),
+		bus:         connwatch.New(nc, connwatch.Interval, connwatch.Stale),
 		bgCancel:    bgCancel,
 		readerReqs:  newBudget("reader requests", "in flight", cfg.MaxInflight),
 		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
@@ -405,10 +410,24 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 }
 
 // Ready reports whether the host has applied its first assignment snapshot,
-// is not shutting down and its store has not failed; /healthz answers 200
-// only then.
-func (h *Host) Ready() bool {
-	return h.ready.Load() && !h.leaving.Load() && h.nc.IsConnected() && h.store.Failure() == nil
+// is not shutting down, its store has not failed and its NATS connection is
+// up; /healthz answers 200 only then.
+func (h *Host) Ready() bool { return h.Health() == nil }
+
+// Health says why the host is not Ready, or nil. It never waits: the NATS
+// connection's state is its watch's last answer (connwatch), not the
+// connection's, whose lock a write to a blocked socket holds for up to a
+// minute.
+func (h *Host) Health() error {
+	switch {
+	case h.store.Failure() != nil:
+		return fmt.Errorf("store failed: %w", h.store.Failure())
+	case h.leaving.Load():
+		return errors.New("shutting down")
+	case !h.ready.Load():
+		return errors.New("the first assignment snapshot has not been applied yet")
+	}
+	return h.bus.Err()
 }
 
 // StoreFailure is the error that broke the host's store, or nil (see
@@ -566,6 +585,7 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	subs = append(subs, stopWaits)
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
+	h.goBG(func() { h.bus.Run(h.bgCtx) })
 	if h.beatNC != h.nc {
 		h.goBG(func() { h.connWatch(h.bgCtx) })
 	}

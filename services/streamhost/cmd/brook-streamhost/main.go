@@ -186,12 +186,8 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if err := hst.StoreFailure(); err != nil {
-				http.Error(w, "store failed: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			if !hst.Ready() {
-				http.Error(w, "not ready", http.StatusServiceUnavailable)
+			if err := hst.Health(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = w.Write([]byte("ok\n"))

@@ -1,0 +1,108 @@
+// Package connwatch tells whether a process's NATS connection is up
+// without waiting for the connection.
+//
+// nats.go's IsConnected (and Stats) take the connection's lock, and its
+// flusher holds that lock while it writes to the socket. When the server
+// stops reading (stalled, or the network between them), a write blocks
+// until the connection's FlusherTimeout, a minute by default, and so does
+// every caller of IsConnected. A health endpoint that asked the connection
+// itself hung with it, one goroutine per probe, and said nothing about why.
+//
+// A Watch asks the connection from a goroutine of its own, every interval,
+// and keeps the answer. Err answers at once, from memory: the connection
+// is down when its last answer was "not connected", and also when the
+// question in flight has waited longer than the stale bound, which is what
+// a connection blocked in a write looks like from outside.
+//
+// # Locks and goroutines
+//
+// A Watch has no mutex: its state is two atomics, written only by Run and
+// read by Err from any goroutine. Run is the one goroutine; its caller
+// starts it and owns it, and it returns when its context ends, after the
+// question in flight (which waits for the connection's lock: at most the
+// connection's FlusherTimeout, or until the connection closes).
+package connwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Interval is how often a service's Watch asks its connection, and Stale
+// how long a question may wait before the connection counts as down. A
+// question waits for the connection's lock, which a busy connection hands
+// from publisher to publisher; seconds of it are a stuck socket, not load.
+const (
+	Interval = 500 * time.Millisecond
+	Stale    = 5 * time.Second
+)
+
+// Conn is what a Watch asks; *nats.Conn is one.
+type Conn interface{ IsConnected() bool }
+
+// The last answer, in Watch.state.
+const (
+	unknown int32 = iota // no answer yet
+	up
+	down
+)
+
+// Watch keeps a connection's last answer; New makes one, Run keeps it
+// current, and Err reads it.
+type Watch struct {
+	conn     Conn
+	interval time.Duration
+	stale    time.Duration
+
+	state   atomic.Int32 // unknown, up or down: the last answer
+	askedAt atomic.Int64 // Unix nanoseconds when the question in flight began; 0 when none is
+}
+
+// New returns a watch of c that asks every interval and counts a question
+// unanswered for longer than stale as the connection down. It asks nothing
+// until Run.
+func New(c Conn, interval, stale time.Duration) *Watch {
+	return &Watch{conn: c, interval: interval, stale: stale}
+}
+
+// Run asks the connection at once and then every interval, until ctx ends.
+func (w *Watch) Run(ctx context.Context) {
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		w.askedAt.Store(time.Now().UnixNano())
+		connected := w.conn.IsConnected()
+		w.askedAt.Store(0)
+		if connected {
+			w.state.Store(up)
+		} else {
+			w.state.Store(down)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Err is nil when the connection was up at its last answer and no question
+// has waited longer than the stale bound; otherwise it says why not. It
+// never waits.
+func (w *Watch) Err() error {
+	if at := w.askedAt.Load(); at != 0 {
+		if waited := time.Since(time.Unix(0, at)); waited > w.stale {
+			return fmt.Errorf("the NATS connection has not answered for %s: its writes are blocked", waited.Round(100*time.Millisecond))
+		}
+	}
+	switch w.state.Load() {
+	case unknown:
+		return errors.New("the NATS connection has not been checked yet")
+	case down:
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}

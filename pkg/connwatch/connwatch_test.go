@@ -1,0 +1,116 @@
+package connwatch
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/nettest"
+)
+
+func startNATS(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(s.Shutdown)
+	return s.ClientURL()
+}
+
+// answers reports whether f returns within d.
+func answers(d time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// A connection whose server stopped reading: IsConnected waits behind the
+// write that holds the connection's lock (this is what /healthz did), and
+// the watch still answers at once, first from its last answer and then,
+// once the question has waited past the stale bound, that the connection
+// is down.
+func TestErrAnswersWhileTheConnectionIsBlocked(t *testing.T) {
+	p := nettest.NewStallProxy(t, startNATS(t))
+	nc, err := nats.Connect(p.URL(), nats.FlusherTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const stale = 500 * time.Millisecond
+	w := New(nc, 20*time.Millisecond, stale)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	waitFor(t, "the first answer", func() bool { return w.Err() == nil })
+
+	// Stall the server's side and publish until a publish blocks in its
+	// socket write, holding the connection's lock.
+	p.Pause()
+	defer p.Resume()
+	var stop atomic.Bool
+	defer stop.Store(true)
+	big := make([]byte, 512<<10)
+	go func() {
+		for !stop.Load() && nc.Publish("flood", big) == nil {
+		}
+	}()
+	waitFor(t, "IsConnected to block", func() bool { return !answers(200*time.Millisecond, func() { nc.IsConnected() }) })
+
+	if !answers(100*time.Millisecond, func() { _ = w.Err() }) {
+		t.Fatal("Err waited for the blocked connection")
+	}
+	waitFor(t, "the blocked connection reported", func() bool {
+		err := w.Err()
+		return err != nil && strings.Contains(err.Error(), "has not answered")
+	})
+}
+
+func TestErrSaysNotConnectedAfterClose(t *testing.T) {
+	nc, err := nats.Connect(startNATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(nc, 10*time.Millisecond, time.Second)
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not been checked") {
+		t.Fatalf("before Run: %v, want not checked yet", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	waitFor(t, "up", func() bool { return w.Err() == nil })
+	nc.Close()
+	waitFor(t, "down after close", func() bool {
+		err := w.Err()
+		return err != nil && strings.Contains(err.Error(), "not connected")
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
