@@ -63,9 +63,9 @@ func (f *Future) Wait(ctx context.Context) (wire.PublishConfirm, error) {
 type pending struct {
 	fut     *Future
 	opts    publishOpts
-	timer   *time.Timer
+	timer   *time.Timer // set once the first attempt was sent (sent), nil before
 	r       *retrier
-	watched func(wire.PublishConfirm) // ends the owner watch of the first attempt
+	watched func(wire.PublishConfirm) // ends the owner watch of the first attempt; set with timer
 	sentID  uint64                    // the stream id the first attempt named (0: none)
 	// stopConn unregisters the retry on a reconnect (set under p.mu).
 	stopConn func() bool
@@ -167,6 +167,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	if b != nil {
 		p.addBatched(b, pd)
 		p.mu.Unlock()
+		p.c.sends.drain()
 		return fut, nil
 	}
 	p.nextID++
@@ -181,7 +182,8 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	pd.stopConn = context.AfterFunc(p.c.gen.Current(), func() {
 		p.firstFailed(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", wire.PublishSubject(p.stream), nats.ErrDisconnected))
 	})
-	// Sending under the lock keeps first attempts in call order.
+	// Queued under the lock (on the client's sendQueue, as batches are),
+	// first attempts go out in call order.
 	sent := o
 	sent.streamID = p.c.idFor(p.stream, o.streamID)
 	pd.sentID = sent.streamID
@@ -189,22 +191,33 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
 	seen := p.c.seenEpoch(p.stream)
-	err := p.c.nc.PublishMsg(msg)
-	// The attempt's timeout and owner watch start once it is in the
-	// connection's buffer, as a batch's do (batcher.sendLocked), judged
-	// against the epoch known before; take, which needs p.mu, cannot run
-	// before both are set.
+	p.c.sends.push(msg, func(err error) { p.sent(id, o.hasSeq, seen, err) })
+	p.mu.Unlock()
+	p.c.sends.drain()
+	return fut, nil
+}
+
+// sent starts first attempt id's timeout and owner watch once PublishMsg
+// put it in the connection's buffer, as a batch's (batcher.sent), judged
+// against the epoch known before; or retries it on PublishMsg's error. A
+// reply or a reconnect that took the attempt first leaves nothing to start.
+func (p *AsyncPublisher) sent(id uint64, idempotent bool, seen epochSeen, err error) {
+	if err != nil {
+		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), err))
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pd := p.pend[id]
+	if pd == nil {
+		return
+	}
 	pd.timer = time.AfterFunc(p.c.opts.requestTimeout, func() {
 		p.firstFailed(id, fmt.Errorf("%s: no reply in %v: %w", wire.PublishSubject(p.stream), p.c.opts.requestTimeout, ErrTimeout))
 	})
-	pd.watched = p.c.watchAttemptSeen(p.stream, o.hasSeq, &seen, func() {
+	pd.watched = p.c.watchAttemptSeen(p.stream, idempotent, &seen, func() {
 		p.firstFailed(id, fmt.Errorf("%s: %w", wire.PublishSubject(p.stream), ErrOwnerLost))
 	})
-	p.mu.Unlock()
-	if err != nil {
-		p.firstFailed(id, fmt.Errorf("%s: %w", msg.Subject, err))
-	}
-	return fut, nil
 }
 
 // addBatched makes the first attempt of pd through the batcher b (under
@@ -235,11 +248,15 @@ func (p *AsyncPublisher) take(id uint64) *pending {
 	pd := p.pend[id]
 	if pd != nil {
 		delete(p.pend, id)
-		pd.timer.Stop()
+		if pd.timer != nil {
+			pd.timer.Stop()
+		}
 		if pd.stopConn != nil {
 			pd.stopConn()
 		}
-		pd.watched(wire.PublishConfirm{})
+		if pd.watched != nil {
+			pd.watched(wire.PublishConfirm{})
+		}
 	}
 	return pd
 }
@@ -263,7 +280,9 @@ func (p *AsyncPublisher) onReply(m *nats.Msg) {
 		return
 	}
 	pc, err := decodeConfirm(p.stream, m)
-	pd.watched(pc) // take ended the watch; this records the stream id and epoch seen
+	if pd.watched != nil { // nil: the reply beat sent to p.mu
+		pd.watched(pc) // take ended the watch; this records the stream id and epoch seen
+	}
 	if err == nil && pd.opts.streamID == 0 {
 		err = p.c.learnFromConfirm(p.stream, pc)
 	}

@@ -73,7 +73,8 @@ type batcher struct {
 	linger     *time.Timer // flushes the open batch; stopped while none
 	unsubOnce  sync.Once   // removes sub once closed and no flight is left
 
-	// mu guards the open batch and the flights, and orders the sends.
+	// mu guards the open batch and the flights, and orders the sends: a
+	// batch is pushed onto the client's sendQueue under it.
 	mu       sync.Mutex
 	open     []*batchItem
 	openSize int
@@ -90,7 +91,9 @@ type batchItem struct {
 	done func(wire.PublishConfirm, error)
 }
 
-// flight is a batch sent and waiting for its reply.
+// flight is a batch queued to be sent (sendQueue) or sent and waiting for
+// its reply. timer and watched are set once it was sent (nil before), and
+// sent is when.
 type flight struct {
 	streamID uint64 // the stream id the batch named (0: none)
 	items    []*batchItem
@@ -163,6 +166,7 @@ func (b *batcher) attempt(ctx context.Context, data []byte, o publishOpts) (wire
 	}
 	ch := make(chan result, 1)
 	b.add(data, o, func(pc wire.PublishConfirm, err error) { ch <- result{pc, err} })
+	b.c.sends.drain()
 	select {
 	case r := <-ch:
 		return r.pc, r.err
@@ -171,15 +175,15 @@ func (b *batcher) attempt(ctx context.Context, data []byte, o publishOpts) (wire
 	}
 }
 
-// add puts a record into the open batch and sends the batch if it is due;
-// done gets the record's outcome.
+// add puts a record into the open batch and queues the batch if it is due;
+// done gets the record's outcome. The caller drains the client's sendQueue
+// once it holds no lock.
 func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm, error)) {
 	it := &batchItem{rec: frame.PubRecord{Data: data}, done: done}
 	if o.hasSeq {
 		it.rec.Producer, it.rec.Seq = o.producer, o.seq
 	}
 	cost := recordCost(data, it.rec.Producer)
-	var sent []sendResult
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -188,7 +192,7 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	}
 	id := b.c.idFor(b.stream, o.streamID)
 	if len(b.open) > 0 && (b.openSize+cost > b.maxBytes || id != b.openID) {
-		sent = append(sent, b.sendLocked())
+		b.sendLocked()
 	}
 	b.openID = id
 	b.open = append(b.open, it)
@@ -197,34 +201,26 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes:
 		// Nothing in flight: waiting would only add latency; full: no
 		// reason to wait either.
-		sent = append(sent, b.sendLocked())
+		b.sendLocked()
 	case len(b.open) == 1:
 		b.linger.Reset(b.c.opts.linger)
 	}
 	b.mu.Unlock()
-	b.failUnsent(sent)
 }
 
 // lingered sends the open batch once its first record waited the linger.
 func (b *batcher) lingered() {
 	b.mu.Lock()
-	var sent sendResult
 	if len(b.open) > 0 {
-		sent = b.sendLocked()
+		b.sendLocked()
 	}
 	b.mu.Unlock()
-	b.failUnsent([]sendResult{sent})
+	b.c.sends.drain()
 }
 
-// sendResult is a batch sendLocked could not send: its flight fails with
-// err once the lock is released.
-type sendResult struct {
-	id  uint64
-	err error
-}
-
-// sendLocked sends the open batch as a flight. Sending under the lock keeps
-// batches in the order of their records.
+// sendLocked queues the open batch on the client's sendQueue as a flight.
+// Queueing under the lock keeps batches in the order of their records; the
+// caller drains the queue once it released the lock.
 //
 // The flight's clocks (its request timeout, the owner watch's probe delay
 // and its round trip) start once PublishMsg returned, when the batch is in
@@ -236,9 +232,10 @@ type sendResult struct {
 // the queue, or had it probed before it went out. Registered after the
 // send, the attempt also never goes out after a probe started later
 // (ownerwatch.go); it is judged against the owner epoch the client knew
-// before the send (seenEpoch), not one learnt while it waited. No reply
-// can be taken before the flight is complete: take needs b.mu, held here.
-func (b *batcher) sendLocked() sendResult {
+// before the send (seenEpoch), not one learnt while it waited. A reply, a
+// reconnect or Close may take the flight between PublishMsg and sent
+// taking b.mu: sent then finds it gone and starts nothing.
+func (b *batcher) sendLocked() {
 	b.linger.Stop()
 	items := b.open
 	b.open, b.openSize = nil, 0
@@ -262,26 +259,41 @@ func (b *batcher) sendLocked() sendResult {
 	msg.Reply = b.prefix + strconv.FormatUint(id, 10)
 	msg.Data = frame.AppendPubBatch(nil, &pb)
 	seen := b.c.seenEpoch(b.stream)
-	err := b.c.nc.PublishMsg(msg)
+	// Counted when queued: the reply, and the records' confirms, can come
+	// before sent runs; a batch that could not be sent is taken back.
+	b.c.batchStats.batches.Add(1)
+	b.c.batchStats.records.Add(uint64(len(items)))
+	b.c.sends.push(msg, func(err error) { b.sent(id, len(items), seen, err) })
+}
+
+// sent starts flight id's clocks once PublishMsg put it in the
+// connection's buffer (sendLocked), or fails it with PublishMsg's error.
+func (b *batcher) sent(id uint64, records int, seen epochSeen, err error) {
+	if err != nil {
+		b.c.batchStats.batches.Add(^uint64(0))
+		b.c.batchStats.records.Add(^uint64(records - 1))
+		b.fail(id, fmt.Errorf("%s: %w", b.subject, err))
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fl := b.flights[id]
+	if fl == nil {
+		return // taken already: replied to, or failed by a reconnect or Close
+	}
 	fl.sent = time.Now()
 	timeout := b.c.opts.requestTimeout
 	fl.timer = time.AfterFunc(timeout, func() {
 		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
 	})
-	fl.watched = b.c.watchAttemptSeen(b.stream, !slices.ContainsFunc(items, func(it *batchItem) bool { return it.rec.Producer == "" }), &seen, func() {
+	fl.watched = b.c.watchAttemptSeen(b.stream, !slices.ContainsFunc(fl.items, func(it *batchItem) bool { return it.rec.Producer == "" }), &seen, func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
 	})
-	if err != nil {
-		return sendResult{id: id, err: fmt.Errorf("%s: %w", b.subject, err)}
-	}
-	b.c.batchStats.batches.Add(1)
-	b.c.batchStats.records.Add(uint64(len(items)))
-	return sendResult{}
 }
 
-// BatchStats returns how many publish batches this client has sent and
-// how many records they carried (retries included): records/batches is
-// the mean batch its workload produces.
+// BatchStats returns how many publish batches this client has sent (or
+// queued to send) and how many records they carried (retries included):
+// records/batches is the mean batch its workload produces.
 func (c *Client) BatchStats() (batches, records uint64) {
 	return c.batchStats.batches.Load(), c.batchStats.records.Load()
 }
@@ -294,28 +306,21 @@ func (c *Client) BatchRoundTrips() (replies uint64, total time.Duration) {
 	return c.batchStats.replies.Load(), time.Duration(c.batchStats.rttNS.Load())
 }
 
-// failUnsent fails the flights that could not be sent.
-func (b *batcher) failUnsent(sent []sendResult) {
-	for _, s := range sent {
-		if s.err != nil {
-			b.fail(s.id, s.err)
-		}
-	}
-}
-
 // take removes and returns flight id, or nil if another path took it. If
-// no flight is left, the open batch is sent at once rather than at the end
-// of its linger.
+// no flight is left, the open batch is queued at once rather than at the
+// end of its linger; the caller drains the sendQueue once it settled the
+// flight's records, so that their outcomes never wait for the connection.
 func (b *batcher) take(id uint64) *flight {
 	b.mu.Lock()
 	fl := b.flights[id]
-	var sent sendResult
 	if fl != nil {
 		delete(b.flights, id)
-		fl.timer.Stop()
+		if fl.timer != nil {
+			fl.timer.Stop()
+		}
 		fl.stopConn()
 		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
-			sent = b.sendLocked()
+			b.sendLocked()
 		}
 	}
 	done := b.closed && len(b.flights) == 0
@@ -323,10 +328,9 @@ func (b *batcher) take(id uint64) *flight {
 	if done {
 		b.unsubscribe()
 	}
-	if fl != nil {
+	if fl != nil && fl.watched != nil {
 		fl.watched(wire.PublishConfirm{})
 	}
-	b.failUnsent([]sendResult{sent})
 	return fl
 }
 
@@ -337,6 +341,7 @@ func (b *batcher) fail(id uint64, err error) {
 			it.done(wire.PublishConfirm{}, err)
 		}
 	}
+	b.c.sends.drain()
 }
 
 // onReply handles a batch's reply: one confirm (or refusal) per record, or
@@ -350,8 +355,11 @@ func (b *batcher) onReply(m *nats.Msg) {
 	if fl == nil {
 		return // a reply after the flight failed; its records retry
 	}
-	b.c.batchStats.replies.Add(1)
-	b.c.batchStats.rttNS.Add(int64(time.Since(fl.sent)))
+	defer b.c.sends.drain() // the next batch take queued, once this one's records are settled
+	if !fl.sent.IsZero() {  // a reply can beat sent to b.mu
+		b.c.batchStats.replies.Add(1)
+		b.c.batchStats.rttNS.Add(int64(time.Since(fl.sent)))
+	}
 	failAll := func(err error) {
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)
@@ -381,7 +389,9 @@ func (b *batcher) onReply(m *nats.Msg) {
 		failAll(fmt.Errorf("publish %s: decode batch reply: %w", b.stream, err))
 		return
 	}
-	fl.watched(wire.PublishConfirm{StreamID: streamID, Epoch: epoch}) // records the stream id and epoch seen
+	if fl.watched != nil {
+		fl.watched(wire.PublishConfirm{StreamID: streamID, Epoch: epoch}) // records the stream id and epoch seen
+	}
 	for i, it := range fl.items {
 		res := r.Results[i]
 		if res.Code != "" {
@@ -397,14 +407,13 @@ func (b *batcher) onReply(m *nats.Msg) {
 // reply subscription (on a connection New was given, which stays open).
 func (b *batcher) close() {
 	b.mu.Lock()
-	var sent sendResult
 	if len(b.open) > 0 {
-		sent = b.sendLocked()
+		b.sendLocked()
 	}
 	b.closed = true
 	done := len(b.flights) == 0
 	b.mu.Unlock()
-	b.failUnsent([]sendResult{sent})
+	b.c.sends.drain()
 	if done {
 		b.unsubscribe()
 	}

@@ -201,6 +201,9 @@ type Client struct {
 	batchMu     sync.Mutex
 	batchers    map[string]*batcher
 	batchClosed bool
+	// sends puts the batchers' batches on nc one goroutine at a time
+	// (sendqueue.go).
+	sends sendQueue
 	// batchStats counts the publish batches sent and their records.
 	// replies and rttNS count the batch replies taken and their round
 	// trips (sent to reply received), for BatchRoundTrips.
@@ -305,7 +308,7 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 		log = slog.Default()
 	}
 	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
-		batchers: map[string]*batcher{}}
+		batchers: map[string]*batcher{}, sends: sendQueue{nc: nc}}
 }
 
 // Conn returns the underlying NATS connection.
@@ -318,6 +321,7 @@ func (c *Client) Close() error {
 	// Open batches go out first: their records are waited for like any
 	// request in flight.
 	c.closeBatchers()
+	c.sends.flush()
 	if !c.ownConn {
 		return nil
 	}

@@ -85,7 +85,12 @@
 // its own producer sequence. A batch refused whole, timed out or lost in a
 // failover is retried record by record under the rules below, each retry
 // joining a later batch, so the owner's duplicate suppression stays exact
-// per record. Each batcher holds one reply subscription; Close sends the
+// per record. Batches leave through one queue per Client (sendqueue.go):
+// one goroutine at a time takes the connection's lock to send them, in the
+// order they were made, never holding a batcher's lock, so a record's
+// confirm never waits for another batch's send, and a mass failover's
+// thousands of batches do not queue for the connection's lock one
+// goroutine each. Each batcher holds one reply subscription; Close sends the
 // open batches, and each batcher's subscription ends with its last batch
 // in flight (on a connection New was given too, which Close leaves open).
 // BatchStats counts the batches sent and their records.

@@ -72,15 +72,24 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	})
 
 	// The first batch's reply sends the second batch, whose PublishMsg
-	// now waits for the connection: longer than the request timeout.
+	// now waits for the connection: longer than the request timeout. The
+	// first record's confirm does not wait for it (its batcher's lock is
+	// not held across the send, nor is the reply's callback sending
+	// before it settled the records).
 	release()
-	time.Sleep(1500 * time.Millisecond)
+	released := time.Now()
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the first record's confirm waited for the second batch's send")
+	}
+	time.Sleep(time.Until(released.Add(1500 * time.Millisecond)))
 	stop.Store(true)
 	proxy.Resume()
 	<-fillerDone
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
