@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,6 +70,9 @@ type pending struct {
 	sentID  uint64                    // the stream id the first attempt named (0: none)
 	// stopConn unregisters the retry on a reconnect (set under p.mu).
 	stopConn func() bool
+	// ended is set when the first attempt is taken; still queued then,
+	// it is not sent (as a batch's flight).
+	ended atomic.Bool
 }
 
 // AsyncPublisher publishes to one stream with up to Window publishes
@@ -191,7 +195,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
 	seen := p.c.seenEpoch(p.stream)
-	p.c.sends.push(msg, func(err error) { p.sent(id, o.hasSeq, seen, err) })
+	p.c.sends.push(msg, &pd.ended, func(err error) { p.sent(id, o.hasSeq, seen, err) })
 	p.mu.Unlock()
 	p.c.sends.drain()
 	return fut, nil
@@ -248,6 +252,7 @@ func (p *AsyncPublisher) take(id uint64) *pending {
 	pd := p.pend[id]
 	if pd != nil {
 		delete(p.pend, id)
+		pd.ended.Store(true)
 		if pd.timer != nil {
 			pd.timer.Stop()
 		}

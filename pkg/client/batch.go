@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,6 +102,10 @@ type flight struct {
 	stopConn func() bool
 	watched  func(wire.PublishConfirm)
 	sent     time.Time
+	// ended is set when the flight is taken; a batch still queued then
+	// is not sent (sendQueue), so a reconnect's retry of its records is
+	// not followed by the stale batch.
+	ended atomic.Bool
 }
 
 // recordCost bounds what a record adds to a batch frame.
@@ -263,7 +268,7 @@ func (b *batcher) sendLocked() {
 	// before sent runs; a batch that could not be sent is taken back.
 	b.c.batchStats.batches.Add(1)
 	b.c.batchStats.records.Add(uint64(len(items)))
-	b.c.sends.push(msg, func(err error) { b.sent(id, len(items), seen, err) })
+	b.c.sends.push(msg, &fl.ended, func(err error) { b.sent(id, len(items), seen, err) })
 }
 
 // sent starts flight id's clocks once PublishMsg put it in the
@@ -315,6 +320,7 @@ func (b *batcher) take(id uint64) *flight {
 	fl := b.flights[id]
 	if fl != nil {
 		delete(b.flights, id)
+		fl.ended.Store(true)
 		if fl.timer != nil {
 			fl.timer.Stop()
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/wire"
 )
@@ -147,5 +149,90 @@ func TestAttemptIsJudgedAgainstTheEpochKnownBeforeItsSend(t *testing.T) {
 	case <-kept:
 		t.Fatal("an attempt that knew epoch 2 was abandoned by the owner at epoch 2")
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// A batch still queued behind a blocked send when its connection is
+// replaced is not sent after all: its records were retried on the new
+// connection (in a later batch), and the stale batch would write them a
+// second time (records without producer ids cannot be told apart).
+func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
+	url := startNATS(t)
+	o := newBatchOwner(t, url)
+	proxy := nettest.NewStallProxy(t, url)
+	c := connectClient(t, proxy.URL(), WithBatching(time.Minute, 0, 0),
+		WithRequestTimeout(10*time.Second), WithOwnerProbe(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	// The batcher (its reply subscription) is made on an open connection.
+	if _, err := c.Publish(ctx, "x", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Block the connection, and the queue's drainer with it: a message
+	// pushed onto the client's queue by this test waits in PublishMsg.
+	proxy.Pause()
+	var stop atomic.Bool
+	var inPublish atomic.Int64 // unix nanoseconds a filler publish began; 0 between
+	fillerDone := make(chan struct{})
+	go func() {
+		defer close(fillerDone)
+		big := make([]byte, 512<<10)
+		for i := 0; i < 400 && !stop.Load(); i++ {
+			inPublish.Store(time.Now().UnixNano())
+			err := c.nc.Publish("filler", big)
+			inPublish.Store(0)
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, func() bool {
+		began := inPublish.Load()
+		return began != 0 && time.Since(time.Unix(0, began)) > 200*time.Millisecond
+	})
+	drained := make(chan struct{})
+	c.sends.push(&nats.Msg{Subject: "filler", Data: make([]byte, 512<<10)}, nil, func(error) {})
+	go func() { c.sends.drain(); close(drained) }()
+	waitFor(t, func() bool {
+		c.sends.mu.Lock()
+		defer c.sends.mu.Unlock()
+		return c.sends.sending
+	})
+	time.Sleep(200 * time.Millisecond) // the drainer is in its PublishMsg
+
+	// A record without a producer id: its batch queues behind.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("once"))
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		c.sends.mu.Lock()
+		defer c.sends.mu.Unlock()
+		return len(c.sends.queue) == 1
+	})
+	// The connection is replaced (what its reconnect handler does): the
+	// flight fails and its record is retried.
+	c.gen.Replaced()
+	waitFor(t, func() bool {
+		c.batchMu.Lock()
+		b := c.batchers["x"]
+		c.batchMu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, queued := b.flights[2]
+		return !queued
+	})
+	stop.Store(true)
+	proxy.Resume()
+	<-fillerDone
+	<-drained
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.batches) != 2 {
+		t.Errorf("the owner got %d batches, want 2: the first record's and the retry's (a third is the stale batch, sent after all)", len(o.batches))
 	}
 }

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,13 +45,22 @@ type sendQueue struct {
 type queuedSend struct {
 	msg  *nats.Msg
 	sent func(error)
+	// ended, once true, means the attempt the message carries ended
+	// while it was queued (its connection was replaced, and its records
+	// are retried): it is not sent, and sent gets errNotSent.
+	ended *atomic.Bool
 }
 
-// push queues msg; sent gets PublishMsg's error once it was sent. The
-// caller drains once it holds no lock.
-func (q *sendQueue) push(msg *nats.Msg, sent func(error)) {
+// errNotSent is what sent gets for a message whose attempt ended while it
+// was queued.
+var errNotSent = errors.New("not sent: the attempt ended while it was queued")
+
+// push queues msg; sent gets PublishMsg's error once it was sent, or
+// errNotSent if ended is true by then. The caller drains once it holds no
+// lock.
+func (q *sendQueue) push(msg *nats.Msg, ended *atomic.Bool, sent func(error)) {
 	q.mu.Lock()
-	q.queue = append(q.queue, queuedSend{msg: msg, sent: sent})
+	q.queue = append(q.queue, queuedSend{msg: msg, sent: sent, ended: ended})
 	q.mu.Unlock()
 }
 
@@ -94,7 +105,11 @@ func (q *sendQueue) sendQueuedLocked() {
 	q.queue = q.spare[:0]
 	q.mu.Unlock()
 	for i := range batch {
-		batch[i].sent(q.nc.PublishMsg(batch[i].msg))
+		if e := batch[i].ended; e != nil && e.Load() {
+			batch[i].sent(errNotSent)
+		} else {
+			batch[i].sent(q.nc.PublishMsg(batch[i].msg))
+		}
 		batch[i] = queuedSend{}
 	}
 	q.mu.Lock()
