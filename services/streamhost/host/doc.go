@@ -3,8 +3,9 @@
 // the role its latest applied assignment gives it.
 //
 // An owner subscribes to the stream's data-plane subjects (publish,
-// publish batch, fetch, commit: one wildcard subscription) and to its
-// epoch's replication subjects (a second one). Publishes are handed to one appender goroutine per
+// publish batch, fetch, commit: one wildcard subscription) and serves its
+// epoch's replication through the host's link (with natsLink, a second
+// subscription). Publishes are handed to one appender goroutine per
 // copy that writes whatever is queued in one Append (group commit); a record
 // is confirmed once W copies hold it durably, the owner included, with
 // W = policy.StampW(policy, E). A publish batch (brook.s.<stream>.pubb,
@@ -30,7 +31,7 @@
 // idle wait that brought nothing the worker sleeps on the host's one host wait to the owner's
 // host (idlewait.go) until the owner's host names its copy (it has
 // something to ask for) or the host wait fails, and then asks again on
-// its own subject: the host wait only decides when a follower asks.
+// its own link to the owner: the host wait only decides when a follower asks.
 //
 // Followers, their hosts and owners talk through the host's replication
 // link (replLink, transport.go): a follower's requests and standalone

@@ -140,7 +140,8 @@ type parkedWait struct {
 	records bool
 }
 
-// onHostWait is the host-pair subject's callback. It applies the host
+// onHostWait serves a host wait the link delivers (replLink.serveHostWaits,
+// one per pair of hosts). It applies the host
 // wait to its sender's set, whole or changed (in the order they arrived),
 // parks it (replacing the sender's older one) and serves it in a
 // goroutine of the host's request group within the replication budget. A
@@ -654,9 +655,10 @@ func (o *owner) wakeBatch(from uint64, maxBytes int) (*frame.Batch, int) {
 // ackInFlightWait is how long the owner host leaves asleep a copy that
 // names tails past the ack it counted for it, and within what it wrote:
 // the copy acked them with a standalone ack just before it went to sleep
-// (follower.queueWritten), and that ack, on the copy's replication
-// subject, is still on its way while the host wait that followed it, on
-// another subject, has come. Waking the copy at once made it ask on its
+// (follower.queueWritten), and that ack, sent through the copy's own
+// ownerLink, is still on its way while the host wait that followed it,
+// sent through its host's hostLink (the link does not order the two), has
+// come. Waking the copy at once made it ask on its
 // own and long-poll for a whole idle wait, after nearly every wake that
 // carried records and every first record of a new role. A parked host
 // wait looks at such copies again every hostWaitGap (a record appended

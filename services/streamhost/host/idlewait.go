@@ -19,14 +19,14 @@ import (
 // own: it registers with the
 // host's idle waits for its owner's node and sleeps.
 // Per owner node one goroutine of the follower host sends the owner host
-// one host wait (frame.HostWait on wire.HostReplSubject) naming every
+// one host wait (frame.HostWait, through the link's hostLink) naming every
 // copy sleeping there with its durable tails (what it acked last), and
 // once the owner host holds that set (hostwait.go, waitSet), host wait
 // changes naming only the copies that joined or left it since; the
 // owner host parks it and answers (frame.HostWake) at once with the
 // copies that have something to ask for, or as soon as one of them
 // changes, or with nothing at the end of the wait. The copies named wake
-// and ask on their own replication subjects as before; a failure of the
+// and ask on their own (their ownerLink) as before; a failure of the
 // host wait wakes every copy registered for that owner, so an owner's
 // loss is noticed by the per-copy requests as without it, but one that is
 // only late, or refused overloaded, is sent again (hostWaitLateMax).
