@@ -313,11 +313,12 @@ func (c *Client) BatchRoundTrips() (replies uint64, total time.Duration) {
 
 // take removes and returns flight id, or nil if another path took it. If
 // no flight is left, the open batch is queued at once rather than at the
-// end of its linger; the caller drains the sendQueue once it settled the
-// flight's records, so that their outcomes never wait for the connection.
-func (b *batcher) take(id uint64) *flight {
+// end of its linger (queued): the caller then drains the sendQueue once it
+// settled the flight's records, so that their outcomes never wait for the
+// connection.
+func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 	b.mu.Lock()
-	fl := b.flights[id]
+	fl = b.flights[id]
 	if fl != nil {
 		delete(b.flights, id)
 		fl.ended.Store(true)
@@ -327,6 +328,7 @@ func (b *batcher) take(id uint64) *flight {
 		fl.stopConn()
 		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
 			b.sendLocked()
+			queued = true
 		}
 	}
 	done := b.closed && len(b.flights) == 0
@@ -337,17 +339,20 @@ func (b *batcher) take(id uint64) *flight {
 	if fl != nil && fl.watched != nil {
 		fl.watched(wire.PublishConfirm{})
 	}
-	return fl
+	return fl, queued
 }
 
 // fail ends flight id with err for every record of it.
 func (b *batcher) fail(id uint64, err error) {
-	if fl := b.take(id); fl != nil {
+	fl, queued := b.take(id)
+	if fl != nil {
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)
 		}
 	}
-	b.c.sends.drain()
+	if queued {
+		b.c.sends.drain()
+	}
 }
 
 // onReply handles a batch's reply: one confirm (or refusal) per record, or
@@ -357,12 +362,14 @@ func (b *batcher) onReply(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	fl := b.take(id)
+	fl, queued := b.take(id)
 	if fl == nil {
 		return // a reply after the flight failed; its records retry
 	}
-	defer b.c.sends.drain() // the next batch take queued, once this one's records are settled
-	if !fl.sent.IsZero() {  // a reply can beat sent to b.mu
+	if queued {
+		defer b.c.sends.drain() // once this flight's records are settled
+	}
+	if !fl.sent.IsZero() { // a reply can beat sent to b.mu
 		b.c.batchStats.replies.Add(1)
 		b.c.batchStats.rttNS.Add(int64(time.Since(fl.sent)))
 	}
