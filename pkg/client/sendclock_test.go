@@ -1,7 +1,6 @@
 package client
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,25 +52,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	// Stop the server taking the client's bytes, and fill the connection
 	// until a write blocks, holding the connection's lock.
 	proxy.Pause()
-	var inPublish atomic.Int64 // unix nanoseconds a filler publish began; 0 between
-	var stop atomic.Bool
-	fillerDone := make(chan struct{})
-	go func() {
-		defer close(fillerDone)
-		big := make([]byte, 512<<10)
-		for i := 0; i < 400 && !stop.Load(); i++ {
-			inPublish.Store(time.Now().UnixNano())
-			err := c.nc.Publish("filler", big)
-			inPublish.Store(0)
-			if err != nil {
-				return
-			}
-		}
-	}()
-	waitFor(t, func() bool {
-		began := inPublish.Load()
-		return began != 0 && time.Since(time.Unix(0, began)) > 200*time.Millisecond
-	})
+	stopFiller := nettest.BlockWrites(t, c.nc)
 
 	// The first batch's reply sends the second batch, whose PublishMsg
 	// now waits for the connection: longer than the request timeout. The
@@ -89,9 +70,8 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 		t.Fatal("the first record's confirm waited for the second batch's send")
 	}
 	time.Sleep(time.Until(released.Add(1500 * time.Millisecond)))
-	stop.Store(true)
 	proxy.Resume()
-	<-fillerDone
+	stopFiller()
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
@@ -171,25 +151,7 @@ func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
 	// Block the connection, and the queue's drainer with it: a message
 	// pushed onto the client's queue by this test waits in PublishMsg.
 	proxy.Pause()
-	var stop atomic.Bool
-	var inPublish atomic.Int64 // unix nanoseconds a filler publish began; 0 between
-	fillerDone := make(chan struct{})
-	go func() {
-		defer close(fillerDone)
-		big := make([]byte, 512<<10)
-		for i := 0; i < 400 && !stop.Load(); i++ {
-			inPublish.Store(time.Now().UnixNano())
-			err := c.nc.Publish("filler", big)
-			inPublish.Store(0)
-			if err != nil {
-				return
-			}
-		}
-	}()
-	waitFor(t, func() bool {
-		began := inPublish.Load()
-		return began != 0 && time.Since(time.Unix(0, began)) > 200*time.Millisecond
-	})
+	stopFiller := nettest.BlockWrites(t, c.nc)
 	drained := make(chan struct{})
 	c.sends.push(&nats.Msg{Subject: "filler", Data: make([]byte, 512<<10)}, nil, func(error) {})
 	go func() { c.sends.drain(); close(drained) }()
@@ -223,9 +185,8 @@ func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
 		_, queued := b.flights[2]
 		return !queued
 	})
-	stop.Store(true)
 	proxy.Resume()
-	<-fillerDone
+	stopFiller()
 	<-drained
 	if err := <-done; err != nil {
 		t.Fatal(err)

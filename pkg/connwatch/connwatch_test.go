@@ -3,7 +3,6 @@ package connwatch
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,14 +61,10 @@ func TestErrAnswersWhileTheConnectionIsBlocked(t *testing.T) {
 	// socket write, holding the connection's lock.
 	p.Pause()
 	defer p.Resume()
-	var stop atomic.Bool
-	defer stop.Store(true)
-	big := make([]byte, 512<<10)
-	go func() {
-		for !stop.Load() && nc.Publish("flood", big) == nil {
-		}
-	}()
-	waitFor(t, "IsConnected to block", func() bool { return !answers(200*time.Millisecond, func() { nc.IsConnected() }) })
+	nettest.BlockWrites(t, nc)
+	if answers(200*time.Millisecond, func() { nc.IsConnected() }) {
+		t.Fatal("IsConnected answered while a write held the connection's lock")
+	}
 
 	if !answers(100*time.Millisecond, func() { _ = w.Err() }) {
 		t.Fatal("Err waited for the blocked connection")

@@ -1,9 +1,7 @@
 package host
 
 import (
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -13,42 +11,6 @@ import (
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
-
-// floodUntilStuck publishes large messages on nc, whose proxy is paused,
-// in a goroutine until a publish blocks in its socket write (holding the
-// connection's lock, as its flusher or a publish does on a saturated
-// connection); it returns once the count of publishes has stopped moving,
-// and stops publishing at the end of the test.
-func floodUntilStuck(t *testing.T, nc *nats.Conn) {
-	t.Helper()
-	var sent atomic.Int64
-	var stop atomic.Bool
-	t.Cleanup(func() { stop.Store(true) })
-	big := make([]byte, 512<<10)
-	go func() {
-		for i := 0; i < 400 && !stop.Load(); i++ {
-			if nc.Publish("flood", big) != nil {
-				return
-			}
-			sent.Add(1)
-		}
-	}()
-	last, still := int64(-1), 0
-	for deadline := time.Now().Add(10 * time.Second); still < 4; {
-		if time.Now().After(deadline) {
-			t.Fatalf("publishes on a paused connection never blocked (%d sent)", sent.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-		if n := sent.Load(); n == last {
-			still++
-		} else {
-			last, still = n, 0
-		}
-	}
-	if last >= 400 {
-		t.Fatalf("every publish on the paused connection went through")
-	}
-}
 
 // TestStuckAckPublishHoldsNoGroupCommit: a follower's standalone ack is
 // stuck in its publish on a saturated connection (the host's connection
@@ -89,7 +51,7 @@ func TestStuckAckPublishHoldsNoGroupCommit(t *testing.T) {
 	// n2's connection stalls; its ack of the batch will wait for it.
 	p.Pause()
 	t.Cleanup(p.Resume) // before the hosts stop
-	floodUntilStuck(t, nc)
+	nettest.BlockWrites(t, nc)
 	release()
 
 	// An owner's append on the same host becomes durable all the same

@@ -31,7 +31,7 @@ func TestHealthAnswersWhileTheConnectionIsBlocked(t *testing.T) {
 
 	p.Pause()
 	t.Cleanup(p.Resume) // before the host stops
-	floodUntilStuck(t, nc)
+	nettest.BlockWrites(t, nc)
 
 	health := func() (error, bool) {
 		got := make(chan error, 1)
