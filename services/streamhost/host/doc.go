@@ -171,11 +171,13 @@
 //     the apply, or the apply for the seal; a seal batch logs one line
 //     for all its seals.
 //   - the host's pull, heartbeat, liveness and retention loops in the same
-//     background group, and with a beat connection of their own
-//     (Config.BeatConn) the connection watch that keeps mainSeen, the
-//     main connection's state the beats name, current: the beats read
-//     that atomic, never the main connection's lock, which a write to a
-//     full socket holds.
+//     background group, and the connection watch (Host.bus, package
+//     connwatch, asking through mainWatch): every 500 ms it asks the main
+//     connection whether it is up, so that Health (/healthz) answers from
+//     memory; with a beat connection of their own (Config.BeatConn) every
+//     50 ms, and it also keeps mainSeen, the main connection's state the
+//     beats name, current. Neither reads the main connection's lock,
+//     which a write to a full socket holds; the watch alone waits for it.
 //   - the coordinator leader's liveness probe (onProbe) is answered on
 //     its subscription's goroutine with a liveness beat: it reads mainSeen
 //     (or the shared connection's state) and the store's failure, holds no

@@ -254,7 +254,7 @@ type Host struct {
 	lastAsked time.Time
 	// beatNC publishes the beats (Config.BeatConn, or nc). With a beat
 	// connection of their own, mainSeen is the main connection as last
-	// seen (connWatch, Reconnected, Disconnected): the beats read it
+	// seen (mainWatch, Reconnected, Disconnected): the beats read it
 	// instead of asking nc, whose lock a stalled write holds.
 	beatNC *nats.Conn
 	// link carries replication between copies (transport.go).
@@ -266,7 +266,8 @@ type Host struct {
 	// the connection was last replaced (wire.HeaderServingFor).
 	conn *conngen.Generation
 	// bus watches nc for Health (/healthz), which must not wait for the
-	// connection's lock (connwatch); it runs in the background group.
+	// connection's lock (connwatch), and keeps mainSeen current for the
+	// beats (mainWatch); it runs in the background group.
 	bus      *connwatch.Watch
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
@@ -386,7 +387,6 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		reporter:    heartbeat.Reporter{FullEvery: cfg.FullReportInterval},
 		bgCtx:       bgCtx,
 		conn:        conngen.New(),
-		bus:         connwatch.New(nc, connwatch.Interval, connwatch.Stale),
 		bgCancel:    bgCancel,
 		readerReqs:  newBudget("reader requests", "in flight", cfg.MaxInflight),
 		replReqs:    newBudget("replication requests", "in flight", cfg.MaxInflight),
@@ -394,10 +394,15 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
 	}
 	h.link = natsLink{h: h}
+	// One watch asks the main connection: for Health, and with a beat
+	// connection of their own for the beats too (mainWatch).
+	watchEvery := connwatch.Interval
 	if cfg.BeatConn != nil {
 		h.beatNC = cfg.BeatConn
 		h.seeMainConn()
+		watchEvery = beatConnWatchInterval
 	}
+	h.bus = connwatch.New(mainWatch{h}, watchEvery, connwatch.Stale)
 	self.Store(h)
 	if err := met.observe(h); err != nil {
 		return nil, errors.Join(fmt.Errorf("new host: metrics: %w", err), st.Close())
@@ -518,15 +523,26 @@ func (h *Host) currentMainConn() mainConn {
 	return *h.mainSeen.Load()
 }
 
-// connWatchInterval is how often connWatch looks at the main connection.
-const connWatchInterval = 50 * time.Millisecond
+// beatConnWatchInterval is how often the host's watch asks the main
+// connection when the beats have a connection of their own: they name the
+// main connection as last seen (mainSeen), so it is asked ten times as
+// often as for Health alone.
+const beatConnWatchInterval = 50 * time.Millisecond
 
-// connWatch keeps mainSeen current with a beat connection of their own
-// (between the Reconnected and Disconnected calls, which may not come,
-// as in tests). A read that waits for the main connection's lock holds
-// up this loop alone.
-func (h *Host) connWatch(ctx context.Context) {
-	every(ctx, connWatchInterval, h.seeMainConn)
+// mainWatch is what the host's connection watch asks (connwatch.Conn):
+// whether the main connection is up and, with a beat connection of their
+// own (between the Reconnected and Disconnected calls, which may not
+// come, as in tests), its state for the beats. A read that waits for the
+// main connection's lock holds up the watch alone.
+type mainWatch struct{ h *Host }
+
+func (w mainWatch) IsConnected() bool {
+	if w.h.beatNC == w.h.nc {
+		return w.h.nc.IsConnected()
+	}
+	c := w.h.readMainConn()
+	w.h.mainSeen.Store(&c)
+	return c.up
 }
 
 // every calls f every d until ctx is done.
@@ -586,9 +602,6 @@ func (h *Host) Run(ctx context.Context) error {
 	subs = append(subs, stopWaits)
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	h.goBG(func() { h.bus.Run(h.bgCtx) })
-	if h.beatNC != h.nc {
-		h.goBG(func() { h.connWatch(h.bgCtx) })
-	}
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
 	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
 		h.goBG(func() { h.livenessLoop(h.bgCtx) })
