@@ -43,6 +43,13 @@ const HeaderHostWaitGen = "Brook-Host-Wait-Gen"
 // before them is answered with stream ids only, as it expects.
 const HeaderWakeRecords = "Brook-Wake-Records"
 
+// HeaderLinkHello marks a message on a host-wait subject as a direct
+// link's hello rather than a host wait: the sending host offers its link
+// certificate and asks for the owner host's address and certificate
+// (the stream host's link_direct.go). It travels on the subject only the
+// sender may publish, which is what binds the certificate to its node.
+const HeaderLinkHello = "Brook-Link-Hello"
+
 // Host-pair wait limits.
 const (
 	// MaxHostWaitBytes is the largest host wait a stream host sends: the

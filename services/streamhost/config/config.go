@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -44,6 +45,12 @@ type Config struct {
 	// request is answered overloaded.
 	MaxFetchWaits int `koanf:"max-fetch-waits"`
 	MaxInflight   int `koanf:"max-inflight"`
+	// ReplListen, if set, is the address of the host's direct replication
+	// link (followers' hosts replicate on one TLS connection per pair of
+	// hosts instead of over the bus); ReplAdvertise is the address other
+	// hosts dial (ReplListen's if empty, which must then name a host).
+	ReplListen    string `koanf:"repl-listen"`
+	ReplAdvertise string `koanf:"repl-advertise"`
 	// NATSAuth is --nats-nkey, --nats-ca, --nats-cert and --nats-key.
 	svcconfig.NATSAuth `koanf:",squash"`
 	// Logging is --log-level and --log-format; Logger builds the logger.
@@ -68,6 +75,8 @@ func FlagSet(name string) *pflag.FlagSet {
 	fs.Int64("dedupe-rebuild-bytes", 64<<20, "on promotion, rebuild the duplicate window from about this many bytes of the newest records")
 	fs.Int("max-fetch-waits", 1024, "most long-poll fetches waiting for records at once on this host; more are answered overloaded")
 	fs.Int("max-inflight", 4096, "most request goroutines at once on this host of each kind apart: readers' (fetches, commit waits), host waits, seals (followers' replication requests are bounded per owned stream); more are answered overloaded")
+	fs.String("repl-listen", "", "address of the direct replication link between stream hosts (e.g. 0.0.0.0:7422); empty: replication travels over NATS only")
+	fs.String("repl-advertise", "", "address other stream hosts dial for the direct replication link; empty: --repl-listen's, which must then name a host")
 	svcconfig.AddPProfFlag(fs)
 	svcconfig.AddLoggingFlags(fs)
 	return fs
@@ -116,6 +125,9 @@ func (c Config) Validate() error {
 	if c.MaxFetchWaits < 1 || c.MaxInflight < 1 {
 		errs = append(errs, errors.New("--max-fetch-waits and --max-inflight must be at least 1"))
 	}
+	if err := validateRepl(c.ReplListen, c.ReplAdvertise); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.NATSAuth.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -123,4 +135,33 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// validateRepl checks --repl-listen and --repl-advertise: an address to
+// dial must name a host and a port.
+func validateRepl(listen, advertise string) error {
+	if listen == "" {
+		if advertise != "" {
+			return errors.New("--repl-advertise needs --repl-listen")
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(listen); err != nil {
+		return fmt.Errorf("--repl-listen %q: %w", listen, err)
+	}
+	dial := advertise
+	if dial == "" {
+		dial = listen
+	}
+	host, port, err := net.SplitHostPort(dial)
+	if err != nil {
+		return fmt.Errorf("--repl-advertise %q: %w", dial, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("the direct link's address %q names no host other hosts can dial: set --repl-advertise", dial)
+	}
+	if port == "0" && advertise != "" {
+		return fmt.Errorf("--repl-advertise %q: port 0", advertise)
+	}
+	return nil
 }

@@ -69,6 +69,27 @@ func TestValidate(t *testing.T) {
 	if _, err := Load([]string{"--node", "h1", "--data-dir", "/x"}); err != nil {
 		t.Errorf("a minimal configuration was refused: %v", err)
 	}
+	// The direct link's address must be one other hosts can dial.
+	for _, bad := range [][]string{
+		{"--repl-listen", "0.0.0.0:7422"},
+		{"--repl-listen", ":7422"},
+		{"--repl-listen", "7422"},
+		{"--repl-advertise", "h1:7422"},
+		{"--repl-listen", "0.0.0.0:7422", "--repl-advertise", "h1"},
+		{"--repl-listen", "0.0.0.0:0", "--repl-advertise", "h1:0"},
+	} {
+		if _, err := Load(append([]string{"--node", "h1", "--data-dir", "/x"}, bad...)); err == nil {
+			t.Errorf("direct link %q was accepted", bad)
+		}
+	}
+	for _, good := range [][]string{
+		{"--repl-listen", "127.0.0.1:0"},
+		{"--repl-listen", "0.0.0.0:7422", "--repl-advertise", "h1:7422"},
+	} {
+		if c, err := Load(append([]string{"--node", "h1", "--data-dir", "/x"}, good...)); err != nil || c.ReplListen != good[1] {
+			t.Errorf("direct link %q: %v (listen %q)", good, err, c.ReplListen)
+		}
+	}
 }
 
 // TestNATSAuth: the nkey and TLS files come from the file, the environment

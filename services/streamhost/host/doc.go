@@ -39,11 +39,15 @@
 // The link carries encoded frames and the authenticated sender, and
 // knows nothing of what they mean: every rule (what an ack counts, when a
 // follower asks again, what a host wait is answered with) is in the
-// follower's, the owner's and the host waits' files. natsLink
-// (link_nats.go) is its one implementation, over the host's NATS
-// connection, and the only file of the package that knows how
-// replication travels; another transport is another implementation.
-// Client requests (publishes, fetches, commits), seals, probes and
+// follower's, the owner's and the host waits' files. It has two
+// implementations, the only files of the package that know how
+// replication travels: natsLink (link_nats.go), over the host's NATS
+// connection, and the direct link (link_direct.go, with
+// Config.ReplListener), which carries followers' requests and acks and
+// their answers on one mutual-TLS connection per pair of hosts, set up by
+// a hello over the bus that binds each host's certificate to its node,
+// and falls back to natsLink wherever no connection is up. Host waits,
+// client requests (publishes, fetches, commits), seals, probes and
 // assignments stay on NATS.
 //
 // Seals fence a copy in storage first and then stop whatever role the copy
@@ -107,8 +111,9 @@
 //     fetch or long-poll commit request in a request goroutine of the
 //     owner within the host's budget for its kind (goRequest; a follower's
 //     standalone ack is counted in the replication link's goroutine
-//     instead, the NATS subscription's callback with natsLink: a digest
-//     read and owner.mu, never a wait), run on the host's pool; tracked by the
+//     instead, the NATS subscription's callback with natsLink, the
+//     connection's reader with the direct link: a digest read and
+//     owner.mu, never a wait), run on the host's pool; tracked by the
 //     owner's WaitGroup, which stop waits for, and ended by the role's
 //     context; the expiry timer's callback takes owner.mu and sends after
 //     it.
@@ -129,6 +134,14 @@
 //     (those still running are answered timeout and go on alone, holding
 //     their slots until they end; shutdown waits for them as for any
 //     request goroutine).
+//   - with a direct link (link_direct.go), its accept loop (started by
+//     Run in its background group, ended by the background context's end,
+//     which closes the listener and every connection and waits for the
+//     rest): per accepted connection a goroutine until it is set up, per
+//     owner host at most one dial at a time, and per connection a reader
+//     and a writer, which end when the connection closes. directLink.mu
+//     and a connection's write and pending locks are each taken with no
+//     other lock held; no lock is held across a network call.
 //   - the marking goroutine (hostWaiters.markLoop, started by Run): it
 //     marks the store's changes in the idle sets (markQueue); ended by
 //     hostWaiters.close, which waits for it, as Run's shutdown begins (or

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,14 @@ type Config struct {
 	// StoreFS is the file system of the store (nil: the operating
 	// system's); tests inject storage faults with Pebble's vfs/errorfs.
 	StoreFS vfs.FS
+	// ReplListener, if set, is where the host takes its followers' hosts'
+	// direct replication connections (link_direct.go): replication then
+	// travels on one TLS connection per pair of hosts, and over the bus
+	// only where no connection is up. The host owns it once New returns
+	// and closes it when Run ends. ReplAdvertise is the address other
+	// hosts dial (the listener's address if empty).
+	ReplListener  net.Listener
+	ReplAdvertise string
 	// DedupeRebuildRecords and DedupeRebuildBytes bound how much of the
 	// tail of its log a new owner reads to rebuild its duplicate window
 	// (the producer ids and sequences stored with the records) before it
@@ -257,8 +266,10 @@ type Host struct {
 	// seen (mainWatch, Reconnected, Disconnected): the beats read it
 	// instead of asking nc, whose lock a stalled write holds.
 	beatNC *nats.Conn
-	// link carries replication between copies (transport.go).
+	// link carries replication between copies (transport.go): the
+	// direct link when the host has one, else the bus.
 	link     replLink
+	direct   *directLink // nil without Config.ReplListener
 	mainSeen atomic.Pointer[mainConn]
 	bgCtx    context.Context
 	// conn ends with each NATS connection (Reconnected): a follower's
@@ -394,6 +405,14 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		fetchWaits:  newBudget("long-poll fetches", "waiting", cfg.MaxFetchWaits),
 	}
 	h.link = natsLink{h: h}
+	if cfg.ReplListener != nil {
+		dl, err := newDirectLink(bgCtx, h, cfg.ReplListener, cfg.ReplAdvertise)
+		if err != nil {
+			bgCancel()
+			return nil, errors.Join(fmt.Errorf("new host: %w", err), st.Close())
+		}
+		h.direct, h.link = dl, dl
+	}
 	// One watch asks the main connection: for Health, and with a beat
 	// connection of their own for the beats too (mainWatch).
 	watchEvery := connwatch.Interval
@@ -575,6 +594,9 @@ func (h *Host) Run(ctx context.Context) error {
 	// The leader's liveness probe is answered from the start too: it asks
 	// only about an incarnation that has beaten.
 	var subs []func() // each ends a subscription
+	if h.direct != nil {
+		h.goBG(func() { h.direct.run(h.bgCtx) })
+	}
 	for _, sub := range []struct {
 		subject string
 		handle  nats.MsgHandler

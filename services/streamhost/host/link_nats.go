@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -18,7 +19,16 @@ import (
 // last token is the sender: with credentials, nats-server lets host n
 // publish on its own replication subjects only (deploy/auth), which is
 // what makes replCall.from authenticated.
-type natsLink struct{ h *Host }
+//
+// It also carries a direct link's hellos (link_direct.go) on the host-wait
+// subjects, marked with frame.HeaderLinkHello, and serveHostWaits's
+// subscription answers them with hello (nil: the host has no direct link,
+// and says so). A host takes hellos while it takes host waits, which is
+// its whole run.
+type natsLink struct {
+	h     *Host
+	hello func(from string, data []byte) ([]byte, *wire.Error)
+}
 
 func (l natsLink) serve(stream string, epoch uint64, fn func(replCall)) (func(), error) {
 	return l.subscribe(wire.ReplicationWildcard(stream, epoch), func(m *nats.Msg) {
@@ -32,6 +42,10 @@ func (l natsLink) serve(stream string, epoch uint64, fn func(replCall)) (func(),
 
 func (l natsLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
 	return l.subscribe(wire.HostReplWildcard(l.h.cfg.Node), func(m *nats.Msg) {
+		if m.Header.Get(frame.HeaderLinkHello) != "" {
+			l.answerHello(m)
+			return
+		}
 		c := hostWaitCall{from: wire.ReplicationNode(m.Subject), hostWaitMsg: hostWaitMsg{data: m.Data,
 			gen: m.Header.Get(frame.HeaderHostWaitGen), records: m.Header.Get(frame.HeaderWakeRecords) != ""}}
 		if m.Reply != "" {
@@ -148,4 +162,42 @@ func (n natsHost) wait(ctx context.Context, hw hostWaitMsg, timeout time.Duratio
 		return hostWaitAnswer{}, err
 	}
 	return hostWaitAnswer{code: resp.Header.Get(frame.HeaderError), gen: resp.Header.Get(frame.HeaderHostWaitGen), data: resp.Data}, nil
+}
+
+// answerHello answers a direct link's hello (frame.HeaderLinkHello) on a
+// host-wait subject, whose last token is the sender, as for host waits.
+func (l natsLink) answerHello(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	if l.hello == nil {
+		l.h.replyErr(m.Reply, wire.Errorf(wire.CodeNotFound, "host %s has no direct replication link", l.h.cfg.Node))
+		return
+	}
+	data, e := l.hello(wire.ReplicationNode(m.Subject), m.Data)
+	if e != nil {
+		l.h.replyErr(m.Reply, e)
+		return
+	}
+	l.h.replyData(m.Reply, data)
+}
+
+// sayHello sends a direct link's hello to node's host and returns its
+// answer, or the error it was refused with.
+func (l natsLink) sayHello(ctx context.Context, node string, data []byte, timeout time.Duration) ([]byte, error) {
+	msg := nats.NewMsg(wire.HostReplSubject(node, l.h.cfg.Node))
+	msg.Header.Set(frame.HeaderLinkHello, "1")
+	msg.Data = data
+	resp, err := natsRequest(ctx, l.h, msg, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if code := resp.Header.Get(frame.HeaderError); code != "" {
+		var er wire.ErrorReply
+		if err := json.Unmarshal(resp.Data, &er); err == nil && er.Error != nil {
+			return nil, er.Error
+		}
+		return nil, wire.Errorf(code, "%s", resp.Data)
+	}
+	return resp.Data, nil
 }

@@ -28,15 +28,44 @@ func linkHost(t *testing.T, url, node string) *Host {
 	return &Host{nc: nc, conn: conngen.New(), cfg: Config{Node: node}, log: slog.New(slog.DiscardHandler)}
 }
 
+// linkUnderTest is a replication link's two ends for the contract test.
+type linkUnderTest struct {
+	owner  *Host
+	ol, fl replLink
+	// ready waits until the follower's requests travel the link under
+	// test (a direct link falls back to the bus until it is up).
+	ready func(t *testing.T)
+	// lose drops the follower's way to the owner with requests in flight.
+	lose func()
+	// carried reports whether a request came over the link under test.
+	carried func(replCall) bool
+}
+
 // TestNATSLinkKeepsTheContract checks natsLink against what replLink
 // promises the follower, the owner and the host waits (transport.go): the
 // sender as the link knows it, one answer per request and none per ack,
 // nobody serving and a lost link told apart at once from a slow owner.
-// Another transport must pass the same checks.
+// TestDirectLinkKeepsTheContract runs the same checks on the direct link.
 func TestNATSLinkKeepsTheContract(t *testing.T) {
 	ns := startNATS(t, server.Options{})
 	owner, follower := linkHost(t, ns.ClientURL(), "n1"), linkHost(t, ns.ClientURL(), "n2")
-	ol, fl := natsLink{h: owner}, natsLink{h: follower}
+	testLinkContract(t, linkUnderTest{
+		owner: owner,
+		ol:    natsLink{h: owner}, fl: natsLink{h: follower},
+		ready: func(*testing.T) {},
+		lose:  follower.conn.Replaced,
+		carried: func(c replCall) bool {
+			_, ok := c.reply.(natsReply)
+			return ok
+		},
+	})
+	ns = startNATS(t, server.Options{})
+	owner, follower = linkHost(t, ns.ClientURL(), "n1"), linkHost(t, ns.ClientURL(), "n2")
+	testHostWaitContract(t, owner, follower, natsLink{h: owner}, natsLink{h: follower})
+}
+
+func testLinkContract(t *testing.T, lt linkUnderTest) {
+	owner, ol, fl := lt.owner, lt.ol, lt.fl
 	const stream, epoch = "s", uint64(3)
 	ctx := context.Background()
 	// The body names n3: from is the sender as the link knows it, never
@@ -65,6 +94,7 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 	if err := owner.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	lt.ready(t)
 
 	// A request reaches the owner with its sender and is answered once
 	// with a batch.
@@ -76,8 +106,9 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		answered <- err
 	}()
 	c := <-calls
-	if c.from != "n2" || c.isAck() || string(c.data) != string(req) {
-		t.Fatalf("request delivered from %q, ack %v, %d bytes; want from n2, answerable, the request", c.from, c.isAck(), len(c.data))
+	if c.from != "n2" || c.isAck() || string(c.data) != string(req) || !lt.carried(c) {
+		t.Fatalf("request delivered from %q, ack %v, %d bytes, over the link under test %v; want from n2, answerable, the request",
+			c.from, c.isAck(), len(c.data), lt.carried(c))
 	}
 	c.answer(&frame.Batch{Epoch: epoch, Head: 2, Tail: 9, Next: 5})
 	if err := <-answered; err != nil {
@@ -120,7 +151,7 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 	}()
 	parked := <-calls
 	start = time.Now()
-	follower.conn.Replaced()
+	lt.lose()
 	if err := <-answered; !errors.Is(err, errLinkLost) {
 		t.Fatalf("request whose link was replaced: %v, want errLinkLost", err)
 	}
@@ -128,6 +159,7 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		t.Fatalf("lost link told after %v", took)
 	}
 	parked.answer(&frame.Batch{}) // late: dropped
+	lt.ready(t)
 
 	// A slow owner is a timeout, and the follower's own end is its own.
 	go func() {
@@ -143,7 +175,9 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		_, err := to.request(cctx, req, 5*time.Second)
 		answered <- err
 	}()
-	<-calls
+	if c := <-calls; !lt.carried(c) {
+		t.Fatal("request after the link came back went another way")
+	}
 	cancel()
 	if err := <-answered; !errors.Is(err, context.Canceled) {
 		t.Fatalf("request whose follower stopped: %v", err)
@@ -158,6 +192,12 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		t.Fatalf("request after the owner stopped serving: %v, want errNoServer", err)
 	}
 
+}
+
+// testHostWaitContract checks the host waits of a link (ol at owner host
+// n1, fl at follower host n2, neither serving anything yet).
+func testHostWaitContract(t *testing.T, owner, follower *Host, ol, fl replLink) {
+	ctx := context.Background()
 	// Host waits: nobody serving them is told at once.
 	hostTo := fl.toHost("n1")
 	if _, err := hostTo.wait(ctx, hostWaitMsg{data: []byte{1}}, 5*time.Second); !errors.Is(err, errNoServer) {
@@ -216,7 +256,7 @@ func TestNATSLinkKeepsTheContract(t *testing.T) {
 		lostWait <- err
 	}()
 	<-waits
-	start = time.Now()
+	start := time.Now()
 	follower.conn.Replaced()
 	if err := <-lostWait; !errors.Is(err, errLinkLost) || time.Since(start) > 2*time.Second {
 		t.Fatalf("host wait whose link was replaced: %v after %v, want errLinkLost at once", err, time.Since(start))

@@ -154,6 +154,12 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	}
 	defer beatNC.Close()
 
+	var replLn net.Listener
+	if cfg.ReplListen != "" {
+		if replLn, err = net.Listen("tcp", cfg.ReplListen); err != nil {
+			return fmt.Errorf("listen on %s (--repl-listen): %w", cfg.ReplListen, err)
+		}
+	}
 	hst, err := host.New(host.Config{
 		Node:               cfg.Node,
 		DataDir:            cfg.DataDir,
@@ -172,8 +178,13 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		Logger:         log,
 		TracerProvider: tp,
 		MeterProvider:  metrics.MeterProvider(),
+		ReplListener:   replLn,
+		ReplAdvertise:  cfg.ReplAdvertise,
 	}, nc)
 	if err != nil {
+		if replLn != nil {
+			_ = replLn.Close()
+		}
 		return err
 	}
 	h.Store(hst)

@@ -1,0 +1,850 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// directLink is replLink with a follower's requests and acks, and its
+// owner's answers, on one TLS connection per pair of hosts instead of the
+// bus: a synchronous record then crosses a nats-server twice (the client's
+// publish and its reply), not four times (docs/benchmarks.md, session 42:
+// about a fifth of its latency and CPU). Host waits and the hellos that
+// set connections up stay on the bus (natsLink), and so does replication
+// wherever no connection is up: a follower host asks over the bus, and a
+// host without a direct link, or one that cannot be reached, is simply
+// replicated with over the bus, as before.
+//
+// Who is on the other end. Each host makes a self-signed certificate of
+// its own when it starts (no key is configured or stored). A follower host
+// F that needs its owner host O sends O a hello over the bus, on the
+// host-wait subject only F may publish (frame.HeaderLinkHello), naming its
+// certificate's SHA-256; O's answer, which only F can read (its inbox),
+// names O's address and certificate. F then dials O with mutual TLS, each
+// side accepting exactly the certificate the bus told it of: O takes the
+// connection as F's (replCall.from) because only F could have named that
+// certificate, and F knows it reached O. replCall.from is thus as
+// authenticated as the bus makes it (docs/security.md), and what travels
+// on the connection is encrypted whether or not the bus is.
+//
+// The connection's frames are a 4-byte big-endian length (of what
+// follows), a kind byte and an 8-byte request id, then the kind's body:
+//
+//	request, ack   stream (2-byte length, bytes), epoch (8 bytes), the
+//	               encoded frame.ReplRequest
+//	batch          the encoded frame.Batch answering request id
+//	refused        code (2-byte length, bytes), a JSON wire.ErrorReply
+//	no server      nothing: nobody serves the stream at that epoch here
+//
+// Locks and goroutines. directLink.mu guards what is listed in it; a
+// linkConn's w and p locks are taken with no other lock held, and no lock
+// is held across a network call. Goroutines, each counted in wg and ended
+// by run's end (the host's background context): run (accepting), one per
+// accepted connection until it is set up, one dial per owner host at a
+// time, and each connection's reader and writer, which end when it closes.
+type directLink struct {
+	h    *Host
+	bus  natsLink
+	ln   net.Listener
+	addr string // where followers dial: the advertised address
+	cert tls.Certificate
+	fp   string // hex SHA-256 of cert's DER
+	ctx  context.Context
+	wg   sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		// served is each stream's owner at its epoch here (serve).
+		served map[servedKey]*servedFn
+		// known is each follower host's certificate, as its last hello
+		// over the bus named it.
+		known map[string]string
+		// peers is the way to each owner host, by node.
+		peers map[string]*linkPeer
+		// conns is every connection, either way, to close at the end.
+		conns map[*linkConn]struct{}
+	}
+}
+
+type servedKey struct {
+	stream string
+	epoch  uint64
+}
+
+type servedFn struct{ fn func(replCall) }
+
+// linkPeer is this host's way to one owner host.
+type linkPeer struct {
+	node string
+	conn atomic.Pointer[linkConn] // nil while none is up
+	// guarded by directLink.mu
+	dialing bool
+	fails   int
+	retryAt time.Time
+}
+
+// Link timings and limits.
+const (
+	linkSetupTimeout = 5 * time.Second  // a hello, a dial or a handshake
+	linkWriteTimeout = 10 * time.Second // one write to a connection
+	linkRedial       = 250 * time.Millisecond
+	linkRedialMax    = 30 * time.Second
+	// linkMaxBuffered is the most bytes queued for a connection's writer:
+	// a peer that reads slower than that loses its connection.
+	linkMaxBuffered = 64 << 20
+	linkHeader      = 4 + 1 + 8
+)
+
+// Frame kinds on a connection.
+const (
+	linkRequest  byte = 1
+	linkAck      byte = 2
+	linkBatch    byte = 3
+	linkRefused  byte = 4
+	linkNoServer byte = 5
+)
+
+// linkReady is the owner host's first byte on a connection it accepted:
+// the follower host's certificate was the one its hello named.
+const linkReady byte = 'K'
+
+var errLinkClosed = errors.New("the direct link closed")
+
+// newDirectLink makes h's direct link on ln, dialed by followers at
+// advertise (ln's address if empty); its dials and connections end with
+// ctx (the host's background context), and run with it.
+func newDirectLink(ctx context.Context, h *Host, ln net.Listener, advertise string) (*directLink, error) {
+	cert, fp, err := linkCertificate(h.cfg.Node)
+	if err != nil {
+		return nil, fmt.Errorf("direct link certificate: %w", err)
+	}
+	if advertise == "" {
+		advertise = ln.Addr().String()
+	}
+	l := &directLink{h: h, ln: ln, addr: advertise, cert: cert, fp: fp, ctx: ctx}
+	l.bus = natsLink{h: h, hello: l.hello}
+	l.mu.served = map[servedKey]*servedFn{}
+	l.mu.known = map[string]string{}
+	l.mu.peers = map[string]*linkPeer{}
+	l.mu.conns = map[*linkConn]struct{}{}
+	return l, nil
+}
+
+// linkCertificate makes a self-signed certificate for node's link.
+func linkCertificate(node string) (tls.Certificate, string, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano()),
+		Subject:      pkix.Name{CommonName: "brook-streamhost " + node},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}, fingerprint(der), nil
+}
+
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// linkHello is a follower host's hello (its certificate) and an owner
+// host's answer (its address and certificate).
+type linkHello struct {
+	Addr string `json:"addr,omitempty"`
+	Cert string `json:"cert"`
+}
+
+// hello answers a follower host's hello (natsLink.answerHello): from is
+// the sender as the bus authenticated it.
+func (l *directLink) hello(from string, data []byte) ([]byte, *wire.Error) {
+	var hi linkHello
+	if err := json.Unmarshal(data, &hi); err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "direct link hello: %v", err)
+	}
+	if b, err := hex.DecodeString(hi.Cert); err != nil || len(b) != sha256.Size {
+		return nil, wire.Errorf(wire.CodeBadRequest, "direct link hello: certificate %q is not a SHA-256", hi.Cert)
+	}
+	l.mu.Lock()
+	for n, fp := range l.mu.known {
+		if n != from && fp == hi.Cert {
+			// Another host named this certificate first (a host learns
+			// its followers' hosts' certificates from their hellos): it
+			// would make the connection's node ambiguous, so neither
+			// gets it, and the sender replicates over the bus.
+			l.mu.Unlock()
+			return nil, wire.Errorf(wire.CodeBadRequest, "direct link hello: host %s named this certificate", n)
+		}
+	}
+	l.mu.known[from] = hi.Cert
+	l.mu.Unlock()
+	out, err := json.Marshal(linkHello{Addr: l.addr, Cert: l.fp})
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeInternal, "direct link hello: %v", err)
+	}
+	return out, nil
+}
+
+// run accepts connections until ctx ends, then closes every connection
+// and waits for the link's goroutines.
+func (l *directLink) run(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { _ = l.ln.Close() })
+	defer stop()
+	l.h.log.Info("direct replication link listening", "addr", l.ln.Addr().String(), "advertised", l.addr)
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			l.h.log.Warn("direct link accept", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if !l.goLink(func() { l.accept(conn) }) {
+			_ = conn.Close()
+			break
+		}
+	}
+	_ = l.ln.Close()
+	l.mu.Lock()
+	l.mu.closed = true
+	conns := make([]*linkConn, 0, len(l.mu.conns))
+	for c := range l.mu.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.close(errLinkClosed)
+	}
+	l.wg.Wait()
+}
+
+// goLink runs f in a goroutine of the link's, unless the link closed.
+func (l *directLink) goLink(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// accept sets up a connection a follower host dialed: its certificate
+// must be the one a hello named.
+func (l *directLink) accept(raw net.Conn) {
+	conn := tls.Server(raw, &tls.Config{
+		Certificates: []tls.Certificate{l.cert},
+		ClientAuth:   tls.RequireAnyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	})
+	_ = conn.SetDeadline(time.Now().Add(linkSetupTimeout))
+	if err := conn.HandshakeContext(l.ctx); err != nil {
+		l.h.log.Debug("direct link handshake", "remote", raw.RemoteAddr().String(), "err", err)
+		_ = conn.Close()
+		return
+	}
+	var node string
+	if certs := conn.ConnectionState().PeerCertificates; len(certs) > 0 {
+		fp := fingerprint(certs[0].Raw)
+		l.mu.Lock()
+		for n, known := range l.mu.known {
+			if known == fp {
+				node = n
+			}
+		}
+		l.mu.Unlock()
+	}
+	if node == "" {
+		l.h.log.Warn("direct link: a connection whose certificate no hello named", "remote", raw.RemoteAddr().String())
+		_ = conn.Close()
+		return
+	}
+	if _, err := conn.Write([]byte{linkReady}); err != nil {
+		_ = conn.Close()
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if c := l.start(conn, node, true); c != nil {
+		l.h.log.Info("direct replication link from follower host", "peer", node, "remote", raw.RemoteAddr().String())
+	}
+}
+
+// peer returns the way to owner host node.
+func (l *directLink) peer(node string) *linkPeer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.mu.peers[node]
+	if p == nil {
+		p = &linkPeer{node: node}
+		l.mu.peers[node] = p
+	}
+	return p
+}
+
+// way returns p's connection, or nil and starts dialing one unless a dial
+// runs or failed lately.
+func (l *directLink) way(p *linkPeer) *linkConn {
+	if c := p.conn.Load(); c != nil && !c.closed() {
+		return c
+	}
+	l.mu.Lock()
+	if p.dialing || time.Now().Before(p.retryAt) {
+		l.mu.Unlock()
+		return nil
+	}
+	p.dialing = true
+	l.mu.Unlock()
+	if !l.goLink(func() { l.dial(p) }) {
+		l.mu.Lock()
+		p.dialing = false
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// dial sets up a connection to owner host p: a hello over the bus, then
+// mutual TLS with the certificates it exchanged.
+func (l *directLink) dial(p *linkPeer) {
+	c, err := l.connect(p.node)
+	l.mu.Lock()
+	p.dialing = false
+	if err != nil {
+		p.fails++
+		p.retryAt = time.Now().Add(min(linkRedial<<min(p.fails, 10), linkRedialMax))
+	} else {
+		p.fails = 0
+	}
+	fails := p.fails
+	l.mu.Unlock()
+	if err != nil {
+		if fails == 1 || fails%10 == 0 {
+			l.h.log.Info("no direct replication link to owner host; replicating over the bus", "peer", p.node, "err", err, "fails", fails)
+		}
+		return
+	}
+	// A connection that closed already is not kept: its close found no
+	// peer to leave (forget), and the next request dials again.
+	l.mu.Lock()
+	if !c.closed() {
+		p.conn.Store(c)
+	}
+	l.mu.Unlock()
+	l.h.log.Info("direct replication link to owner host", "peer", p.node)
+}
+
+func (l *directLink) connect(node string) (*linkConn, error) {
+	hi, err := json.Marshal(linkHello{Cert: l.fp})
+	if err != nil {
+		return nil, err
+	}
+	data, err := l.bus.sayHello(l.ctx, node, hi, linkSetupTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	var their linkHello
+	if err := json.Unmarshal(data, &their); err != nil || their.Addr == "" || their.Cert == "" {
+		return nil, fmt.Errorf("hello answer %q: %v", data, err)
+	}
+	return l.dialOwner(node, their)
+}
+
+// dialOwner connects to owner host node as its hello answer their says:
+// at their address, to the certificate it named.
+func (l *directLink) dialOwner(node string, their linkHello) (*linkConn, error) {
+	d := tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: linkSetupTimeout},
+		Config: &tls.Config{
+			Certificates: []tls.Certificate{l.cert},
+			// The certificate is checked against the one the bus named,
+			// not against any authority.
+			InsecureSkipVerify: true,
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+				if len(raw) == 0 || fingerprint(raw[0]) != their.Cert {
+					return errors.New("not the certificate the owner host's hello named")
+				}
+				return nil
+			},
+			MinVersion: tls.VersionTLS13,
+		},
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, linkSetupTimeout)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", their.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", their.Addr, err)
+	}
+	// The owner host says it took the certificate before anything is sent.
+	_ = conn.SetDeadline(time.Now().Add(linkSetupTimeout))
+	var ready [1]byte
+	if _, err := io.ReadFull(conn, ready[:]); err != nil || ready[0] != linkReady {
+		_ = conn.Close()
+		return nil, fmt.Errorf("%s did not take this host's certificate: %v", their.Addr, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c := l.start(conn, node, false)
+	if c == nil {
+		return nil, errLinkClosed
+	}
+	return c, nil
+}
+
+// start registers conn with the peer node and starts its reader and
+// writer; nil if the link closed.
+func (l *directLink) start(conn net.Conn, node string, serving bool) *linkConn {
+	c := &linkConn{l: l, conn: conn, node: node, serving: serving, maxFrame: l.maxFrame(),
+		done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	c.p.pending = map[uint64]chan replAnswer{}
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		_ = conn.Close()
+		return nil
+	}
+	l.mu.conns[c] = struct{}{}
+	l.wg.Add(2)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		c.writeLoop()
+	}()
+	go func() {
+		defer l.wg.Done()
+		c.readLoop()
+	}()
+	return c
+}
+
+// forget drops c, which closed, from the link and from its peer.
+func (l *directLink) forget(c *linkConn) {
+	l.mu.Lock()
+	delete(l.mu.conns, c)
+	p := l.mu.peers[c.node]
+	if p != nil && !c.serving && p.conn.CompareAndSwap(c, nil) {
+		p.retryAt = time.Now().Add(linkRedial)
+	}
+	l.mu.Unlock()
+}
+
+func (l *directLink) serve(stream string, epoch uint64, fn func(replCall)) (func(), error) {
+	stopBus, err := l.bus.serve(stream, epoch, fn)
+	if err != nil {
+		return nil, err
+	}
+	k, s := servedKey{stream, epoch}, &servedFn{fn}
+	l.mu.Lock()
+	l.mu.served[k] = s
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		if l.mu.served[k] == s {
+			delete(l.mu.served, k)
+		}
+		l.mu.Unlock()
+		stopBus()
+	}, nil
+}
+
+func (l *directLink) served(stream string, epoch uint64) func(replCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.mu.served[servedKey{stream, epoch}]; s != nil {
+		return s.fn
+	}
+	return nil
+}
+
+func (l *directLink) toOwner(stream string, epoch uint64, owner string) ownerLink {
+	return directOwner{l: l, p: l.peer(owner), stream: stream, epoch: epoch, bus: l.bus.toOwner(stream, epoch, owner)}
+}
+
+func (l *directLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
+	return l.bus.serveHostWaits(fn)
+}
+
+func (l *directLink) toHost(node string) hostLink { return l.bus.toHost(node) }
+
+func (l *directLink) maxMessage() int64 { return l.bus.maxMessage() }
+
+// maxFrame is the largest frame a connection takes: a message as large as
+// the bus allows, and room for the frame's own fields.
+func (l *directLink) maxFrame() int {
+	if mm := l.maxMessage(); mm > 0 {
+		return int(mm) + 1024
+	}
+	return 64 << 20
+}
+
+// directOwner is a follower's way to its owner: the connection to its
+// host while one is up, else the bus.
+type directOwner struct {
+	l      *directLink
+	p      *linkPeer
+	stream string
+	epoch  uint64
+	bus    ownerLink
+}
+
+func (o directOwner) request(ctx context.Context, req []byte, timeout time.Duration) (replAnswer, error) {
+	if c := o.l.way(o.p); c != nil {
+		return c.request(ctx, o.stream, o.epoch, req, timeout)
+	}
+	return o.bus.request(ctx, req, timeout)
+}
+
+func (o directOwner) ack(req []byte) error {
+	if c := o.l.way(o.p); c != nil {
+		if c.send(linkAck, 0, func(b []byte) []byte { return appendLinkCall(b, o.stream, o.epoch, req) }) == nil {
+			return nil
+		}
+	}
+	return o.bus.ack(req)
+}
+
+func appendLinkCall(b []byte, stream string, epoch uint64, req []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(stream)))
+	b = append(b, stream...)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	return append(b, req...)
+}
+
+func decodeLinkCall(body []byte) (stream string, epoch uint64, req []byte, err error) {
+	if len(body) < 2 {
+		return "", 0, nil, errors.New("short call")
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	if len(body) < 2+n+8 {
+		return "", 0, nil, errors.New("short call")
+	}
+	return string(body[2 : 2+n]), binary.BigEndian.Uint64(body[2+n:]), body[2+n+8:], nil
+}
+
+// linkConn is one connection of the direct link: a follower host's to an
+// owner host (it sends calls and takes answers), or the owner host's
+// side of it (serving: it takes calls and sends answers).
+type linkConn struct {
+	l       *directLink
+	conn    net.Conn
+	node    string // the other host
+	serving bool
+	// maxFrame is the largest frame sent or taken (directLink.maxFrame
+	// when the connection started: the bus's limit is asked once).
+	maxFrame int
+	done     chan struct{} // closed by close
+	once     sync.Once
+	kick     chan struct{} // the writer has something to write
+
+	w struct {
+		sync.Mutex
+		buf    []byte // frames not yet written
+		closed bool
+	}
+	p struct {
+		sync.Mutex
+		next    uint64
+		pending map[uint64]chan replAnswer // by request id
+	}
+}
+
+// close ends c (once): its writer and reader stop, its requests waiting
+// fail with errLinkLost.
+func (c *linkConn) close(err error) {
+	c.once.Do(func() {
+		c.w.Lock()
+		c.w.closed = true
+		c.w.Unlock()
+		// Its peer forgets it first, so that a request that sees it
+		// closed and asks again finds no connection, not this one.
+		c.l.forget(c)
+		close(c.done)
+		_ = c.conn.Close()
+		if !errors.Is(err, errLinkClosed) && c.l.ctx.Err() == nil {
+			c.l.h.log.Info("direct replication link closed", "peer", c.node, "serving", c.serving, "err", err)
+		}
+	})
+}
+
+// closed reports whether c has closed.
+func (c *linkConn) closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues one frame of kind for the writer, its body appended by body.
+func (c *linkConn) send(kind byte, id uint64, body func([]byte) []byte) error {
+	c.w.Lock()
+	if c.w.closed {
+		c.w.Unlock()
+		return errLinkLost
+	}
+	start := len(c.w.buf)
+	c.w.buf = append(c.w.buf, 0, 0, 0, 0, kind)
+	c.w.buf = binary.BigEndian.AppendUint64(c.w.buf, id)
+	if body != nil {
+		c.w.buf = body(c.w.buf)
+	}
+	n := len(c.w.buf) - start - 4
+	if n+4 > c.maxFrame {
+		c.w.buf = c.w.buf[:start]
+		c.w.Unlock()
+		return fmt.Errorf("direct link frame of %d bytes is over %d", n+4, c.maxFrame)
+	}
+	binary.BigEndian.PutUint32(c.w.buf[start:], uint32(n))
+	over := len(c.w.buf) > linkMaxBuffered
+	c.w.Unlock()
+	if over {
+		c.close(fmt.Errorf("over %d bytes queued: the other host does not read", linkMaxBuffered))
+		return errLinkLost
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeLoop writes what send queued, everything queued at once.
+func (c *linkConn) writeLoop() {
+	var spare []byte
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			return
+		}
+		c.w.Lock()
+		b := c.w.buf
+		c.w.buf = spare[:0]
+		c.w.Unlock()
+		if len(b) == 0 {
+			spare = b
+			continue
+		}
+		_ = c.conn.SetWriteDeadline(time.Now().Add(linkWriteTimeout))
+		if _, err := c.conn.Write(b); err != nil {
+			c.close(fmt.Errorf("write: %w", err))
+			return
+		}
+		if cap(b) > 1<<20 {
+			b = nil // keep no large buffer idle
+		}
+		spare = b
+	}
+}
+
+// readLoop reads frames until c closes: calls on the serving side,
+// answers on the other.
+func (c *linkConn) readLoop() {
+	r := bufio.NewReaderSize(c.conn, 64<<10)
+	var hdr [linkHeader]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			c.close(fmt.Errorf("read: %w", err))
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:4]))
+		if n < linkHeader-4 || n+4 > c.maxFrame {
+			c.close(fmt.Errorf("frame of %d bytes", n+4))
+			return
+		}
+		body := make([]byte, n-(linkHeader-4))
+		if _, err := io.ReadFull(r, body); err != nil {
+			c.close(fmt.Errorf("read: %w", err))
+			return
+		}
+		kind, id := hdr[4], binary.BigEndian.Uint64(hdr[5:])
+		var err error
+		if c.serving {
+			err = c.deliver(kind, id, body)
+		} else {
+			err = c.answered(kind, id, body)
+		}
+		if err != nil {
+			c.close(err)
+			return
+		}
+	}
+}
+
+// deliver hands a follower host's call to the owner serving its stream
+// at its epoch here, or answers that nobody does.
+func (c *linkConn) deliver(kind byte, id uint64, body []byte) error {
+	if kind != linkRequest && kind != linkAck {
+		return fmt.Errorf("frame kind %d from a follower host", kind)
+	}
+	stream, epoch, req, err := decodeLinkCall(body)
+	if err != nil {
+		return err
+	}
+	fn := c.l.served(stream, epoch)
+	if fn == nil {
+		if kind == linkRequest {
+			return c.sendOrClosed(c.send(linkNoServer, id, nil))
+		}
+		return nil
+	}
+	call := replCall{from: c.node, data: req}
+	if kind == linkRequest {
+		call.reply = &linkReply{c: c, id: id}
+	}
+	fn(call)
+	return nil
+}
+
+// sendOrClosed is nil for a send that failed because c closed (the
+// reader ends on its own).
+func (c *linkConn) sendOrClosed(err error) error {
+	if errors.Is(err, errLinkLost) {
+		return nil
+	}
+	return err
+}
+
+// answered gives an answer to the request waiting for it, if it still
+// waits.
+func (c *linkConn) answered(kind byte, id uint64, body []byte) error {
+	var a replAnswer
+	switch kind {
+	case linkBatch:
+		a.data = body
+	case linkRefused:
+		if len(body) < 2 || len(body) < 2+int(binary.BigEndian.Uint16(body)) {
+			return errors.New("short refusal")
+		}
+		n := int(binary.BigEndian.Uint16(body))
+		a.code, a.data = string(body[2:2+n]), body[2+n:]
+		if a.code == "" {
+			return errors.New("refusal without a code")
+		}
+	case linkNoServer:
+		a.code = linkNoServerCode
+	default:
+		return fmt.Errorf("frame kind %d from an owner host", kind)
+	}
+	c.p.Lock()
+	ch := c.p.pending[id]
+	delete(c.p.pending, id)
+	c.p.Unlock()
+	if ch != nil {
+		ch <- a // buffered: never blocks
+	}
+	return nil
+}
+
+// linkNoServerCode marks a no-server answer inside linkConn.request; it
+// never leaves it.
+const linkNoServerCode = "\x00no_server"
+
+// request sends a call and waits for its answer up to timeout.
+func (c *linkConn) request(ctx context.Context, stream string, epoch uint64, req []byte, timeout time.Duration) (replAnswer, error) {
+	ch := make(chan replAnswer, 1)
+	c.p.Lock()
+	c.p.next++
+	id := c.p.next
+	c.p.pending[id] = ch
+	c.p.Unlock()
+	defer func() {
+		c.p.Lock()
+		delete(c.p.pending, id)
+		c.p.Unlock()
+	}()
+	if err := c.send(linkRequest, id, func(b []byte) []byte { return appendLinkCall(b, stream, epoch, req) }); err != nil {
+		if errors.Is(err, errLinkLost) {
+			return replAnswer{}, errLinkLost
+		}
+		return replAnswer{}, err
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case a := <-ch:
+		if a.code == linkNoServerCode {
+			return replAnswer{}, errNoServer
+		}
+		return a, nil
+	case <-timer.C:
+		return replAnswer{}, context.DeadlineExceeded
+	case <-ctx.Done():
+		return replAnswer{}, ctx.Err()
+	case <-c.done:
+		return replAnswer{}, errLinkLost
+	}
+}
+
+// linkReply answers one request on the connection it came on
+// (replReplier); only the first answer is sent.
+type linkReply struct {
+	c    *linkConn
+	id   uint64
+	sent atomic.Bool
+}
+
+func (r *linkReply) batch(b *frame.Batch) {
+	if r.sent.Swap(true) {
+		return
+	}
+	if err := r.c.send(linkBatch, r.id, func(buf []byte) []byte { return frame.AppendBatch(buf, b) }); r.c.sendOrClosed(err) != nil {
+		r.c.l.h.log.Warn("direct link answer", "peer", r.c.node, "err", err)
+	}
+}
+
+func (r *linkReply) fail(e *wire.Error) {
+	if r.sent.Swap(true) {
+		return
+	}
+	data, err := json.Marshal(wire.ErrorReply{Error: e})
+	if err != nil {
+		r.c.l.h.log.Error("encode error reply", "err", err)
+		return
+	}
+	err = r.c.send(linkRefused, r.id, func(b []byte) []byte {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(e.Code)))
+		b = append(b, e.Code...)
+		return append(b, data...)
+	})
+	if r.c.sendOrClosed(err) != nil {
+		r.c.l.h.log.Warn("direct link answer", "peer", r.c.node, "err", err)
+	}
+}
