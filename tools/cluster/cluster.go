@@ -73,6 +73,12 @@ type Config struct {
 	// BlackholeHost and HealHost do nothing), but no extra copy of every
 	// host message through this process either (benchmarks).
 	DirectHosts bool
+	// BusReplication starts the stream hosts without their direct
+	// replication link (--repl-listen): replication then travels over NATS
+	// only, as before the link. By default each host listens on a port of
+	// its own on 127.0.0.1, and a host that CutHost cuts from NATS keeps
+	// replicating with the hosts it already had a connection to.
+	BusReplication bool
 	// NATSBin, if set, is a nats-server binary (as `make build` puts in
 	// bin/): each nats-server then runs as a process of its own
 	// (StartNATSProcesses) instead of embedded in this process, with the
@@ -260,6 +266,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			"--data-dir", filepath.Join(cfg.Dir, node),
 			"--nats-url", strings.Join(urls, ","),
 			"--http-addr", httpAddr,
+		}
+		if !cfg.BusReplication {
+			args = append(args, "--repl-listen", "127.0.0.1:0")
 		}
 		if c.auth != nil {
 			args = append(args, "--nats-nkey", c.seed(auth.HostPrincipal(node)))

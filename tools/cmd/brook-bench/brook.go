@@ -135,7 +135,7 @@ func startLocalCluster(ctx context.Context, o options, log *slog.Logger) (*clust
 	dir := filepath.Join(o.workDir, "cluster")
 	cl, err := cluster.Start(ctx, cluster.Config{Bins: bins, Dir: dir, Attention: bins.Attention != "", Logger: log,
 		CoordArgs: strings.Fields(o.coordArgs), HostArgs: strings.Fields(o.hostArgs),
-		DirectHosts: !o.hostProxies, NATSBin: natsBin})
+		DirectHosts: !o.hostProxies, BusReplication: o.busReplication, NATSBin: natsBin})
 	if err != nil {
 		return nil, fmt.Errorf("brook target: %w", err)
 	}
