@@ -39,13 +39,23 @@ import (
 // its own when it starts (no key is configured or stored). A follower host
 // F that needs its owner host O sends O a hello over the bus, on the
 // host-wait subject only F may publish (frame.HeaderLinkHello), naming its
-// certificate's SHA-256; O's answer, which only F can read (its inbox),
-// names O's address and certificate. F then dials O with mutual TLS, each
-// side accepting exactly the certificate the bus told it of: O takes the
-// connection as F's (replCall.from) because only F could have named that
-// certificate, and F knows it reached O. replCall.from is thus as
-// authenticated as the bus makes it (docs/security.md), and what travels
-// on the connection is encrypted whether or not the bus is.
+// certificate's SHA-256; O records it as F's and answers, on F's inbox
+// which only F reads, with O's address and certificate. F then dials O
+// with mutual TLS and names itself in its first bytes (a length byte and
+// its node). O takes the connection as F's (replCall.from) only if the
+// certificate F presented, whose key TLS proved F holds, is the one F's
+// last hello named; F keeps it only if O presented the certificate O's
+// answer named. replCall.from is thus as authenticated as the bus makes it
+// (docs/security.md); a host that names another's certificate in its own
+// hello gains nothing without that host's key. What travels on the
+// connection is encrypted whether or not the bus is.
+//
+// A dead connection. A socket error, a write that does not finish in
+// linkWriteTimeout (plus a microsecond a byte), or 64 MiB queued ends a
+// connection; so does a request that times out on a connection from which
+// nothing at all was read since it was sent (a cut that closed no socket).
+// Its requests then fail with errLinkLost and the next ones go over the
+// bus while a new connection is dialed.
 //
 // The connection's frames are a 4-byte big-endian length (of what
 // follows), a kind byte and an 8-byte request id, then the kind's body:
@@ -113,7 +123,15 @@ const (
 	// linkMaxBuffered is the most bytes queued for a connection's writer:
 	// a peer that reads slower than that loses its connection.
 	linkMaxBuffered = 64 << 20
-	linkHeader      = 4 + 1 + 8
+	// linkMaxFrame is the largest frame sent or taken, the same on every
+	// host: an owner's answer is bounded by the bus's message limit
+	// (nats-server's is at most 64 MiB), and the frame's fields fit in
+	// the rest.
+	linkMaxFrame = 64<<20 + 1024
+	linkHeader   = 4 + 1 + 8
+	// linkShortLived: a connection that closes sooner counts as a failed
+	// dial.
+	linkShortLived = 5 * time.Second
 )
 
 // Frame kinds on a connection.
@@ -196,16 +214,6 @@ func (l *directLink) hello(from string, data []byte) ([]byte, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "direct link hello: certificate %q is not a SHA-256", hi.Cert)
 	}
 	l.mu.Lock()
-	for n, fp := range l.mu.known {
-		if n != from && fp == hi.Cert {
-			// Another host named this certificate first (a host learns
-			// its followers' hosts' certificates from their hellos): it
-			// would make the connection's node ambiguous, so neither
-			// gets it, and the sender replicates over the bus.
-			l.mu.Unlock()
-			return nil, wire.Errorf(wire.CodeBadRequest, "direct link hello: host %s named this certificate", n)
-		}
-	}
 	l.mu.known[from] = hi.Cert
 	l.mu.Unlock()
 	out, err := json.Marshal(linkHello{Addr: l.addr, Cert: l.fp})
@@ -268,44 +276,74 @@ func (l *directLink) goLink(f func()) bool {
 	return true
 }
 
-// accept sets up a connection a follower host dialed: its certificate
-// must be the one a hello named.
+// accept sets up a connection a follower host dialed: the node its first
+// frame names must be the one whose last hello named the certificate it
+// presented.
 func (l *directLink) accept(raw net.Conn) {
 	conn := tls.Server(raw, &tls.Config{
 		Certificates: []tls.Certificate{l.cert},
 		ClientAuth:   tls.RequireAnyClientCert,
 		MinVersion:   tls.VersionTLS13,
 	})
-	_ = conn.SetDeadline(time.Now().Add(linkSetupTimeout))
-	if err := conn.HandshakeContext(l.ctx); err != nil {
-		l.h.log.Debug("direct link handshake", "remote", raw.RemoteAddr().String(), "err", err)
-		_ = conn.Close()
-		return
-	}
-	var node string
-	if certs := conn.ConnectionState().PeerCertificates; len(certs) > 0 {
-		fp := fingerprint(certs[0].Raw)
-		l.mu.Lock()
-		for n, known := range l.mu.known {
-			if known == fp {
-				node = n
-			}
+	node, err := l.setUp(raw, func() (string, error) {
+		if err := conn.HandshakeContext(l.ctx); err != nil {
+			return "", fmt.Errorf("handshake: %w", err)
 		}
+		node, err := readLinkNode(conn)
+		if err != nil {
+			return "", err
+		}
+		certs := conn.ConnectionState().PeerCertificates
+		l.mu.Lock()
+		known := l.mu.known[node]
 		l.mu.Unlock()
-	}
-	if node == "" {
-		l.h.log.Warn("direct link: a connection whose certificate no hello named", "remote", raw.RemoteAddr().String())
-		_ = conn.Close()
+		if len(certs) == 0 || known == "" || fingerprint(certs[0].Raw) != known {
+			return node, errors.New("its certificate is not the one the node's hello named")
+		}
+		_, err = conn.Write([]byte{linkReady})
+		return node, err
+	})
+	if err != nil {
+		l.h.log.Warn("direct link: connection refused", "remote", raw.RemoteAddr().String(), "claimed", node, "err", err)
 		return
 	}
-	if _, err := conn.Write([]byte{linkReady}); err != nil {
-		_ = conn.Close()
-		return
-	}
-	_ = conn.SetDeadline(time.Time{})
-	if c := l.start(conn, node, true); c != nil {
+	if c := l.start(raw, conn, node, true); c != nil {
 		l.h.log.Info("direct replication link from follower host", "peer", node, "remote", raw.RemoteAddr().String())
 	}
+}
+
+// setUp runs a connection's set-up steps within linkSetupTimeout, cut
+// short by the link's end; the connection is closed if they fail.
+func (l *directLink) setUp(raw net.Conn, steps func() (string, error)) (string, error) {
+	_ = raw.SetDeadline(time.Now().Add(linkSetupTimeout))
+	stop := context.AfterFunc(l.ctx, func() { _ = raw.Close() })
+	node, err := steps()
+	if !stop() {
+		err = errors.Join(err, errLinkClosed)
+	}
+	if err != nil {
+		_ = raw.Close()
+		return node, err
+	}
+	_ = raw.SetDeadline(time.Time{})
+	return node, nil
+}
+
+// readLinkNode reads the node a follower host's first frame names: one
+// length byte and the name.
+func readLinkNode(r io.Reader) (string, error) {
+	var n [1]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", fmt.Errorf("read the node: %w", err)
+	}
+	name := make([]byte, n[0])
+	if _, err := io.ReadFull(r, name); err != nil {
+		return "", fmt.Errorf("read the node: %w", err)
+	}
+	if err := wire.ValidName("node", string(name)); err != nil {
+		return "", err
+	}
+	return string(name), nil
 }
 
 // peer returns the way to owner host node.
@@ -349,9 +387,7 @@ func (l *directLink) dial(p *linkPeer) {
 	p.dialing = false
 	if err != nil {
 		p.fails++
-		p.retryAt = time.Now().Add(min(linkRedial<<min(p.fails, 10), linkRedialMax))
-	} else {
-		p.fails = 0
+		p.retryAt = time.Now().Add(linkBackoff(p.fails))
 	}
 	fails := p.fails
 	l.mu.Unlock()
@@ -364,11 +400,20 @@ func (l *directLink) dial(p *linkPeer) {
 	// A connection that closed already is not kept: its close found no
 	// peer to leave (forget), and the next request dials again.
 	l.mu.Lock()
-	if !c.closed() {
+	kept := !c.closed()
+	if kept {
 		p.conn.Store(c)
 	}
 	l.mu.Unlock()
-	l.h.log.Info("direct replication link to owner host", "peer", p.node)
+	if kept {
+		l.h.log.Info("direct replication link to owner host", "peer", p.node)
+	}
+}
+
+// linkBackoff is the wait before the next dial after fails failures in a
+// row: 0.5 s, doubling, up to linkRedialMax.
+func linkBackoff(fails int) time.Duration {
+	return min(linkRedial<<min(fails, 10), linkRedialMax)
 }
 
 func (l *directLink) connect(node string) (*linkConn, error) {
@@ -390,53 +435,61 @@ func (l *directLink) connect(node string) (*linkConn, error) {
 // dialOwner connects to owner host node as its hello answer their says:
 // at their address, to the certificate it named.
 func (l *directLink) dialOwner(node string, their linkHello) (*linkConn, error) {
-	d := tls.Dialer{
-		NetDialer: &net.Dialer{Timeout: linkSetupTimeout},
-		Config: &tls.Config{
-			Certificates: []tls.Certificate{l.cert},
-			// The certificate is checked against the one the bus named,
-			// not against any authority.
-			InsecureSkipVerify: true,
-			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-				if len(raw) == 0 || fingerprint(raw[0]) != their.Cert {
-					return errors.New("not the certificate the owner host's hello named")
-				}
-				return nil
-			},
-			MinVersion: tls.VersionTLS13,
-		},
-	}
 	ctx, cancel := context.WithTimeout(l.ctx, linkSetupTimeout)
 	defer cancel()
-	conn, err := d.DialContext(ctx, "tcp", their.Addr)
+	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", their.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", their.Addr, err)
 	}
-	// The owner host says it took the certificate before anything is sent.
-	_ = conn.SetDeadline(time.Now().Add(linkSetupTimeout))
-	var ready [1]byte
-	if _, err := io.ReadFull(conn, ready[:]); err != nil || ready[0] != linkReady {
-		_ = conn.Close()
-		return nil, fmt.Errorf("%s did not take this host's certificate: %v", their.Addr, err)
+	conn := tls.Client(raw, &tls.Config{
+		Certificates: []tls.Certificate{l.cert},
+		// The certificate is checked against the one the bus named, not
+		// against any authority.
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(certs [][]byte, _ [][]*x509.Certificate) error {
+			if len(certs) == 0 || fingerprint(certs[0]) != their.Cert {
+				return errors.New("not the certificate the owner host's hello named")
+			}
+			return nil
+		},
+		MinVersion: tls.VersionTLS13,
+	})
+	self := l.h.cfg.Node
+	_, err = l.setUp(raw, func() (string, error) {
+		if err := conn.HandshakeContext(ctx); err != nil {
+			return "", fmt.Errorf("handshake with %s: %w", their.Addr, err)
+		}
+		// This host names itself; the owner host says it took the
+		// name with the certificate before anything else is sent.
+		if _, err := conn.Write(append([]byte{byte(len(self))}, self...)); err != nil {
+			return "", err
+		}
+		var ready [1]byte
+		if _, err := io.ReadFull(conn, ready[:]); err != nil || ready[0] != linkReady {
+			return "", fmt.Errorf("%s did not take this host's certificate: %v", their.Addr, err)
+		}
+		return node, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	_ = conn.SetDeadline(time.Time{})
-	c := l.start(conn, node, false)
+	c := l.start(raw, conn, node, false)
 	if c == nil {
 		return nil, errLinkClosed
 	}
 	return c, nil
 }
 
-// start registers conn with the peer node and starts its reader and
-// writer; nil if the link closed.
-func (l *directLink) start(conn net.Conn, node string, serving bool) *linkConn {
-	c := &linkConn{l: l, conn: conn, node: node, serving: serving, maxFrame: l.maxFrame(),
+// start registers conn (TLS over raw) with the peer node and starts its
+// reader and writer; nil if the link closed.
+func (l *directLink) start(raw, conn net.Conn, node string, serving bool) *linkConn {
+	c := &linkConn{l: l, raw: raw, conn: conn, node: node, serving: serving, started: time.Now(),
 		done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	c.p.pending = map[uint64]chan replAnswer{}
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
-		_ = conn.Close()
+		_ = raw.Close()
 		return nil
 	}
 	l.mu.conns[c] = struct{}{}
@@ -453,13 +506,39 @@ func (l *directLink) start(conn net.Conn, node string, serving bool) *linkConn {
 	return c
 }
 
+// connections counts the connections up: this host's to owner hosts, and
+// follower hosts' to this one (metrics).
+func (l *directLink) connections() (toOwners, fromFollowers int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.mu.conns {
+		if c.serving {
+			fromFollowers++
+		} else {
+			toOwners++
+		}
+	}
+	return toOwners, fromFollowers
+}
+
 // forget drops c, which closed, from the link and from its peer.
 func (l *directLink) forget(c *linkConn) {
 	l.mu.Lock()
 	delete(l.mu.conns, c)
 	p := l.mu.peers[c.node]
 	if p != nil && !c.serving && p.conn.CompareAndSwap(c, nil) {
-		p.retryAt = time.Now().Add(linkRedial)
+		// A connection that lasted counts as a success; one that closed
+		// soon after it was set up as one more failure, so that a peer
+		// that takes connections and drops them is not dialed every
+		// 0.5 s.
+		wait := linkRedial
+		if time.Since(c.started) < linkShortLived {
+			p.fails++
+			wait = linkBackoff(p.fails)
+		} else {
+			p.fails = 0
+		}
+		p.retryAt = time.Now().Add(wait)
 	}
 	l.mu.Unlock()
 }
@@ -503,15 +582,6 @@ func (l *directLink) serveHostWaits(fn func(hostWaitCall)) (func(), error) {
 func (l *directLink) toHost(node string) hostLink { return l.bus.toHost(node) }
 
 func (l *directLink) maxMessage() int64 { return l.bus.maxMessage() }
-
-// maxFrame is the largest frame a connection takes: a message as large as
-// the bus allows, and room for the frame's own fields.
-func (l *directLink) maxFrame() int {
-	if mm := l.maxMessage(); mm > 0 {
-		return int(mm) + 1024
-	}
-	return 64 << 20
-}
 
 // directOwner is a follower's way to its owner: the connection to its
 // host while one is up, else the bus.
@@ -565,9 +635,11 @@ type linkConn struct {
 	conn    net.Conn
 	node    string // the other host
 	serving bool
-	// maxFrame is the largest frame sent or taken (directLink.maxFrame
-	// when the connection started: the bus's limit is asked once).
-	maxFrame int
+	raw     net.Conn // under conn: closed without TLS's goodbye
+	started time.Time
+	// lastRead is when the reader last took a frame (unix ns): a request
+	// that times out on a connection silent since it was sent closes it.
+	lastRead atomic.Int64
 	done     chan struct{} // closed by close
 	once     sync.Once
 	kick     chan struct{} // the writer has something to write
@@ -595,7 +667,9 @@ func (c *linkConn) close(err error) {
 		// closed and asks again finds no connection, not this one.
 		c.l.forget(c)
 		close(c.done)
-		_ = c.conn.Close()
+		// The socket, not the TLS connection: TLS's goodbye could wait
+		// for a write stuck on a peer that does not read.
+		_ = c.raw.Close()
 		if !errors.Is(err, errLinkClosed) && c.l.ctx.Err() == nil {
 			c.l.h.log.Info("direct replication link closed", "peer", c.node, "serving", c.serving, "err", err)
 		}
@@ -626,10 +700,10 @@ func (c *linkConn) send(kind byte, id uint64, body func([]byte) []byte) error {
 		c.w.buf = body(c.w.buf)
 	}
 	n := len(c.w.buf) - start - 4
-	if n+4 > c.maxFrame {
+	if n+4 > linkMaxFrame {
 		c.w.buf = c.w.buf[:start]
 		c.w.Unlock()
-		return fmt.Errorf("direct link frame of %d bytes is over %d", n+4, c.maxFrame)
+		return fmt.Errorf("direct link frame of %d bytes is over %d", n+4, linkMaxFrame)
 	}
 	binary.BigEndian.PutUint32(c.w.buf[start:], uint32(n))
 	over := len(c.w.buf) > linkMaxBuffered
@@ -662,7 +736,9 @@ func (c *linkConn) writeLoop() {
 			spare = b
 			continue
 		}
-		_ = c.conn.SetWriteDeadline(time.Now().Add(linkWriteTimeout))
+		// At least 1 MB/s beyond the fixed allowance: a large write to a
+		// slow but live peer is not taken for a dead one.
+		_ = c.conn.SetWriteDeadline(time.Now().Add(linkWriteTimeout + time.Duration(len(b))*time.Microsecond))
 		if _, err := c.conn.Write(b); err != nil {
 			c.close(fmt.Errorf("write: %w", err))
 			return
@@ -685,7 +761,7 @@ func (c *linkConn) readLoop() {
 			return
 		}
 		n := int(binary.BigEndian.Uint32(hdr[:4]))
-		if n < linkHeader-4 || n+4 > c.maxFrame {
+		if n < linkHeader-4 || n+4 > linkMaxFrame {
 			c.close(fmt.Errorf("frame of %d bytes", n+4))
 			return
 		}
@@ -694,6 +770,7 @@ func (c *linkConn) readLoop() {
 			c.close(fmt.Errorf("read: %w", err))
 			return
 		}
+		c.lastRead.Store(time.Now().UnixNano())
 		kind, id := hdr[4], binary.BigEndian.Uint64(hdr[5:])
 		var err error
 		if c.serving {
@@ -780,6 +857,7 @@ const linkNoServerCode = "\x00no_server"
 // request sends a call and waits for its answer up to timeout.
 func (c *linkConn) request(ctx context.Context, stream string, epoch uint64, req []byte, timeout time.Duration) (replAnswer, error) {
 	ch := make(chan replAnswer, 1)
+	sent := time.Now().UnixNano()
 	c.p.Lock()
 	c.p.next++
 	id := c.p.next
@@ -805,6 +883,12 @@ func (c *linkConn) request(ctx context.Context, stream string, epoch uint64, req
 		}
 		return a, nil
 	case <-timer.C:
+		if c.lastRead.Load() < sent {
+			// Nothing at all came back since the request went out: the
+			// connection is taken for dead (a cut that closed no socket),
+			// and the follower's next request goes over the bus.
+			c.close(fmt.Errorf("nothing read for %v", timeout))
+		}
 		return replAnswer{}, context.DeadlineExceeded
 	case <-ctx.Done():
 		return replAnswer{}, ctx.Err()

@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -19,13 +21,19 @@ import (
 // own, running until the test ends.
 func directHost(t *testing.T, url, node string) (*Host, *directLink) {
 	t.Helper()
-	h := linkHost(t, url, node)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return directHostOn(t, url, node, ln, "")
+}
+
+// directHostOn is directHost listening on ln, dialed at advertise.
+func directHostOn(t *testing.T, url, node string, ln net.Listener, advertise string) (*Host, *directLink) {
+	t.Helper()
+	h := linkHost(t, url, node)
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := newDirectLink(ctx, h, ln, "")
+	l, err := newDirectLink(ctx, h, ln, advertise)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +105,7 @@ func TestDirectLinkKeepsTheContract(t *testing.T) {
 			ol.mu.Unlock()
 			served.close(errors.New("dropped by the test"))
 		},
-		carried: func(c replCall) bool {
-			_, ok := c.reply.(*linkReply)
-			return ok
-		},
+		carried: isLinkReply,
 	})
 	if served == nil {
 		t.Fatal("the owner host had no connection to drop")
@@ -152,17 +157,33 @@ func TestDirectLinkTakesOnlyTheCertificateAHelloNamed(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 
-	// A host that names another's certificate (it learns its followers'
-	// hosts' certificates from their hellos) is refused: the certificate
-	// stays n2's.
-	if _, e := ol.hello("n3", []byte(`{"cert":"`+fl.fp+`"}`)); e == nil {
-		t.Fatal("n3 named n2's certificate")
+	// A stranger that names n2 with a certificate of its own is refused
+	// too, before anything of it is read.
+	conn2, err := tls.Dial("tcp", ol.addr, &tls.Config{Certificates: []tls.Certificate{stranger}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
 	}
-	ol.mu.Lock()
-	named := ol.mu.known["n2"]
-	ol.mu.Unlock()
-	if named != fl.fp {
-		t.Fatalf("n2's certificate at n1 is %q, want %q", named, fl.fp)
+	defer func() { _ = conn2.Close() }()
+	_ = conn2.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = conn2.Write(append([]byte{2, 'n', '2'}, f...))
+	if n, err := conn2.Read(b[:]); err == nil || n != 0 || isTimeout(err) {
+		t.Fatalf("a stranger naming n2 was answered %q (%v)", b[:n], err)
+	}
+
+	// A host that names another's certificate in its hello (it learns its
+	// followers' hosts' certificates from theirs) gains nothing: a
+	// connection is n2's only with n2's key, and n2 still connects as n2.
+	if _, e := ol.hello("n3", []byte(`{"cert":"`+fl.fp+`"}`)); e != nil {
+		t.Fatal(e)
+	}
+	fl.way(fl.peer("n1")).close(errors.New("dropped by the test"))
+	waitDirect(t, fl, "n1")
+	to := fl.toOwner("s", 1, "n1")
+	if err := to.ack(call); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-got; c.from != "n2" {
+		t.Fatalf("n2's ack delivered as from %q", c.from)
 	}
 
 	// A follower host that reaches a listener with another certificate
@@ -270,6 +291,9 @@ func TestHostsReplicateOverTheDirectLink(t *testing.T) {
 	}
 	publish(20)
 	served := func() []*linkConn {
+		if _, from := hosts["n1"].h.direct.connections(); from > 2 {
+			t.Errorf("owner host counts %d connections from followers' hosts", from)
+		}
 		l := hosts["n1"].h.direct
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -290,6 +314,20 @@ func TestHostsReplicateOverTheDirectLink(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	hosts["n1"].log.waitFor(t, "direct replication link from follower host")
+	if to, from := hosts["n1"].h.direct.connections(); to != 0 || from != 2 {
+		t.Errorf("owner host's connections: %d to owners, %d from followers; want 0, 2", to, from)
+	}
+	for _, n := range []string{"n2", "n3"} {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			to, from := hosts[n].h.direct.connections()
+			if to == 1 && from == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's connections: %d to owners, %d from followers; want 1, 0", n, to, from)
+			}
+		}
+	}
 	publish(40)
 
 	// The owner host drops every connection: records go on being
@@ -310,4 +348,56 @@ func TestHostsReplicateOverTheDirectLink(t *testing.T) {
 	if len(recs.Records) != next {
 		t.Fatalf("read back %d records, want %d", len(recs.Records), next)
 	}
+}
+
+// TestDirectLinkRetiresASilentConnection: a connection on which nothing
+// comes back (a cut that closed no socket) is closed when a request on it
+// times out, and the follower host's next requests go over the bus.
+func TestDirectLinkRetiresASilentConnection(t *testing.T) {
+	ns := startNATS(t, server.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := nettest.NewStallProxy(t, ln.Addr().String())
+	_, ol := directHostOn(t, ns.ClientURL(), "n1", ln, strings.TrimPrefix(px.URL(), "nats://"))
+	_, fl := directHost(t, ns.ClientURL(), "n2")
+	calls := make(chan replCall, 4)
+	serveOwner(t, ol, func(c replCall) { c.answer(&frame.Batch{Epoch: 1}); calls <- c })
+	to := fl.toOwner("s", 1, "n1")
+	dead := waitDirect(t, fl, "n1")
+	if _, err := to.request(context.Background(), []byte("req"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-calls; !isLinkReply(c) {
+		t.Fatal("the request before the cut did not travel the connection")
+	}
+
+	px.Pause()
+	defer px.Resume()
+	// The proxy's read in progress still forwards: an ack goes with it.
+	if err := to.ack([]byte("ack")); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-calls; !c.isAck() {
+		t.Fatal("the ack before the cut did not arrive")
+	}
+	if _, err := to.request(context.Background(), []byte("req"), 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("request on a silent connection: %v", err)
+	}
+	if !dead.closed() {
+		t.Fatal("a connection silent through a request's timeout is still up")
+	}
+	a, err := to.request(context.Background(), []byte("req"), 5*time.Second)
+	if err != nil || a.code != "" {
+		t.Fatalf("request after the silent connection closed: %v, %q", err, a.code)
+	}
+	if c := <-calls; isLinkReply(c) {
+		t.Fatal("the request after the cut went over the silent connection")
+	}
+}
+
+func isLinkReply(c replCall) bool {
+	_, ok := c.reply.(*linkReply)
+	return ok
 }

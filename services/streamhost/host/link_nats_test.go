@@ -162,6 +162,8 @@ func testLinkContract(t *testing.T, lt linkUnderTest) {
 	lt.ready(t)
 
 	// A slow owner is a timeout, and the follower's own end is its own.
+	// (A direct link also takes a connection on which nothing came back
+	// within the timeout for dead: the next request may dial again.)
 	go func() {
 		_, err := to.request(ctx, req, 200*time.Millisecond)
 		answered <- err
@@ -170,6 +172,7 @@ func testLinkContract(t *testing.T, lt linkUnderTest) {
 	if err := <-answered; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("request not answered within its timeout: %v", err)
 	}
+	lt.ready(t)
 	cctx, cancel := context.WithCancel(ctx)
 	go func() {
 		_, err := to.request(cctx, req, 5*time.Second)

@@ -31,6 +31,7 @@ const (
 	attrStream    = attribute.Key("brook.stream")
 	attrStage     = attribute.Key("brook.publish.stage")
 	attrReplKind  = attribute.Key("brook.replication.kind")
+	attrLinkSide  = attribute.Key("brook.link.side")
 )
 
 // The kinds of replication messages an owner host receives that
@@ -85,6 +86,8 @@ type metrics struct {
 	streamLagR metric.Int64ObservableGauge
 	streamLagT metric.Float64ObservableGauge
 	overflows  metric.Int64ObservableCounter
+	links      metric.Int64ObservableGauge
+	linkSides  [2]metric.ObserveOption // to owners' hosts, from followers' hosts
 	reg        metric.Registration
 	codes      telemetry.AttrOptions // by error code, built once per code
 }
@@ -157,6 +160,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.overflows, err = mt.Int64ObservableCounter("brook.host.idle.mark_overflows", metric.WithUnit("{change}"),
 		metric.WithDescription("Store changes that found the idle sets' marking queue full; each made the next marking look at every copy watched by parked host waits."))
 	add(err)
+	m.links, err = mt.Int64ObservableGauge("brook.host.replication.links", metric.WithUnit("{connection}"),
+		metric.WithDescription("Direct replication connections up (--repl-listen), by side (brook.link.side): follower (this host's to owner hosts), owner (follower hosts' to this one)."))
+	add(err)
+	m.linkSides[0] = metric.WithAttributeSet(attribute.NewSet(attrLinkSide.String("follower")))
+	m.linkSides[1] = metric.WithAttributeSet(attribute.NewSet(attrLinkSide.String("owner")))
 	return m, errors.Join(errs...)
 }
 
@@ -168,8 +176,13 @@ func (m *metrics) observe(h *Host) error {
 			h.observeCopies(o, m)
 			h.observeLag(o, m, time.Now())
 			o.ObserveInt64(m.overflows, h.parked.overflows.Load())
+			if h.direct != nil {
+				toOwners, fromFollowers := h.direct.connections()
+				o.ObserveInt64(m.links, int64(toOwners), m.linkSides[0])
+				o.ObserveInt64(m.links, int64(fromFollowers), m.linkSides[1])
+			}
 			return nil
-		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT, m.overflows)
+		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT, m.overflows, m.links)
 	if err != nil {
 		return err
 	}
