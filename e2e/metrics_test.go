@@ -178,6 +178,12 @@ func TestMetrics(t *testing.T) {
 	if v, _ := of.Value("brook_host_copy_count", "brook_copy_role", wire.RoleOwner); v != 1 {
 		t.Errorf("the owner's owner copies: %v", v)
 	}
+	// The harness runs the hosts with their direct replication link: both
+	// followers' hosts replicate with the owner's on a connection of their
+	// own.
+	if v, _ := of.Value("brook_host_replication_links", "brook_link_side", "owner"); v != float64(len(before.Assignment.Followers)) {
+		t.Errorf("the owner's host serves %v direct connections; its followers are %v", v, before.Assignment.Followers)
+	}
 	if got := of.LabelValues("brook_host_follower_lag_records", "brook_follower"); !slices.Equal(got, slices.Sorted(slices.Values(before.Assignment.Followers))) {
 		t.Errorf("the owner reports the lag of %v; its followers are %v", got, before.Assignment.Followers)
 	}
