@@ -40,14 +40,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 		second <- err
 	}()
 	// The second record joins the open batch behind the one in flight.
-	waitFor(t, func() bool {
-		c.batchMu.Lock()
-		b := c.batchers["x"]
-		c.batchMu.Unlock()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.open) == 1
-	})
+	waitForBatcher(t, c, "x", func(b *batcher) bool { return len(b.open) == 1 })
 
 	// Stop the server taking the client's bytes, and fill the connection
 	// until a write blocks, holding the connection's lock.
@@ -176,12 +169,7 @@ func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
 	// The connection is replaced (what its reconnect handler does): the
 	// flight fails and its record is retried.
 	c.gen.Replaced()
-	waitFor(t, func() bool {
-		c.batchMu.Lock()
-		b := c.batchers["x"]
-		c.batchMu.Unlock()
-		b.mu.Lock()
-		defer b.mu.Unlock()
+	waitForBatcher(t, c, "x", func(b *batcher) bool {
 		_, queued := b.flights[2]
 		return !queued
 	})
@@ -196,4 +184,18 @@ func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
 	if len(o.batches) != 2 {
 		t.Errorf("the owner got %d batches, want 2: the first record's and the retry's (a third is the stale batch, sent after all)", len(o.batches))
 	}
+}
+
+// waitForBatcher waits until cond, called under the lock of c's batcher
+// of stream, holds.
+func waitForBatcher(t *testing.T, c *Client, stream string, cond func(*batcher) bool) {
+	t.Helper()
+	waitFor(t, func() bool {
+		c.batchMu.Lock()
+		b := c.batchers[stream]
+		c.batchMu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return cond(b)
+	})
 }
