@@ -139,9 +139,10 @@
 //     which closes the listener and every connection and waits for the
 //     rest): per accepted connection a goroutine until it is set up, per
 //     owner host at most one dial at a time, and per connection a reader
-//     and a writer, which end when the connection closes. directLink.mu
-//     and a connection's write and pending locks are each taken with no
-//     other lock held; no lock is held across a network call.
+//     and a writer, which end when the connection closes. directLink.mu,
+//     directLink.routes (read once per frame from a follower host) and a
+//     connection's write and pending locks are each taken with no other
+//     lock held; no lock is held across a network call.
 //   - the marking goroutine (hostWaiters.markLoop, started by Run): it
 //     marks the store's changes in the idle sets (markQueue); ended by
 //     hostWaiters.close, which waits for it, as Run's shutdown begins (or

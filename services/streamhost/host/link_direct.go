@@ -66,8 +66,9 @@ import (
 //	refused        code (2-byte length, bytes), a JSON wire.ErrorReply
 //	no server      nothing: nobody serves the stream at that epoch here
 //
-// Locks and goroutines. directLink.mu guards what is listed in it; a
-// linkConn's w and p locks are taken with no other lock held, and no lock
+// Locks and goroutines. directLink.mu and directLink.routes guard what is
+// listed in them; they, and a linkConn's w and p locks, are each taken
+// with no other lock held, and no lock
 // is held across a network call. Goroutines, each counted in wg and ended
 // by run's end (the host's background context): run (accepting), one per
 // accepted connection until it is set up, one dial per owner host at a
@@ -82,11 +83,17 @@ type directLink struct {
 	ctx  context.Context
 	wg   sync.WaitGroup
 
+	// routes is each stream's owner at its epoch here (serve): read for
+	// every frame a follower host sends, so it has a lock of its own,
+	// apart from mu's set-up and bookkeeping.
+	routes struct {
+		sync.RWMutex
+		m map[servedKey]*servedFn
+	}
+
 	mu struct {
 		sync.Mutex
 		closed bool
-		// served is each stream's owner at its epoch here (serve).
-		served map[servedKey]*servedFn
 		// known is each follower host's certificate, as its last hello
 		// over the bus named it.
 		known map[string]string
@@ -162,7 +169,7 @@ func newDirectLink(ctx context.Context, h *Host, ln net.Listener, advertise stri
 	}
 	l := &directLink{h: h, ln: ln, addr: advertise, cert: cert, fp: fp, ctx: ctx}
 	l.bus = natsLink{h: h, hello: l.hello}
-	l.mu.served = map[servedKey]*servedFn{}
+	l.routes.m = map[servedKey]*servedFn{}
 	l.mu.known = map[string]string{}
 	l.mu.peers = map[string]*linkPeer{}
 	l.mu.conns = map[*linkConn]struct{}{}
@@ -549,23 +556,23 @@ func (l *directLink) serve(stream string, epoch uint64, fn func(replCall)) (func
 		return nil, err
 	}
 	k, s := servedKey{stream, epoch}, &servedFn{fn}
-	l.mu.Lock()
-	l.mu.served[k] = s
-	l.mu.Unlock()
+	l.routes.Lock()
+	l.routes.m[k] = s
+	l.routes.Unlock()
 	return func() {
-		l.mu.Lock()
-		if l.mu.served[k] == s {
-			delete(l.mu.served, k)
+		l.routes.Lock()
+		if l.routes.m[k] == s {
+			delete(l.routes.m, k)
 		}
-		l.mu.Unlock()
+		l.routes.Unlock()
 		stopBus()
 	}, nil
 }
 
 func (l *directLink) served(stream string, epoch uint64) func(replCall) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if s := l.mu.served[servedKey{stream, epoch}]; s != nil {
+	l.routes.RLock()
+	defer l.routes.RUnlock()
+	if s := l.routes.m[servedKey{stream, epoch}]; s != nil {
 		return s.fn
 	}
 	return nil
@@ -918,12 +925,11 @@ func (r *linkReply) fail(e *wire.Error) {
 	if r.sent.Swap(true) {
 		return
 	}
-	data, err := json.Marshal(wire.ErrorReply{Error: e})
-	if err != nil {
-		r.c.l.h.log.Error("encode error reply", "err", err)
+	data, ok := r.c.l.h.errorReplyData(e)
+	if !ok {
 		return
 	}
-	err = r.c.send(linkRefused, r.id, func(b []byte) []byte {
+	err := r.c.send(linkRefused, r.id, func(b []byte) []byte {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(e.Code)))
 		b = append(b, e.Code...)
 		return append(b, data...)

@@ -39,9 +39,8 @@ func (h *Host) replyErr(to string, e *wire.Error) {
 	if to == "" {
 		return
 	}
-	data, err := json.Marshal(wire.ErrorReply{Error: e})
-	if err != nil {
-		h.log.Error("encode error reply", "err", err)
+	data, ok := h.errorReplyData(e)
+	if !ok {
 		return
 	}
 	m := nats.NewMsg(to)
@@ -70,4 +69,16 @@ func decodeStrict(data []byte, v any) *wire.Error {
 		return wire.Errorf(wire.CodeBadRequest, "decode request: trailing data")
 	}
 	return nil
+}
+
+// errorReplyData encodes e as every refusal's body, a JSON wire.ErrorReply,
+// whatever carries it (replyErr, the direct link's linkReply); false, and
+// logged, if it cannot be encoded.
+func (h *Host) errorReplyData(e *wire.Error) ([]byte, bool) {
+	data, err := json.Marshal(wire.ErrorReply{Error: e})
+	if err != nil {
+		h.log.Error("encode error reply", "err", err)
+		return nil, false
+	}
+	return data, true
 }
