@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,6 +397,30 @@ func TestSealBatcherFallsBackToSingleSeals(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 4 {
 		t.Errorf("single seals asked: %v, want 4", got)
+	}
+}
+
+// TestSealBatcherAsksAGoneNodeOnce: a batch to a node the state counts
+// gone that nobody answers fails whole, without asking each seal again
+// alone (a host of an older release is asked alone only while live).
+func TestSealBatcherAsksAGoneNodeOnce(t *testing.T) {
+	b, nc := newTestBatcher(t)
+	b.gone = func(node string) bool { return node == "dead" }
+	var singles atomic.Int32
+	subscribe(t, nc, wire.SealSubject("*"), func(m *nats.Msg) { singles.Add(1) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := make(chan sealed, 3)
+	for _, s := range []string{"a", "b", "c"} {
+		sealAsync(ctx, b, "dead", s, 0, out)
+	}
+	for range 3 {
+		if r := <-out; !errors.Is(r.err, nats.ErrNoResponders) {
+			t.Errorf("%s on a gone node: %+v %v, want no responders", r.stream, r.reply, r.err)
+		}
+	}
+	if n := singles.Load(); n != 0 {
+		t.Errorf("%d seals asked alone of a gone node", n)
 	}
 }
 
