@@ -102,8 +102,9 @@
 //     the batcher's context bounded by the latest deadline among the
 //     batch's callers (at most maxSealBatchWait), and answers each caller
 //     on a channel of one, so a caller that left never blocks it. When
-//     no host answers the batch subject (an older host), the send
-//     goroutine sends the batch's seals alone on .seal, a goroutine each
+//     no host answers the batch subject (an older host) and the state
+//     does not count the node gone (a gone node's batch fails whole),
+//     the send goroutine sends the batch's seals alone on .seal, a goroutine each
 //     (at most maxSealBatch per send goroutine, so maxSealSenders x
 //     maxSealBatch per host), and waits for them. Seals
 //     wait in a queue of at most maxSealQueue per host (past it a seal
