@@ -87,9 +87,9 @@ const (
 type sealBatcher struct {
 	nc  *nats.Conn
 	log *slog.Logger
-	// gone, if set, reports whether the state counts node gone (expired
-	// or left): a batch to such a node that nobody answers is not sent
-	// again seal by seal. Set before the first Seal.
+	// gone, if not nil, reports whether the state counts node gone
+	// (expired or left): a batch to such a node that nobody answers is
+	// not sent again seal by seal.
 	gone func(node string) bool
 	// maxBatch, maxQueue and maxSenders are maxSealBatch, maxSealQueue
 	// and maxSealSenders (tests change them).
@@ -143,9 +143,9 @@ type sealAnswer struct {
 
 var _ recovery.Sealer = (*sealBatcher)(nil)
 
-func newSealBatcher(nc *nats.Conn, log *slog.Logger) *sealBatcher {
+func newSealBatcher(nc *nats.Conn, log *slog.Logger, gone func(node string) bool) *sealBatcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sealBatcher{nc: nc, log: log, maxBatch: maxSealBatch, maxQueue: maxSealQueue, maxSenders: maxSealSenders,
+	return &sealBatcher{nc: nc, log: log, gone: gone, maxBatch: maxSealBatch, maxQueue: maxSealQueue, maxSenders: maxSealSenders,
 		ctx: ctx, cancel: cancel, nodes: map[string]*sealQueue{}}
 }
 
@@ -268,21 +268,19 @@ func (b *sealBatcher) request(node string, calls []*sealCall) []sealAnswer {
 	}
 	began := time.Now()
 	resp, err := b.nc.RequestWithContext(ctx, wire.SealBatchSubject(node), data)
-	if errors.Is(err, nats.ErrNoResponders) && b.gone != nil && b.gone(node) {
-		// Nothing answers a node the state counts gone (expired or
-		// left): it is down, and sending its seals one by one, as to a
-		// host of an older release, would only ask the same silence once
-		// per seal (a killed host's 2,500 copies at 10,000 streams). A
-		// host of an older release that is alive is live again once it
-		// is heard, and is then sealed one by one.
-		b.log.Debug("no responders for a seal batch to a gone node", "node", node, "seals", len(calls))
-		return fail(err)
-	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		// No host answers brook.host.<node>.seals: a host of a release
-		// before seal batches (a rolling upgrade) or none at all. Each
-		// seal goes alone on brook.host.<node>.seal, which an old host
-		// answers and a dead one fails as fast.
+		// before seal batches (a rolling upgrade) or none at all. A node
+		// the state counts gone (expired or left) is down: asking it
+		// again seal by seal would only ask the same silence once per
+		// seal (a killed host's 2,500 copies at 10,000 streams), so its
+		// batch fails whole; an alive host of an older release is live
+		// again once heard. Otherwise each seal goes alone on
+		// brook.host.<node>.seal, which an old host answers.
+		if b.gone != nil && b.gone(node) {
+			b.log.Debug("no responders for a seal batch to a gone node", "node", node, "seals", len(calls))
+			return fail(err)
+		}
 		b.log.Debug("no responders for a seal batch; sealing one at a time", "node", node, "seals", len(calls))
 		return b.requestEach(node, calls)
 	}

@@ -95,7 +95,7 @@ func newTestBatcher(t *testing.T) (*sealBatcher, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	b := newSealBatcher(nc, slog.New(slog.DiscardHandler))
+	b := newSealBatcher(nc, slog.New(slog.DiscardHandler), nil)
 	b.maxSenders = 1 // one batch in flight per node unless a test says more
 	t.Cleanup(b.close)
 	return b, nc
@@ -381,12 +381,8 @@ func TestSealBatcherFallsBackToSingleSeals(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out := make(chan sealed, 4)
-	for _, s := range []string{"a", "b", "c"} {
-		sealAsync(ctx, b, "old", s, 0, out)
-	}
-	for range 3 {
-		if r := <-out; r.err != nil || r.reply == nil || r.reply.Stream != r.stream {
+	for _, r := range sealEach(ctx, b, "old", "a", "b", "c") {
+		if r.err != nil || r.reply == nil || r.reply.Stream != r.stream {
 			t.Errorf("%s on a host answering only .seal: %+v %v", r.stream, r.reply, r.err)
 		}
 	}
@@ -400,6 +396,20 @@ func TestSealBatcherFallsBackToSingleSeals(t *testing.T) {
 	}
 }
 
+// sealEach seals each of streams on node at once and returns their
+// answers, in the order they came.
+func sealEach(ctx context.Context, b *sealBatcher, node string, streams ...string) []sealed {
+	out := make(chan sealed, len(streams))
+	for _, s := range streams {
+		sealAsync(ctx, b, node, s, 0, out)
+	}
+	got := make([]sealed, 0, len(streams))
+	for range streams {
+		got = append(got, <-out)
+	}
+	return got
+}
+
 // TestSealBatcherAsksAGoneNodeOnce: a batch to a node the state counts
 // gone that nobody answers fails whole, without asking each seal again
 // alone (a host of an older release is asked alone only while live).
@@ -410,12 +420,8 @@ func TestSealBatcherAsksAGoneNodeOnce(t *testing.T) {
 	subscribe(t, nc, wire.SealSubject("*"), func(m *nats.Msg) { singles.Add(1) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out := make(chan sealed, 3)
-	for _, s := range []string{"a", "b", "c"} {
-		sealAsync(ctx, b, "dead", s, 0, out)
-	}
-	for range 3 {
-		if r := <-out; !errors.Is(r.err, nats.ErrNoResponders) {
+	for _, r := range sealEach(ctx, b, "dead", "a", "b", "c") {
+		if !errors.Is(r.err, nats.ErrNoResponders) {
 			t.Errorf("%s on a gone node: %+v %v, want no responders", r.stream, r.reply, r.err)
 		}
 	}

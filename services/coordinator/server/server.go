@@ -506,8 +506,7 @@ func (s *Server) connect() error {
 		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
 	}
 	s.nc = nc
-	s.seals = newSealBatcher(nc, s.log.With("component", "seals"))
-	s.seals.gone = s.nodeGone
+	s.seals = newSealBatcher(nc, s.log.With("component", "seals"), s.nodeGone)
 	// Every coordinator hears every heartbeat (no queue group). Admin
 	// requests and pulls go to any one of them: see serveWhenReady.
 	if err := s.subscribe("heartbeats", wire.HeartbeatWildcard, "", s.onHeartbeat); err != nil {
