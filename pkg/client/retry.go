@@ -152,7 +152,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 			return r.giveUp(ctx.Err())
 		}
 		r.markAttempt()
-		r.countRetry()
+		r.countRetry(err)
 		return nil
 	}
 	// A new owner's notice ends the wait early (notices.go). The wait
@@ -191,7 +191,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	case <-notice:
 	}
 	r.markAttempt()
-	r.countRetry()
+	r.countRetry(err)
 	return nil
 }
 
@@ -279,14 +279,25 @@ func (r *retrier) infoDue() bool {
 // stream is recovering or waiting.
 const infoSettled = 32
 
-// countRetry counts the retry about to go: in Stats.Retries for a
-// request about a stream, in Stats.AdminRetries for one about none.
-func (r *retrier) countRetry() {
+// countRetry counts the retry about to go after an attempt that failed
+// with err: in Stats.Retries for a request about a stream (and in the
+// count of its reason, Stats.RetriesNoResponders...), in
+// Stats.AdminRetries for one about none.
+func (r *retrier) countRetry(err error) {
+	s := &r.c.stats
 	if r.stream == "" {
-		r.c.stats.adminRetries.Add(1)
+		s.adminRetries.Add(1)
 		return
 	}
-	r.c.stats.retries.Add(1)
+	s.retries.Add(1)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		s.retriesNoResponders.Add(1)
+	case timedOut(err):
+		s.retriesTimedOut.Add(1)
+	case errors.Is(err, ErrOwnerLost):
+		s.retriesOwnerLost.Add(1)
+	}
 }
 
 // infoWait is how long a retrying request waits after its checks-th

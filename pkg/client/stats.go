@@ -16,6 +16,16 @@ type Stats struct {
 	// attention list), which a coordinator's election or overload costs.
 	Retries      uint64
 	AdminRetries uint64
+	// RetriesNoResponders, RetriesTimedOut and RetriesOwnerLost count
+	// the retries among Retries by why the attempt before them failed:
+	// nobody served the stream (no responders: its owner is gone and no
+	// new one serves yet), no reply came within the request timeout, or
+	// the owner watch abandoned it for a newer owner (ErrOwnerLost). The
+	// rest were refused by a host or a coordinator (not owner, sealed,
+	// recovering, overloaded, ...) or lost to a reconnect.
+	RetriesNoResponders uint64
+	RetriesTimedOut     uint64
+	RetriesOwnerLost    uint64
 	// Probes counts the owner watch's probes (ownerwatch.go): fetches
 	// that read nothing, asking who serves a stream a publish waits on.
 	Probes uint64
@@ -31,6 +41,7 @@ type Stats struct {
 // stats are the live counters of Stats.
 type stats struct {
 	publishAttempts, retries, adminRetries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
+	retriesNoResponders, retriesTimedOut, retriesOwnerLost                                  atomic.Uint64
 }
 
 // Stats returns the client's counts so far; the difference of two calls is
@@ -38,25 +49,31 @@ type stats struct {
 func (c *Client) Stats() Stats {
 	s := &c.stats
 	return Stats{
-		PublishAttempts:  s.publishAttempts.Load(),
-		Retries:          s.retries.Load(),
-		AdminRetries:     s.adminRetries.Load(),
-		Probes:           s.probes.Load(),
-		StatusChecks:     s.statusChecks.Load(),
-		NoticeSubscribes: s.noticeSubscribes.Load(),
-		Notices:          s.notices.Load(),
+		PublishAttempts:     s.publishAttempts.Load(),
+		Retries:             s.retries.Load(),
+		AdminRetries:        s.adminRetries.Load(),
+		RetriesNoResponders: s.retriesNoResponders.Load(),
+		RetriesTimedOut:     s.retriesTimedOut.Load(),
+		RetriesOwnerLost:    s.retriesOwnerLost.Load(),
+		Probes:              s.probes.Load(),
+		StatusChecks:        s.statusChecks.Load(),
+		NoticeSubscribes:    s.noticeSubscribes.Load(),
+		Notices:             s.notices.Load(),
 	}
 }
 
 // Sub returns s less an earlier snapshot: the counts between the two.
 func (s Stats) Sub(earlier Stats) Stats {
 	return Stats{
-		PublishAttempts:  s.PublishAttempts - earlier.PublishAttempts,
-		Retries:          s.Retries - earlier.Retries,
-		AdminRetries:     s.AdminRetries - earlier.AdminRetries,
-		Probes:           s.Probes - earlier.Probes,
-		StatusChecks:     s.StatusChecks - earlier.StatusChecks,
-		NoticeSubscribes: s.NoticeSubscribes - earlier.NoticeSubscribes,
-		Notices:          s.Notices - earlier.Notices,
+		PublishAttempts:     s.PublishAttempts - earlier.PublishAttempts,
+		Retries:             s.Retries - earlier.Retries,
+		AdminRetries:        s.AdminRetries - earlier.AdminRetries,
+		RetriesNoResponders: s.RetriesNoResponders - earlier.RetriesNoResponders,
+		RetriesTimedOut:     s.RetriesTimedOut - earlier.RetriesTimedOut,
+		RetriesOwnerLost:    s.RetriesOwnerLost - earlier.RetriesOwnerLost,
+		Probes:              s.Probes - earlier.Probes,
+		StatusChecks:        s.StatusChecks - earlier.StatusChecks,
+		NoticeSubscribes:    s.NoticeSubscribes - earlier.NoticeSubscribes,
+		Notices:             s.Notices - earlier.Notices,
 	}
 }

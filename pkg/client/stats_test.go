@@ -46,6 +46,9 @@ func TestStatsCountAFailover(t *testing.T) {
 	if d.Probes < 1 {
 		t.Errorf("across the failover: %d probes, want at least 1 (the held attempt was abandoned by one)", d.Probes)
 	}
+	if d.RetriesOwnerLost < 1 || d.RetriesOwnerLost+d.RetriesNoResponders+d.RetriesTimedOut > d.Retries {
+		t.Errorf("across the failover: %+v, want the abandoned attempt's retry counted as owner lost, and no more reasons than retries", d)
+	}
 	if d.StatusChecks > d.Retries {
 		t.Errorf("across the failover: %d status checks for %d retries, want at most one each", d.StatusChecks, d.Retries)
 	}
@@ -91,6 +94,9 @@ func TestStatsCountRetriesAndStatusChecks(t *testing.T) {
 	if st.AdminRetries != 0 {
 		t.Errorf("%d admin retries counted before any admin request", st.AdminRetries)
 	}
+	if st.RetriesNoResponders+st.RetriesTimedOut+st.RetriesOwnerLost != 0 {
+		t.Errorf("retries after refusals (recovering) counted as no responders, timed out or owner lost: %+v", st)
+	}
 
 	before := c.Stats()
 	if _, err := c.ClusterInfo(ctxTimeout(t, 10*time.Second)); err != nil {
@@ -99,6 +105,41 @@ func TestStatsCountRetriesAndStatusChecks(t *testing.T) {
 	d := c.Stats().Sub(before)
 	if d.AdminRetries != 2 || d.Retries != 0 || d.StatusChecks != 0 {
 		t.Errorf("cluster.info answered unavailable twice: %+v, want 2 admin retries and no stream retries or status checks", d)
+	}
+}
+
+// Stats says why each retry went: the attempts before a stream's owner
+// subscribed were answered no responders, and an attempt its owner
+// swallowed timed out.
+func TestStatsCountRetriesByReason(t *testing.T) {
+	url := startNATS(t)
+	svc := responderConn(t, url)
+	c := connectClient(t, url, WithRequestTimeout(200*time.Millisecond), WithBackoff(5*time.Millisecond, 5*time.Millisecond),
+		WithBatching(0, 0, 0))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x"))
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); c.Stats().RetriesNoResponders < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nobody serves the stream, and after 5 s: %+v; want 3 retries after no responders", c.Stats())
+		}
+	}
+	var n atomic.Int32
+	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
+		if n.Add(1) == 1 {
+			return // swallowed: no reply
+		}
+		respondJSON(t, m, wire.PublishConfirm{Offset: 1, Copies: 2})
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	st := c.Stats()
+	if st.RetriesTimedOut != 1 || st.RetriesOwnerLost != 0 || st.RetriesNoResponders+st.RetriesTimedOut != st.Retries || st.Retries != st.PublishAttempts-1 {
+		t.Fatalf("%+v after %d attempts reached the owner; want every retry but one after no responders, one after a timeout", st, n.Load())
 	}
 }
 

@@ -174,4 +174,6 @@ func (f failoverCost) writeAs(w io.Writer, what, start string) {
 	s := f.Client
 	ignoreWrite(fmt.Fprintf(w, "  client: %d publish attempts (%d retries), %d probes, %d stream.info, %d notice subscriptions, %d notices heard, %d admin retries\n",
 		s.PublishAttempts, s.Retries, s.Probes, s.StatusChecks, s.NoticeSubscribes, s.Notices, s.AdminRetries))
+	ignoreWrite(fmt.Fprintf(w, "  client retries after: %d no responders, %d timeouts, %d attempts abandoned for a newer owner, %d refusals or reconnects\n",
+		s.RetriesNoResponders, s.RetriesTimedOut, s.RetriesOwnerLost, s.Retries-s.RetriesNoResponders-s.RetriesTimedOut-s.RetriesOwnerLost))
 }

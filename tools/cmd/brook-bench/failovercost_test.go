@@ -98,3 +98,15 @@ func TestSampleIdleWithoutProc(t *testing.T) {
 		t.Fatalf("returned after %v, before its %v window", took, window)
 	}
 }
+
+// The failover's cost says why the client's retries went, and counts the
+// rest (refusals, reconnects) as what the three reasons leave.
+func TestFailoverCostWritesTheRetriesByReason(t *testing.T) {
+	f := failoverCost{Window: time.Second, NoCPU: "test", Client: client.Stats{Retries: 10, RetriesNoResponders: 5, RetriesTimedOut: 2, RetriesOwnerLost: 1}}
+	var out bytes.Buffer
+	f.write(&out)
+	want := "client retries after: 5 no responders, 2 timeouts, 1 attempts abandoned for a newer owner, 2 refusals or reconnects"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("written:\n%s\nwant a line with %q", out.String(), want)
+	}
+}
