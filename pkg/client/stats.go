@@ -46,15 +46,21 @@ type stats struct {
 
 // Stats returns the client's counts so far; the difference of two calls is
 // what happened between them.
+//
+// A retry is counted in Retries before its reason (countRetry), and the
+// reasons are read here before Retries, so one call's reasons never add
+// up to more than its Retries; the difference of two calls taken while
+// retries go may count a retry's reason without it.
 func (c *Client) Stats() Stats {
 	s := &c.stats
+	noResponders, timedOut, ownerLost := s.retriesNoResponders.Load(), s.retriesTimedOut.Load(), s.retriesOwnerLost.Load()
 	return Stats{
 		PublishAttempts:     s.publishAttempts.Load(),
 		Retries:             s.retries.Load(),
 		AdminRetries:        s.adminRetries.Load(),
-		RetriesNoResponders: s.retriesNoResponders.Load(),
-		RetriesTimedOut:     s.retriesTimedOut.Load(),
-		RetriesOwnerLost:    s.retriesOwnerLost.Load(),
+		RetriesNoResponders: noResponders,
+		RetriesTimedOut:     timedOut,
+		RetriesOwnerLost:    ownerLost,
 		Probes:              s.probes.Load(),
 		StatusChecks:        s.statusChecks.Load(),
 		NoticeSubscribes:    s.noticeSubscribes.Load(),

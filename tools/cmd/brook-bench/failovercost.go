@@ -174,6 +174,12 @@ func (f failoverCost) writeAs(w io.Writer, what, start string) {
 	s := f.Client
 	ignoreWrite(fmt.Fprintf(w, "  client: %d publish attempts (%d retries), %d probes, %d stream.info, %d notice subscriptions, %d notices heard, %d admin retries\n",
 		s.PublishAttempts, s.Retries, s.Probes, s.StatusChecks, s.NoticeSubscribes, s.Notices, s.AdminRetries))
+	// The rest of the retries; s is a difference of two snapshots, which
+	// may count a retry's reason without the retry (client.Stats).
+	var rest uint64
+	if reasons := s.RetriesNoResponders + s.RetriesTimedOut + s.RetriesOwnerLost; reasons < s.Retries {
+		rest = s.Retries - reasons
+	}
 	ignoreWrite(fmt.Fprintf(w, "  client retries after: %d no responders, %d timeouts, %d attempts abandoned for a newer owner, %d refusals or reconnects\n",
-		s.RetriesNoResponders, s.RetriesTimedOut, s.RetriesOwnerLost, s.Retries-s.RetriesNoResponders-s.RetriesTimedOut-s.RetriesOwnerLost))
+		s.RetriesNoResponders, s.RetriesTimedOut, s.RetriesOwnerLost, rest))
 }

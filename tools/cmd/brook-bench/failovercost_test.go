@@ -109,4 +109,12 @@ func TestFailoverCostWritesTheRetriesByReason(t *testing.T) {
 	if !strings.Contains(out.String(), want) {
 		t.Fatalf("written:\n%s\nwant a line with %q", out.String(), want)
 	}
+	// A difference of snapshots may hold a reason whose retry it missed:
+	// no wrap-around.
+	f.Client = client.Stats{Retries: 2, RetriesNoResponders: 3}
+	out.Reset()
+	f.write(&out)
+	if want := "3 no responders, 0 timeouts, 0 attempts abandoned for a newer owner, 0 refusals or reconnects"; !strings.Contains(out.String(), want) {
+		t.Fatalf("written:\n%s\nwant a line with %q", out.String(), want)
+	}
 }
