@@ -69,8 +69,10 @@
 // WithRetry(1, 0) a failed attempt is the
 // only request made (and ErrRecovering then needs the host's recovering
 // answer). Stats counts the requests by kind (publish attempts, retries of
-// stream requests and of admin requests apart, probes, stream.info) and
-// the owner notices heard.
+// stream requests and of admin requests apart, probes, stream.info), the
+// stream requests' retries by why the attempt before failed (no
+// responders, timeout, abandoned for a newer owner) and the owner notices
+// heard.
 //
 // # Batching
 //
