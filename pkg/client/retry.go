@@ -280,23 +280,22 @@ func (r *retrier) infoDue() bool {
 const infoSettled = 32
 
 // countRetry counts the retry about to go after an attempt that failed
-// with err: in Stats.Retries for a request about a stream (and in the
-// count of its reason, Stats.RetriesNoResponders...), in
-// Stats.AdminRetries for one about none.
+// with err: for a request about a stream, once, in the count of its
+// reason (Stats.RetriesNoResponders..., the rest in retriesOther; Stats
+// adds them up into Retries); in Stats.AdminRetries for one about none.
 func (r *retrier) countRetry(err error) {
 	s := &r.c.stats
-	if r.stream == "" {
-		s.adminRetries.Add(1)
-		return
-	}
-	s.retries.Add(1)
 	switch {
+	case r.stream == "":
+		s.adminRetries.Add(1)
 	case errors.Is(err, nats.ErrNoResponders):
 		s.retriesNoResponders.Add(1)
 	case timedOut(err):
 		s.retriesTimedOut.Add(1)
 	case errors.Is(err, ErrOwnerLost):
 		s.retriesOwnerLost.Add(1)
+	default:
+		s.retriesOther.Add(1)
 	}
 }
 

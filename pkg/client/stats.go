@@ -40,23 +40,22 @@ type Stats struct {
 
 // stats are the live counters of Stats.
 type stats struct {
-	publishAttempts, retries, adminRetries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
-	retriesNoResponders, retriesTimedOut, retriesOwnerLost                                  atomic.Uint64
+	publishAttempts, adminRetries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
+	// A retry about a stream is counted once, in the counter of its
+	// reason (countRetry); Retries is their sum, so any snapshot, and
+	// any difference of two, holds no more reasons than retries.
+	retriesNoResponders, retriesTimedOut, retriesOwnerLost, retriesOther atomic.Uint64
 }
 
 // Stats returns the client's counts so far; the difference of two calls is
 // what happened between them.
-//
-// A retry is counted in Retries before its reason (countRetry), and the
-// reasons are read here before Retries, so one call's reasons never add
-// up to more than its Retries; the difference of two calls taken while
-// retries go may count a retry's reason without it.
 func (c *Client) Stats() Stats {
 	s := &c.stats
 	noResponders, timedOut, ownerLost := s.retriesNoResponders.Load(), s.retriesTimedOut.Load(), s.retriesOwnerLost.Load()
+	other := s.retriesOther.Load()
 	return Stats{
 		PublishAttempts:     s.publishAttempts.Load(),
-		Retries:             s.retries.Load(),
+		Retries:             noResponders + timedOut + ownerLost + other,
 		AdminRetries:        s.adminRetries.Load(),
 		RetriesNoResponders: noResponders,
 		RetriesTimedOut:     timedOut,

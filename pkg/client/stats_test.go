@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,6 +141,36 @@ func TestStatsCountRetriesByReason(t *testing.T) {
 	st := c.Stats()
 	if st.RetriesTimedOut != 1 || st.RetriesOwnerLost != 0 || st.RetriesNoResponders+st.RetriesTimedOut != st.Retries || st.Retries != st.PublishAttempts-1 {
 		t.Fatalf("%+v after %d attempts reached the owner; want every retry but one after no responders, one after a timeout", st, n.Load())
+	}
+}
+
+// Snapshots taken while retries are counted, and their differences,
+// never hold more reasons than retries.
+func TestStatsNeverShowMoreReasonsThanRetries(t *testing.T) {
+	c := &Client{}
+	r := &retrier{c: c, stream: "s"}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for _, err := range []error{nats.ErrNoResponders, ErrTimeout, ErrOwnerLost, nats.ErrDisconnected} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				r.countRetry(err)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer stop.Store(true)
+	prev := c.Stats()
+	for range 200000 {
+		s := c.Stats()
+		for _, st := range []Stats{s, s.Sub(prev)} {
+			if st.RetriesNoResponders+st.RetriesTimedOut+st.RetriesOwnerLost > st.Retries {
+				t.Fatalf("more reasons than retries: %+v", st)
+			}
+		}
+		prev = s
 	}
 }
 

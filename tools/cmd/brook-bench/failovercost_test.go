@@ -109,7 +109,7 @@ func TestFailoverCostWritesTheRetriesByReason(t *testing.T) {
 	if !strings.Contains(out.String(), want) {
 		t.Fatalf("written:\n%s\nwant a line with %q", out.String(), want)
 	}
-	// A difference of snapshots may hold a reason whose retry it missed:
+	// A Stats not from the client may hold more reasons than retries:
 	// no wrap-around.
 	f.Client = client.Stats{Retries: 2, RetriesNoResponders: 3}
 	out.Reset()
