@@ -138,9 +138,12 @@ func TestStatsCountRetriesByReason(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	st := c.Stats()
-	if st.RetriesTimedOut != 1 || st.RetriesOwnerLost != 0 || st.RetriesNoResponders+st.RetriesTimedOut != st.Retries || st.Retries != st.PublishAttempts-1 {
-		t.Fatalf("%+v after %d attempts reached the owner; want every retry but one after no responders, one after a timeout", st, n.Load())
+	// Each attempt that reached the owner but the last timed out: the
+	// first it swallowed, and any answered after the 200 ms timeout on a
+	// loaded machine.
+	st, reached := c.Stats(), uint64(n.Load())
+	if reached < 2 || st.RetriesTimedOut != reached-1 || st.RetriesOwnerLost != 0 || st.RetriesNoResponders+st.RetriesTimedOut != st.Retries || st.Retries != st.PublishAttempts-1 {
+		t.Fatalf("%+v after %d attempts reached the owner; want every retry after no responders but those after the attempts that reached it and timed out", st, reached)
 	}
 }
 
