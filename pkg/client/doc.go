@@ -71,8 +71,8 @@
 // answer). Stats counts the requests by kind (publish attempts, retries of
 // stream requests and of admin requests apart, probes, stream.info), the
 // stream requests' retries by why the attempt before failed (no
-// responders, timeout, abandoned for a newer owner) and the owner notices
-// heard.
+// responders, timeout, abandoned for a newer owner, other) and the owner
+// notices heard.
 //
 // # Batching
 //

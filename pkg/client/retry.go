@@ -281,8 +281,8 @@ const infoSettled = 32
 
 // countRetry counts the retry about to go after an attempt that failed
 // with err: for a request about a stream, once, in the count of its
-// reason (Stats.RetriesNoResponders..., the rest in retriesOther; Stats
-// adds them up into Retries); in Stats.AdminRetries for one about none.
+// reason (Stats.RetriesNoResponders...RetriesOther; Stats adds them up
+// into Retries); in Stats.AdminRetries for one about none.
 func (r *retrier) countRetry(err error) {
 	s := &r.c.stats
 	switch {

@@ -16,16 +16,18 @@ type Stats struct {
 	// attention list), which a coordinator's election or overload costs.
 	Retries      uint64
 	AdminRetries uint64
-	// RetriesNoResponders, RetriesTimedOut and RetriesOwnerLost count
-	// the retries among Retries by why the attempt before them failed:
-	// nobody served the stream (no responders: its owner is gone and no
-	// new one serves yet), no reply came within the request timeout, or
-	// the owner watch abandoned it for a newer owner (ErrOwnerLost). The
-	// rest were refused by a host or a coordinator (not owner, sealed,
-	// recovering, overloaded, ...) or lost to a reconnect.
+	// RetriesNoResponders, RetriesTimedOut, RetriesOwnerLost and
+	// RetriesOther split Retries (their sum) by why the attempt before
+	// each failed: nobody served the stream (no responders: its owner is
+	// gone and no new one serves yet), no reply came within the request
+	// timeout, the owner watch abandoned it for a newer owner
+	// (ErrOwnerLost), or anything else: refused by a host or a
+	// coordinator (not owner, sealed, recovering, overloaded, ...) or
+	// lost to a reconnect.
 	RetriesNoResponders uint64
 	RetriesTimedOut     uint64
 	RetriesOwnerLost    uint64
+	RetriesOther        uint64
 	// Probes counts the owner watch's probes (ownerwatch.go): fetches
 	// that read nothing, asking who serves a stream a publish waits on.
 	Probes uint64
@@ -43,7 +45,7 @@ type stats struct {
 	publishAttempts, adminRetries, probes, statusChecks, noticeSubscribes, notices atomic.Uint64
 	// A retry about a stream is counted once, in the counter of its
 	// reason (countRetry); Retries is their sum, so any snapshot, and
-	// any difference of two, holds no more reasons than retries.
+	// any difference of two, adds up.
 	retriesNoResponders, retriesTimedOut, retriesOwnerLost, retriesOther atomic.Uint64
 }
 
@@ -51,8 +53,7 @@ type stats struct {
 // what happened between them.
 func (c *Client) Stats() Stats {
 	s := &c.stats
-	noResponders, timedOut, ownerLost := s.retriesNoResponders.Load(), s.retriesTimedOut.Load(), s.retriesOwnerLost.Load()
-	other := s.retriesOther.Load()
+	noResponders, timedOut, ownerLost, other := s.retriesNoResponders.Load(), s.retriesTimedOut.Load(), s.retriesOwnerLost.Load(), s.retriesOther.Load()
 	return Stats{
 		PublishAttempts:     s.publishAttempts.Load(),
 		Retries:             noResponders + timedOut + ownerLost + other,
@@ -60,6 +61,7 @@ func (c *Client) Stats() Stats {
 		RetriesNoResponders: noResponders,
 		RetriesTimedOut:     timedOut,
 		RetriesOwnerLost:    ownerLost,
+		RetriesOther:        other,
 		Probes:              s.probes.Load(),
 		StatusChecks:        s.statusChecks.Load(),
 		NoticeSubscribes:    s.noticeSubscribes.Load(),
@@ -76,6 +78,7 @@ func (s Stats) Sub(earlier Stats) Stats {
 		RetriesNoResponders: s.RetriesNoResponders - earlier.RetriesNoResponders,
 		RetriesTimedOut:     s.RetriesTimedOut - earlier.RetriesTimedOut,
 		RetriesOwnerLost:    s.RetriesOwnerLost - earlier.RetriesOwnerLost,
+		RetriesOther:        s.RetriesOther - earlier.RetriesOther,
 		Probes:              s.Probes - earlier.Probes,
 		StatusChecks:        s.StatusChecks - earlier.StatusChecks,
 		NoticeSubscribes:    s.NoticeSubscribes - earlier.NoticeSubscribes,

@@ -95,7 +95,7 @@ func TestStatsCountRetriesAndStatusChecks(t *testing.T) {
 	if st.AdminRetries != 0 {
 		t.Errorf("%d admin retries counted before any admin request", st.AdminRetries)
 	}
-	if st.RetriesNoResponders+st.RetriesTimedOut+st.RetriesOwnerLost != 0 {
+	if st.RetriesNoResponders+st.RetriesTimedOut+st.RetriesOwnerLost != 0 || st.RetriesOther != st.Retries {
 		t.Errorf("retries after refusals (recovering) counted as no responders, timed out or owner lost: %+v", st)
 	}
 

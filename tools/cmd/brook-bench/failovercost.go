@@ -174,14 +174,6 @@ func (f failoverCost) writeAs(w io.Writer, what, start string) {
 	s := f.Client
 	ignoreWrite(fmt.Fprintf(w, "  client: %d publish attempts (%d retries), %d probes, %d stream.info, %d notice subscriptions, %d notices heard, %d admin retries\n",
 		s.PublishAttempts, s.Retries, s.Probes, s.StatusChecks, s.NoticeSubscribes, s.Notices, s.AdminRetries))
-	// The rest of the retries: client.Stats makes Retries the sum of the
-	// reasons and the rest, in every snapshot and every difference of two,
-	// so this is never below 0 for Stats the client gave; the guard
-	// keeps a hand-built Stats from wrapping around.
-	var rest uint64
-	if reasons := s.RetriesNoResponders + s.RetriesTimedOut + s.RetriesOwnerLost; reasons < s.Retries {
-		rest = s.Retries - reasons
-	}
 	ignoreWrite(fmt.Fprintf(w, "  client retries after: %d no responders, %d timeouts, %d attempts abandoned for a newer owner, %d refusals or reconnects\n",
-		s.RetriesNoResponders, s.RetriesTimedOut, s.RetriesOwnerLost, rest))
+		s.RetriesNoResponders, s.RetriesTimedOut, s.RetriesOwnerLost, s.RetriesOther))
 }

@@ -99,10 +99,9 @@ func TestSampleIdleWithoutProc(t *testing.T) {
 	}
 }
 
-// The failover's cost says why the client's retries went, and counts the
-// rest (refusals, reconnects) as what the three reasons leave.
+// The failover's cost says why the client's retries went.
 func TestFailoverCostWritesTheRetriesByReason(t *testing.T) {
-	f := failoverCost{Window: time.Second, NoCPU: "test", Client: client.Stats{Retries: 10, RetriesNoResponders: 5, RetriesTimedOut: 2, RetriesOwnerLost: 1}}
+	f := failoverCost{Window: time.Second, NoCPU: "test", Client: client.Stats{Retries: 10, RetriesNoResponders: 5, RetriesTimedOut: 2, RetriesOwnerLost: 1, RetriesOther: 2}}
 	var out bytes.Buffer
 	f.write(&out)
 	want := "client retries after: 5 no responders, 2 timeouts, 1 attempts abandoned for a newer owner, 2 refusals or reconnects"
@@ -110,7 +109,7 @@ func TestFailoverCostWritesTheRetriesByReason(t *testing.T) {
 		t.Fatalf("written:\n%s\nwant a line with %q", out.String(), want)
 	}
 	// A Stats not from the client may hold more reasons than retries:
-	// no wrap-around.
+	// each is written as it is.
 	f.Client = client.Stats{Retries: 2, RetriesNoResponders: 3}
 	out.Reset()
 	f.write(&out)
