@@ -89,6 +89,25 @@ func list(s []string) string {
 // $variables inside quotes (the $SYS subjects).
 func quote(s string) string { return strconv.Quote(s) }
 
+// ServerSettings are the settings brook's traffic wants of every
+// nats-server, in configuration file form: brook-auth's nats.conf,
+// tools/cluster's servers (the harness, the e2e suites, the bench and the
+// demo) and deploy/nats.conf (the compose stack) all carry them.
+//
+// no_sublist_cache: true turns off each account's cache of subject
+// matches (a map of up to 1,024 literal subjects to their subscribers).
+// brook's subjects are mostly used once or seldom: every request's reply
+// goes to an inbox of its own, and each stream has subjects of its own,
+// so the cache mostly misses, and each miss inserts under the account's
+// write lock. Worse, inserting or removing a wildcard subscription walks
+// the whole cache, and an owner holds two (its data-plane and its
+// replication subjects): a killed host that owned 2,500 streams cost each
+// server 5,000 walks for its subscriptions and 5,000 more for the new
+// owners'. Without the cache a killed host's failover at 10,000 streams
+// took the three servers about 30% less CPU (docs/benchmarks.md,
+// session 47).
+const ServerSettings = "no_sublist_cache: true\n"
+
 // natsConf renders nats.conf, a complete main configuration.
 func natsConf(d *Deployment) string {
 	var b strings.Builder
@@ -96,6 +115,7 @@ func natsConf(d *Deployment) string {
 	b.WriteString("# for brook with authentication. Run: nats-server -c " + NATSConfFile + "\n")
 	fmt.Fprintf(&b, "port: %d\n", d.Port)
 	fmt.Fprintf(&b, "max_payload: %d\n", d.Limits.MaxPayload)
+	b.WriteString(ServerSettings)
 	fmt.Fprintf(&b, "include %s\n", quote(AuthConfFile))
 	return b.String()
 }

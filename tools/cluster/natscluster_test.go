@@ -141,6 +141,18 @@ func testNATSCluster(t *testing.T, start func() ([]*NATS, error)) {
 			t.Fatal("no message across the route")
 		}
 	}
+	// The two servers the messages crossed matched their subject, and
+	// neither kept it in a sublist cache (auth.ServerSettings).
+	for _, i := range []int{1, 2} {
+		sz, err := ns[i].subsz()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sz.NumMatches == 0 || sz.NumCache != 0 {
+			t.Errorf("server %d: %d matches, %d subjects in its sublist cache; want some matches and none cached",
+				i, sz.NumMatches, sz.NumCache)
+		}
+	}
 
 	// The advisory of a client of server 2 reaches the subscriber on 0.
 	// The system account's interest crosses the routes asynchronously too

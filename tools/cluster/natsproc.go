@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/brook-streams/brook/tools/auth"
 )
 
 // StartNATSProcesses is StartNATSCluster with every server a process of the
@@ -115,6 +117,7 @@ func natsProcessConf(name, include string, port, monitor int, routePorts []int, 
 	// After the include: the last value of a key wins.
 	fmt.Fprintf(&b, "server_name: %s\nhost: 127.0.0.1\nport: %d\nhttp: \"127.0.0.1:%d\"\nwrite_deadline: \"2s\"\n",
 		name, port, monitor)
+	b.WriteString(auth.ServerSettings)
 	if len(routePorts) > 1 {
 		var routes []string
 		for j, p := range routePorts {
@@ -213,6 +216,16 @@ func (n *NATS) connz() (*server.Connz, error) {
 	}
 	var cz server.Connz
 	return &cz, n.monitorGet("/connz?limit=10000", &cz)
+}
+
+// subsz is the server's subscription statistics (nats-server's /subsz,
+// summed over its accounts).
+func (n *NATS) subsz() (*server.Subsz, error) {
+	if n.proc == nil {
+		return n.srv.Subsz(nil)
+	}
+	var sz server.Subsz
+	return &sz, n.monitorGet("/subsz", &sz)
 }
 
 // restartProc is Restart of a server process: the same configuration

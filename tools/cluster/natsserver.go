@@ -244,6 +244,8 @@ func natsOptions(confPath string, noLog bool) (*server.Options, error) {
 			// A host's NATS cut must not be masked by a long write
 			// deadline.
 			WriteDeadline: 2 * time.Second,
+			// auth.ServerSettings.
+			NoSublistCache: true,
 		}, nil
 	}
 	opts, err := server.ProcessConfigFile(confPath)
@@ -254,6 +256,7 @@ func natsOptions(confPath string, noLog bool) (*server.Options, error) {
 	opts.NoSigs, opts.NoLog = true, noLog
 	opts.HTTPPort = 0
 	opts.WriteDeadline = 2 * time.Second
+	opts.NoSublistCache = true // auth.ServerSettings
 	return opts, nil
 }
 
