@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -377,31 +376,14 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg, timeout time.Durati
 	return reply, nil
 }
 
-// replyError decodes an error reply, or returns nil for a result.
+// replyError decodes an error reply, or returns nil for a result. A
+// binary result is never read as JSON: without the header it is one.
 func replyError(m *nats.Msg, kind replyKind) *wire.Error {
 	code := m.Header.Get(frame.HeaderError)
 	if code == "" && kind == replyBinary {
 		return nil
 	}
-	if code == "" {
-		// A JSON result never has a top-level "error" member, so a
-		// cheap probe tells the two apart without knowing the type.
-		var probe struct {
-			Error *wire.Error `json:"error"`
-		}
-		if json.Unmarshal(m.Data, &probe) != nil || probe.Error == nil {
-			return nil
-		}
-		return probe.Error
-	}
-	var er wire.ErrorReply
-	if err := json.Unmarshal(m.Data, &er); err != nil || er.Error == nil {
-		return &wire.Error{Code: code, Message: string(m.Data)}
-	}
-	if er.Error.Code == "" {
-		er.Error.Code = code
-	}
-	return er.Error
+	return wire.DecodeErrorReply(code, m.Data)
 }
 
 // IsConfirmTimeout reports whether err says a publish was not confirmed in

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -49,6 +50,28 @@ func Errorf(code, format string, args ...any) *Error {
 // ErrorReply is the JSON body of a failed request.
 type ErrorReply struct {
 	Error *Error `json:"error"`
+}
+
+// DecodeErrorReply is the one reading of a reply's error. code is the
+// code the reply's Brook-Error header carries ("" without one; a
+// data-plane refusal carries it, so that a binary result needs no JSON
+// probe), data its body. It returns the body's error (an ErrorReply),
+// its code taken from code when the body has none; an error with code and
+// the body as its message when the body holds no readable error; and nil
+// when code is "" and the body holds no error (a JSON result never has a
+// top-level "error" member).
+func DecodeErrorReply(code string, data []byte) *Error {
+	var er ErrorReply
+	if json.Unmarshal(data, &er) == nil && er.Error != nil {
+		if er.Error.Code == "" {
+			er.Error.Code = code
+		}
+		return er.Error
+	}
+	if code == "" {
+		return nil
+	}
+	return &Error{Code: code, Message: string(data)}
 }
 
 // CodeOf returns the code of err if it is or wraps an *Error, and

@@ -102,6 +102,30 @@ func TestErrorReplyJSON(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorReply: the one reading of a reply's error, with and
+// without the header's code, of a readable error body, a result and
+// bytes that are not JSON.
+func TestDecodeErrorReply(t *testing.T) {
+	for _, c := range []struct {
+		name, code, body string
+		want             *wire.Error
+	}{
+		{"body", "", `{"error":{"code":"not_owner","message":"h2 owns it"}}`, &wire.Error{Code: "not_owner", Message: "h2 owns it"}},
+		{"body wins over the header", "sealed", `{"error":{"code":"not_owner","message":"m"}}`, &wire.Error{Code: "not_owner", Message: "m"}},
+		{"code from the header", "sealed", `{"error":{"message":"m"}}`, &wire.Error{Code: "sealed", Message: "m"}},
+		{"header, no readable body", "overloaded", "\x00\x01", &wire.Error{Code: "overloaded", Message: "\x00\x01"}},
+		{"header, a JSON result", "overloaded", `{"offset":3}`, &wire.Error{Code: "overloaded", Message: `{"offset":3}`}},
+		{"a JSON result", "", `{"offset":3,"errors":[]}`, nil},
+		{"a binary result", "", "\x00\x01", nil},
+		{"an empty body", "", "", nil},
+	} {
+		got := wire.DecodeErrorReply(c.code, []byte(c.body))
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: DecodeErrorReply(%q, %q) = %+v, want %+v", c.name, c.code, c.body, got, c.want)
+		}
+	}
+}
+
 func TestSubjects(t *testing.T) {
 	for got, want := range map[string]string{
 		wire.AdminSubject(wire.VerbRecoveryAcceptLoss): "brook.admin.recovery.accept-loss",

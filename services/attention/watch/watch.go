@@ -421,12 +421,8 @@ func (w *Watcher) request(ctx context.Context, verb string, body, out any) error
 	if err != nil {
 		return fmt.Errorf("request %s: %w", subject, err)
 	}
-	var er wire.ErrorReply
-	if err := json.Unmarshal(reply.Data, &er); err == nil && er.Error != nil {
-		return fmt.Errorf("request %s: %w", subject, er.Error)
-	}
-	if code := reply.Header.Get(HeaderError); code != "" {
-		return fmt.Errorf("request %s: %w", subject, wire.Errorf(code, "error reply without a readable body"))
+	if e := wire.DecodeErrorReply(reply.Header.Get(HeaderError), reply.Data); e != nil {
+		return fmt.Errorf("request %s: %w", subject, e)
 	}
 	if err := json.Unmarshal(reply.Data, out); err != nil {
 		return fmt.Errorf("decode %s reply: %w", subject, err)

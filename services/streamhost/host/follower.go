@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -285,8 +284,7 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		if code := resp.code; code != "" {
-			var er wire.ErrorReply
-			_ = json.Unmarshal(resp.data, &er)
+			refusal := wire.DecodeErrorReply(code, resp.data)
 			if code == wire.CodeStaleEpoch || code == wire.CodeNotFound {
 				f.h.requestPull()
 			}
@@ -299,12 +297,12 @@ func (f *follower) run(ctx context.Context) {
 					f.h.requestPull()
 				}
 				if !fail(slog.LevelError, "copy diverged from the owner below its tail", "follower_tail", t.Record,
-					"follower_digest", fmt.Sprintf("%016x", t.RecordDigest), "owner_reply", er.Error, "fails", fails+1) {
+					"follower_digest", fmt.Sprintf("%016x", t.RecordDigest), "owner_reply", refusal, "fails", fails+1) {
 					return
 				}
 				continue
 			}
-			if !fail(slog.LevelWarn, "owner refused", "code", code, "reply", er.Error, "fails", fails+1) {
+			if !fail(slog.LevelWarn, "owner refused", "code", code, "reply", refusal, "fails", fails+1) {
 				return
 			}
 			continue

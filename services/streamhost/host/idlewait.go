@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"sync"
@@ -272,16 +271,15 @@ func (h *Host) hostWaitLoop(p *peerWait) {
 				p.deltas = false
 				w.mu.Unlock()
 			}
-			var er wire.ErrorReply
-			_ = json.Unmarshal(resp.data, &er)
+			refusal := wire.DecodeErrorReply(code, resp.data)
 			gap = hostWaitRetry
 			if code == wire.CodeOverloaded {
 				// The owner host is there and busy: more requests (every
 				// copy's own) would only add to it.
-				log.Debug("host wait refused; asking again", "code", code, "reply", er.Error)
+				log.Debug("host wait refused; asking again", "code", code, "reply", refusal)
 				continue
 			}
-			log.Debug("host wait refused; waking the idle copies", "code", code, "reply", er.Error)
+			log.Debug("host wait refused; waking the idle copies", "code", code, "reply", refusal)
 			h.wakeIdle(p, nil)
 			continue
 		}

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -193,11 +192,7 @@ func (l natsLink) sayHello(ctx context.Context, node string, data []byte, timeou
 		return nil, err
 	}
 	if code := resp.Header.Get(frame.HeaderError); code != "" {
-		var er wire.ErrorReply
-		if err := json.Unmarshal(resp.Data, &er); err == nil && er.Error != nil {
-			return nil, er.Error
-		}
-		return nil, wire.Errorf(code, "%s", resp.Data)
+		return nil, wire.DecodeErrorReply(code, resp.Data)
 	}
 	return resp.Data, nil
 }
