@@ -16,7 +16,8 @@
 //     listen settings, so a harness or an operator's own main file can
 //     `include "auth.conf"`; the including file must set max_payload at
 //     least Limits.MaxPayload (the server's limit caps the account's);
-//   - nats.conf, a complete main file: port, max_payload and the include;
+//   - nats.conf, a complete main file: port, max_payload, ServerSettings
+//     and the include;
 //   - deployment.json, the Deployment (paths and public keys, no secrets),
 //     which Load reads back;
 //   - with Spec.TLS, a development CA (ca.pem; its key is not kept: add a

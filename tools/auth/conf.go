@@ -102,10 +102,15 @@ func quote(s string) string { return strconv.Quote(s) }
 // write lock. Worse, inserting or removing a wildcard subscription walks
 // the whole cache, and an owner holds two (its data-plane and its
 // replication subjects): a killed host that owned 2,500 streams cost each
-// server 5,000 walks for its subscriptions and 5,000 more for the new
-// owners'. Without the cache a killed host's failover at 10,000 streams
-// took the three servers about 30% less CPU (docs/benchmarks.md,
-// session 47).
+// of the other servers 5,000 walks as its subscriptions' removals came
+// over the routes (its own server drops a closed client's subscriptions
+// in one batch, which empties the cache instead), and every server 5,000
+// more for the new owners'. Without the cache a killed host's failover at
+// 10,000 streams took the three servers about 30% less CPU
+// (docs/benchmarks.md, session 47).
+//
+// nats-server refuses to change this setting on a reload: a server
+// started without it needs a restart to take it.
 const ServerSettings = "no_sublist_cache: true\n"
 
 // natsConf renders nats.conf, a complete main configuration.

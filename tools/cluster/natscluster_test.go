@@ -141,8 +141,10 @@ func testNATSCluster(t *testing.T, start func() ([]*NATS, error)) {
 			t.Fatal("no message across the route")
 		}
 	}
-	// The two servers the messages crossed matched their subject, and
-	// neither kept it in a sublist cache (auth.ServerSettings).
+	// The two servers the messages crossed count matches (the system
+	// account's own among them: Subsz sums the accounts) and cache none
+	// (auth.ServerSettings); with the cache on each holds 11-13 subjects
+	// here.
 	for _, i := range []int{1, 2} {
 		sz, err := ns[i].subsz()
 		if err != nil {

@@ -109,7 +109,8 @@ func report(out io.Writer, d *auth.Deployment) {
 		p("  %-18s %-5s %s  inbox %s\n", pr.Name, pr.Account, pr.PublicKey, pr.InboxPrefix)
 	}
 	p("\nrun: nats-server -c %s\n", d.NATSConf)
-	p("or include %s from your own main file (it must set max_payload: %d)\n", d.AuthConf, d.Limits.MaxPayload)
+	p("or include %s from your own main file (it must set max_payload: %d, and should set %s)\n", d.AuthConf, d.Limits.MaxPayload,
+		strings.TrimSpace(auth.ServerSettings))
 	p("coordinators: --host-keys %s\n", d.HostKeys)
 	if d.TLS {
 		p("TLS: CA %s, server certificate for %s; the CA's key was not kept\n", d.CAFile, strings.Join(d.Hosts, ", "))
