@@ -137,13 +137,11 @@ func Reachable(s *state.State, live map[string]liveness.Seen, node string, now t
 		return false
 	}
 	seen, ok := live[node]
-	if !ok || seen.Leaving || !seen.DisconnectedAt.IsZero() {
+	if !ok || !seen.Serving(now, ttl) {
 		return false
 	}
-	if n := s.Nodes[node]; n != nil && seen.Incarnation != n.Incarnation {
-		return false
-	}
-	return now.Sub(seen.LastSeen) < ttl
+	n := s.Nodes[node]
+	return n == nil || seen.Incarnation == n.Incarnation
 }
 
 // Plan decides what the leader should change now. Node actions come first;
@@ -227,7 +225,7 @@ func planNodes(s *state.State, live Liveness, now time.Time, p Params) []Action 
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		n := s.Nodes[id]
 		seen, heard := live.Nodes[id]
-		fresh := heard && now.Sub(seen.LastSeen) < p.TTL && seen.DisconnectedAt.IsZero()
+		fresh := heard && seen.Fresh(now, p.TTL)
 		if fresh && n != nil && n.Incarnation == seen.Incarnation && (n.State == wire.NodeLive || n.State == wire.NodeDraining) {
 			anyFresh = true
 		}

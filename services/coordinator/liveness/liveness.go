@@ -62,6 +62,20 @@ type Seen struct {
 	Copies map[string]wire.CopyStatus
 }
 
+// Fresh reports whether the host was heard within ttl of now on a
+// connection that no disconnect advisory has closed since: the one rule of
+// a host's silence being short enough, which the controller (node
+// registration, Reachable) and accept-loss's live copies share.
+func (s Seen) Fresh(now time.Time, ttl time.Duration) bool {
+	return s.DisconnectedAt.IsZero() && now.Sub(s.LastSeen) < ttl
+}
+
+// Serving reports whether the host is Fresh and has not said it is
+// leaving.
+func (s Seen) Serving(now time.Time, ttl time.Duration) bool {
+	return !s.Leaving && s.Fresh(now, ttl)
+}
+
 // HeardSinceDisconnect reports whether a heartbeat message arrived after
 // the disconnect advisory that is not known to be stale: one that reconnects
 // the host once decoded, or one not decoded yet (Touch notes arrivals

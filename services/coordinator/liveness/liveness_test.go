@@ -370,3 +370,30 @@ func TestSupersededBeatsAreNoProofOfLife(t *testing.T) {
 		t.Fatal("a lower incarnation's beats count as heard since the advisory")
 	}
 }
+
+// TestFreshAndServing: a host is fresh when heard within the TTL on a
+// connection no advisory closed, and serving when fresh and not leaving;
+// the TTL's bound is exclusive.
+func TestFreshAndServing(t *testing.T) {
+	t0 := time.Unix(1_000, 0)
+	ttl := time.Second
+	for _, c := range []struct {
+		name           string
+		seen           Seen
+		now            time.Time
+		fresh, serving bool
+	}{
+		{"heard just now", Seen{LastSeen: t0}, t0, true, true},
+		{"heard within the TTL", Seen{LastSeen: t0}, t0.Add(ttl - time.Millisecond), true, true},
+		{"silent a whole TTL", Seen{LastSeen: t0}, t0.Add(ttl), false, false},
+		{"connection closed", Seen{LastSeen: t0, DisconnectedAt: t0}, t0, false, false},
+		{"leaving", Seen{LastSeen: t0, Leaving: true}, t0, true, false},
+	} {
+		if got := c.seen.Fresh(c.now, ttl); got != c.fresh {
+			t.Errorf("%s: Fresh = %v, want %v", c.name, got, c.fresh)
+		}
+		if got := c.seen.Serving(c.now, ttl); got != c.serving {
+			t.Errorf("%s: Serving = %v, want %v", c.name, got, c.serving)
+		}
+	}
+}

@@ -918,8 +918,7 @@ func (s *Server) recoveryAcceptLoss(ctx context.Context, body []byte) (any, erro
 		ct := recovery.CopyTails{Node: n}
 		seen, heard := view[n]
 		ns := st.NodeState(n)
-		ct.Live = heard && !seen.Leaving && seen.DisconnectedAt.IsZero() && now.Sub(seen.LastSeen) < s.opt.TTL &&
-			(ns == wire.NodeLive || ns == wire.NodeDraining)
+		ct.Live = heard && seen.Serving(now, s.opt.TTL) && (ns == wire.NodeLive || ns == wire.NodeDraining)
 		if c, ok := seen.Copies[req.Stream]; heard && ok && c.StreamID == str.ID {
 			// The epoch goes with the tails: AcceptLoss lowers a copy that
 			// missed a role change to the cut its host will make.
