@@ -88,17 +88,8 @@ func (r recoveryState) RecordWait(ctx context.Context, stream string, transition
 // decodeReply reads a JSON reply into v, or returns the *wire.Error of an
 // error reply.
 func decodeReply(m *nats.Msg, v any) error {
-	var er struct {
-		Error *wire.Error `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &er); err != nil {
-		return fmt.Errorf("decode reply: %w", err)
-	}
-	if er.Error != nil {
-		return er.Error
-	}
-	if code := m.Header.Get(HeaderError); code != "" {
-		return &wire.Error{Code: code, Message: string(m.Data)}
+	if e := wire.DecodeErrorReply(m.Header.Get(HeaderError), m.Data); e != nil {
+		return e
 	}
 	if err := json.Unmarshal(m.Data, v); err != nil {
 		return fmt.Errorf("decode reply: %w", err)

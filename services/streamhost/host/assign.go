@@ -469,14 +469,8 @@ func (h *Host) pullPage(ctx context.Context, req wire.AssignmentPull) (wire.Assi
 	if err != nil {
 		return snap, fmt.Errorf("request %s: %w", wire.AssignPull, err)
 	}
-	var probe struct {
-		Error *wire.Error `json:"error"`
-	}
-	if code := resp.Header.Get(frame.HeaderError); code != "" || (json.Unmarshal(resp.Data, &probe) == nil && probe.Error != nil) {
-		if probe.Error == nil {
-			probe.Error = &wire.Error{Code: code, Message: string(resp.Data)}
-		}
-		return snap, fmt.Errorf("coordinator refused the pull: %w", probe.Error)
+	if e := wire.DecodeErrorReply(resp.Header.Get(frame.HeaderError), resp.Data); e != nil {
+		return snap, fmt.Errorf("coordinator refused the pull: %w", e)
 	}
 	if err := json.Unmarshal(resp.Data, &snap); err != nil {
 		return snap, fmt.Errorf("decode snapshot: %w", err)
