@@ -87,6 +87,19 @@ func startNATS(t testing.TB, opts server.Options) *server.Server {
 	return ns
 }
 
+// connectNATS starts an embedded nats-server (startNATS) and connects to
+// it; the connection is closed at the end of the test.
+func connectNATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	ns := startNATS(t, server.Options{})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 func newFixtureWith(t *testing.T, opts fixtureOptions) *fixture {
 	t.Helper()
 	ns := startNATS(t, server.Options{MaxPayload: opts.maxPayload})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
@@ -18,12 +17,7 @@ import (
 // reports the body's error, and the header's code when the body holds none
 // it can read.
 func TestPullPageReadsTheRefusal(t *testing.T) {
-	ns := startNATS(t, server.Options{})
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t)
 	replies := make(chan *nats.Msg, 1)
 	if _, err := nc.Subscribe(wire.AssignPull, func(m *nats.Msg) {
 		r := <-replies

@@ -7,9 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 )
 
 // A Run whose subscription fails returns only once the work handed to the
@@ -18,11 +15,7 @@ import (
 // the early return closed the store under it and left the pool's workers
 // running.
 func TestRunFailingToSubscribeWaitsForItsWork(t *testing.T) {
-	ns := startNATS(t, server.Options{})
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := connectNATS(t)
 	h, err := New(Config{Node: "n1", DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nc)
 	if err != nil {
 		t.Fatal(err)
