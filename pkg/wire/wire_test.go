@@ -123,10 +123,41 @@ func TestDecodeErrorReply(t *testing.T) {
 		{"a JSON result", "", `{"offset":3,"errors":[]}`, nil},
 		{"a binary result", "", "\x00\x01", nil},
 		{"an empty body", "", "", nil},
+		// encoding/json matches member names case-insensitively and after
+		// unescaping them: such a member is an error member too.
+		{"a member named in upper case", "", `{"ERROR":{"code":"not_owner","message":"m"}}`, &wire.Error{Code: "not_owner", Message: "m"}},
+		{"a member named with an escape", "", `{"\u0065rror":{"code":"not_owner","message":"m"}}`, &wire.Error{Code: "not_owner", Message: "m"}},
+		{"a nested error member", "", `{"replies":[{"error":{"code":"sealed"}}]}`, nil},
+		{"an error in a value", "", `{"stream":"error","note":"ERROR"}`, nil},
 	} {
 		got := wire.DecodeErrorReply(c.code, []byte(c.body))
 		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
 			t.Errorf("%s: DecodeErrorReply(%q, %q) = %+v, want %+v", c.name, c.code, c.body, got, c.want)
+		}
+	}
+}
+
+// BenchmarkDecodeErrorReply: a result of a few hundred kilobytes without
+// the header (an assignment pull's page, a stream list's), which only a
+// scan reads.
+func BenchmarkDecodeErrorReply(b *testing.B) {
+	type item struct {
+		Stream, Owner string
+		Epoch         uint64
+		Followers     []string
+	}
+	items := make([]item, 2000)
+	for i := range items {
+		items[i] = item{Stream: fmt.Sprintf("mass-%05d", i), Owner: "h2", Epoch: 3, Followers: []string{"h3", "h4"}}
+	}
+	data, err := json.Marshal(map[string]any{"version": 7, "assignments": items})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if e := wire.DecodeErrorReply("", data); e != nil {
+			b.Fatal(e)
 		}
 	}
 }
