@@ -59,16 +59,12 @@
 // 2 s until a coordinator says the stream is recovering or waiting, then
 // every 8 s (so the thousands of publishers of a mass failover do not flood
 // the coordinators recovering their streams: the failover's end comes as
-// the new owner's notice). It does not wait for the answer: the retries
-// go on meanwhile, one question is out at a time, and an answer that the
-// stream does not exist or is another incarnation ends the request when
-// it comes. So a caller that runs out of
+// the new owner's notice), so a caller that runs out of
 // patience gets ErrRecovering ("the stream is failing over; retry later")
-// when the stream was recovering or waiting at the last answer (up to 8 s
-// old), and ErrNoSuchStream when the stream does not exist (as soon as the
-// first question is answered when it did not exist then, up to 8 s late
-// when it was deleted while failing over). It asks only before a retry:
-// once the
+// when the stream was recovering or waiting at the last check (up to 8 s
+// old), and ErrNoSuchStream when the stream does not exist (at once when
+// it did not exist at the first retry, up to 8 s late when it was deleted
+// while failing over). It asks only before a retry: once the
 // limits have run out it gives up without another request, so with
 // WithRetry(1, 0) a failed attempt is the
 // only request made (and ErrRecovering then needs the host's recovering

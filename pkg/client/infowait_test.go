@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,85 +117,5 @@ func TestRetryAfterATimeoutAsksNoCoordinator(t *testing.T) {
 	}
 	if i := infos.Load(); i == 0 {
 		t.Fatal("retries after no responders asked no coordinator")
-	}
-}
-
-// A retry does not wait for the coordinators' answer about the stream: an
-// owner that serves while they are slow to answer (in a mass failover
-// they are busy recovering the streams) confirms the publish before the
-// answer comes. Before, the first retry waited for the answer, up to a
-// second: here it comes after 900 ms, within that bound, so a retry that
-// waits for it cannot be confirmed before it.
-func TestRetryDoesNotWaitForTheStatusCheck(t *testing.T) {
-	url := startNATS(t)
-	svc := responderConn(t, url)
-	asked := make(chan struct{}, 1)
-	release := make(chan struct{})
-	var answered atomic.Bool
-	info, err := json.Marshal(wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusRecovering})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
-		select {
-		case asked <- struct{}{}:
-		default:
-		}
-		go func() {
-			select {
-			case <-time.After(900 * time.Millisecond):
-			case <-release:
-			}
-			answered.Store(true)
-			_ = m.Respond(info) // the test may have ended: no t here
-		}()
-	})
-	defer close(release)
-	c := connectClient(t, url, WithRetry(0, time.Minute), WithBackoff(time.Millisecond, 2*time.Millisecond), WithBatching(0, 0, 0))
-
-	type result struct {
-		err      error
-		answered bool
-	}
-	done := make(chan result, 1)
-	go func() {
-		_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r"))
-		done <- result{err, answered.Load()}
-	}()
-	// The first attempt found nobody serving, and its retry asked.
-	select {
-	case <-asked:
-	case r := <-done:
-		t.Fatalf("publish ended before any question: %v", r.err)
-	}
-	o := startOwner(t, url, 2)
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("publish: %v", r.err)
-	}
-	if r.answered {
-		t.Fatal("the publish was confirmed only after the coordinators answered: the retry waited for them")
-	}
-	if n := o.pubs.Load(); n != 1 {
-		t.Fatalf("the owner saw %d publishes, want 1", n)
-	}
-}
-
-// A status check that says the stream does not exist ends the retries
-// when it answers, though they do not wait for it.
-func TestRetryEndsWhenTheStreamIsGone(t *testing.T) {
-	url := startNATS(t)
-	svc := responderConn(t, url)
-	subscribe(t, svc, wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
-		time.Sleep(50 * time.Millisecond)
-		respondError(t, m, wire.Errorf(wire.CodeNotFound, "stream s does not exist"))
-	})
-	c := connectClient(t, url, WithRetry(0, time.Minute), WithBackoff(time.Millisecond, 2*time.Millisecond), WithBatching(0, 0, 0))
-	_, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("r"))
-	if !errors.Is(err, ErrNoSuchStream) {
-		t.Fatalf("publish to a stream that does not exist: %v, want ErrNoSuchStream", err)
-	}
-	if n := c.Stats().StatusChecks; n != 1 {
-		t.Fatalf("%d status checks, want 1", n)
 	}
 }

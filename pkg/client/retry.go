@@ -79,9 +79,6 @@ type retrier struct {
 	checkedAt time.Time
 	// checks is how many times the coordinators were asked (infoWait).
 	checks int
-	// asked, while not nil, gets the answer of the status check in
-	// flight (askStatus): the retries do not wait for it.
-	asked chan statusAnswer
 	// explicit is the stream id the request names of its own
 	// (WithStreamID, FromStreamID); the client's pin counts otherwise.
 	explicit uint64
@@ -123,17 +120,6 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if wire.CodeOf(err) == wire.CodeRecovering {
 		r.status = wire.StatusRecovering
 	}
-	// A status check that answered while the attempt was out.
-	if r.asked != nil {
-		select {
-		case a := <-r.asked:
-			r.asked = nil
-			if e := r.heard(a, err); e != nil {
-				return e
-			}
-		default:
-		}
-	}
 	// The limits come before the status check: a request that will not be
 	// retried has no use for the answer, and asking would send one more
 	// request (and spend up to a second) after the caller's limit ran out.
@@ -169,83 +155,43 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		r.countRetry(err)
 		return nil
 	}
-	// A new owner's notice ends the wait early (notices.go), and so does
-	// a status check's answer that ends the request (askStatus).
+	// A new owner's notice ends the wait early (notices.go). The wait
+	// starts before the status check: a notice that arrives while the
+	// coordinators are asked (a round trip, longer on a busy cluster, and
+	// the first retry after an attempt that did not merely time out asks)
+	// must wake the retry too, not leave it its whole backoff.
 	var notice <-chan struct{}
 	if r.stream != "" {
 		var release func()
 		notice, release = r.c.awaitOwner(r.stream)
 		defer release()
 	}
-	if r.stream != "" && r.asked == nil && !timedOut(err) && r.infoDue() {
+	if r.stream != "" && !timedOut(err) && r.infoDue() {
 		// The coordinators know whether this is a failover or a stream
-		// that does not exist; ask them now and then while retrying,
-		// one question at a time.
-		r.askStatus(ctx)
+		// that does not exist; ask them now and then while retrying.
+		r.checkedAt = time.Now()
+		r.checks++
+		info, ierr := r.c.streamStatus(ctx, r.stream)
+		switch {
+		case errors.Is(ierr, ErrNoSuchStream):
+			return fmt.Errorf("%s %s: %w (last attempt: %w)", r.op, r.stream, ierr, err)
+		case ierr == nil:
+			if meant := r.c.idFor(r.stream, r.explicit); meant != 0 && info.StreamID != meant {
+				return fmt.Errorf("%s: %w (last attempt: %w)", r.op, replacedError(r.stream, meant, info.StreamID), err)
+			}
+			r.status = info.Status
+		}
 	}
 	t := time.NewTimer(r.quietDelay(err, delay))
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return r.giveUp(ctx.Err())
-		case <-t.C:
-		case <-notice:
-		case a := <-r.asked:
-			r.asked = nil
-			if e := r.heard(a, err); e != nil {
-				return e
-			}
-			continue
-		}
-		break
+	select {
+	case <-ctx.Done():
+		return r.giveUp(ctx.Err())
+	case <-t.C:
+	case <-notice:
 	}
 	r.markAttempt()
 	r.countRetry(err)
-	return nil
-}
-
-// statusAnswer is a status check's answer (streamStatus).
-type statusAnswer struct {
-	info wire.StreamInfo
-	err  error
-}
-
-// askStatus asks the coordinators about the stream (stream.info) in a
-// goroutine of its own: its answer comes on r.asked, which the wait
-// between attempts and the next failure read. The retries do not wait for
-// it. In a mass failover the coordinators answer late (they are recovering
-// the streams), and a retry that waited for the answer, up to a second,
-// missed an owner serving meanwhile: in a 10,000-stream failover no owned
-// stream was confirmed within a second of the kill although a tenth were
-// promoted by 0.8 s (issue 17). The goroutine ends with the check, within
-// streamStatus's bound; one runs at a time per request, and its answer
-// has room in the channel when nobody reads it any more.
-func (r *retrier) askStatus(ctx context.Context) {
-	r.checkedAt = time.Now()
-	r.checks++
-	asked := make(chan statusAnswer, 1)
-	r.asked = asked
-	go func() {
-		info, err := r.c.streamStatus(ctx, r.stream)
-		asked <- statusAnswer{info: info, err: err}
-	}()
-}
-
-// heard takes a status check's answer a, given while the request failed
-// with last: the error that ends the request when the stream does not
-// exist or is another incarnation than the one meant, nil otherwise (the
-// stream's status is noted).
-func (r *retrier) heard(a statusAnswer, last error) error {
-	switch {
-	case errors.Is(a.err, ErrNoSuchStream):
-		return fmt.Errorf("%s %s: %w (last attempt: %w)", r.op, r.stream, a.err, last)
-	case a.err == nil:
-		if meant := r.c.idFor(r.stream, r.explicit); meant != 0 && a.info.StreamID != meant {
-			return fmt.Errorf("%s: %w (last attempt: %w)", r.op, replacedError(r.stream, meant, a.info.StreamID), last)
-		}
-		r.status = a.info.Status
-	}
 	return nil
 }
 
