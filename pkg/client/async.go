@@ -162,6 +162,9 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	p.mu.Lock()
 	if p.closed || berr != nil {
 		p.mu.Unlock()
+		if b != nil {
+			b.release()
+		}
 		<-p.slots
 		if berr != nil {
 			return nil, fmt.Errorf("publish async: %w", berr)

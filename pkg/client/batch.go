@@ -83,7 +83,27 @@ type batcher struct {
 	nextID   uint64
 	flights  map[uint64]*flight
 	closed   bool
+	// holds counts the publishes batcherFor handed the batcher to whose
+	// add (or release) has not run yet: a held batcher is not dropped.
+	// It goes up under Client.batchMu only (batcherFor, without waiting
+	// for mu, which a batch's encoding holds) and down under mu.
+	holds atomic.Int32
+	// idle is when the batcher last had no record open or in flight
+	// (zero while it has, and before its first add).
+	idle time.Time
 }
+
+// batcherIdleTTL is how long a batcher with no record open or in flight is
+// kept. Past it, the next new batcher of a client that holds many
+// (minBatcherPrune, then twice as many as the last look left) drops it and
+// its reply subscription, whose delivery goroutine nats.go runs: a client
+// that publishes to ever new streams holds batchers for the streams it
+// published to lately, not for every stream it ever did.
+const batcherIdleTTL = time.Minute
+
+// minBatcherPrune is how many batchers a client holds before a new one
+// looks for idle ones to drop.
+const minBatcherPrune = 64
 
 // batchItem is one record's attempt in a batch; done is called once with
 // its outcome (not under the batcher's lock).
@@ -121,17 +141,27 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 		return nil, nil
 	}
 	cost := recordCost(data, o.producer)
+	var dropped []*batcher
+	defer func() {
+		// After batchMu is released (deferred calls run last in, first
+		// out): no lock is held across an Unsubscribe.
+		for _, b := range dropped {
+			b.unsubscribe()
+		}
+	}()
 	c.batchMu.Lock()
 	defer c.batchMu.Unlock()
 	if b := c.batchers[stream]; b != nil {
 		if cost > b.maxBytes {
 			return nil, nil
 		}
+		b.holds.Add(1)
 		return b, nil
 	}
 	if c.batchClosed {
 		return nil, fmt.Errorf("publish %s: %w", stream, ErrClosed)
 	}
+	dropped = c.dropIdleBatchers(time.Now())
 	// The connection's payload limit is read once per batcher, not per
 	// publish: reading it takes the connection's lock, for which a
 	// publish already queues once to send.
@@ -144,6 +174,7 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 		maxRecords: min(c.opts.batchRecords, wire.MaxPublishBatchRecords), maxBytes: maxBytes,
 		flights: map[uint64]*flight{},
 	}
+	b.holds.Store(1)
 	b.linger = time.AfterFunc(time.Hour, b.lingered)
 	b.linger.Stop()
 	sub, err := c.nc.Subscribe(b.prefix+"*", b.onReply)
@@ -180,9 +211,45 @@ func (b *batcher) attempt(ctx context.Context, data []byte, o publishOpts) (wire
 	}
 }
 
+// dropIdleBatchers removes from c.batchers, once it holds many, those
+// that no publish holds and that have had no record open or in flight for
+// c.batcherIdle, marks them closed and returns them: the caller
+// unsubscribes them once it released batchMu, under which it is called.
+func (c *Client) dropIdleBatchers(now time.Time) []*batcher {
+	if len(c.batchers) < max(c.batchPruneAt, minBatcherPrune) {
+		return nil
+	}
+	var dropped []*batcher
+	for name, b := range c.batchers {
+		// A batcher whose lock is taken is busy, not idle: skip it
+		// rather than wait under batchMu.
+		if !b.mu.TryLock() {
+			continue
+		}
+		if b.holds.Load() == 0 && len(b.open) == 0 && len(b.flights) == 0 && !b.idle.IsZero() && now.Sub(b.idle) >= c.batcherIdle {
+			b.closed = true
+			delete(c.batchers, name)
+			dropped = append(dropped, b)
+		}
+		b.mu.Unlock()
+	}
+	c.batchPruneAt = 2 * len(c.batchers)
+	return dropped
+}
+
+// release ends a hold whose publish does not add (its publisher closed).
+// A batcher no record ever went through is idle from then.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if b.holds.Add(-1) == 0 && b.idle.IsZero() && len(b.open) == 0 && len(b.flights) == 0 {
+		b.idle = time.Now()
+	}
+	b.mu.Unlock()
+}
+
 // add puts a record into the open batch and queues the batch if it is due;
-// done gets the record's outcome. The caller drains the client's sendQueue
-// once it holds no lock.
+// done gets the record's outcome. It ends the hold batcherFor took. The
+// caller drains the client's sendQueue once it holds no lock.
 func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm, error)) {
 	it := &batchItem{rec: frame.PubRecord{Data: data}, done: done}
 	if o.hasSeq {
@@ -190,6 +257,7 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	}
 	cost := recordCost(data, it.rec.Producer)
 	b.mu.Lock()
+	b.holds.Add(-1)
 	if b.closed {
 		b.mu.Unlock()
 		done(wire.PublishConfirm{}, fmt.Errorf("%s: %w", b.subject, ErrClosed))
@@ -202,6 +270,7 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.openID = id
 	b.open = append(b.open, it)
 	b.openSize += cost
+	b.idle = time.Time{}
 	switch {
 	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes:
 		// Nothing in flight: waiting would only add latency; full: no
@@ -329,6 +398,9 @@ func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
 			b.sendLocked()
 			queued = true
+		}
+		if len(b.flights) == 0 && len(b.open) == 0 {
+			b.idle = time.Now()
 		}
 	}
 	done := b.closed && len(b.flights) == 0

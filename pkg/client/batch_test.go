@@ -151,6 +151,7 @@ func TestBatchGathersConcurrentPublishes(t *testing.T) {
 		b.mu.Lock()
 		queued := len(b.open)
 		b.mu.Unlock()
+		b.release()
 		if queued == n-1 {
 			break
 		}

@@ -196,10 +196,14 @@ type Client struct {
 	pins  map[string]uint64
 
 	// batchers gather publishes into batches, one per stream
-	// (batch.go); batchClosed once Close ran.
-	batchMu     sync.Mutex
-	batchers    map[string]*batcher
-	batchClosed bool
+	// (batch.go); batchClosed once Close ran. batchPruneAt is how many
+	// batchers make the next new one look for idle ones to drop, and
+	// batcherIdle how long one must have been idle (batcherIdleTTL).
+	batchMu      sync.Mutex
+	batchers     map[string]*batcher
+	batchClosed  bool
+	batchPruneAt int
+	batcherIdle  time.Duration
 	// sends puts the batchers' batches on nc one goroutine at a time
 	// (sendqueue.go).
 	sends sendQueue
@@ -307,7 +311,7 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 		log = slog.Default()
 	}
 	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
-		batchers: map[string]*batcher{}, sends: sendQueue{nc: nc}}
+		batchers: map[string]*batcher{}, batcherIdle: batcherIdleTTL, sends: sendQueue{nc: nc}}
 }
 
 // Conn returns the underlying NATS connection.

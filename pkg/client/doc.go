@@ -160,4 +160,89 @@
 // Error replies of the services are decoded into *wire.Error, so
 // errors.As(err, &werr) and wire.CodeOf(err) work on every error this
 // package returns.
+//
+// # Locks and goroutines
+//
+// The package's locks are taken in one order: AsyncPublisher.mu or
+// Client.batchMu (dropIdleBatchers, which only tries each batcher's lock
+// and skips a busy one), then batcher.mu, then Client.pinMu, Client.watchMu (then ownerWatch.mu) or
+// sendQueue.mu; no other two are ever held together. notices.mu and
+// confirmRTT.mu are always taken alone. No lock is held across a
+// request, a publish or a flush (the sendQueue's drain calls PublishMsg
+// with its lock released), nor across a channel operation that
+// can block (kicks and sync results go on buffered channels; records'
+// done callbacks, abandon functions and Future results run after the
+// locks are released, and a window slot is freed after
+// AsyncPublisher.mu). Two locks are held across a call that takes the
+// NATS connection's own lock, which writes the connection's buffer to the
+// socket when it is full: Client.batchMu across MaxPayload and Subscribe
+// when batcherFor makes a stream's batcher, and notices.mu across
+// Subscribe and Stats in awaitOwner and across Unsubscribe in the idle
+// drop. Nothing of this package runs under the connection's lock, so
+// these delay the callers behind them but cannot deadlock:
+//
+//   - AsyncPublisher.mu guards nextID, pend, outstanding, idle and closed.
+//     PublishAsync queues a first attempt (itself or through its batcher)
+//     under it, so first attempts go out in call order; sent and take
+//     start or stop an attempt's timer, reconnect hook and owner watch
+//     under it.
+//   - batcher.mu guards the open batch, openID, nextID, flights and
+//     closed. A batch is pushed on the sendQueue under it (sendLocked),
+//     which keeps a stream's batches in order; flight.ended and
+//     pending.ended are atomics set under it and read by the goroutine
+//     that drains the queue.
+//   - Client.batchMu guards batchers, batchClosed, batchPruneAt and
+//     batcherIdle; batcher.mu also guards idle, and a batcher's holds (an
+//     atomic) goes up only under Client.batchMu and down under
+//     batcher.mu, so dropIdleBatchers, holding both, sees a hold it must
+//     spare; Client.pinMu guards pins; Client.watchMu guards watches and watchPruneAt (pruning takes
+//     each watch's mu under it).
+//   - ownerWatch.mu guards attempts, epoch, streamID, running, idle and
+//     dropped; it is held for updates only, never across a probe.
+//   - sendQueue.mu guards queue, spare and sending; it is released while
+//     PublishMsg runs.
+//   - notices.mu guards subs, shared and sharedHeard, and each
+//     noticeSub's users, next, seq and idle; held is an atomic copy of
+//     len(subs), written under it, so that noticeMark and noticesHeard
+//     skip the lock while no notice subscription is held.
+//   - confirmRTT.mu guards the round-trip estimate. Stats and heard.ok
+//     are atomics. A Consumer has no lock: it is for one goroutine at a
+//     time.
+//
+// The goroutines the package starts, and how each ends:
+//
+//   - an owner watch (ownerWatch.run), one per stream with attempts in
+//     flight, started by watchAttemptSeen for the first of them: it holds
+//     the stream's notice subscription and probes (a fetch bounded by
+//     probeTimeout) with no lock held, and ends when no attempt is left;
+//     each attempt ends with its reply or its request timeout;
+//   - drainRest, started by the sendQueue's drain when more was pushed
+//     while it sent, at most one at a time; it ends once the queue is
+//     empty;
+//   - an AsyncPublisher's retry of a publish whose first attempt failed,
+//     at most Window per publisher (the publish holds its slot until it
+//     completes), bounded by the retry limits and by the publisher's
+//     context, which Close cancels;
+//   - a Consumer's fetches ahead (askAhead), at most Prefetch-1, each one
+//     Fetch, cancelled by takeAhead, dropAhead and Close;
+//   - confirmHeard, one per notice subscription made: a FlushTimeout of
+//     at most heardConfirmWait;
+//   - timers: a batcher's linger, the request timeout of each flight and
+//     first attempt, and a notice subscription's idle drop noticeLinger
+//     after its last user; a reconnect runs each flight's and first
+//     attempt's context.AfterFunc, which fails it so that it is retried;
+//   - nats.go's delivery goroutine of each subscription: a batcher's
+//     replies (until it is dropped as idle, or Client.Close and its last
+//     flight), an
+//     AsyncPublisher's replies (until its Close) and owner notices (until
+//     the idle drop). OnResult runs on these reply goroutines and on the
+//     retries.
+//
+// Client.Close sends the open batches, waits until the sendQueue is empty
+// and drains the connection if Connect made it; flights, owner watches
+// and notice subscriptions end as above. AsyncPublishers and Consumers
+// stop with their own Close. A batcher, with its reply subscription, is
+// kept until Close or until it has been idle for batcherIdleTTL and a new
+// batcher finds many held (dropIdleBatchers); a publish that batcherFor
+// handed it to holds it until its add.
 package client
