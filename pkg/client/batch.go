@@ -88,8 +88,9 @@ type batcher struct {
 	// It goes up under Client.batchMu only (batcherFor, without waiting
 	// for mu, which a batch's encoding holds) and down under mu.
 	holds atomic.Int32
-	// idle is when the batcher last had no record open or in flight
-	// (zero while it has, and before its first add).
+	// idle is when the batcher's last flight ended with no record open
+	// (or its unused hold was released); zero before either. It says
+	// idle only with no record open or in flight, which the drop checks.
 	idle time.Time
 }
 
@@ -270,7 +271,6 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.openID = id
 	b.open = append(b.open, it)
 	b.openSize += cost
-	b.idle = time.Time{}
 	switch {
 	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes:
 		// Nothing in flight: waiting would only add latency; full: no

@@ -165,20 +165,20 @@
 //
 // The package's locks are taken in one order: AsyncPublisher.mu or
 // Client.batchMu (dropIdleBatchers, which only tries each batcher's lock
-// and skips a busy one), then batcher.mu, then Client.pinMu, Client.watchMu (then ownerWatch.mu) or
-// sendQueue.mu; no other two are ever held together. notices.mu and
-// confirmRTT.mu are always taken alone. No lock is held across a
-// request, a publish or a flush (the sendQueue's drain calls PublishMsg
-// with its lock released), nor across a channel operation that
-// can block (kicks and sync results go on buffered channels; records'
-// done callbacks, abandon functions and Future results run after the
-// locks are released, and a window slot is freed after
-// AsyncPublisher.mu). Two locks are held across a call that takes the
-// NATS connection's own lock, which writes the connection's buffer to the
-// socket when it is full: Client.batchMu across MaxPayload and Subscribe
-// when batcherFor makes a stream's batcher, and notices.mu across
-// Subscribe and Stats in awaitOwner and across Unsubscribe in the idle
-// drop. Nothing of this package runs under the connection's lock, so
+// and skips a busy one), then batcher.mu, then Client.pinMu,
+// Client.watchMu (then ownerWatch.mu) or sendQueue.mu; no other two are
+// ever held together. notices.mu and confirmRTT.mu are always taken
+// alone. No lock is held across a request, a publish or a flush (the
+// sendQueue's drain calls PublishMsg with its lock released), nor across
+// a channel operation that can block (kicks and sync results go on
+// buffered channels; records' done callbacks, abandon functions and
+// Future results run after the locks are released, and a window slot is
+// freed after AsyncPublisher.mu). Two locks are held across a call that
+// takes the NATS connection's own lock, which writes the connection's
+// buffer to the socket when it is full: Client.batchMu across MaxPayload
+// and Subscribe when batcherFor makes a stream's batcher, and notices.mu
+// across Subscribe and Stats in awaitOwner and across Unsubscribe in the
+// idle drop. Nothing of this package runs under the connection's lock, so
 // these delay the callers behind them but cannot deadlock:
 //
 //   - AsyncPublisher.mu guards nextID, pend, outstanding, idle and closed.
@@ -195,8 +195,8 @@
 //     batcherIdle; batcher.mu also guards idle, and a batcher's holds (an
 //     atomic) goes up only under Client.batchMu and down under
 //     batcher.mu, so dropIdleBatchers, holding both, sees a hold it must
-//     spare; Client.pinMu guards pins; Client.watchMu guards watches and watchPruneAt (pruning takes
-//     each watch's mu under it).
+//     spare; Client.pinMu guards pins; Client.watchMu guards watches and
+//     watchPruneAt (pruning takes each watch's mu under it).
 //   - ownerWatch.mu guards attempts, epoch, streamID, running, idle and
 //     dropped; it is held for updates only, never across a probe.
 //   - sendQueue.mu guards queue, spare and sending; it is released while
@@ -233,10 +233,9 @@
 //     attempt's context.AfterFunc, which fails it so that it is retried;
 //   - nats.go's delivery goroutine of each subscription: a batcher's
 //     replies (until it is dropped as idle, or Client.Close and its last
-//     flight), an
-//     AsyncPublisher's replies (until its Close) and owner notices (until
-//     the idle drop). OnResult runs on these reply goroutines and on the
-//     retries.
+//     flight), an AsyncPublisher's replies (until its Close) and owner
+//     notices (until the idle drop). OnResult runs on these reply
+//     goroutines and on the retries.
 //
 // Client.Close sends the open batches, waits until the sendQueue is empty
 // and drains the connection if Connect made it; flights, owner watches
