@@ -117,15 +117,33 @@ type CopyTails struct {
 type StreamListRequest struct {
 	Cursor string `json:"cursor,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
+	// Since, when set, asks only for what changed after that version of
+	// the state (a reader that holds the list as of Since): the streams
+	// changed and the names of those deleted (StreamList.Since says
+	// whether the coordinator could answer so). Cursor is then unused;
+	// the next page is asked with the reply's NextSince.
+	Since uint64 `json:"since,omitempty"`
 }
 
-// StreamList lists the streams (every stream, or one page of them).
+// StreamList lists the streams (every stream, or one page of them), or
+// what changed after a version.
 type StreamList struct {
 	Streams []StreamInfo `json:"streams"`
 	// Next is the cursor of the next page when the request had a limit
 	// and more streams follow; "" otherwise.
 	Next    string `json:"next,omitempty"`
 	Version uint64 `json:"version"`
+	// Since is set in the answer to a request with Since that lists
+	// changes: Streams are the streams changed after Since (each as it
+	// is at Version), Deleted the names of those deleted, and NextSince,
+	// when set, the Since of the next page. 0 when the coordinator cannot
+	// say what changed after the version asked (its change log starts
+	// later, as after a restart, or a node's state changed since, which
+	// moves the status of every stream it owns): the reply is then the
+	// first page of a full listing, and Next its cursor.
+	Since     uint64   `json:"since,omitempty"`
+	NextSince uint64   `json:"next_since,omitempty"`
+	Deleted   []string `json:"deleted,omitempty"`
 }
 
 // ClusterInfo describes the coordinators and the stream hosts.

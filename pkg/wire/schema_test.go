@@ -141,6 +141,7 @@ func validExamples() []exampleCase {
 		{"stream-info.request.schema.json", wire.StreamRef{Stream: "orders"}},
 		{"stream-list.request.schema.json", wire.StreamListRequest{}},
 		{"stream-list.request.schema.json", wire.StreamListRequest{Cursor: "orders", Limit: 500}},
+		{"stream-list.request.schema.json", wire.StreamListRequest{Since: 88, Limit: 500}},
 		{"cluster-info.request.schema.json", wire.Empty{}},
 		{"attention-list.request.schema.json", wire.Empty{}},
 		{"node-drain.request.schema.json", wire.NodeRef{Node: "node-a"}},
@@ -161,6 +162,7 @@ func validExamples() []exampleCase {
 		{"stream-list.reply.schema.json", wire.StreamList{Streams: []wire.StreamInfo{exStreamInfo}, Version: 88}},
 		{"stream-list.reply.schema.json", wire.StreamList{Streams: []wire.StreamInfo{}, Version: 1}},
 		{"stream-list.reply.schema.json", wire.StreamList{Streams: []wire.StreamInfo{exStreamInfo}, Next: "orders", Version: 89}},
+		{"stream-list.reply.schema.json", wire.StreamList{Streams: []wire.StreamInfo{exStreamInfo}, Version: 93, Since: 88, NextSince: 91, Deleted: []string{"old"}}},
 		{"cluster-info.reply.schema.json", wire.ClusterInfo{
 			Coordinators: []wire.CoordinatorInfo{exCoordinator, {ReplicaID: 2, Address: "127.0.0.1:7302"}, {ReplicaID: 3, Address: "127.0.0.1:7303"}},
 			Leader:       1, Nodes: []wire.NodeInfo{exNode, {Node: "node-d", State: wire.NodeExpired, LastSeenMS: -1}, {Node: "node-e", State: wire.NodeLive, LastSeenMS: 10, DrainRequested: true}},

@@ -33,7 +33,9 @@
 //     assembly (parts, reports) and the decoder (hbDec); listeningSince
 //     and reconnects. A pull sends its requests with no lock held and
 //     applies each reply under it (listCurrent, applyCluster,
-//     applyStreams). A heartbeat is decoded under it and then applied
+//     applyStreams; applyChanges builds the changed list before it takes
+//     the lock, and keeps it only if the list it started from is still
+//     the one held). A heartbeat is decoded under it and then applied
 //     under it; Snapshot lists under it the copies of the nodes with a
 //     report applied since the last Snapshot (heartbeatsLocked).
 //   - metrics.mu guards the counts of the latest judging by kind.

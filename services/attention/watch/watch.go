@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,11 +45,13 @@ const lowerVersionsToFollow = 3
 // listPage is how many streams one stream.list request asks for.
 const listPage = 500
 
-// listMaxAge is how long a stream list whose version the cluster info
-// still reports is kept without listing again. The judge reads its
-// copies' tails from its own heartbeats; from the list it needs the
-// coordinators' state, which moves only with the version, so this only
-// refreshes the list's few heartbeat-derived figures.
+// listMaxAge is how long the watcher goes without a full listing: in
+// between it lists only the streams changed after the version it holds
+// (pullChanges), and none at all while the cluster info reports that
+// version still. The judge reads its copies' tails from its own
+// heartbeats; from the list it needs the coordinators' state, which moves
+// only with the version, so the full listing only refreshes the list's
+// few heartbeat-derived figures (and would mend a list a bug left wrong).
 const listMaxAge = 10 * time.Second
 
 // minPullGap is the least time between the starts of two pulls. A pull
@@ -113,7 +116,7 @@ type Watcher struct {
 	mu             sync.Mutex
 	streams        *wire.StreamList
 	streamsAt      time.Time // when the list was last known current
-	listedAt       time.Time // when the list was last pulled
+	listedAt       time.Time // when the list was last listed in full
 	lowerStreams   int
 	cluster        *wire.ClusterInfo
 	clusterAt      time.Time
@@ -331,12 +334,13 @@ func (w *Watcher) onNotice(msg *nats.Msg) {
 }
 
 // pull fetches the cluster info and, when it says the coordinators' state
-// moved past the stream list held (or the list is older than
-// listMaxAge), the stream list in pages. The list is the costly part: at
-// ten thousand streams a coordinator renders every stream's copies for
-// it, so an unchanged state is not listed again on every Refresh. A
-// failure keeps the previous view of that part; the next pull tries
-// again.
+// moved past the stream list held, the streams changed since (or, when
+// the list was listed in full over listMaxAge ago or the coordinators
+// cannot say what changed, the whole stream list in pages). The list is
+// the costly part: at ten thousand streams a coordinator renders every
+// stream's copies for it, so an unchanged state is not listed again on
+// every Refresh, and a changed one lists only its changes. A failure
+// keeps the previous view of that part; the next pull tries again.
 func (w *Watcher) pull(ctx context.Context) {
 	ctx, span := w.tracer.Start(ctx, "attention.pull")
 	defer span.End()
@@ -354,7 +358,30 @@ func (w *Watcher) pull(ctx context.Context) {
 		span.SetAttributes(attribute.Int64("brook.version", int64(ci.Version)), attribute.Bool("brook.list_skipped", true))
 		return
 	}
-	sl, pages, err := w.pullStreams(ctx)
+	var first *wire.StreamList // a full listing's first page, already in
+	if base, ok := w.changesDue(time.Now(), ci.Version); clusterOK && ok {
+		changes, err := w.pullChanges(ctx, base.Version)
+		switch {
+		case err != nil && wire.CodeOf(err) != wire.CodeBadRequest:
+			w.log.Warn("pull the stream list's changes", "err", err)
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "stream list changes")
+			return
+		case err != nil:
+			// A coordinator of a release without since refuses it: the
+			// full listing below answers.
+			w.log.Debug("pull the stream list's changes", "err", err)
+		case changes.full != nil:
+			w.log.Debug("the coordinators cannot list the changes since the list held; listing it in full", "since", base.Version)
+			first = changes.full
+		default:
+			n := w.applyChanges(base, changes, time.Now())
+			span.SetAttributes(attribute.Int64("brook.version", int64(changes.version)), attribute.Int("brook.streams", n),
+				attribute.Int("brook.changed", len(changes.streams)), attribute.Int("brook.pages", changes.pages))
+			return
+		}
+	}
+	sl, pages, err := w.pullStreams(ctx, first)
 	if err != nil {
 		w.log.Warn("pull stream list", "err", err)
 		span.RecordError(err)
@@ -366,8 +393,8 @@ func (w *Watcher) pull(ctx context.Context) {
 }
 
 // listCurrent reports whether the stream list held is the state at
-// version (nothing changed since it was pulled) and younger than
-// listMaxAge; if so it counts as pulled now.
+// version (nothing changed since it was pulled) and was listed in full
+// less than listMaxAge ago; if so it counts as pulled now.
 func (w *Watcher) listCurrent(version uint64, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -378,16 +405,123 @@ func (w *Watcher) listCurrent(version uint64, now time.Time) bool {
 	return true
 }
 
+// changesDue returns the list held when the pull, whose cluster info
+// reported the state at version, is to list only its changes: there is
+// one, it was listed in full less than listMaxAge ago, and the state is
+// not behind it. A state behind the list held is another history (the
+// coordinators restored from a backup, say), whose changes after the
+// list's version are no changes of the list held: a full listing then
+// goes through applyStreams, which follows a lower version only once it
+// persists.
+func (w *Watcher) changesDue(now time.Time, version uint64) (*wire.StreamList, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams, w.streams != nil && now.Sub(w.listedAt) < listMaxAge && version >= w.streams.Version
+}
+
+// listChanges is what changed in the stream list after a version: each
+// stream changed as listed, nil for one deleted, in the order of the
+// pages (a later page's answer about a stream is the newer).
+type listChanges struct {
+	streams map[string]*wire.StreamInfo
+	version uint64 // the last page's: the list with the changes applied is the state at it
+	pages   int
+	// full is set when the coordinators could not say what changed: their
+	// answer is the first page of a full listing.
+	full *wire.StreamList
+}
+
+// pullChanges reads, in pages of listPage, what changed in the stream
+// list after version since. A page answered at version v lists every
+// change up to v after its since, each stream as it is at v; a later
+// change comes in a later page, whose since is the page's next_since. So
+// once the last page is in, the list at since with every page's answers
+// applied is the state at the last page's version, whichever replica
+// answered each page.
+func (w *Watcher) pullChanges(ctx context.Context, since uint64) (listChanges, error) {
+	out := listChanges{streams: map[string]*wire.StreamInfo{}}
+	req := wire.StreamListRequest{Since: since, Limit: listPage}
+	for {
+		var page wire.StreamList
+		out.pages++
+		if err := w.request(ctx, wire.VerbStreamList, req, &page); err != nil {
+			return listChanges{}, err
+		}
+		if page.Since != req.Since {
+			if out.pages > 1 {
+				// A later page from a replica whose log starts later:
+				// list in full from the start.
+				return listChanges{full: &wire.StreamList{}}, nil
+			}
+			return listChanges{full: &page}, nil
+		}
+		for i := range page.Streams {
+			out.streams[page.Streams[i].Stream] = &page.Streams[i]
+		}
+		for _, name := range page.Deleted {
+			out.streams[name] = nil
+		}
+		out.version = page.Version
+		if page.NextSince == 0 {
+			return out, nil
+		}
+		if page.NextSince <= req.Since {
+			return listChanges{}, fmt.Errorf("stream list: changes' page since %d does not move past %d", page.NextSince, req.Since)
+		}
+		req.Since = page.NextSince
+	}
+}
+
+// applyChanges makes the list base, with changes applied, the list held,
+// unless another list replaced base meanwhile, and returns how many
+// streams it holds. The list held is shared with the judge's views
+// (Snapshot), so it is copied, not changed in place; it stays in name
+// order.
+func (w *Watcher) applyChanges(base *wire.StreamList, changes listChanges, at time.Time) int {
+	out := wire.StreamList{Version: changes.version, Streams: make([]wire.StreamInfo, 0, len(base.Streams)+len(changes.streams))}
+	left := maps.Clone(changes.streams)
+	for _, s := range base.Streams {
+		c, changed := left[s.Stream]
+		switch {
+		case !changed:
+			out.Streams = append(out.Streams, s)
+		case c != nil:
+			out.Streams = append(out.Streams, *c)
+		}
+		delete(left, s.Stream)
+	}
+	added := false
+	for _, c := range left {
+		if c != nil {
+			out.Streams, added = append(out.Streams, *c), true
+		}
+	}
+	if added {
+		slices.SortFunc(out.Streams, func(a, b wire.StreamInfo) int { return strings.Compare(a.Stream, b.Stream) })
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streams != base {
+		return len(w.streams.Streams)
+	}
+	w.lowerStreams = 0
+	w.streams, w.streamsAt = &out, at
+	return len(out.Streams)
+}
+
 // pullStreams reads the whole stream list in pages of listPage streams,
-// so no reply grows with the cluster. Its version is the lowest of its
+// so no reply grows with the cluster, starting with first when it is the
+// first page already in (Version set). Its version is the lowest of its
 // pages' (a change between two pages is then still newer than the list,
 // and its notice pulls again).
-func (w *Watcher) pullStreams(ctx context.Context) (wire.StreamList, int, error) {
+func (w *Watcher) pullStreams(ctx context.Context, first *wire.StreamList) (wire.StreamList, int, error) {
 	var out wire.StreamList
 	req := wire.StreamListRequest{Limit: listPage}
 	for pages := 1; ; pages++ {
 		var page wire.StreamList
-		if err := w.request(ctx, wire.VerbStreamList, req, &page); err != nil {
+		if pages == 1 && first != nil && first.Version != 0 {
+			page = *first
+		} else if err := w.request(ctx, wire.VerbStreamList, req, &page); err != nil {
 			return wire.StreamList{}, pages, err
 		}
 		if pages == 1 || page.Version < out.Version {

@@ -1,10 +1,13 @@
 package watch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -345,6 +348,67 @@ type fakeLister struct {
 	lists    int      // stream.list requests answered
 	stuckAt  string   // if set, a page after this cursor names it again as next
 	maxLimit int      // the largest limit asked for
+	// The streams' changes: the version of each stream's latest change
+	// (its deletion's for one deleted), the version below which a
+	// request with since is answered in full, and the requests with
+	// since answered with changes.
+	changed map[string]uint64
+	floor   uint64
+	since   int
+	// strict refuses since as a coordinator of an earlier release does
+	// (an unknown field: bad_request).
+	strict bool
+}
+
+// change records a change of the stream name at a new version: its
+// creation or update, or its deletion.
+func (f *fakeLister) change(name string, deleted bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.version++
+	if f.changed == nil {
+		f.changed = map[string]uint64{}
+	}
+	f.changed[name] = f.version
+	i, found := slices.BinarySearch(f.names, name)
+	switch {
+	case deleted && found:
+		f.names = slices.Delete(f.names, i, i+1)
+	case !deleted && !found:
+		f.names = slices.Insert(f.names, i, name)
+	}
+}
+
+// info is how the fake lists a stream: its version says which change it
+// shows.
+func (f *fakeLister) info(name string) wire.StreamInfo {
+	return wire.StreamInfo{Stream: name, Version: f.changed[name]}
+}
+
+// changes answers a request with since from the fake's changes, in the
+// order of their versions, as the coordinators do.
+func (f *fakeLister) changes(req wire.StreamListRequest) wire.StreamList {
+	f.since++
+	var after []string
+	for name, v := range f.changed {
+		if v > req.Since {
+			after = append(after, name)
+		}
+	}
+	slices.SortFunc(after, func(a, b string) int { return cmp.Compare(f.changed[a], f.changed[b]) })
+	out := wire.StreamList{Version: f.version, Streams: []wire.StreamInfo{}, Since: req.Since}
+	for i, name := range after {
+		if req.Limit > 0 && i == req.Limit {
+			out.NextSince = f.changed[after[i-1]]
+			break
+		}
+		if _, found := slices.BinarySearch(f.names, name); found {
+			out.Streams = append(out.Streams, f.info(name))
+		} else {
+			out.Deleted = append(out.Deleted, name)
+		}
+	}
+	return out
 }
 
 func (f *fakeLister) serve(t *testing.T, nc *nats.Conn) {
@@ -371,13 +435,26 @@ func (f *fakeLister) serve(t *testing.T, nc *nats.Conn) {
 		defer f.mu.Unlock()
 		f.lists++
 		f.maxLimit = max(f.maxLimit, req.Limit)
+		if req.Since > 0 && f.strict {
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(HeaderError, wire.CodeBadRequest)
+			reply.Data, _ = json.Marshal(wire.ErrorReply{Error: wire.Errorf(wire.CodeBadRequest, "unknown field \"since\"")})
+			if err := m.RespondMsg(reply); err != nil {
+				t.Errorf("refuse %s: %v", m.Subject, err)
+			}
+			return
+		}
+		if req.Since > 0 && req.Since >= f.floor {
+			answer(m, f.changes(req))
+			return
+		}
 		out := wire.StreamList{Version: f.version, Streams: []wire.StreamInfo{}}
 		i := sort.SearchStrings(f.names, req.Cursor)
 		if i < len(f.names) && f.names[i] == req.Cursor {
 			i++
 		}
 		for ; i < len(f.names) && (req.Limit == 0 || len(out.Streams) < req.Limit); i++ {
-			out.Streams = append(out.Streams, wire.StreamInfo{Stream: f.names[i]})
+			out.Streams = append(out.Streams, f.info(f.names[i]))
 		}
 		if req.Limit > 0 && i < len(f.names) {
 			out.Next = f.names[i-1]
@@ -426,15 +503,153 @@ func TestStreamListPagedAndSkippedWhileUnchanged(t *testing.T) {
 	w.pull(ctx)
 	f.mu.Lock()
 	again := f.lists - lists
-	f.version = 8
-	f.names = f.names[1:]
 	f.mu.Unlock()
 	if again != 0 {
 		t.Errorf("an unchanged state was listed again (%d requests)", again)
 	}
+	f.change(f.names[0], true) // version 8
 	w.pull(ctx)
 	if v, _, _ := w.Snapshot(time.Now()); v.Version != 8 || len(v.Streams) != len(f.names) {
 		t.Errorf("after the state moved: %d streams at version %d, want %d at 8", len(v.Streams), v.Version, len(f.names))
+	}
+}
+
+// listedView returns the watcher's stream list as the fake lists it:
+// names and versions.
+func listedView(w *Watcher) ([]wire.StreamInfo, uint64) {
+	v, _, _ := w.Snapshot(time.Now())
+	out := make([]wire.StreamInfo, 0, len(v.Streams))
+	for _, s := range v.Streams {
+		out = append(out, wire.StreamInfo{Stream: s.Stream, Version: s.Version})
+	}
+	return out, v.Version
+}
+
+// fullListing is what a full listing of f gives.
+func (f *fakeLister) fullListing() ([]wire.StreamInfo, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []wire.StreamInfo{}
+	for _, name := range f.names {
+		out = append(out, f.info(name))
+	}
+	return out, f.version
+}
+
+// TestStreamListChangesApplied: once the stream list is held, a pull lists
+// only the streams changed after its version, in pages, and the list with
+// them applied (updates, deletions, new streams, a stream deleted and
+// created again) is what a full listing gives; a coordinator that cannot
+// say what changed, and a list listed in full over listMaxAge ago, get a
+// full listing again.
+func TestStreamListChangesApplied(t *testing.T) {
+	ns := startNATS(t, -1)
+	f := &fakeLister{version: 7}
+	for i := range 1234 {
+		f.change(fmt.Sprintf("s%05d", i), false)
+	}
+	f.serve(t, connect(t, ns.ClientURL()))
+	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
+	ctx := context.Background()
+	check := func(what string) {
+		t.Helper()
+		got, gotVersion := listedView(w)
+		want, version := f.fullListing()
+		if gotVersion != version || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: %d streams at version %d, want %d at %d", what, len(got), gotVersion, len(want), version)
+		}
+	}
+	requests := func() (lists, since int) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		lists, since, f.lists, f.since = f.lists, f.since, 0, 0
+		return lists, since
+	}
+	// pull pulls and checks the list against a full listing and the
+	// requests against want: list requests, and of them with since.
+	pull := func(what string, wantLists, wantSince int) {
+		t.Helper()
+		w.pull(ctx)
+		check(what)
+		if lists, since := requests(); lists != wantLists || since != wantSince {
+			t.Fatalf("%s: %d list requests, %d with since answered with changes; want %d and %d", what, lists, since, wantLists, wantSince)
+		}
+	}
+	pull("the first pull", 3, 0)
+
+	f.change("s00010", false)
+	f.change("s00020", true)
+	f.change("a-new", false)
+	f.change("s00030", true)
+	f.change("s00030", false)
+	pull("five changes", 1, 1)
+
+	for i := range 1100 {
+		f.change(fmt.Sprintf("s%05d", i), i%7 == 0)
+	}
+	pull("1,100 changes", 3, 3)
+
+	// The coordinators' change log starts after the list held.
+	f.change("b-new", false)
+	f.mu.Lock()
+	f.floor = f.version
+	f.mu.Unlock()
+	pull("a coordinator that cannot list the changes", 3, 0)
+
+	f.change("c-new", false)
+	w.mu.Lock()
+	w.listedAt = w.listedAt.Add(-listMaxAge)
+	w.mu.Unlock()
+	pull("a list listed in full listMaxAge ago", 3, 0)
+
+	// A state behind the list held is another history (a restored
+	// cluster): its changes are not asked for; a full listing is, which
+	// the view follows only once the lower version persists.
+	_, held := listedView(w)
+	f.mu.Lock()
+	f.version = held - 20
+	f.mu.Unlock()
+	w.pull(ctx)
+	if lists, since := requests(); lists != 3 || since != 0 {
+		t.Fatalf("a state behind the list: %d list requests, %d with since; want 3 full pages", lists, since)
+	}
+	if _, v := listedView(w); v != held {
+		t.Fatalf("a state behind the list once: the view went to version %d from %d", v, held)
+	}
+	f.mu.Lock()
+	f.version = held
+	f.mu.Unlock()
+
+	// A coordinator of an earlier release refuses since: the list is
+	// listed in full at once, not left behind until listMaxAge.
+	f.mu.Lock()
+	f.floor, f.strict = 0, true
+	f.mu.Unlock()
+	f.change("d-new", false)
+	pull("a coordinator that refuses since", 4, 0)
+}
+
+// TestStreamListChangesMustMove: a coordinator whose pages of changes do
+// not move next_since past since cannot keep the watcher asking forever:
+// the pull fails and keeps the previous view.
+func TestStreamListChangesMustMove(t *testing.T) {
+	ns := startNATS(t, -1)
+	nc := connect(t, ns.ClientURL())
+	if _, err := nc.Subscribe(wire.AdminSubject(wire.VerbStreamList), func(m *nats.Msg) {
+		var req wire.StreamListRequest
+		_ = json.Unmarshal(m.Data, &req)
+		data, _ := json.Marshal(wire.StreamList{Streams: []wire.StreamInfo{}, Version: 9, Since: req.Since, NextSince: req.Since})
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
+	_, err := w.pullChanges(context.Background(), 5)
+	if err == nil || !strings.Contains(err.Error(), "does not move") {
+		t.Fatalf("a stuck next_since gave %v", err)
 	}
 }
 
@@ -449,7 +664,7 @@ func TestStreamListCursorMustMove(t *testing.T) {
 	f.stuckAt = f.names[listPage-1]
 	f.serve(t, connect(t, ns.ClientURL()))
 	w := New(connect(t, ns.ClientURL()), Options{RequestTimeout: time.Second})
-	_, _, err := w.pullStreams(context.Background())
+	_, _, err := w.pullStreams(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "does not move") {
 		t.Fatalf("a stuck cursor gave %v", err)
 	}

@@ -677,11 +677,23 @@ func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
 	if req.Limit < 0 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "limit %d: want 0 (every stream) or more", req.Limit)
 	}
-	v, err := s.store.Read(ctx, state.QueryStreamPage{After: req.Cursor, Limit: req.Limit})
-	if err != nil {
-		return nil, err
+	var page state.StreamChangePage
+	if req.Since > 0 {
+		// Attention lists the changes after the version it holds: at
+		// 10,000 streams a full listing was 2.6% of the whole machine in
+		// the coordinators during a failover, and 2.2% more decoding it.
+		v, err := s.store.Read(ctx, state.QueryStreamChanges{Since: req.Since, Limit: req.Limit})
+		if err != nil {
+			return nil, err
+		}
+		page = v.(state.StreamChangePage)
+	} else {
+		v, err := s.store.Read(ctx, state.QueryStreamPage{After: req.Cursor, Limit: req.Limit})
+		if err != nil {
+			return nil, err
+		}
+		page.StreamPage = v.(state.StreamPage)
 	}
-	page := v.(state.StreamPage)
 	// The page's streams' copies only: attention pages through the whole
 	// list during a failover, and a copy of every copy per page was 3% of
 	// the leader's CPU then.
@@ -693,7 +705,8 @@ func (s *Server) streamList(ctx context.Context, body []byte) (any, error) {
 		}
 	})
 	now := s.opt.Now()
-	out := wire.StreamList{Streams: make([]wire.StreamInfo, 0, len(page.Streams)), Next: page.Next, Version: page.Version}
+	out := wire.StreamList{Streams: make([]wire.StreamInfo, 0, len(page.Streams)), Next: page.Next, Version: page.Version,
+		Since: page.Since, NextSince: page.NextSince, Deleted: page.Deleted}
 	for _, sv := range page.Streams {
 		out.Streams = append(out.Streams, s.info(sv.Stream, sv.Status, view, now))
 	}

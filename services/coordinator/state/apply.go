@@ -34,7 +34,7 @@ func (s *State) Apply(c Command) Result {
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.remove(st)
 	}
-	assignVersion := s.AssignVersion
+	assignVersion, version := s.AssignVersion, s.Version
 	var r Result
 	switch c.Op {
 	case OpNodeSeen:
@@ -78,6 +78,17 @@ func (s *State) Apply(c Command) Result {
 		// only for the stream the command names.
 		s.changes.record(s.AssignVersion, c.Stream, x.streams)
 	}
+	if s.Version != version && s.listed != nil {
+		// A command that names a stream changes that stream alone; a
+		// node's command (and any naming no stream) changes a node, and
+		// with it the status of the streams the node owns.
+		if c.Stream != "" {
+			s.listed.record(s.Version, c.Stream, x.streams)
+		}
+		if c.Stream == "" || nodeOps[c.Op] {
+			s.listed.nodes = s.Version
+		}
+	}
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.add(st)
 		if r.StreamVersion == 0 {
@@ -110,6 +121,10 @@ func (s *State) touch(st *Stream, assign bool) {
 }
 
 var changed = Result{Changed: true}
+
+// nodeOps are the commands that change a node.
+var nodeOps = map[string]bool{OpNodeSeen: true, OpNodeExpire: true, OpNodeLeave: true, OpNodeDrainBegin: true, OpNodeDrain: true,
+	OpNodeUndrain: true}
 
 func (s *State) nodeSeen(c Command) Result {
 	if err := wire.ValidName("node", c.Node); err != nil {

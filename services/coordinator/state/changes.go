@@ -31,6 +31,12 @@ type changeLog struct {
 	// entry (of a deleted stream: of its deletion, until compact drops
 	// it).
 	latest map[string]uint64
+	// nodes is the version of the latest change the log cannot name
+	// stream by stream, 0 for none: a log that records every change of
+	// the streams' listing (State.listed) notes here each change of a
+	// node, which moves the status of every stream it owns. A delta since
+	// an earlier version is answered in full.
+	nodes uint64
 }
 
 // clone deep-copies the log (nil stays nil).
@@ -38,7 +44,7 @@ func (l *changeLog) clone() *changeLog {
 	if l == nil {
 		return nil
 	}
-	return &changeLog{floor: l.floor, entries: slices.Clone(l.entries), latest: maps.Clone(l.latest)}
+	return &changeLog{floor: l.floor, entries: slices.Clone(l.entries), latest: maps.Clone(l.latest), nodes: l.nodes}
 }
 
 // change is one entry of the change log.
@@ -120,13 +126,13 @@ func (s *State) PullVersion(stream string) uint64 {
 // state's version, as for a host of an earlier cluster) the reply is the
 // first page of a full pull instead (AssignmentPage, Since 0 in the reply).
 func (s *State) AssignmentDelta(node string, since uint64, limit int) wire.AssignmentSnapshot {
-	l := s.changes
-	if l == nil || since == 0 || since < l.floor || since > s.Version {
+	if !s.changes.covers(since, s.Version) {
 		return s.AssignmentPage(node, "", limit)
 	}
 	if limit <= 0 || limit > wire.MaxAssignmentPage {
 		limit = wire.MaxAssignmentPage
 	}
+	l := s.changes
 	snap := wire.AssignmentSnapshot{
 		Version:     s.Version,
 		Node:        node,
@@ -134,6 +140,34 @@ func (s *State) AssignmentDelta(node string, since uint64, limit int) wire.Assig
 		Assignments: []wire.AssignedStream{},
 		Streams:     map[string]uint64{},
 	}
+	snap.NextSince = l.since(since, limit, func(stream string) {
+		st := s.Streams[stream]
+		if st == nil {
+			snap.Deleted = append(snap.Deleted, stream)
+			return
+		}
+		snap.Streams[stream] = st.ID
+		if st.Assignment.Includes(node) {
+			snap.Assignments = append(snap.Assignments, assigned(st))
+		}
+	})
+	return snap
+}
+
+// covers reports whether the log can say what changed after version since
+// in a state at version: since is at or above its floor and above the
+// latest change it cannot name stream by stream (nodes), and not past
+// version (a reader of an earlier cluster).
+func (l *changeLog) covers(since, version uint64) bool {
+	return l != nil && since != 0 && since >= l.floor && since >= l.nodes && since <= version
+}
+
+// since calls yield, in version order, for each stream whose latest change
+// is after version since, at most limit of them (every one when limit is
+// 0 or less), and returns the version to ask from for the rest: 0 when
+// none is left. Its cost is the changes after since, not the streams there
+// are.
+func (l *changeLog) since(since uint64, limit int, yield func(stream string)) (next uint64) {
 	first := sort.Search(len(l.entries), func(i int) bool { return l.entries[i].version > since })
 	n := 0
 	for i := first; i < len(l.entries); i++ {
@@ -141,20 +175,11 @@ func (s *State) AssignmentDelta(node string, since uint64, limit int) wire.Assig
 		if l.latest[e.stream] != e.version {
 			continue // a later entry of the stream follows
 		}
-		if n == limit {
-			snap.NextSince = l.entries[i-1].version
-			break
+		if limit > 0 && n == limit {
+			return l.entries[i-1].version
 		}
 		n++
-		st := s.Streams[e.stream]
-		if st == nil {
-			snap.Deleted = append(snap.Deleted, e.stream)
-			continue
-		}
-		snap.Streams[e.stream] = st.ID
-		if st.Assignment.Includes(node) {
-			snap.Assignments = append(snap.Assignments, assigned(st))
-		}
+		yield(e.stream)
 	}
-	return snap
+	return 0
 }

@@ -158,10 +158,10 @@ func TestAssignmentDeltaRandom(t *testing.T) {
 	}
 }
 
-// TestAssignmentDeltaCost: a pull of the changes since a version reads
-// those changes only: after a thousand streams, one create gives a page
-// of one stream, and a host with nothing new gets an empty page.
-func TestAssignmentDeltaCost(t *testing.T) {
+// thousandStreams is a state of three live nodes and a thousand streams
+// s0000 to s0999, each owned by h1 and followed by h2.
+func thousandStreams(t *testing.T) *State {
+	t.Helper()
 	s := New()
 	for _, n := range []string{"h1", "h2", "h3"} {
 		mustApply(t, s, NodeSeen(n, 1, 0))
@@ -170,6 +170,14 @@ func TestAssignmentDeltaCost(t *testing.T) {
 	for i := range 1000 {
 		mustApply(t, s, StreamCreate(fmt.Sprintf("s%04d", i), 2, "", wire.Retention{}, a, 0))
 	}
+	return s
+}
+
+// TestAssignmentDeltaCost: a pull of the changes since a version reads
+// those changes only: after a thousand streams, one create gives a page
+// of one stream, and a host with nothing new gets an empty page.
+func TestAssignmentDeltaCost(t *testing.T) {
+	s := thousandStreams(t)
 	v := s.Version
 	if p := s.AssignmentDelta("h1", v, 0); p.Since != v || len(p.Streams) != 0 || len(p.Assignments) != 0 || p.NextSince != 0 || p.Version != v {
 		t.Fatalf("nothing changed: %+v", p)

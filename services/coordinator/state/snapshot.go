@@ -78,6 +78,6 @@ func Load(r io.Reader) (*State, error) {
 	s.ix()
 	// The changes before the snapshot are not known: hosts that applied
 	// an earlier version pull in full once.
-	s.changes = newChangeLog(s.Version)
+	s.changes, s.listed = newChangeLog(s.Version), newChangeLog(s.Version)
 	return s, nil
 }

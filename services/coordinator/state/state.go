@@ -54,6 +54,11 @@ type State struct {
 	// changes (changeLog); Apply keeps it, snapshots do not hold it, Clone
 	// copies it and Partial views have none.
 	changes *changeLog
+	// listed records, the same way, every change of what stream.list
+	// shows of a stream (any change of the stream, a recovery's wait
+	// included) and, in its nodes mark, the latest change of a node, for
+	// listings of changes (QueryStreamChanges).
+	listed *changeLog
 }
 
 // Node is one stream host.
@@ -124,14 +129,14 @@ func (st *Stream) UnderReplicated() *wire.UnderReplication {
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex(), changes: newChangeLog(0)}
+	return &State{Nodes: map[string]*Node{}, Streams: map[string]*Stream{}, idx: newIndex(), changes: newChangeLog(0), listed: newChangeLog(0)}
 }
 
 // Clone returns a deep copy, so a reader can use it while the state machine
 // moves on.
 func (s *State) Clone() *State {
 	c := s.cloneStreams()
-	c.changes = s.changes.clone()
+	c.changes, c.listed = s.changes.clone(), s.listed.clone()
 	return c
 }
 

@@ -269,12 +269,14 @@ func TestSnapshotRoundTripAndDeterminism(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The change log is not saved: the loaded state's starts at its
+	// The change logs are not saved: the loaded state's start at its
 	// version (TestAssignmentDeltaAfterLoad).
-	if got.changes.floor != s.Version || len(got.changes.entries) != 0 {
-		t.Fatalf("loaded change log %+v", got.changes)
+	for _, l := range []*changeLog{got.changes, got.listed} {
+		if l.floor != s.Version || len(l.entries) != 0 {
+			t.Fatalf("loaded change log %+v", l)
+		}
 	}
-	got.changes = s.changes
+	got.changes, got.listed = s.changes, s.listed
 	if !reflect.DeepEqual(got, s) {
 		t.Fatalf("round trip differs:\n%+v\n%+v", got, s)
 	}

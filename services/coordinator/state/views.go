@@ -154,6 +154,49 @@ func (s *State) Status(st *Stream) string {
 	}
 }
 
+// QueryStreamChanges reads one page of the streams whose listing changed
+// after version Since (StreamChangePage): what a reader holding the list
+// at Since needs to bring it to the state's version. Limit bounds the
+// page as QueryStreamPage's does (0: no bound).
+type QueryStreamChanges struct {
+	Since uint64
+	Limit int
+}
+
+// StreamChangePage is one page of the changes of the stream list after
+// Since: the streams changed (each as it is now, with its status) and the
+// names of those deleted, in the order of their latest change. NextSince,
+// when set, is the Since of the next page. When the state cannot say what
+// changed after the version asked (it is below the change log's floor, as
+// after a restart from a snapshot, or before a node's latest change, which
+// moved the status of every stream the node owns) the page is the first
+// of a full listing instead: Since is 0 and Next the name cursor of the
+// next page, as QueryStreamPage's.
+type StreamChangePage struct {
+	StreamPage
+	Since     uint64
+	NextSince uint64
+	Deleted   []string
+}
+
+// Run implements Query. Its cost is the changes after Since, not the
+// streams there are.
+func (q QueryStreamChanges) Run(s *State) any {
+	if !s.listed.covers(q.Since, s.Version) {
+		return StreamChangePage{StreamPage: QueryStreamPage{Limit: q.Limit}.Run(s).(StreamPage)}
+	}
+	p := StreamChangePage{StreamPage: StreamPage{Streams: []StreamView{}, Version: s.Version}, Since: q.Since}
+	p.NextSince = s.listed.since(q.Since, q.Limit, func(name string) {
+		st := s.Streams[name]
+		if st == nil {
+			p.Deleted = append(p.Deleted, name)
+			return
+		}
+		p.Streams = append(p.Streams, StreamView{Stream: st.Clone(), Status: s.Status(st)})
+	})
+	return p
+}
+
 // QueryPlacement reads what stream.create needs to place a stream
 // (*State): a Partial view with every node and the load counts, and the
 // stream itself if it exists. Its cost is the number of nodes, not of
