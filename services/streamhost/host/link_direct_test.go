@@ -375,12 +375,19 @@ func TestDirectLinkRetiresASilentConnection(t *testing.T) {
 
 	px.Pause()
 	defer px.Resume()
-	// The proxy's read in progress still forwards: an ack goes with it.
+	// The proxy's read in progress still forwards, so an ack usually goes
+	// with it; but a pause that comes before the proxy is back in its read
+	// holds the ack too (the test once waited for it for good). Either way
+	// the request below finds the connection silent.
 	if err := to.ack([]byte("ack")); err != nil {
 		t.Fatal(err)
 	}
-	if c := <-calls; !c.isAck() {
-		t.Fatal("the ack before the cut did not arrive")
+	select {
+	case c := <-calls:
+		if !c.isAck() {
+			t.Fatal("a call other than the ack arrived over the paused connection")
+		}
+	case <-time.After(time.Second):
 	}
 	if _, err := to.request(context.Background(), []byte("req"), 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("request on a silent connection: %v", err)
