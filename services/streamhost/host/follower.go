@@ -47,7 +47,13 @@ const (
 	// errNoServer at once (the NATS server does), so these retries cost
 	// the owner nothing and the link one short request each, at most
 	// noOwnerRetries per follower and epoch; after them the backoff goes
-	// on as before.
+	// on as before. They are for a role's first answer only: an owner
+	// that answered and then has nobody serving its stream is gone
+	// (killed, or its role stopped), and a newer assignment, not the old
+	// owner, ends its followers' wait. When a host is killed in a mass
+	// failover each of its streams' followers (5,000 at 10,000 streams)
+	// finds nobody serving at once, and ten quick retries each were 50,000
+	// no-responders requests while the survivors recovered.
 	noOwnerRetry   = 2 * time.Millisecond
 	noOwnerRetries = 10
 )
@@ -188,7 +194,7 @@ func (f *follower) run(ctx context.Context) {
 	}()
 	backoff := backoffMin
 	fails := 0
-	noOwner := 0 // errNoServer in a row, from the start of the role
+	noOwner := 0 // errNoServer in a row, from the start of the role until its first answer
 	wait := f.h.cfg.ReplWait
 	// idle: the last request, of the whole idle wait, came back empty (or
 	// came back empty to a quiet copy), or brought records to a copy of a
@@ -315,6 +321,7 @@ func (f *follower) run(ctx context.Context) {
 			continue
 		}
 		fails, backoff = 0, backoffMin
+		noOwner = noOwnerRetries // answered: no quick retries for this role any more
 		f.ownerHead.Store(b.Head)
 		if b.Head > t.RecordWritten {
 			// Behind the owner's retained head: what is missing is gone,
