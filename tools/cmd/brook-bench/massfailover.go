@@ -58,6 +58,9 @@ type massResult struct {
 	// Raft counts, from the coordinators' logs: leaderships begun and
 	// snapshots the stores took, up to the kill and up to the end.
 	RaftAtKill, RaftAtEnd raftCounts
+	// Stages times, from the processes' logs, the steps of the owned
+	// streams' failover (readStages).
+	Stages stageTimes
 }
 
 // raftCounts are the coordinators' leaderships and Raft snapshots, summed
@@ -113,6 +116,7 @@ func (r massResult) write(w io.Writer) {
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
 	ignoreWrite(fmt.Fprintf(w, "confirms per second after the %s (owned/not owned): %s\n", map[bool]string{true: "first publish", false: "kill"}[r.NoKill], perSecond(r.Serve, r.Others)))
+	r.Stages.write(w)
 	if r.NoKill {
 		r.Cost.writeAs(w, "burst window", "first publish")
 	} else {
@@ -208,9 +212,10 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if o.failoverTimes != "" {
 		res.PerStream = make(map[string]time.Duration, len(streams))
 	}
+	var killed time.Time
 	res.Cost, err = meter.measure(log, func() error {
 		res.RaftAtKill = countRaft(cl)
-		killed := time.Now()
+		killed = time.Now()
 		if res.NoKill {
 			log.Info("publishing to every stream, no host killed", "most_owned", res.Killed, "owned", res.Owned, "streams", n)
 		} else {
@@ -230,6 +235,18 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if o.failoverTimes != "" {
 		if err := res.writeTimes(o.failoverTimes, owners); err != nil {
 			return res, err
+		}
+	}
+	if !res.NoKill {
+		owned := map[string]bool{}
+		for s, o := range owners {
+			if o == res.Killed {
+				owned[s] = true
+			}
+		}
+		var serr error
+		if res.Stages, serr = readStages(cl, killed, owned, res.Serve); serr != nil {
+			log.Warn("failover stages not read", "err", serr)
 		}
 	}
 	if err := forEach(ctx, streams, 64, func(ctx context.Context, s string) error {
