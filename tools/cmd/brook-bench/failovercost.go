@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/brook-streams/brook/pkg/client"
@@ -44,9 +46,15 @@ type costMeter struct {
 	stats  func() client.Stats
 	stats0 client.Stats
 	// profile is the CPU profile of this process being written (nil
-	// without --cpuprofile, and once stopped).
-	profile *os.File
+	// without --cpuprofile, and once stopped); mutexProfile is where the
+	// mutex contention over the same window goes.
+	profile      *os.File
+	mutexProfile string
 }
+
+// mutexSampling is the fraction (1 in n) of mutex contention events the
+// failover's mutex profile samples.
+const mutexSampling = 5
 
 // selfName names this process among the measured: the client, and the
 // nats-servers unless they run as processes.
@@ -103,6 +111,8 @@ func startCost(procs []namedPid, stats func() client.Stats, profile string, log 
 			return nil, errors.Join(err, f.Close())
 		}
 		m.profile = f
+		m.mutexProfile = strings.TrimSuffix(profile, ".pprof") + ".mutex.pprof"
+		runtime.SetMutexProfileFraction(mutexSampling)
 	}
 	return m, nil
 }
@@ -116,7 +126,13 @@ func (m *costMeter) stop() error {
 	pprof.StopCPUProfile()
 	err := m.profile.Close()
 	m.profile = nil
-	return err
+	// The mutex profile counts from when sampling began: the window.
+	runtime.SetMutexProfileFraction(0)
+	f, merr := os.Create(m.mutexProfile)
+	if merr == nil {
+		merr = errors.Join(pprof.Lookup("mutex").WriteTo(f, 0), f.Close())
+	}
+	return errors.Join(err, merr)
 }
 
 // measure runs window (the kill and what follows it) and ends the meter
