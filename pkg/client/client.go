@@ -310,8 +310,10 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
+	c := &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
 		batchers: map[string]*batcher{}, batcherIdle: batcherIdleTTL, sends: sendQueue{nc: nc}}
+	c.notices.subscribe = nc.Subscribe
+	return c
 }
 
 // Conn returns the underlying NATS connection.

@@ -176,10 +176,11 @@
 // freed after AsyncPublisher.mu). Two locks are held across a call that
 // takes the NATS connection's own lock, which writes the connection's
 // buffer to the socket when it is full: Client.batchMu across MaxPayload
-// and Subscribe when batcherFor makes a stream's batcher, and notices.mu
-// across Subscribe and Stats in awaitOwner and across Unsubscribe in the
-// idle drop. Nothing of this package runs under the connection's lock, so
-// these delay the callers behind them but cannot deadlock:
+// and Subscribe when batcherFor makes a stream's batcher. Nothing of this
+// package runs under the connection's lock, so it delays the callers
+// behind it but cannot deadlock. notices.mu is not held across any NATS
+// call: awaitOwner subscribes after releasing it, and the idle drop
+// unsubscribes after it:
 //
 //   - AsyncPublisher.mu guards nextID, pend, outstanding, idle and closed.
 //     PublishAsync queues a first attempt (itself or through its batcher)
@@ -201,8 +202,10 @@
 //     dropped; it is held for updates only, never across a probe.
 //   - sendQueue.mu guards queue, spare and sending; it is released while
 //     PublishMsg runs.
-//   - notices.mu guards subs, shared and sharedHeard, and each
-//     noticeSub's users, next, seq and idle; held is an atomic copy of
+//   - notices.mu guards subs, shared, sharedPending and sharedHeard, and
+//     each noticeSub's sub, heard, users, next, seq and idle (sub and
+//     heard are set once the subscription made after the entry's
+//     insertion is through); held is an atomic copy of
 //     len(subs), written under it, so that noticeMark and noticesHeard
 //     skip the lock while no notice subscription is held.
 //   - confirmRTT.mu guards the round-trip estimate. Stats and heard.ok

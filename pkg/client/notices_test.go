@@ -209,3 +209,76 @@ func TestManyWaitingStreamsShareOneNoticeSubscription(t *testing.T) {
 		t.Fatalf("the publish to %s was not woken by its notice within 3 s (its backoff is 10 s): %+v", stream, c.Stats())
 	}
 }
+
+// TestNoNATSCallUnderTheNoticesLock: a stream's notice subscription is
+// made after the notices' lock is released, so a subscription call that
+// waits (for the connection's lock, held by its reader or flusher) holds
+// up no other stream's wait, mark or check; every retrying publish takes
+// that lock at each attempt.
+func TestNoNATSCallUnderTheNoticesLock(t *testing.T) {
+	url := startNATS(t)
+	c := connectClient(t, url)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	real := c.notices.subscribe
+	c.notices.subscribe = func(subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+		if subject == wire.OwnerNoticeWildcard("slow") {
+			entered <- struct{}{}
+			<-release
+		}
+		return real(subject, cb)
+	}
+	slowDone := make(chan func(), 1)
+	go func() {
+		_, rel := c.awaitOwner("slow")
+		slowDone <- rel
+	}()
+	<-entered
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, rel := c.awaitOwner("other")
+		c.noticedSince("other", c.noticeMark("other"))
+		c.noticesHeard("slow")
+		rel()
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		close(release)
+		t.Fatal("another stream's notice wait was held up behind a subscription call")
+	}
+	close(release)
+	select {
+	case rel := <-slowDone:
+		rel()
+	case <-time.After(3 * time.Second):
+		t.Fatal("the slow stream's wait did not return once its subscription went through")
+	}
+	c.notices.mu.Lock()
+	s := c.notices.subs["slow"]
+	c.notices.mu.Unlock()
+	if s == nil || s.sub == nil {
+		t.Fatalf("the slow stream's entry %+v has no subscription once it went through", s)
+	}
+}
+
+// TestSharedNoticeReachesAStreamWhoseOwnSubscriptionIsNotConfirmed: a
+// stream's own subscription, made after the notices' lock was released,
+// may reach the server after the shared one; until it is known to hear,
+// the shared one's notices still wake the stream, and after, they are
+// left to it.
+func TestSharedNoticeReachesAStreamWhoseOwnSubscriptionIsNotConfirmed(t *testing.T) {
+	c := &Client{watches: map[string]*ownerWatch{}}
+	s := &noticeSub{next: make(chan struct{}), sub: &nats.Subscription{Subject: wire.OwnerNoticeWildcard("x")}, heard: &heard{}, users: 1}
+	c.notices.subs = map[string]*noticeSub{"x": s}
+	notice := &nats.Msg{Subject: wire.OwnerNoticeSubject("x", "h2")}
+	c.onSharedNotice(notice)
+	if s.seq != 1 {
+		t.Fatalf("a shared notice for a stream whose own subscription is not confirmed: %d notices counted, want 1", s.seq)
+	}
+	s.heard.ok.Store(true)
+	c.onSharedNotice(notice)
+	if s.seq != 1 {
+		t.Fatalf("a shared notice for a stream whose own subscription hears: %d notices counted, want it left to that one", s.seq)
+	}
+}

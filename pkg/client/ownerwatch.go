@@ -293,7 +293,7 @@ func (c *Client) streamWatch(stream string) *ownerWatch {
 func (w *ownerWatch) run() {
 	// While attempts are in flight, a new owner's notice has the watch
 	// probe at once (notices.go).
-	notice, release := w.c.awaitOwner(w.stream)
+	_, release := w.c.awaitOwner(w.stream)
 	defer release()
 	// every is the wait before the next probe: probeEvery, doubling up to
 	// probeEveryNoticed after each probe that met a serving owner and
@@ -356,7 +356,7 @@ func (w *ownerWatch) run() {
 			// Nobody serving or an inconclusive probe: the failover
 			// is under way, probe at the first pace again.
 			every = probeEvery
-		case len(lost) == 0 && notice != nil:
+		case len(lost) == 0 && w.c.noticesHeard(w.stream):
 			every = min(2*every, probeEveryNoticed)
 		}
 		t.Reset(every)
