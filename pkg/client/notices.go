@@ -143,42 +143,32 @@ func (c *Client) subscribeOwn(stream string, s *noticeSub) {
 	}
 	c.stats.noticeSubscribes.Add(1)
 	h := c.confirmHeard(sub.Subject)
+	// s is still stream's entry: its creator, this call's caller, holds
+	// one of its users until awaitOwner returns, so it cannot be dropped.
 	n.mu.Lock()
-	if n.subs[stream] == s {
-		s.sub, s.heard = sub, h
-		sub = nil
-	}
+	s.sub, s.heard = sub, h
 	n.mu.Unlock()
-	if sub != nil {
-		// Dropped while it subscribed (its users left and the linger
-		// ran out): not needed any more.
-		c.unsubscribeNotices(sub)
-	}
 }
 
 // subscribeShared subscribes the shared wildcard subscription, which this
-// call marked pending.
+// call marked pending. Its caller's entry holds a user meanwhile, so the
+// subscription is wanted when it is through (the drop releases it once no
+// stream waits).
 func (c *Client) subscribeShared() {
 	n := &c.notices
 	sub, err := n.subscribe(wire.OwnerNoticeWildcard("*"), c.onSharedNotice)
 	var h *heard
 	if err != nil {
 		c.log.Debug("owner notices not heard", "err", err)
+		sub = nil
 	} else {
 		c.stats.noticeSubscribes.Add(1)
 		h = c.confirmHeard(sub.Subject)
 	}
 	n.mu.Lock()
 	n.sharedPending = false
-	if sub != nil && len(n.subs) > 0 {
-		n.shared, n.sharedHeard = sub, h
-		sub = nil
-	}
+	n.shared, n.sharedHeard = sub, h
 	n.mu.Unlock()
-	if sub != nil {
-		// Every stream stopped waiting while it subscribed.
-		c.unsubscribeNotices(sub)
-	}
 }
 
 // unsubscribeNotices drops a notice subscription; call it without mu.

@@ -34,8 +34,7 @@
 //     and reconnects. A pull sends its requests with no lock held and
 //     applies each reply under it (listCurrent, applyCluster,
 //     applyStreams; applyChanges builds the changed list before it takes
-//     the lock, and keeps it only if the list it started from is still
-//     the one held). A heartbeat is decoded under it and then applied
+//     the lock: only the pulls replace the list). A heartbeat is decoded under it and then applied
 //     under it; Snapshot lists under it the copies of the nodes with a
 //     report applied since the last Snapshot (heartbeatsLocked).
 //   - metrics.mu guards the counts of the latest judging by kind.

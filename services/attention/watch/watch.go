@@ -472,14 +472,15 @@ func (w *Watcher) pullChanges(ctx context.Context, since uint64) (listChanges, e
 	}
 }
 
-// applyChanges makes the list base, with changes applied, the list held,
-// unless another list replaced base meanwhile, and returns how many
-// streams it holds. The list held is shared with the judge's views
-// (Snapshot), so it is copied, not changed in place; it stays in name
-// order.
+// applyChanges makes the list base, the one held, with changes applied
+// (it consumes changes.streams) the list held, and returns how many
+// streams it holds. Only the pulls (Run's goroutine) replace the list, so
+// base is still the one held. The list held is shared with the judge's
+// views (Snapshot), so it is copied, not changed in place; it stays in
+// name order.
 func (w *Watcher) applyChanges(base *wire.StreamList, changes listChanges, at time.Time) int {
 	out := wire.StreamList{Version: changes.version, Streams: make([]wire.StreamInfo, 0, len(base.Streams)+len(changes.streams))}
-	left := maps.Clone(changes.streams)
+	left := changes.streams
 	for _, s := range base.Streams {
 		c, changed := left[s.Stream]
 		switch {
@@ -501,9 +502,6 @@ func (w *Watcher) applyChanges(base *wire.StreamList, changes listChanges, at ti
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.streams != base {
-		return len(w.streams.Streams)
-	}
 	w.lowerStreams = 0
 	w.streams, w.streamsAt = &out, at
 	return len(out.Streams)

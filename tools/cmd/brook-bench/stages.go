@@ -18,15 +18,12 @@ import (
 // failoverStage is one step of a stream's failover that a process logs,
 // with the line that marks it: the leader records the recovery and
 // commits it, and the new owner's host promotes its copy.
-type failoverStage struct {
-	name, msg string
-	coord     bool // logged by a coordinator, else by a stream host
-}
+type failoverStage struct{ name, msg string }
 
 var failoverStages = []failoverStage{
-	{"recorded", `msg="recovery recorded"`, true},
-	{"committed", `msg="recovery committed"`, true},
-	{"promoted", `msg="promoted to owner"`, false},
+	{"recorded", `msg="recovery recorded"`},
+	{"committed", `msg="recovery committed"`},
+	{"promoted", `msg="promoted to owner"`},
 }
 
 // stageTimes holds, per failover stage and then for the confirms, how long
@@ -36,31 +33,29 @@ type stageTimes struct {
 	times [][]time.Duration
 }
 
-// firstAfter reads log lines and returns, for each stream in streams, how
-// long after since the first line containing msg and naming it (stream=)
-// was logged. Lines before since, of other streams, or without a readable
-// time are skipped.
-func firstAfter(r io.Reader, msg string, since time.Time, streams map[string]bool, into map[string]time.Duration) error {
+// firstAfter reads log lines and records in into[i], for each stream in
+// streams, how long after since the first line containing stages[i]'s
+// message and naming it (stream=) was logged. Lines before since, of
+// other streams, or without a readable time are skipped.
+func firstAfter(r io.Reader, since time.Time, streams map[string]bool, stages []failoverStage, into []map[string]time.Duration) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	want := []byte(msg)
 	for sc.Scan() {
 		line := sc.Bytes()
-		if !bytes.Contains(line, want) {
-			continue
+		for i, st := range stages {
+			if !bytes.Contains(line, []byte(st.msg)) {
+				continue
+			}
+			stream := field(line, "stream=")
+			if _, seen := into[i][stream]; seen || !streams[stream] {
+				break
+			}
+			at, err := time.Parse(time.RFC3339Nano, field(line, "time="))
+			if err == nil && !at.Before(since) {
+				into[i][stream] = at.Sub(since)
+			}
+			break
 		}
-		stream := field(line, "stream=")
-		if !streams[stream] {
-			continue
-		}
-		if _, seen := into[stream]; seen {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, field(line, "time="))
-		if err != nil || at.Before(since) {
-			continue
-		}
-		into[stream] = at.Sub(since)
 	}
 	return sc.Err()
 }
@@ -89,39 +84,39 @@ func field(line []byte, key string) string {
 // A stage the logs do not show (a log level above it) is left out.
 func readStages(cl *cluster.Cluster, killed time.Time, owned map[string]bool, confirms []time.Duration) (stageTimes, error) {
 	var st stageTimes
-	for _, s := range failoverStages {
-		var paths []string
-		if s.coord {
-			for i := range cl.Coordinators() {
-				paths = append(paths, cl.Coordinator(i).LogPath)
-			}
-		} else {
-			for i := range cl.Hosts() {
-				paths = append(paths, cl.Host(i).LogPath)
-			}
+	var paths []string
+	for i := range cl.Coordinators() {
+		paths = append(paths, cl.Coordinator(i).LogPath)
+	}
+	for i := range cl.Hosts() {
+		paths = append(paths, cl.Host(i).LogPath)
+	}
+	got := make([]map[string]time.Duration, len(failoverStages))
+	for i := range got {
+		got[i] = map[string]time.Duration{}
+	}
+	for _, p := range paths {
+		if err := firstAfterFile(p, killed, owned, got); err != nil {
+			return st, err
 		}
-		got := map[string]time.Duration{}
-		for _, p := range paths {
-			if err := firstAfterFile(p, s.msg, killed, owned, got); err != nil {
-				return st, err
-			}
+	}
+	for i, s := range failoverStages {
+		if len(got[i]) > 0 {
+			st.add(s.name, slices.Collect(maps.Values(got[i])))
 		}
-		if len(got) == 0 {
-			continue
-		}
-		st.add(s.name, slices.Collect(maps.Values(got)))
 	}
 	st.add("confirmed", slices.Clone(confirms))
 	return st, nil
 }
 
-func firstAfterFile(path, msg string, since time.Time, streams map[string]bool, into map[string]time.Duration) error {
+// firstAfterFile is firstAfter over the log at path, for every stage.
+func firstAfterFile(path string, since time.Time, streams map[string]bool, into []map[string]time.Duration) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("stages: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	if err := firstAfter(f, msg, since, streams, into); err != nil {
+	if err := firstAfter(f, since, streams, failoverStages, into); err != nil {
 		return fmt.Errorf("stages: read %s: %w", path, err)
 	}
 	return nil

@@ -24,10 +24,12 @@ func TestFirstAfterTimesEachStreamsFirstLineAfterTheKill(t *testing.T) {
 		`time=garbage level=WARN msg="recovery recorded" stream=d`,
 		`level=WARN msg="recovery recorded" stream=d`,
 	}, "\n")
-	got := map[string]time.Duration{}
-	if err := firstAfter(strings.NewReader(logs), `msg="recovery recorded"`, kill, map[string]bool{"a": true, "b": true, "d": true}, got); err != nil {
+	into := []map[string]time.Duration{{}}
+	if err := firstAfter(strings.NewReader(logs), kill, map[string]bool{"a": true, "b": true, "d": true},
+		[]failoverStage{{"recorded", `msg="recovery recorded"`}}, into); err != nil {
 		t.Fatal(err)
 	}
+	got := into[0]
 	want := map[string]time.Duration{"a": 700 * time.Millisecond, "b": 1500 * time.Millisecond}
 	if len(got) != len(want) || got["a"] != want["a"] || got["b"] != want["b"] {
 		t.Fatalf("got %v, want %v", got, want)
