@@ -69,6 +69,23 @@ func (c *Client) Stats() Stats {
 	}
 }
 
+// Add returns s plus other: the counts of two clients together.
+func (s Stats) Add(other Stats) Stats {
+	return Stats{
+		PublishAttempts:     s.PublishAttempts + other.PublishAttempts,
+		Retries:             s.Retries + other.Retries,
+		AdminRetries:        s.AdminRetries + other.AdminRetries,
+		RetriesNoResponders: s.RetriesNoResponders + other.RetriesNoResponders,
+		RetriesTimedOut:     s.RetriesTimedOut + other.RetriesTimedOut,
+		RetriesOwnerLost:    s.RetriesOwnerLost + other.RetriesOwnerLost,
+		RetriesOther:        s.RetriesOther + other.RetriesOther,
+		Probes:              s.Probes + other.Probes,
+		StatusChecks:        s.StatusChecks + other.StatusChecks,
+		NoticeSubscribes:    s.NoticeSubscribes + other.NoticeSubscribes,
+		Notices:             s.Notices + other.Notices,
+	}
+}
+
 // Sub returns s less an earlier snapshot: the counts between the two.
 func (s Stats) Sub(earlier Stats) Stats {
 	return Stats{

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,5 +187,26 @@ func TestWriteNotRepeatedOnOutcomeUnknown(t *testing.T) {
 	}
 	if !writeRetryable(wire.Errorf(wire.CodeUnavailable, "no quorum")) {
 		t.Fatal("unavailable is not repeated")
+	}
+}
+
+// Add sums every field (a field added to Stats and left out of Add fails
+// here), and Sub undoes it.
+func TestStatsAddSumsEveryField(t *testing.T) {
+	var a, b Stats
+	av, bv := reflect.ValueOf(&a).Elem(), reflect.ValueOf(&b).Elem()
+	for i := range av.NumField() {
+		av.Field(i).SetUint(uint64(100 + i))
+		bv.Field(i).SetUint(uint64(1000 * (i + 1)))
+	}
+	sum := a.Add(b)
+	sv := reflect.ValueOf(sum)
+	for i := range sv.NumField() {
+		if got, want := sv.Field(i).Uint(), uint64(100+i)+uint64(1000*(i+1)); got != want {
+			t.Errorf("%s: %d, want %d", sv.Type().Field(i).Name, got, want)
+		}
+	}
+	if back := sum.Sub(b); back != a {
+		t.Errorf("Add then Sub: %+v, want %+v", back, a)
 	}
 }

@@ -77,6 +77,8 @@ func TestBrookTargetKillOwner(t *testing.T) {
 // The mass failover on a local process cluster, small: every stream the
 // killed host owned must serve again, and every stream must hold both of
 // its records once each (runMassFailover checks that and fails otherwise).
+// Two clients publish (--failover-clients), and the window's counts are
+// both clients' together: at least one attempt per stream.
 func TestMassFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the process cluster in -short mode")
@@ -85,7 +87,7 @@ func TestMassFailover(t *testing.T) {
 	defer cancel()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	res, err := runMassFailover(ctx, options{workDir: t.TempDir()}, 24, log)
+	res, err := runMassFailover(ctx, options{workDir: t.TempDir(), failoverClients: 2}, 24, log)
 	var text bytes.Buffer
 	res.write(&text)
 	t.Logf("result:\n%s", text.String())
@@ -97,5 +99,9 @@ func TestMassFailover(t *testing.T) {
 	}
 	if res.Owned == 0 || len(res.Serve) != res.Owned || len(res.Serve)+len(res.Others) != res.Streams {
 		t.Fatalf("killed %s owning %d; %d owned and %d others served again, of %d", res.Killed, res.Owned, len(res.Serve), len(res.Others), res.Streams)
+	}
+	if res.Clients != 2 || res.Cost.Client.PublishAttempts < uint64(res.Streams) {
+		t.Fatalf("%d clients made %d publish attempts in the window for %d streams; want 2 clients and at least one attempt a stream",
+			res.Clients, res.Cost.Client.PublishAttempts, res.Streams)
 	}
 }

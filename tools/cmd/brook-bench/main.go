@@ -76,6 +76,10 @@ type options struct {
 	// host killed: what waking every idle stream at once costs alone
 	// (--failover-kill=false; the zero value kills, as tests expect).
 	failoverNoKill bool
+	// failoverClients is how many clients, each its own NATS connection,
+	// publish the mass failover's records (stream i's go through client
+	// i mod failoverClients); creates and read-backs use the first.
+	failoverClients int
 	// balanceStreams > 0 runs the owner-balance measure instead.
 	balanceStreams int
 	// createConcurrency is how many creates --failover-streams runs at
@@ -143,6 +147,7 @@ func main() {
 	flag.IntVar(&o.failoverStreams, "failover-streams", 0, "instead of the workload: create this many streams on a local cluster, SIGKILL the host owning the most, and time each stream's first confirm after the kill")
 	failoverKill := flag.Bool("failover-kill", true, "with --failover-streams (brook): false kills no host and times the same burst of one publish per idle stream (the streams of the host that owns the most stay apart as \"owned\")")
 	flag.StringVar(&o.failoverTimes, "failover-times", "", "with --failover-streams (brook): write each stream's name, owned or other, and its first confirm's milliseconds after the kill to this file, one stream a line")
+	flag.IntVar(&o.failoverClients, "failover-clients", 1, "with --failover-streams (brook): how many clients, each with its own NATS connection, publish the streams' records, each stream through one of them (as a cluster's streams are published by many processes)")
 	flag.IntVar(&o.balanceStreams, "balance-streams", 0, "instead of the workload: create this many streams on a local cluster of 4 hosts under light load, SIGKILL the host owning the most, restart it once its streams failed over, and time the owner balancer back to every host within 10% of the even share")
 	flag.IntVar(&o.createConcurrency, "create-concurrency", defaultCreateConcurrency, "with --failover-streams or --balance-streams: creates in flight at once")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "with --failover-streams: once every stream serves, wait 5 s, then measure each process's CPU and RSS and the heartbeats' bytes over this window (0: skip)")

@@ -32,6 +32,8 @@ type massResult struct {
 	// the host that owns the most, left alive.
 	NoKill bool
 	Owned  int // streams the killed node owned
+	// Clients is how many clients published (--failover-clients).
+	Clients int
 	// Serve holds, per stream the killed node owned, how long after the
 	// SIGKILL its first publish was confirmed again, ascending.
 	Serve []time.Duration
@@ -111,7 +113,7 @@ func (r massResult) write(w io.Writer) {
 	if r.NoKill {
 		ignoreWrite(fmt.Fprintf(w, "burst without a kill: %d idle streams of %d copies, one publish each; %s, left alive, owns %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
 	} else {
-		ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d\n", r.Streams, benchCopies, r.Killed, r.Owned))
+		ignoreWrite(fmt.Fprintf(w, "mass failover: %d streams of %d copies, SIGKILL of %s, which owned %d; %d publishing client(s)\n", r.Streams, benchCopies, r.Killed, r.Owned, max(r.Clients, 1)))
 	}
 	line("serving again (owned)", r.Serve)
 	line("confirming (not owned)", r.Others)
@@ -144,7 +146,7 @@ const massProducer = "mass-failover"
 // order. Each stream fails over on its own recovery worker, so the time
 // should not grow with the number of streams the host owned.
 func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (massResult, error) {
-	res := massResult{Streams: n, NoKill: o.failoverNoKill}
+	res := massResult{Streams: n, NoKill: o.failoverNoKill, Clients: max(o.failoverClients, 1)}
 	cl, err := startLocalCluster(ctx, o, log)
 	if err != nil {
 		return res, err
@@ -155,10 +157,21 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		return res, err
 	}
 	defer closeClient(c, log)
+	pubs := []*client.Client{c}
+	for i := 1; i < o.failoverClients; i++ {
+		pc, err := connectRetrying(ctx, cl, fmt.Sprintf("brook-bench-mass-%d", i), log)
+		if err != nil {
+			return res, err
+		}
+		defer closeClient(pc, log)
+		pubs = append(pubs, pc)
+	}
+	pub := map[string]*client.Client{} // each stream's publishing client
 
 	streams := make([]string, n)
 	for i := range streams {
 		streams[i] = fmt.Sprintf("mass-%05d", i)
+		pub[streams[i]] = pubs[i%len(pubs)]
 	}
 	if res.Create, err = createStreams(ctx, c, streams, o.createConcurrency, log); err != nil {
 		return res, err
@@ -173,7 +186,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 			return err
 		}
 		// One record on every copy's W before the kill.
-		if _, err := c.Publish(wctx, s, record(s, 1), client.WithProducer(massProducer, 1)); err != nil {
+		if _, err := pub[s].Publish(wctx, s, record(s, 1), client.WithProducer(massProducer, 1)); err != nil {
 			return fmt.Errorf("publish before the kill: %w", err)
 		}
 		mu.Lock()
@@ -205,7 +218,14 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 	if res.NoKill {
 		spared = nil
 	}
-	meter, err := startCost(costProcs(cl, spared), c.Stats, profile, log)
+	stats := func() client.Stats {
+		var sum client.Stats
+		for _, pc := range pubs {
+			sum = sum.Add(pc.Stats())
+		}
+		return sum
+	}
+	meter, err := startCost(costProcs(cl, spared), stats, profile, log)
 	if err != nil {
 		return res, fmt.Errorf("failover cost: %w", err)
 	}
@@ -225,7 +245,7 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 			}
 		}
 		return res.timeAfterKill(ctx, streams, owners, killed, func(ctx context.Context, s string) error {
-			_, err := c.Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
+			_, err := pub[s].Publish(ctx, s, record(s, 2), client.WithProducer(massProducer, 2))
 			return err
 		})
 	})
