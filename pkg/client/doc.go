@@ -230,6 +230,9 @@
 //     Fetch, cancelled by takeAhead, dropAhead and Close;
 //   - confirmHeard, one per notice subscription made: a FlushTimeout of
 //     at most heardConfirmWait;
+//   - statusUnlessNoticed's watcher, one per retry's question to the
+//     coordinators, which cancels the question at the stream's next owner
+//     notice and ends with the question (at most a second);
 //   - timers: a batcher's linger, the request timeout of each flight and
 //     first attempt, and a notice subscription's idle drop noticeLinger
 //     after its last user; a reconnect runs each flight's and first

@@ -119,13 +119,12 @@ func publishAcrossAnnouncedOwner(t *testing.T, why string, opts ...Option) {
 	}
 }
 
-// A notice that arrives while the client asks the coordinators about the
-// stream (its status check after a failed attempt) wakes the retry as one
-// arriving during the backoff does: here the new owner starts and announces
-// itself while the stand-in coordinator holds its stream.info answer, and
-// the backoff is 10 s, so only the notice can bring the retry within 3 s.
-func TestOwnerNoticeDuringTheStatusCheck(t *testing.T) {
-	url := startNATS(t)
+// infoThatAnnounces has a stand-in coordinator, at its first stream.info
+// request, start a new owner of stream s at epoch 2 that announces itself,
+// and then run held before it answers; it answers every request with
+// answer, or none with nil. The channel gets the new owner.
+func infoThatAnnounces(t *testing.T, url string, held func(), answer any) <-chan *standInOwner {
+	t.Helper()
 	svc := responderConn(t, url)
 	started := make(chan *standInOwner, 1)
 	var once sync.Once
@@ -134,12 +133,26 @@ func TestOwnerNoticeDuringTheStatusCheck(t *testing.T) {
 			o := startOwner(t, url, 2)
 			announce(t, o, "h2")
 			started <- o
-			// The client is still waiting for this answer when the
-			// notice reaches it.
-			time.Sleep(50 * time.Millisecond)
+			held()
 		})
-		respondJSON(t, m, wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusRecovering})
+		if answer != nil {
+			respondJSON(t, m, answer)
+		}
 	})
+	return started
+}
+
+// A notice that arrives while the client asks the coordinators about the
+// stream (its status check after a failed attempt) wakes the retry as one
+// arriving during the backoff does: here the new owner starts and announces
+// itself while the stand-in coordinator holds its stream.info answer, and
+// the backoff is 10 s, so only the notice can bring the retry within 3 s.
+func TestOwnerNoticeDuringTheStatusCheck(t *testing.T) {
+	url := startNATS(t)
+	// The client is still waiting for the answer when the notice
+	// reaches it.
+	started := infoThatAnnounces(t, url, func() { time.Sleep(50 * time.Millisecond) },
+		wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusRecovering})
 	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
 
 	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced during the check"))
@@ -148,6 +161,37 @@ func TestOwnerNoticeDuringTheStatusCheck(t *testing.T) {
 	}
 	if pc.Epoch != 2 {
 		t.Fatalf("confirm %+v, want epoch 2", pc)
+	}
+	if n := (<-started).pubs.Load(); n != 1 {
+		t.Fatalf("the new owner saw %d publishes, want 1", n)
+	}
+}
+
+// A notice cuts short the status check it arrives during: the retry
+// goes to the announced owner without waiting for the coordinators'
+// answer, which here never comes (the question's limit is a second), so
+// only a check given up at the notice brings the confirm within 700 ms.
+func TestOwnerNoticeCutsTheStatusCheckShort(t *testing.T) {
+	url := startNATS(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	started := infoThatAnnounces(t, url, func() {
+		select { // a coordinator too busy to answer
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+	}, nil)
+	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute),
+		WithAdminTimeout(10*time.Second))
+
+	began := time.Now()
+	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced during an unanswered check"))
+	took := time.Since(began)
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v", pc, err)
+	}
+	if took > 700*time.Millisecond {
+		t.Fatalf("publish took %v: the retry waited for the coordinators' answer after the new owner's notice", took)
 	}
 	if n := (<-started).pubs.Load(); n != 1 {
 		t.Fatalf("the new owner saw %d publishes, want 1", n)
