@@ -61,8 +61,8 @@
 // the coordinators recovering their streams: the failover's end comes as
 // the new owner's notice), so a caller that runs out of
 // patience gets ErrRecovering ("the stream is failing over; retry later")
-// when the stream was recovering or waiting at the last check (up to 8 s
-// old), and ErrNoSuchStream when the stream does not exist (at once when
+// when the stream was recovering or waiting at the last answered check
+// (up to 8 s old, longer if later checks went unanswered), and ErrNoSuchStream when the stream does not exist (at once when
 // it did not exist at the first retry, up to 8 s late when it was deleted
 // while failing over). It asks only before a retry: once the
 // limits have run out it gives up without another request, so with

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,4 +117,16 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// refuser has a stand-in host answer every request on subject with e,
+// and returns the count of requests it answered.
+func refuser(t *testing.T, url, subject string, e *wire.Error) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	subscribe(t, responderConn(t, url), subject, func(m *nats.Msg) {
+		n.Add(1)
+		respondError(t, m, e)
+	})
+	return &n
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -324,5 +325,66 @@ func TestSharedNoticeReachesAStreamWhoseOwnSubscriptionIsNotConfirmed(t *testing
 	c.onSharedNotice(notice)
 	if s.seq != 1 {
 		t.Fatalf("a shared notice for a stream whose own subscription hears: %d notices counted, want it left to that one", s.seq)
+	}
+}
+
+// setHook sets a hook of retrier.next for the test.
+func setHook(t *testing.T, hook *func(), f func()) {
+	*hook = f
+	t.Cleanup(func() { *hook = nil })
+}
+
+// A notice heard after the retry checked for one and before it began to
+// wait (awaitOwner) is not missed: the channel it closed was never the
+// retry's, but the stream's notice count moved. The backoff is 10 s, so
+// only a retry that sees the notice is confirmed within 3 s.
+func TestNoticeBeforeTheWaitBeginsIsNotMissed(t *testing.T) {
+	url := startNATS(t)
+	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
+	// Another waiter (as the owner watch of an attempt in flight) holds
+	// the stream's notice entry, so the notice is counted.
+	_, release := c.awaitOwner("s")
+	defer release()
+	var owner *standInOwner
+	var once sync.Once
+	setHook(t, &testHookNext.beforeAwait, func() {
+		once.Do(func() {
+			owner = startOwner(t, url, 2)
+			c.onOwnerNotice("s") // heard just now, as from the subscription
+		})
+	})
+	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced before the wait"))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v (the notice heard before the wait began was missed)", pc, err)
+	}
+	if n := owner.pubs.Load(); n != 1 {
+		t.Fatalf("the new owner saw %d publishes, want 1", n)
+	}
+}
+
+// When the caller's context has ended and a notice is ready at the same
+// time, the retry gives up rather than send again: a batched publish sends
+// before it looks at the context, so a retry then would send the record
+// after its caller gave up. The select of the wait picks among ready cases
+// at random, so sixteen publishes each meet both ready at once.
+func TestCallerEndBeatsANoticeReadyWithIt(t *testing.T) {
+	url := startNATS(t)
+	sent := refuser(t, url, wire.PublishBatchSubject("s"), wire.Errorf(wire.CodeSealed, "sealed"))
+	c := connectClient(t, url, WithBatching(time.Millisecond, 16, 1<<16), WithBackoff(10*time.Second, 10*time.Second),
+		WithRetry(0, time.Minute))
+	for i := range int64(16) {
+		ctx, cancel := context.WithCancel(context.Background())
+		setHook(t, &testHookNext.beforeWait, func() {
+			cancel()
+			c.onOwnerNotice("s")
+		})
+		_, err := c.Publish(ctx, "s", []byte("given up"))
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("publish %d: %v, want the caller's context's end", i, err)
+		}
+		if n := sent.Load(); n != i+1 {
+			t.Fatalf("after publish %d the owner saw %d batches, want %d: a retry went after the caller gave up", i, n, i+1)
+		}
 	}
 }

@@ -217,13 +217,8 @@ func TestPublishRetriesAfterTimeout(t *testing.T) {
 // *wire.Error (with the copy count) reaches the caller.
 func TestPublishConfirmTimeoutNotRetried(t *testing.T) {
 	url := startNATS(t)
-	svc := responderConn(t, url)
-	var n atomic.Int32
-	subscribe(t, svc, wire.PublishSubject("s"), func(m *nats.Msg) {
-		n.Add(1)
-		copies := 1
-		respondError(t, m, &wire.Error{Code: wire.CodeConfirmTimeout, Message: "1 of 2 copies", Copies: &copies})
-	})
+	copies := 1
+	n := refuser(t, url, wire.PublishSubject("s"), &wire.Error{Code: wire.CodeConfirmTimeout, Message: "1 of 2 copies", Copies: &copies})
 	c := connectClient(t, url)
 
 	pc, err := c.Publish(ctxTimeout(t, 10*time.Second), "s", []byte("x"))

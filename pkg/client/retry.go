@@ -147,13 +147,16 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// A caller whose context ended gets its error instead: a batched
 	// publish sends before it looks at the context, so a retry now would
 	// send the record after the caller gave up.
-	if errors.Is(err, ErrOwnerLost) || (r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark)) {
+	retryNow := func() error {
 		if ctx.Err() != nil {
 			return r.giveUp(ctx.Err())
 		}
 		r.markAttempt()
 		r.countRetry(err)
 		return nil
+	}
+	if errors.Is(err, ErrOwnerLost) || (r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark)) {
+		return retryNow()
 	}
 	// A new owner's notice ends the wait early (notices.go). The wait
 	// starts before the status check: a notice that arrives while the
@@ -162,9 +165,18 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// must wake the retry too, not leave it its whole backoff.
 	var notice <-chan struct{}
 	if r.stream != "" {
+		if testHookNext.beforeAwait != nil {
+			testHookNext.beforeAwait()
+		}
 		var release func()
 		notice, release = r.c.awaitOwner(r.stream)
 		defer release()
+		// A notice heard after the check above and before awaitOwner
+		// closed a channel this retry never held: it is in the
+		// stream's count, not in notice.
+		if r.c.noticedSince(r.stream, r.attemptMark) {
+			return retryNow()
+		}
 	}
 	if r.stream != "" && !timedOut(err) && r.infoDue() {
 		// The coordinators know whether this is a failover or a stream
@@ -184,16 +196,23 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	}
 	t := time.NewTimer(r.quietDelay(err, delay))
 	defer t.Stop()
+	if testHookNext.beforeWait != nil {
+		testHookNext.beforeWait()
+	}
 	select {
 	case <-ctx.Done():
-		return r.giveUp(ctx.Err())
 	case <-t.C:
 	case <-notice:
 	}
-	r.markAttempt()
-	r.countRetry(err)
-	return nil
+	// retryNow gives up if the caller's context ended, also when a
+	// notice or the timer was ready with it and won the select.
+	return retryNow()
 }
+
+// testHookNext holds functions tests run inside retrier.next (nil
+// otherwise): beforeAwait between its check for a notice heard during the
+// attempt and awaitOwner, beforeWait just before its wait.
+var testHookNext struct{ beforeAwait, beforeWait func() }
 
 // statusUnlessNoticed asks the coordinators about the stream
 // (streamStatus), and gives up on the answer if a new owner's notice
@@ -206,8 +225,8 @@ func (r *retrier) next(ctx context.Context, err error) error {
 // attempt 0.33 to 1.59 s after the notice at the median, against 0.00 to
 // 0.32 s for the retries that were merely waiting (docs/benchmarks.md,
 // session 50).
-// An error then is the cancelled question, which the caller ignores, as
-// any failed check.
+// The caller ignores an error, whether the question was cancelled or
+// failed.
 func (r *retrier) statusUnlessNoticed(ctx context.Context, notice <-chan struct{}) (wire.StreamInfo, error) {
 	if notice == nil {
 		return r.c.streamStatus(ctx, r.stream)
