@@ -97,6 +97,15 @@ type notices struct {
 // was before the subscription went out, and the requests that join the
 // entry meanwhile wait on the same channel.
 func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
+	next, _, release := c.awaitOwnerMarked(stream)
+	return next, release
+}
+
+// awaitOwnerMarked is awaitOwner that also returns where the stream's
+// notices stand as the channel is handed out (noticeMark), read under the
+// same lock: a notice counted after the mark closes the channel, one
+// counted before it is in the mark (noticeMark.after).
+func (c *Client) awaitOwnerMarked(stream string) (<-chan struct{}, noticeMark, func()) {
 	n := &c.notices
 	n.mu.Lock()
 	s := n.subs[stream]
@@ -120,7 +129,7 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 		s.idle = nil
 	}
 	s.users++
-	next := s.next
+	next, mark := s.next, noticeMark{sub: s, seq: s.seq}
 	n.mu.Unlock()
 	if shared {
 		c.subscribeShared()
@@ -129,7 +138,7 @@ func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 		c.subscribeOwn(stream, s)
 	}
 	var once sync.Once
-	return next, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
+	return next, mark, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
 }
 
 // subscribeOwn subscribes stream's own notices for its entry s. A failure
@@ -262,15 +271,20 @@ type noticeMark struct {
 
 // noticedSince reports whether a notice of stream was heard after m.
 func (c *Client) noticedSince(stream string, m noticeMark) bool {
-	now := c.noticeMark(stream)
+	return c.noticeMark(stream).after(m)
+}
+
+// after reports whether now, a later mark of the same stream, counts a
+// notice heard after earlier.
+func (now noticeMark) after(earlier noticeMark) bool {
 	if now.sub == nil {
 		return false
 	}
-	if now.sub != m.sub {
+	if now.sub != earlier.sub {
 		// Subscribed after the mark: every notice it heard is later.
 		return now.seq > 0
 	}
-	return now.seq > m.seq
+	return now.seq > earlier.seq
 }
 
 // releaseNotice ends one wait on s; the last one schedules the drop.

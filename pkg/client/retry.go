@@ -155,26 +155,28 @@ func (r *retrier) next(ctx context.Context, err error) error {
 		r.countRetry(err)
 		return nil
 	}
-	if errors.Is(err, ErrOwnerLost) || (r.stream != "" && r.c.noticedSince(r.stream, r.attemptMark)) {
+	if errors.Is(err, ErrOwnerLost) {
 		return retryNow()
 	}
 	// A new owner's notice ends the wait early (notices.go). The wait
 	// starts before the status check: a notice that arrives while the
 	// coordinators are asked (a round trip, longer on a busy cluster, and
 	// the first retry after an attempt that did not merely time out asks)
-	// must wake the retry too, not leave it its whole backoff.
+	// must wake the retry too, not leave it its whole backoff. A notice
+	// heard since the attempt began, before the wait's channel was handed
+	// out, closed a channel this retry never held: the stream's count,
+	// read with the channel under one lock, has it, and the retry goes at
+	// once (the second case above).
 	var notice <-chan struct{}
 	if r.stream != "" {
 		if testHookNext.beforeAwait != nil {
 			testHookNext.beforeAwait()
 		}
+		var mark noticeMark
 		var release func()
-		notice, release = r.c.awaitOwner(r.stream)
+		notice, mark, release = r.c.awaitOwnerMarked(r.stream)
 		defer release()
-		// A notice heard after the check above and before awaitOwner
-		// closed a channel this retry never held: it is in the
-		// stream's count, not in notice.
-		if r.c.noticedSince(r.stream, r.attemptMark) {
+		if mark.after(r.attemptMark) {
 			return retryNow()
 		}
 	}
@@ -210,8 +212,8 @@ func (r *retrier) next(ctx context.Context, err error) error {
 }
 
 // testHookNext holds functions tests run inside retrier.next (nil
-// otherwise): beforeAwait between its check for a notice heard during the
-// attempt and awaitOwner, beforeWait just before its wait.
+// otherwise): beforeAwait after the attempt failed and before next hands
+// out the wait's channel, beforeWait just before its wait.
 var testHookNext struct{ beforeAwait, beforeWait func() }
 
 // statusUnlessNoticed asks the coordinators about the stream
