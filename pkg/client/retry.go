@@ -230,9 +230,6 @@ var testHookNext struct{ beforeAwait, beforeWait func() }
 // The caller ignores an error, whether the question was cancelled or
 // failed.
 func (r *retrier) statusUnlessNoticed(ctx context.Context, notice <-chan struct{}) (wire.StreamInfo, error) {
-	if notice == nil {
-		return r.c.streamStatus(ctx, r.stream)
-	}
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
