@@ -214,6 +214,8 @@ type Client struct {
 		batches, records, replies atomic.Uint64
 		rttNS                     atomic.Int64
 	}
+	// testHooks are a test's (retry.go); zero otherwise.
+	testHooks testHooks
 }
 
 // Connect connects to the NATS server(s) at urls (comma separated, as

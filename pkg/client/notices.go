@@ -97,15 +97,18 @@ type notices struct {
 // was before the subscription went out, and the requests that join the
 // entry meanwhile wait on the same channel.
 func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
-	next, _, release := c.awaitOwnerMarked(stream)
+	next, _, release := c.awaitOwnerSince(stream, noticeMark{})
 	return next, release
 }
 
-// awaitOwnerMarked is awaitOwner that also returns where the stream's
-// notices stand as the channel is handed out (noticeMark), read under the
-// same lock: a notice counted after the mark closes the channel, one
-// counted before it is in the mark (noticeMark.after).
-func (c *Client) awaitOwnerMarked(stream string) (<-chan struct{}, noticeMark, func()) {
+// awaitOwnerSince is awaitOwner that also reports whether a notice of the
+// stream was heard after since, an earlier mark (noticeMark), judged under
+// the lock that hands out the channel: a notice heard after that is the
+// channel's, one heard before it is in the answer, so none is missed in
+// between. That includes one heard on an entry dropped since the mark
+// (idle for noticeLinger during a long attempt): since holds that entry,
+// whose count mu still guards.
+func (c *Client) awaitOwnerSince(stream string, since noticeMark) (<-chan struct{}, bool, func()) {
 	n := &c.notices
 	n.mu.Lock()
 	s := n.subs[stream]
@@ -129,7 +132,9 @@ func (c *Client) awaitOwnerMarked(stream string) (<-chan struct{}, noticeMark, f
 		s.idle = nil
 	}
 	s.users++
-	next, mark := s.next, noticeMark{sub: s, seq: s.seq}
+	next := s.next
+	noticed := noticeMark{sub: s, seq: s.seq}.after(since) ||
+		(since.sub != nil && since.sub != s && since.sub.seq > since.seq)
 	n.mu.Unlock()
 	if shared {
 		c.subscribeShared()
@@ -138,7 +143,7 @@ func (c *Client) awaitOwnerMarked(stream string) (<-chan struct{}, noticeMark, f
 		c.subscribeOwn(stream, s)
 	}
 	var once sync.Once
-	return next, mark, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
+	return next, noticed, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
 }
 
 // subscribeOwn subscribes stream's own notices for its entry s. A failure
@@ -246,9 +251,10 @@ func (c *Client) noticesHeard(stream string) bool {
 
 // noticeMark is where stream's notices stand: its subscription (nil while
 // none is held) and the notices it heard. A retry marks the start of each
-// attempt and, after a failed one, asks noticedSince: a notice that came
-// during the attempt (often the cause of its failure: it has the attempt
-// probed and abandoned) was heard before the retry began to wait for one.
+// attempt and, after a failed one, asks awaitOwnerSince: a notice that
+// came during the attempt (often the cause of its failure: it has the
+// attempt probed and abandoned) was heard before the retry began to wait
+// for one.
 func (c *Client) noticeMark(stream string) noticeMark {
 	n := &c.notices
 	if n.held.Load() == 0 {
@@ -267,11 +273,6 @@ func (c *Client) noticeMark(stream string) noticeMark {
 type noticeMark struct {
 	sub *noticeSub
 	seq uint64
-}
-
-// noticedSince reports whether a notice of stream was heard after m.
-func (c *Client) noticedSince(stream string, m noticeMark) bool {
-	return c.noticeMark(stream).after(m)
 }
 
 // after reports whether now, a later mark of the same stream, counts a

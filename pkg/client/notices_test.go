@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,7 +283,7 @@ func TestNoNATSCallUnderTheNoticesLock(t *testing.T) {
 	go func() {
 		defer close(done)
 		_, rel := c.awaitOwner("other")
-		c.noticedSince("other", c.noticeMark("other"))
+		c.noticeMark("other")
 		c.noticesHeard("slow")
 		rel()
 	}()
@@ -328,13 +329,7 @@ func TestSharedNoticeReachesAStreamWhoseOwnSubscriptionIsNotConfirmed(t *testing
 	}
 }
 
-// setHook sets a hook of retrier.next for the test.
-func setHook(t *testing.T, hook *func(), f func()) {
-	*hook = f
-	t.Cleanup(func() { *hook = nil })
-}
-
-// A notice heard after the retry checked for one and before it began to
+// A notice heard after the attempt failed and before the retry began to
 // wait (awaitOwner) is not missed: the channel it closed was never the
 // retry's, but the stream's notice count moved. The backoff is 10 s, so
 // only a retry that sees the notice is confirmed within 3 s.
@@ -347,12 +342,12 @@ func TestNoticeBeforeTheWaitBeginsIsNotMissed(t *testing.T) {
 	defer release()
 	var owner *standInOwner
 	var once sync.Once
-	setHook(t, &testHookNext.beforeAwait, func() {
+	c.testHooks.beforeAwait = func() {
 		once.Do(func() {
 			owner = startOwner(t, url, 2)
 			c.onOwnerNotice("s") // heard just now, as from the subscription
 		})
-	})
+	}
 	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced before the wait"))
 	if err != nil || pc.Epoch != 2 {
 		t.Fatalf("publish: %+v %v (the notice heard before the wait began was missed)", pc, err)
@@ -372,19 +367,51 @@ func TestCallerEndBeatsANoticeReadyWithIt(t *testing.T) {
 	sent := refuser(t, url, wire.PublishBatchSubject("s"), wire.Errorf(wire.CodeSealed, "sealed"))
 	c := connectClient(t, url, WithBatching(time.Millisecond, 16, 1<<16), WithBackoff(10*time.Second, 10*time.Second),
 		WithRetry(0, time.Minute))
+	var cancel atomic.Pointer[context.CancelFunc]
+	c.testHooks.beforeWait = func() {
+		(*cancel.Load())()
+		c.onOwnerNotice("s")
+	}
 	for i := range int64(16) {
-		ctx, cancel := context.WithCancel(context.Background())
-		setHook(t, &testHookNext.beforeWait, func() {
-			cancel()
-			c.onOwnerNotice("s")
-		})
+		ctx, cancelCtx := context.WithCancel(context.Background())
+		cancel.Store(&cancelCtx)
 		_, err := c.Publish(ctx, "s", []byte("given up"))
-		cancel()
+		cancelCtx()
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("publish %d: %v, want the caller's context's end", i, err)
 		}
 		if n := sent.Load(); n != i+1 {
 			t.Fatalf("after publish %d the owner saw %d batches, want %d: a retry went after the caller gave up", i, n, i+1)
 		}
+	}
+}
+
+// A notice heard during an attempt is found after it even when the
+// stream's notice entry was dropped meanwhile (idle for noticeLinger while
+// the attempt was out, as for a fetch, which no owner watch holds it
+// for): the retry's mark holds the dropped entry, whose count moved.
+func TestNoticeOnADroppedEntryIsFound(t *testing.T) {
+	url := startNATS(t)
+	c := connectClient(t, url)
+	_, release := c.awaitOwner("s")
+	mark := c.noticeMark("s") // an attempt begins
+	c.onOwnerNotice("s")      // the new owner announces itself during it
+	release()
+	deadline := time.Now().Add(noticeLinger + 3*time.Second)
+	for c.notices.held.Load() != 0 { // the entry's idle drop
+		if time.Now().After(deadline) {
+			t.Fatal("the idle notice entry was not dropped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, noticed, rel := c.awaitOwnerSince("s", mark)
+	defer rel()
+	if !noticed {
+		t.Fatal("a notice heard during the attempt was missed once its entry was dropped")
+	}
+	_, noticed, rel2 := c.awaitOwnerSince("s", c.noticeMark("s"))
+	defer rel2()
+	if noticed {
+		t.Fatal("a mark taken after the notice reports it heard since")
 	}
 }

@@ -144,6 +144,7 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	//     (re)began serving after it went out, each found by a paced probe;
 	//   - an attempt during which a new owner's notice was heard (its probe
 	//     may be what abandoned the attempt): the wait below would miss it.
+	//     This one is found below, with the wait's channel.
 	// A caller whose context ended gets its error instead: a batched
 	// publish sends before it looks at the context, so a retry now would
 	// send the record after the caller gave up.
@@ -164,19 +165,19 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	// the first retry after an attempt that did not merely time out asks)
 	// must wake the retry too, not leave it its whole backoff. A notice
 	// heard since the attempt began, before the wait's channel was handed
-	// out, closed a channel this retry never held: the stream's count,
-	// read with the channel under one lock, has it, and the retry goes at
-	// once (the second case above).
+	// out, closed a channel this retry never held: awaitOwnerSince, which
+	// hands out the channel, finds it in the stream's count under the same
+	// lock, and the retry goes at once (the second case above).
 	var notice <-chan struct{}
 	if r.stream != "" {
-		if testHookNext.beforeAwait != nil {
-			testHookNext.beforeAwait()
+		if h := r.c.testHooks.beforeAwait; h != nil {
+			h()
 		}
-		var mark noticeMark
+		var noticed bool
 		var release func()
-		notice, mark, release = r.c.awaitOwnerMarked(r.stream)
+		notice, noticed, release = r.c.awaitOwnerSince(r.stream, r.attemptMark)
 		defer release()
-		if mark.after(r.attemptMark) {
+		if noticed {
 			return retryNow()
 		}
 	}
@@ -198,8 +199,8 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	}
 	t := time.NewTimer(r.quietDelay(err, delay))
 	defer t.Stop()
-	if testHookNext.beforeWait != nil {
-		testHookNext.beforeWait()
+	if h := r.c.testHooks.beforeWait; h != nil {
+		h()
 	}
 	select {
 	case <-ctx.Done():
@@ -211,10 +212,11 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	return retryNow()
 }
 
-// testHookNext holds functions tests run inside retrier.next (nil
-// otherwise): beforeAwait after the attempt failed and before next hands
-// out the wait's channel, beforeWait just before its wait.
-var testHookNext struct{ beforeAwait, beforeWait func() }
+// testHooks holds functions a test runs inside its client's
+// retrier.next (nil otherwise; set before the client is used):
+// beforeAwait after an attempt failed and before next hands out the
+// wait's channel, beforeWait just before its wait.
+type testHooks struct{ beforeAwait, beforeWait func() }
 
 // statusUnlessNoticed asks the coordinators about the stream
 // (streamStatus), and gives up on the answer if a new owner's notice
