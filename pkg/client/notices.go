@@ -132,9 +132,7 @@ func (c *Client) awaitOwnerSince(stream string, since noticeMark) (<-chan struct
 		s.idle = nil
 	}
 	s.users++
-	next := s.next
-	noticed := noticeMark{sub: s, seq: s.seq}.after(since) ||
-		(since.sub != nil && since.sub != s && since.sub.seq > since.seq)
+	next, noticed := s.next, since.passedOn(s)
 	n.mu.Unlock()
 	if shared {
 		c.subscribeShared()
@@ -275,17 +273,12 @@ type noticeMark struct {
 	seq uint64
 }
 
-// after reports whether now, a later mark of the same stream, counts a
-// notice heard after earlier.
-func (now noticeMark) after(earlier noticeMark) bool {
-	if now.sub == nil {
-		return false
-	}
-	if now.sub != earlier.sub {
-		// Subscribed after the mark: every notice it heard is later.
-		return now.seq > 0
-	}
-	return now.seq > earlier.seq
+// passedOn reports whether a notice of the stream was heard after m, cur
+// being the stream's entry now; call it with mu held. The entry of m, even
+// if dropped since, counts on past m; an entry made after m (another than
+// m's) heard only notices later than m.
+func (m noticeMark) passedOn(cur *noticeSub) bool {
+	return (m.sub != nil && m.sub.seq > m.seq) || (cur != m.sub && cur.seq > 0)
 }
 
 // releaseNotice ends one wait on s; the last one schedules the drop.

@@ -71,34 +71,27 @@ func (c *Client) Stats() Stats {
 
 // Add returns s plus other: the counts of two clients together.
 func (s Stats) Add(other Stats) Stats {
-	return Stats{
-		PublishAttempts:     s.PublishAttempts + other.PublishAttempts,
-		Retries:             s.Retries + other.Retries,
-		AdminRetries:        s.AdminRetries + other.AdminRetries,
-		RetriesNoResponders: s.RetriesNoResponders + other.RetriesNoResponders,
-		RetriesTimedOut:     s.RetriesTimedOut + other.RetriesTimedOut,
-		RetriesOwnerLost:    s.RetriesOwnerLost + other.RetriesOwnerLost,
-		RetriesOther:        s.RetriesOther + other.RetriesOther,
-		Probes:              s.Probes + other.Probes,
-		StatusChecks:        s.StatusChecks + other.StatusChecks,
-		NoticeSubscribes:    s.NoticeSubscribes + other.NoticeSubscribes,
-		Notices:             s.Notices + other.Notices,
-	}
+	return s.each(other, func(a, b uint64) uint64 { return a + b })
 }
 
 // Sub returns s less an earlier snapshot: the counts between the two.
 func (s Stats) Sub(earlier Stats) Stats {
+	return s.each(earlier, func(a, b uint64) uint64 { return a - b })
+}
+
+// each combines s and o count by count with f.
+func (s Stats) each(o Stats, f func(a, b uint64) uint64) Stats {
 	return Stats{
-		PublishAttempts:     s.PublishAttempts - earlier.PublishAttempts,
-		Retries:             s.Retries - earlier.Retries,
-		AdminRetries:        s.AdminRetries - earlier.AdminRetries,
-		RetriesNoResponders: s.RetriesNoResponders - earlier.RetriesNoResponders,
-		RetriesTimedOut:     s.RetriesTimedOut - earlier.RetriesTimedOut,
-		RetriesOwnerLost:    s.RetriesOwnerLost - earlier.RetriesOwnerLost,
-		RetriesOther:        s.RetriesOther - earlier.RetriesOther,
-		Probes:              s.Probes - earlier.Probes,
-		StatusChecks:        s.StatusChecks - earlier.StatusChecks,
-		NoticeSubscribes:    s.NoticeSubscribes - earlier.NoticeSubscribes,
-		Notices:             s.Notices - earlier.Notices,
+		PublishAttempts:     f(s.PublishAttempts, o.PublishAttempts),
+		Retries:             f(s.Retries, o.Retries),
+		AdminRetries:        f(s.AdminRetries, o.AdminRetries),
+		RetriesNoResponders: f(s.RetriesNoResponders, o.RetriesNoResponders),
+		RetriesTimedOut:     f(s.RetriesTimedOut, o.RetriesTimedOut),
+		RetriesOwnerLost:    f(s.RetriesOwnerLost, o.RetriesOwnerLost),
+		RetriesOther:        f(s.RetriesOther, o.RetriesOther),
+		Probes:              f(s.Probes, o.Probes),
+		StatusChecks:        f(s.StatusChecks, o.StatusChecks),
+		NoticeSubscribes:    f(s.NoticeSubscribes, o.NoticeSubscribes),
+		Notices:             f(s.Notices, o.Notices),
 	}
 }
