@@ -31,8 +31,10 @@ func (s *State) Apply(c Command) Result {
 	// Every command changes at most the stream it names: unindex it as it
 	// is and index it as the command leaves it.
 	x := s.ix()
+	existed := false
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.remove(st)
+		existed = true
 	}
 	assignVersion, version := s.AssignVersion, s.Version
 	var r Result
@@ -88,6 +90,9 @@ func (s *State) Apply(c Command) Result {
 		if c.Stream == "" || nodeOps[c.Op] {
 			s.listed.nodes = s.Version
 		}
+	}
+	if exists := s.Streams[c.Stream] != nil && c.Stream != ""; exists != existed {
+		x.setExists(c.Stream, exists)
 	}
 	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
 		x.add(st)

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"slices"
-
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -22,31 +20,28 @@ func (q QueryAssignmentPage) Run(s *State) any { return s.AssignmentPage(q.Node,
 // sort after after (at most limit of them, wire.MaxAssignmentPage when 0 or
 // more), every assignment that includes node, as AssignmentSnapshot has
 // them, and the id of every one; Next names the page's last stream when
-// more follow. The reply's size is bounded by the page, whatever the
-// number of streams; choosing the page reads every name once.
+// more follow. The reply's size, and the page's cost, are bounded by the
+// page, whatever the number of streams (the index keeps the names in
+// order).
 func (s *State) AssignmentPage(node, after string, limit int) wire.AssignmentSnapshot {
 	if limit <= 0 || limit > wire.MaxAssignmentPage {
 		limit = wire.MaxAssignmentPage
 	}
-	var names []string
-	for name := range s.Streams {
-		if name > after {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
+	names, more := s.namesPage(after, limit)
 	snap := wire.AssignmentSnapshot{
 		Version:     s.Version,
 		Node:        node,
 		Assignments: []wire.AssignedStream{},
-		Streams:     make(map[string]uint64, min(len(names), limit)),
+		Streams:     make(map[string]uint64, len(names)),
 	}
-	if len(names) > limit {
-		names = names[:limit]
+	if more {
 		snap.Next = names[len(names)-1]
 	}
 	for _, name := range names {
 		st := s.Streams[name]
+		if st == nil { // never, while the index holds
+			continue
+		}
 		snap.Streams[name] = st.ID
 		if st.Assignment.Includes(node) {
 			snap.Assignments = append(snap.Assignments, assigned(st))

@@ -84,3 +84,37 @@ func BenchmarkSnapshotHold(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPages measures paging through every stream of a 10,000-stream
+// state: the admin stream list (QueryStreamPage, 256 a page) and a host's
+// full assignment pull (AssignmentPage, wire.MaxAssignmentPage a page).
+// Each page's cost should follow the page, not the streams there are.
+func BenchmarkPages(b *testing.B) {
+	s := benchState(b, 10000)
+	// pages asks page for pages from the first until it names no next
+	// one, and fails unless there were want.
+	pages := func(b *testing.B, want int, page func(after string) (next string)) {
+		n := 0
+		for after := page(""); ; after = page(after) {
+			n++
+			if after == "" {
+				break
+			}
+		}
+		if n != want {
+			b.Fatalf("%d pages, want %d", n, want)
+		}
+	}
+	b.Run("stream.list", func(b *testing.B) {
+		for b.Loop() {
+			pages(b, 40, func(after string) string {
+				return QueryStreamPage{After: after, Limit: 256}.Run(s).(StreamPage).Next
+			})
+		}
+	})
+	b.Run("assignment.pull", func(b *testing.B) {
+		for b.Loop() {
+			pages(b, 10, func(after string) string { return s.AssignmentPage("h1", after, 0).Next })
+		}
+	})
+}

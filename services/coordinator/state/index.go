@@ -8,12 +8,13 @@ import (
 )
 
 // index is what the state machine keeps beside the streams so that a
-// create, a delete and a control round cost in proportion to the streams
-// they concern, not to all the streams there are: the load of each node
-// (for placement), the streams each node owns (those a lost node fails
-// over), and the streams the controller must look at. Apply keeps it up to
-// date for the one stream a command names; it is never saved (Load and
-// Clone rebuild or copy it), so snapshots and the Raft log are unchanged.
+// create, a delete, a control round and a page of a listing cost in
+// proportion to the streams they concern, not to all the streams there
+// are: the load of each node (for placement), the streams each node owns
+// (those a lost node fails over), the streams the controller must look
+// at, and the names in order (for pages). Apply keeps it up to date for
+// the one stream a command names; it is never saved (Load and Clone
+// rebuild or copy it), so snapshots and the Raft log are unchanged.
 type index struct {
 	// owns and holds count, per node, the streams it owns and the copies
 	// it holds; streams counts all streams. A node with none has no key.
@@ -33,11 +34,45 @@ type index struct {
 	// copies than their copy count, or a withdrawn recovery's fence
 	// above their epoch.
 	attention map[string]struct{}
+	// names holds every stream's name in order, for the pages of
+	// stream.list and of assignment pulls: a page starts with a binary
+	// search and reads only its own names, where sorting every name cost
+	// 1.5 ms a page at 10,000 streams (BenchmarkPages). Apply changes it
+	// only when a stream comes or goes (setExists), at the cost of moving
+	// the names after it (a memmove of 160 KB at 10,000 streams, a few
+	// microseconds); update, which runs on every change of a stream,
+	// leaves it alone. A sorted slice, not a tree: equal states have equal
+	// indexes (the state's tests compare states whole).
+	names []string
 }
 
 func newIndex() *index {
 	return &index{owns: map[string]int{}, holds: map[string]int{}, replOwns: map[string]int{}, ownedBy: map[string]map[string]struct{}{},
 		pending: map[string]struct{}{}, attention: map[string]struct{}{}}
+}
+
+// setExists records in names that stream exists or not, as Apply leaves it.
+func (x *index) setExists(stream string, exists bool) {
+	i, found := slices.BinarySearch(x.names, stream)
+	switch {
+	case exists && !found:
+		x.names = slices.Insert(x.names, i, stream)
+	case !exists && found:
+		x.names = slices.Delete(x.names, i, i+1)
+		if len(x.names) == 0 {
+			x.names = nil // as a new index's: equal states, equal indexes
+		}
+	}
+}
+
+// namesAfter returns the stream names that sort after after, in order
+// (the index's own slice: not to be changed).
+func (x *index) namesAfter(after string) []string {
+	i, found := slices.BinarySearch(x.names, after)
+	if found {
+		i++
+	}
+	return x.names[i:]
 }
 
 // needsAttention reports whether st's own state asks the controller to
@@ -97,21 +132,29 @@ func (x *index) update(st *Stream, d int) {
 func (x *index) clone() *index {
 	c := &index{owns: maps.Clone(x.owns), holds: maps.Clone(x.holds), streams: x.streams, replOwns: maps.Clone(x.replOwns),
 		ownedBy: make(map[string]map[string]struct{}, len(x.ownedBy)),
-		pending: maps.Clone(x.pending), attention: maps.Clone(x.attention)}
+		pending: maps.Clone(x.pending), attention: maps.Clone(x.attention), names: slices.Clone(x.names)}
 	for n, set := range x.ownedBy {
 		c.ownedBy[n] = maps.Clone(set)
 	}
 	return c
 }
 
+// indexOf builds the index of streams.
+func indexOf(streams map[string]*Stream) *index {
+	x := newIndex()
+	for name, st := range streams {
+		x.add(st)
+		x.names = append(x.names, name)
+	}
+	slices.Sort(x.names)
+	return x
+}
+
 // ix returns the index, building it from the streams if the state has
 // none yet (a State built by hand or just decoded).
 func (s *State) ix() *index {
 	if s.idx == nil {
-		s.idx = newIndex()
-		for _, st := range s.Streams {
-			s.idx.add(st)
-		}
+		s.idx = indexOf(s.Streams)
 	}
 	return s.idx
 }
@@ -178,6 +221,7 @@ func (s *State) Partial(names []string) *State {
 			continue
 		}
 		c.Streams[name] = st.Clone()
+		cx.names = append(cx.names, name)
 		// Only the sets: the counts are already the whole state's.
 		one := newIndex()
 		one.add(st)
@@ -190,6 +234,8 @@ func (s *State) Partial(names []string) *State {
 		maps.Copy(cx.pending, one.pending)
 		maps.Copy(cx.attention, one.attention)
 	}
+	slices.Sort(cx.names)
+	cx.names = slices.Compact(cx.names)
 	c.idx = cx
 	return c
 }

@@ -11,18 +11,16 @@ import (
 )
 
 // rebuilt is the index built from scratch from the streams.
-func rebuilt(s *State) *index {
-	x := newIndex()
-	for _, st := range s.Streams {
-		x.add(st)
-	}
-	return x
-}
+func rebuilt(s *State) *index { return indexOf(s.Streams) }
 
 // checkIndex fails unless the index Apply kept equals one rebuilt from the
-// streams, and Load equals a count over every stream.
+// streams (its names those of the streams, in order), and Load equals a
+// count over every stream.
 func checkIndex(t *testing.T, s *State, after string) {
 	t.Helper()
+	if got, want := s.idx.names, slices.Sorted(maps.Keys(s.Streams)); !slices.Equal(got, want) {
+		t.Fatalf("after %s: index names %v, want %v", after, got, want)
+	}
 	if want := rebuilt(s); !reflect.DeepEqual(s.idx, want) {
 		t.Fatalf("after %s: index\n got %+v\nwant %+v", after, s.idx, want)
 	}
@@ -197,5 +195,21 @@ func TestStreamPages(t *testing.T) {
 	all := QueryStreamPage{}.Run(s).(StreamPage)
 	if len(all.Streams) != 5 || all.Next != "" || all.Streams[0].Status != wire.StatusServing {
 		t.Fatalf("no limit: %d streams next %q", len(all.Streams), all.Next)
+	}
+	// A cursor need not name a stream: one deleted since its page, or
+	// any name, starts the page after where it would sort.
+	mustApply(t, s, StreamDelete("b", 1001))
+	for _, c := range []struct {
+		after string
+		want  []string
+	}{{"b", []string{"c", "d"}}, {"bb", []string{"c", "d"}}, {"a", []string{"c", "d"}}, {"", []string{"a", "c"}}, {"s1", nil}, {"zz", nil}} {
+		p := QueryStreamPage{After: c.after, Limit: 2}.Run(s).(StreamPage)
+		var got []string
+		for _, v := range p.Streams {
+			got = append(got, v.Stream.Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("after %q: %v, want %v", c.after, got, c.want)
+		}
 	}
 }

@@ -225,12 +225,26 @@ func (s *State) Load() (owned, copies map[string]int) {
 
 // SortedStreams returns the stream names in order, for deterministic walks.
 func (s *State) SortedStreams() []string {
-	names := make([]string, 0, len(s.Streams))
-	for n := range s.Streams {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names, _ := s.namesPage("", 0)
 	return names
+}
+
+// namesPage returns, in order, the names of the streams that sort after
+// after: at most limit of them (0: no limit), and whether more follow.
+// It reads only the names it returns (and one more), from the index.
+func (s *State) namesPage(after string, limit int) (names []string, more bool) {
+	if limit > 0 {
+		names = make([]string, 0, min(limit, len(s.Streams)))
+	} else {
+		names = make([]string, 0, len(s.Streams))
+	}
+	for _, name := range s.ix().namesAfter(after) {
+		if limit > 0 && len(names) == limit {
+			return names, true
+		}
+		names = append(names, name)
+	}
+	return names, false
 }
 
 // SortedNodes returns the node ids in order.

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"slices"
-
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -241,24 +239,18 @@ type StreamPage struct {
 	Version uint64
 }
 
-// Run implements Query. It copies only the page's streams; choosing them
-// reads every name once.
+// Run implements Query. It reads and copies only the page's streams (the
+// index keeps the names in order).
 func (q QueryStreamPage) Run(s *State) any {
-	var names []string
-	for name := range s.Streams {
-		if name > q.After {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
+	names, more := s.namesPage(q.After, q.Limit)
 	p := StreamPage{Streams: []StreamView{}, Version: s.Version}
-	if q.Limit > 0 && len(names) > q.Limit {
-		names = names[:q.Limit]
+	if more {
 		p.Next = names[len(names)-1]
 	}
 	for _, name := range names {
-		st := s.Streams[name]
-		p.Streams = append(p.Streams, StreamView{Stream: st.Clone(), Status: s.Status(st)})
+		if st := s.Streams[name]; st != nil { // always, while the index holds
+			p.Streams = append(p.Streams, StreamView{Stream: st.Clone(), Status: s.Status(st)})
+		}
 	}
 	return p
 }
