@@ -201,8 +201,15 @@ func (s *Server) checkConcerned(st *state.State, acts []controller.Action, losin
 }
 
 // maxConcurrentActions bounds the stream actions of one round in flight
-// at once.
-const maxConcurrentActions = 64
+// at once. A host's expiry at 10,000 streams plans about 2,500 recovery
+// recordings in one round, and their pace sets when the last workers
+// start: at 64 in flight the last was recorded 2.2-3.3 s after the kill
+// on a fast machine, at 256 1.3-2.6 s, and the owned streams' p99 was
+// lower in 9 of 12 alternated runs (docs/benchmarks.md, session 51).
+// Dragonboat takes up to 2,048 proposals queued (its
+// IncomingProposalQueueLength), which this leaves room for beside the
+// workers' own commits.
+const maxConcurrentActions = 256
 
 // executeAll carries out a round's actions and reports whether any changed
 // the state. Node actions go first and in order: the stream actions were
