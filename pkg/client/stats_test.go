@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"sync"
@@ -208,5 +209,38 @@ func TestStatsAddSumsEveryField(t *testing.T) {
 	}
 	if back := sum.Sub(b); back != a {
 		t.Errorf("Add then Sub: %+v, want %+v", back, a)
+	}
+}
+
+// TestStatusCheckCutBeforeItIsSentIsNotCounted: StatusChecks counts the
+// stream.info questions sent. One cut before it is asked (its context
+// ended, or the new owner's notice heard before the question) sends
+// nothing and counts nothing.
+func TestStatusCheckCutBeforeItIsSentIsNotCounted(t *testing.T) {
+	url := startNATS(t)
+	var asked atomic.Int32
+	subscribe(t, responderConn(t, url), wire.AdminSubject(wire.VerbStreamInfo), func(m *nats.Msg) {
+		asked.Add(1)
+		respondJSON(t, m, wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusServing})
+	})
+	c := connectClient(t, url)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.streamStatus(ended, "s"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("status on an ended context: %v", err)
+	}
+	noticed := make(chan struct{})
+	close(noticed)
+	r := c.newRetrier("publish", "s", 0)
+	if _, err := r.statusUnlessNoticed(context.Background(), noticed); err == nil {
+		t.Fatal("a question with its notice heard already was answered")
+	}
+	// One asked for real, so the responder is known to work.
+	if _, err := c.streamStatus(context.Background(), "s"); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if n, got := asked.Load(), c.Stats().StatusChecks; n != 1 || got != 1 {
+		t.Fatalf("%d questions reached the coordinators and %d were counted, want 1 and 1", n, got)
 	}
 }
