@@ -91,10 +91,11 @@ func (s *State) Apply(c Command) Result {
 			s.listed.nodes = s.Version
 		}
 	}
-	if exists := s.Streams[c.Stream] != nil && c.Stream != ""; exists != existed {
+	st := s.Streams[c.Stream]
+	if exists := st != nil && c.Stream != ""; exists != existed {
 		x.setExists(c.Stream, exists)
 	}
-	if st := s.Streams[c.Stream]; st != nil && c.Stream != "" {
+	if st != nil && c.Stream != "" {
 		x.add(st)
 		if r.StreamVersion == 0 {
 			r.StreamVersion = st.Version

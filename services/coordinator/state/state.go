@@ -224,27 +224,17 @@ func (s *State) Load() (owned, copies map[string]int) {
 }
 
 // SortedStreams returns the stream names in order, for deterministic walks.
-func (s *State) SortedStreams() []string {
-	names, _ := s.namesPage("", 0)
-	return names
-}
+func (s *State) SortedStreams() []string { return slices.Clone(s.ix().names) }
 
 // namesPage returns, in order, the names of the streams that sort after
-// after: at most limit of them (0: no limit), and whether more follow.
-// It reads only the names it returns (and one more), from the index.
+// after: at most limit of them (0: no limit), and whether more follow. It
+// copies only the names it returns, from the index.
 func (s *State) namesPage(after string, limit int) (names []string, more bool) {
-	if limit > 0 {
-		names = make([]string, 0, min(limit, len(s.Streams)))
-	} else {
-		names = make([]string, 0, len(s.Streams))
+	rest := s.ix().namesAfter(after)
+	if limit > 0 && len(rest) > limit {
+		return slices.Clone(rest[:limit]), true
 	}
-	for _, name := range s.ix().namesAfter(after) {
-		if limit > 0 && len(names) == limit {
-			return names, true
-		}
-		names = append(names, name)
-	}
-	return names, false
+	return slices.Clone(rest), false
 }
 
 // SortedNodes returns the node ids in order.
