@@ -184,6 +184,10 @@ func TestMetrics(t *testing.T) {
 	if v, _ := of.Value("brook_host_replication_links", "brook_link_side", "owner"); v != float64(len(before.Assignment.Followers)) {
 		t.Errorf("the owner's host serves %v direct connections; its followers are %v", v, before.Assignment.Followers)
 	}
+	// and the load's client publishes on a client link of its own.
+	if v, _ := of.Value("brook_host_replication_links", "brook_link_side", "client"); v < 1 {
+		t.Errorf("the owner's host serves %v client links; the load's client has none", v)
+	}
 	if got := of.LabelValues("brook_host_follower_lag_records", "brook_follower"); !slices.Equal(got, slices.Sorted(slices.Values(before.Assignment.Followers))) {
 		t.Errorf("the owner reports the lag of %v; its followers are %v", got, before.Assignment.Followers)
 	}

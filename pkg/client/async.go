@@ -198,7 +198,7 @@ func (p *AsyncPublisher) PublishAsync(ctx context.Context, data []byte, opts ...
 	msg.Reply = p.prefix + strconv.FormatUint(id, 10)
 	injectTrace(ctx, msg)
 	seen := p.c.seenEpoch(p.stream)
-	p.c.sends.push(msg, &pd.ended, func(err error) { p.sent(id, o.hasSeq, seen, err) })
+	p.c.sends.push(msg, nil, &pd.ended, func(err error) { p.sent(id, o.hasSeq, seen, err) })
 	p.mu.Unlock()
 	p.c.sends.drain()
 	return fut, nil

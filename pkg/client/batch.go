@@ -123,6 +123,11 @@ type flight struct {
 	stopConn func() bool
 	watched  func(wire.PublishConfirm)
 	sent     time.Time
+	// via is the client link connection it was sent on, nil for the bus;
+	// slow, once sent on it, sends the stream back to the bus if no reply
+	// comes in linkSlowAfter.
+	via  *hostConn
+	slow *time.Timer
 	// ended is set when the flight is taken; a batch still queued then
 	// is not sent (sendQueue), so a reconnect's retry of its records is
 	// not followed by the stale batch.
@@ -189,6 +194,9 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 		return nil, fmt.Errorf("publish %s: %w", stream, err)
 	}
 	b.sub = sub
+	if c.link != nil {
+		c.link.register(b)
+	}
 	c.batchers[stream] = b
 	return b, nil
 }
@@ -324,6 +332,21 @@ func (b *batcher) sendLocked() {
 	fl.stopConn = context.AfterFunc(b.c.gen.Current(), func() {
 		b.fail(id, fmt.Errorf("%s: the connection was replaced while waiting: %w", b.subject, nats.ErrDisconnected))
 	})
+	// On the client link (link.go) while its connection to the owner's
+	// host is up: a connection that closes loses the batch or its reply
+	// alike, and it is retried at once, as after a reconnect.
+	var via *hostConn
+	if b.c.link != nil {
+		via = b.c.link.route(b.stream)
+	}
+	if via != nil {
+		fl.via = via
+		stopGen := fl.stopConn
+		stopLink := context.AfterFunc(via.ctx, func() {
+			b.fail(id, fmt.Errorf("%s: the client link to %s closed while waiting: %w", b.subject, via.node, nats.ErrDisconnected))
+		})
+		fl.stopConn = func() bool { return stopLink() && stopGen() }
+	}
 	pb := frame.PubBatch{Records: make([]frame.PubRecord, len(items))}
 	for i, it := range items {
 		pb.Records[i] = it.rec
@@ -337,7 +360,12 @@ func (b *batcher) sendLocked() {
 	// before sent runs; a batch that could not be sent is taken back.
 	b.c.batchStats.batches.Add(1)
 	b.c.batchStats.records.Add(uint64(len(items)))
-	b.c.sends.push(msg, &fl.ended, func(err error) { b.sent(id, len(items), seen, err) })
+	b.c.sends.push(msg, via, &fl.ended, func(err error) {
+		if err == nil && via != nil {
+			b.c.batchStats.linked.Add(1)
+		}
+		b.sent(id, len(items), seen, err)
+	})
 }
 
 // sent starts flight id's clocks once PublishMsg put it in the
@@ -360,6 +388,14 @@ func (b *batcher) sent(id uint64, records int, seen epochSeen, err error) {
 	fl.timer = time.AfterFunc(timeout, func() {
 		b.fail(id, fmt.Errorf("%s: no reply in %v: %w", b.subject, timeout, ErrTimeout))
 	})
+	if via := fl.via; via != nil {
+		// A batch on the link still unanswered after linkSlowAfter sends
+		// the stream's next batches over the bus (it keeps waiting for
+		// its own reply): an owner that the bus no longer reaches, and
+		// whose followers are being sealed, may still take publishes on
+		// the link but can no longer confirm them.
+		fl.slow = time.AfterFunc(linkSlowAfter, func() { b.c.link.drop(b.stream, via) })
+	}
 	fl.watched = b.c.watchAttemptSeen(b.stream, !slices.ContainsFunc(fl.items, func(it *batchItem) bool { return it.rec.Producer == "" }), &seen, func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))
 	})
@@ -371,6 +407,10 @@ func (b *batcher) sent(id uint64, records int, seen epochSeen, err error) {
 func (c *Client) BatchStats() (batches, records uint64) {
 	return c.batchStats.batches.Load(), c.batchStats.records.Load()
 }
+
+// LinkedBatches returns how many of the publish batches this client sent
+// went on the client link (WithDirectLink) rather than the bus.
+func (c *Client) LinkedBatches() uint64 { return c.batchStats.linked.Load() }
 
 // BatchRoundTrips returns how many publish batch replies this client took
 // and the sum of their round trips, from the batch sent to its reply
@@ -393,6 +433,9 @@ func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 		fl.ended.Store(true)
 		if fl.timer != nil {
 			fl.timer.Stop()
+		}
+		if fl.slow != nil {
+			fl.slow.Stop()
 		}
 		fl.stopConn()
 		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
@@ -418,6 +461,7 @@ func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 func (b *batcher) fail(id uint64, err error) {
 	fl, queued := b.take(id)
 	if fl != nil {
+		b.offLink(fl)
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)
 		}
@@ -446,6 +490,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 		b.c.batchStats.rttNS.Add(int64(time.Since(fl.sent)))
 	}
 	failAll := func(err error) {
+		b.offLink(fl)
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)
 		}
@@ -477,6 +522,9 @@ func (b *batcher) onReply(m *nats.Msg) {
 	if fl.watched != nil {
 		fl.watched(wire.PublishConfirm{StreamID: streamID, Epoch: epoch}) // records the stream id and epoch seen
 	}
+	if slices.ContainsFunc(r.Results, func(res frame.PubResult) bool { return res.Code != "" }) {
+		b.offLink(fl)
+	}
 	for i, it := range fl.items {
 		res := r.Results[i]
 		if res.Code != "" {
@@ -484,6 +532,17 @@ func (b *batcher) onReply(m *nats.Msg) {
 			continue
 		}
 		it.done(wire.PublishConfirm{StreamID: streamID, Offset: res.Offset, Epoch: epoch, Copies: r.Copies, W: r.W, Duplicate: res.Duplicate}, nil)
+	}
+}
+
+// offLink sends the stream's next batches over the bus if fl went on the
+// client link and did not end with every record confirmed: whatever went
+// wrong (its host no longer owns the stream, or cannot confirm, or the
+// connection went), the bus decides again who the owner is, and the next
+// hello, over the bus, reaches that owner (link.go).
+func (b *batcher) offLink(fl *flight) {
+	if fl.via != nil {
+		b.c.link.drop(b.stream, fl.via)
 	}
 }
 
@@ -508,6 +567,9 @@ func (b *batcher) close() {
 // flight waits for a reply; once only.
 func (b *batcher) unsubscribe() {
 	b.unsubOnce.Do(func() {
+		if b.c.link != nil {
+			b.c.link.unregister(b)
+		}
 		if err := b.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 			b.c.log.Warn("unsubscribe batch replies", "stream", b.stream, "err", err)
 		}

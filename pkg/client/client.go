@@ -80,6 +80,8 @@ type options struct {
 	linger       time.Duration
 	batchRecords int
 	batchBytes   int
+	// directLink: publish batches on the client link (WithDirectLink).
+	directLink bool
 }
 
 // Option configures a Client.
@@ -213,7 +215,11 @@ type Client struct {
 	batchStats struct {
 		batches, records, replies atomic.Uint64
 		rttNS                     atomic.Int64
+		// linked counts the batches sent on the client link.
+		linked atomic.Uint64
 	}
+	// link is the client link (WithDirectLink; link.go), nil without.
+	link *clientLink
 	// testHooks are a test's (retry.go); zero otherwise.
 	testHooks testHooks
 }
@@ -315,6 +321,9 @@ func newClient(nc *nats.Conn, o options, gen *conngen.Generation) *Client {
 	c := &Client{nc: nc, opts: o, log: log.With("component", "brook-client"), watches: map[string]*ownerWatch{}, pins: map[string]uint64{}, gen: gen,
 		batchers: map[string]*batcher{}, batcherIdle: batcherIdleTTL, sends: sendQueue{nc: nc}}
 	c.notices.subscribe = nc.Subscribe
+	if o.directLink {
+		c.link = newClientLink(c)
+	}
 	return c
 }
 
@@ -329,6 +338,9 @@ func (c *Client) Close() error {
 	// request in flight.
 	c.closeBatchers()
 	c.sends.flush()
+	if c.link != nil {
+		c.link.close()
+	}
 	if !c.ownConn {
 		return nil
 	}

@@ -98,6 +98,21 @@
 // BatchStats counts the batches sent and their records.
 // WithBatching(0, 0, 0) publishes every record on its own.
 //
+// # The client link
+//
+// With WithDirectLink(true), a stream's batches go on a TLS connection of
+// the client's own to the owner's host (link.go) instead of through a
+// nats-server, once the owner, asked over the bus, named its host's
+// address and certificate and the client connected; one connection per
+// owner host serves every stream owned there. Everything else about a
+// batch is the same: its reply subject, its reply, its records' confirms,
+// retries and producer sequences. The stream's batches go over the bus
+// until its connection is up, whenever it closes (the batches in flight
+// on it are retried at once, as after a reconnect), and for a second
+// after any batch on it that was not confirmed whole, after which the
+// client asks the owner again over the bus. LinkedBatches counts the
+// batches sent on it.
+//
 // # Delivery guarantees
 //
 // Publishing is at-least-once. A publish is reported confirmed only when the
@@ -167,8 +182,10 @@
 // Client.batchMu (dropIdleBatchers, which only tries each batcher's lock
 // and skips a busy one), then batcher.mu, then Client.pinMu,
 // Client.watchMu (then ownerWatch.mu) or sendQueue.mu; no other two are
-// ever held together. notices.mu and confirmRTT.mu are always taken
-// alone. No lock is held across a request, a publish or a flush (the
+// ever held together. clientLink.mu is taken last, under batcher.mu
+// (route) or Client.batchMu (register), and takes no other lock; a
+// hostConn's queue lock (linkconn.Queue) is taken alone. notices.mu and
+// confirmRTT.mu are always taken alone. No lock is held across a request, a publish or a flush (the
 // sendQueue's drain calls PublishMsg with its lock released), nor across
 // a channel operation that can block (kicks and sync results go on
 // buffered channels; records' done callbacks, abandon functions and
@@ -237,6 +254,13 @@
 //     first attempt, and a notice subscription's idle drop noticeLinger
 //     after its last user; a reconnect runs each flight's and first
 //     attempt's context.AfterFunc, which fails it so that it is retried;
+//   - with the client link, per stream with no way at most one learn (a
+//     hello over the bus, then a dial unless its host's connection is
+//     up), bounded by linkSetupTimeout, and per connection a reader,
+//     which hands each reply to its batcher's onReply, and a writer;
+//     clientLink.close (Client.Close, after the sendQueue is empty)
+//     cancels the learns and closes the connections, and waits for all
+//     of them;
 //   - nats.go's delivery goroutine of each subscription: a batcher's
 //     replies (until it is dropped as idle, or Client.Close and its last
 //     flight), an AsyncPublisher's replies (until its Close) and owner

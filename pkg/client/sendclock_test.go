@@ -146,7 +146,7 @@ func TestBatchEndedWhileQueuedIsNotSent(t *testing.T) {
 	proxy.Pause()
 	stopFiller := nettest.BlockWrites(t, c.nc)
 	drained := make(chan struct{})
-	c.sends.push(&nats.Msg{Subject: "filler", Data: make([]byte, 512<<10)}, nil, func(error) {})
+	c.sends.push(&nats.Msg{Subject: "filler", Data: make([]byte, 512<<10)}, nil, nil, func(error) {})
 	go func() { c.sends.drain(); close(drained) }()
 	waitFor(t, func() bool {
 		c.sends.mu.Lock()

@@ -43,7 +43,10 @@ type sendQueue struct {
 
 // queuedSend is one message and what to do once PublishMsg returned.
 type queuedSend struct {
-	msg  *nats.Msg
+	msg *nats.Msg
+	// via, if set, is the client link connection it goes on instead of
+	// the bus (link.go).
+	via  *hostConn
 	sent func(error)
 	// ended, once true, means the attempt the message carries ended
 	// while it was queued (its connection was replaced, and its records
@@ -58,9 +61,9 @@ var errNotSent = errors.New("not sent: the attempt ended while it was queued")
 // push queues msg; sent gets PublishMsg's error once it was sent, or
 // errNotSent if ended is true by then. The caller drains once it holds no
 // lock.
-func (q *sendQueue) push(msg *nats.Msg, ended *atomic.Bool, sent func(error)) {
+func (q *sendQueue) push(msg *nats.Msg, via *hostConn, ended *atomic.Bool, sent func(error)) {
 	q.mu.Lock()
-	q.queue = append(q.queue, queuedSend{msg: msg, sent: sent, ended: ended})
+	q.queue = append(q.queue, queuedSend{msg: msg, via: via, sent: sent, ended: ended})
 	q.mu.Unlock()
 }
 
@@ -107,6 +110,8 @@ func (q *sendQueue) sendQueuedLocked() {
 	for i := range batch {
 		if e := batch[i].ended; e != nil && e.Load() {
 			batch[i].sent(errNotSent)
+		} else if v := batch[i].via; v != nil {
+			batch[i].sent(v.send(batch[i].msg))
 		} else {
 			batch[i].sent(q.nc.PublishMsg(batch[i].msg))
 		}

@@ -59,7 +59,7 @@ func TestSendQueueSendsEverythingInPushOrder(t *testing.T) {
 			var pmu sync.Mutex // the pusher's lock, as a batcher's: pushes under it, drains after
 			for i := range each {
 				pmu.Lock()
-				q.push(&nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%d", i)}, nil, func(err error) {
+				q.push(&nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%d", i)}, nil, nil, func(err error) {
 					if err != nil {
 						failed.Add(1)
 					}
@@ -74,9 +74,9 @@ func TestSendQueueSendsEverythingInPushOrder(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		q.push(&nats.Msg{Subject: "q.nested", Data: []byte("0")}, nil, func(error) {
+		q.push(&nats.Msg{Subject: "q.nested", Data: []byte("0")}, nil, nil, func(error) {
 			sent.Add(1)
-			q.push(&nats.Msg{Subject: "q.nested", Data: []byte("1")}, nil, func(error) { sent.Add(1) })
+			q.push(&nats.Msg{Subject: "q.nested", Data: []byte("1")}, nil, nil, func(error) { sent.Add(1) })
 			q.drain()
 		})
 		q.drain()

@@ -435,14 +435,16 @@ func (c *Cluster) Auth() *auth.Deployment { return c.auth }
 // with its certificate under Config.TLS; none with Config.NoAuth, where
 // the URL carries the credentials.
 func (c *Cluster) ClientOptions(principal string) []client.Option {
+	// The hosts offer the client link with their direct link.
+	link := client.WithDirectLink(!c.cfg.BusReplication)
 	if c.auth == nil {
-		return nil
+		return []client.Option{link}
 	}
 	p, ok := c.auth.Principal(principal)
 	if !ok {
 		return []client.Option{client.WithNkeySeedFile(filepath.Join(c.auth.Dir, "no-such-principal-"+principal))}
 	}
-	opts := []client.Option{client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
+	opts := []client.Option{link, client.WithNkeySeedFile(p.SeedFile), client.WithInboxPrefix(p.InboxPrefix)}
 	if c.auth.TLS {
 		opts = append(opts, client.WithTLS(c.auth.CAFile, p.CertFile, p.KeyFile))
 	}

@@ -46,9 +46,12 @@
 // Config.ReplListener), which carries followers' requests and acks and
 // their answers on one mutual-TLS connection per pair of hosts, set up by
 // a hello over the bus that binds each host's certificate to its node,
-// and falls back to natsLink wherever no connection is up. Host waits,
-// client requests (publishes, fetches, commits), seals, probes and
-// assignments stay on NATS.
+// and falls back to natsLink wherever no connection is up. The same
+// listener takes clients' client links (link_client.go): publish batches
+// on a client's own TLS connection, handed to the stream's owner as the
+// bus would hand them, their replies sent back on it. Host waits, single
+// publishes, fetches, commits, seals, probes and assignments stay on
+// NATS.
 //
 // Seals fence a copy in storage first and then stop whatever role the copy
 // played at an older epoch. Assignments are pulled from the coordinators
@@ -143,6 +146,11 @@
 //     directLink.routes (read once per frame from a follower host) and a
 //     connection's write and pending locks are each taken with no other
 //     lock held; no lock is held across a network call.
+//     A client's connection (link_client.go) has the same reader and
+//     writer; its reader hands each publish batch to the owner's intake
+//     callback, which may wait for room in the intake queue and so holds
+//     up that connection alone. The client side's routes, connections
+//     and hellos locks (clientSide) are each taken alone.
 //   - the marking goroutine (hostWaiters.markLoop, started by Run): it
 //     marks the store's changes in the idle sets (markQueue); ended by
 //     hostWaiters.close, which waits for it, as Run's shutdown begins (or

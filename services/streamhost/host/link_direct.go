@@ -3,25 +3,22 @@ package host
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/linkconn"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -90,6 +87,9 @@ type directLink struct {
 		sync.RWMutex
 		m map[servedKey]*servedFn
 	}
+	// clients is the link's side for clients' connections
+	// (link_client.go).
+	clients clientSide
 
 	mu struct {
 		sync.Mutex
@@ -135,7 +135,7 @@ const (
 	// (nats-server's is at most 64 MiB), and the frame's fields fit in
 	// the rest.
 	linkMaxFrame = 64<<20 + 1024
-	linkHeader   = 4 + 1 + 8
+	linkHeader   = linkconn.HeaderLen
 	// linkShortLived: a connection that closes sooner counts as a failed
 	// dial.
 	linkShortLived = 5 * time.Second
@@ -170,6 +170,7 @@ func newDirectLink(ctx context.Context, h *Host, ln net.Listener, advertise stri
 	l := &directLink{h: h, ln: ln, addr: advertise, cert: cert, fp: fp, ctx: ctx}
 	l.bus = natsLink{h: h, hello: l.hello}
 	l.routes.m = map[servedKey]*servedFn{}
+	l.clients.init()
 	l.mu.known = map[string]string{}
 	l.mu.peers = map[string]*linkPeer{}
 	l.mu.conns = map[*linkConn]struct{}{}
@@ -178,29 +179,7 @@ func newDirectLink(ctx context.Context, h *Host, ln net.Listener, advertise stri
 
 // linkCertificate makes a self-signed certificate for node's link.
 func linkCertificate(node string) (tls.Certificate, string, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, "", err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()),
-		Subject:      pkix.Name{CommonName: "brook-streamhost " + node},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(10, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		return tls.Certificate{}, "", err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}, fingerprint(der), nil
-}
-
-func fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
+	return linkconn.Certificate("brook-streamhost "+node, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
 
 // linkHello is a follower host's hello (its certificate) and an owner
@@ -285,7 +264,8 @@ func (l *directLink) goLink(f func()) bool {
 
 // accept sets up a connection a follower host dialed: the node its first
 // frame names must be the one whose last hello named the certificate it
-// presented.
+// presented. A client's first frame names no node (link_client.go): its
+// certificate must be one a client's hello named lately.
 func (l *directLink) accept(raw net.Conn) {
 	conn := tls.Server(raw, &tls.Config{
 		Certificates: []tls.Certificate{l.cert},
@@ -301,10 +281,17 @@ func (l *directLink) accept(raw net.Conn) {
 			return "", err
 		}
 		certs := conn.ConnectionState().PeerCertificates
+		if node == "" {
+			if len(certs) == 0 || !l.takeClientHello(linkconn.Fingerprint(certs[0].Raw)) {
+				return "", errors.New("a client whose certificate no hello named lately")
+			}
+			_, err = conn.Write([]byte{frame.LinkReady})
+			return "", err
+		}
 		l.mu.Lock()
 		known := l.mu.known[node]
 		l.mu.Unlock()
-		if len(certs) == 0 || known == "" || fingerprint(certs[0].Raw) != known {
+		if len(certs) == 0 || known == "" || linkconn.Fingerprint(certs[0].Raw) != known {
 			return node, errors.New("its certificate is not the one the node's hello named")
 		}
 		_, err = conn.Write([]byte{linkReady})
@@ -312,6 +299,12 @@ func (l *directLink) accept(raw net.Conn) {
 	})
 	if err != nil {
 		l.h.log.Warn("direct link: connection refused", "remote", raw.RemoteAddr().String(), "claimed", node, "err", err)
+		return
+	}
+	if node == "" {
+		if c := l.startClient(raw, conn); c != nil {
+			l.h.log.Info("client link from a client", "remote", raw.RemoteAddr().String(), "conn", c.seq)
+		}
 		return
 	}
 	if c := l.start(raw, conn, node, true); c != nil {
@@ -337,11 +330,14 @@ func (l *directLink) setUp(raw net.Conn, steps func() (string, error)) (string, 
 }
 
 // readLinkNode reads the node a follower host's first frame names: one
-// length byte and the name.
+// length byte and the name; "" for a client's, which is the byte 0.
 func readLinkNode(r io.Reader) (string, error) {
 	var n [1]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return "", fmt.Errorf("read the node: %w", err)
+	}
+	if n[0] == 0 {
+		return "", nil
 	}
 	name := make([]byte, n[0])
 	if _, err := io.ReadFull(r, name); err != nil {
@@ -444,28 +440,12 @@ func (l *directLink) connect(node string) (*linkConn, error) {
 func (l *directLink) dialOwner(node string, their linkHello) (*linkConn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, linkSetupTimeout)
 	defer cancel()
-	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", their.Addr)
+	raw, conn, err := linkconn.Dial(ctx, their.Addr, l.cert, their.Cert)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", their.Addr, err)
+		return nil, err
 	}
-	conn := tls.Client(raw, &tls.Config{
-		Certificates: []tls.Certificate{l.cert},
-		// The certificate is checked against the one the bus named, not
-		// against any authority.
-		InsecureSkipVerify: true,
-		VerifyPeerCertificate: func(certs [][]byte, _ [][]*x509.Certificate) error {
-			if len(certs) == 0 || fingerprint(certs[0]) != their.Cert {
-				return errors.New("not the certificate the owner host's hello named")
-			}
-			return nil
-		},
-		MinVersion: tls.VersionTLS13,
-	})
 	self := l.h.cfg.Node
 	_, err = l.setUp(raw, func() (string, error) {
-		if err := conn.HandshakeContext(ctx); err != nil {
-			return "", fmt.Errorf("handshake with %s: %w", their.Addr, err)
-		}
 		// This host names itself; the owner host says it took the
 		// name with the certificate before anything else is sent.
 		if _, err := conn.Write(append([]byte{byte(len(self))}, self...)); err != nil {
@@ -491,11 +471,34 @@ func (l *directLink) dialOwner(node string, their linkHello) (*linkConn, error) 
 // reader and writer; nil if the link closed.
 func (l *directLink) start(raw, conn net.Conn, node string, serving bool) *linkConn {
 	c := &linkConn{l: l, raw: raw, conn: conn, node: node, serving: serving, started: time.Now(),
-		done: make(chan struct{}), kick: make(chan struct{}, 1)}
+		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
+	return l.launch(c)
+}
+
+// startClient is start for a client's connection, unless maxClientConns
+// are up.
+func (l *directLink) startClient(raw, conn net.Conn) *linkConn {
+	c := &linkConn{l: l, raw: raw, conn: conn, serving: true, client: true, started: time.Now(),
+		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
+	if !l.addClient(c) {
+		l.h.log.Warn("client link refused: too many clients connected", "remote", raw.RemoteAddr().String(), "max", maxClientConns)
+		_ = raw.Close()
+		return nil
+	}
+	return l.launch(c)
+}
+
+// launch registers c and starts its reader and writer; nil if the link
+// closed.
+func (l *directLink) launch(c *linkConn) *linkConn {
+	raw := c.raw
 	c.p.pending = map[uint64]chan replAnswer{}
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
+		if c.client {
+			l.dropClient(c)
+		}
 		_ = raw.Close()
 		return nil
 	}
@@ -519,6 +522,9 @@ func (l *directLink) connections() (toOwners, fromFollowers int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c := range l.mu.conns {
+		if c.client {
+			continue
+		}
 		if c.serving {
 			fromFollowers++
 		} else {
@@ -530,6 +536,9 @@ func (l *directLink) connections() (toOwners, fromFollowers int) {
 
 // forget drops c, which closed, from the link and from its peer.
 func (l *directLink) forget(c *linkConn) {
+	if c.client {
+		l.dropClient(c)
+	}
 	l.mu.Lock()
 	delete(l.mu.conns, c)
 	p := l.mu.peers[c.node]
@@ -640,8 +649,12 @@ func decodeLinkCall(body []byte) (stream string, epoch uint64, req []byte, err e
 type linkConn struct {
 	l       *directLink
 	conn    net.Conn
-	node    string // the other host
+	node    string // the other host; "" for a client
 	serving bool
+	// client: a client's connection (link_client.go), served; seq is its
+	// number in reply addresses (clientReplyTo).
+	client  bool
+	seq     uint64
 	raw     net.Conn // under conn: closed without TLS's goodbye
 	started time.Time
 	// lastRead is when the reader last took a frame (unix ns): a request
@@ -649,14 +662,8 @@ type linkConn struct {
 	lastRead atomic.Int64
 	done     chan struct{} // closed by close
 	once     sync.Once
-	kick     chan struct{} // the writer has something to write
-
-	w struct {
-		sync.Mutex
-		buf    []byte // frames not yet written
-		closed bool
-	}
-	p struct {
+	q        *linkconn.Queue // frames not yet written
+	p        struct {
 		sync.Mutex
 		next    uint64
 		pending map[uint64]chan replAnswer // by request id
@@ -667,9 +674,7 @@ type linkConn struct {
 // fail with errLinkLost.
 func (c *linkConn) close(err error) {
 	c.once.Do(func() {
-		c.w.Lock()
-		c.w.closed = true
-		c.w.Unlock()
+		c.q.Close()
 		// Its peer forgets it first, so that a request that sees it
 		// closed and asks again finds no connection, not this one.
 		c.l.forget(c)
@@ -677,7 +682,11 @@ func (c *linkConn) close(err error) {
 		// The socket, not the TLS connection: TLS's goodbye could wait
 		// for a write stuck on a peer that does not read.
 		_ = c.raw.Close()
-		if !errors.Is(err, errLinkClosed) && c.l.ctx.Err() == nil {
+		switch {
+		case errors.Is(err, errLinkClosed) || c.l.ctx.Err() != nil:
+		case c.client:
+			c.l.h.log.Info("client link closed", "conn", c.seq, "err", err)
+		default:
 			c.l.h.log.Info("direct replication link closed", "peer", c.node, "serving", c.serving, "err", err)
 		}
 	})
@@ -695,65 +704,21 @@ func (c *linkConn) closed() bool {
 
 // send queues one frame of kind for the writer, its body appended by body.
 func (c *linkConn) send(kind byte, id uint64, body func([]byte) []byte) error {
-	c.w.Lock()
-	if c.w.closed {
-		c.w.Unlock()
+	switch err := c.q.Append(kind, id, body); {
+	case errors.Is(err, linkconn.ErrClosed):
 		return errLinkLost
-	}
-	start := len(c.w.buf)
-	c.w.buf = append(c.w.buf, 0, 0, 0, 0, kind)
-	c.w.buf = binary.BigEndian.AppendUint64(c.w.buf, id)
-	if body != nil {
-		c.w.buf = body(c.w.buf)
-	}
-	n := len(c.w.buf) - start - 4
-	if n+4 > linkMaxFrame {
-		c.w.buf = c.w.buf[:start]
-		c.w.Unlock()
-		return fmt.Errorf("direct link frame of %d bytes is over %d", n+4, linkMaxFrame)
-	}
-	binary.BigEndian.PutUint32(c.w.buf[start:], uint32(n))
-	over := len(c.w.buf) > linkMaxBuffered
-	c.w.Unlock()
-	if over {
+	case errors.Is(err, linkconn.ErrBacklog):
 		c.close(fmt.Errorf("over %d bytes queued: the other host does not read", linkMaxBuffered))
 		return errLinkLost
-	}
-	select {
-	case c.kick <- struct{}{}:
 	default:
+		return err
 	}
-	return nil
 }
 
-// writeLoop writes what send queued, everything queued at once.
+// writeLoop writes what send queued until c closes.
 func (c *linkConn) writeLoop() {
-	var spare []byte
-	for {
-		select {
-		case <-c.kick:
-		case <-c.done:
-			return
-		}
-		c.w.Lock()
-		b := c.w.buf
-		c.w.buf = spare[:0]
-		c.w.Unlock()
-		if len(b) == 0 {
-			spare = b
-			continue
-		}
-		// At least 1 MB/s beyond the fixed allowance: a large write to a
-		// slow but live peer is not taken for a dead one.
-		_ = c.conn.SetWriteDeadline(time.Now().Add(linkWriteTimeout + time.Duration(len(b))*time.Microsecond))
-		if _, err := c.conn.Write(b); err != nil {
-			c.close(fmt.Errorf("write: %w", err))
-			return
-		}
-		if cap(b) > 1<<20 {
-			b = nil // keep no large buffer idle
-		}
-		spare = b
+	if err := c.q.WriteLoop(c.conn, c.done, linkWriteTimeout); err != nil {
+		c.close(fmt.Errorf("write: %w", err))
 	}
 }
 
@@ -761,28 +726,19 @@ func (c *linkConn) writeLoop() {
 // answers on the other.
 func (c *linkConn) readLoop() {
 	r := bufio.NewReaderSize(c.conn, 64<<10)
-	var hdr [linkHeader]byte
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			c.close(fmt.Errorf("read: %w", err))
-			return
-		}
-		n := int(binary.BigEndian.Uint32(hdr[:4]))
-		if n < linkHeader-4 || n+4 > linkMaxFrame {
-			c.close(fmt.Errorf("frame of %d bytes", n+4))
-			return
-		}
-		body := make([]byte, n-(linkHeader-4))
-		if _, err := io.ReadFull(r, body); err != nil {
-			c.close(fmt.Errorf("read: %w", err))
+		kind, id, body, err := linkconn.ReadFrame(r, linkMaxFrame)
+		if err != nil {
+			c.close(err)
 			return
 		}
 		c.lastRead.Store(time.Now().UnixNano())
-		kind, id := hdr[4], binary.BigEndian.Uint64(hdr[5:])
-		var err error
-		if c.serving {
+		switch {
+		case c.client:
+			err = c.deliverClient(kind, body)
+		case c.serving:
 			err = c.deliver(kind, id, body)
-		} else {
+		default:
 			err = c.answered(kind, id, body)
 		}
 		if err != nil {

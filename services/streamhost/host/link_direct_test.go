@@ -262,20 +262,8 @@ func FuzzLinkFrames(f *testing.F) {
 // follower host whose connection drops goes on over the bus and then
 // over a new connection.
 func TestHostsReplicateOverTheDirectLink(t *testing.T) {
-	c := newMiniCluster(t)
-	const stream, id = "s", uint64(1)
-	c.assign(assignment(stream, id, 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
-	hosts := map[string]*testHost{}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		hosts[n] = c.start(n, func(cfg *Config) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.ReplListener = ln
-		})
-	}
-	c.waitCopy("n1", stream, "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	c, hosts := linkedCluster(t)
+	const stream = "s"
 	for _, n := range []string{"n2", "n3"} {
 		c.waitCopy(n, stream, "follower at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleFollower && cs.Epoch == 1 })
 	}

@@ -87,7 +87,7 @@ type metrics struct {
 	streamLagT metric.Float64ObservableGauge
 	overflows  metric.Int64ObservableCounter
 	links      metric.Int64ObservableGauge
-	linkSides  [2]metric.ObserveOption // to owners' hosts, from followers' hosts
+	linkSides  [3]metric.ObserveOption // to owners' hosts, from followers' hosts, from clients
 	reg        metric.Registration
 	codes      telemetry.AttrOptions // by error code, built once per code
 }
@@ -161,10 +161,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Store changes that found the idle sets' marking queue full; each made the next marking look at every copy watched by parked host waits."))
 	add(err)
 	m.links, err = mt.Int64ObservableGauge("brook.host.replication.links", metric.WithUnit("{connection}"),
-		metric.WithDescription("Direct replication connections up (--repl-listen), by side (brook.link.side): follower (this host's to owner hosts), owner (follower hosts' to this one)."))
+		metric.WithDescription("Direct link connections up (--repl-listen), by side (brook.link.side): follower (this host's to owner hosts), owner (follower hosts' to this one), client (clients' client links to this host)."))
 	add(err)
 	m.linkSides[0] = metric.WithAttributeSet(attribute.NewSet(attrLinkSide.String("follower")))
 	m.linkSides[1] = metric.WithAttributeSet(attribute.NewSet(attrLinkSide.String("owner")))
+	m.linkSides[2] = metric.WithAttributeSet(attribute.NewSet(attrLinkSide.String("client")))
 	return m, errors.Join(errs...)
 }
 
@@ -180,6 +181,7 @@ func (m *metrics) observe(h *Host) error {
 				toOwners, fromFollowers := h.direct.connections()
 				o.ObserveInt64(m.links, int64(toOwners), m.linkSides[0])
 				o.ObserveInt64(m.links, int64(fromFollowers), m.linkSides[1])
+				o.ObserveInt64(m.links, int64(h.direct.clientConnections()), m.linkSides[2])
 			}
 			return nil
 		}, m.copies, m.lagRecords, m.lagTime, m.streamLagR, m.streamLagT, m.overflows, m.links)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/policy"
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -97,6 +98,10 @@ type owner struct {
 	// room in a full intake queue holds the intake's subscription, and
 	// the followers' acks must still come through.
 	intakeSub *nats.Subscription
+	// stopClients ends the client link's requests (link_client.go; nil
+	// without the direct link): they reach onStreamOp as the
+	// subscription's do.
+	stopClients func()
 	// stopRepl ends the followers' requests and acks (replLink.serve).
 	stopRepl func()
 
@@ -206,6 +211,8 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		err = fmt.Errorf("serve replication: %w", err)
 	} else if o.intakeSub, err = h.nc.Subscribe(wire.StreamOpWildcard(a.Stream), o.unlessSuperseded(o.onStreamOp)); err != nil {
 		err = fmt.Errorf("subscribe %s: %w", wire.StreamOpWildcard(a.Stream), err)
+	} else if h.direct != nil {
+		o.stopClients = h.direct.serveClients(a.Stream, o.onStreamOp)
 	}
 	o.wg.Add(2)
 	go o.appender()
@@ -395,6 +402,10 @@ func (o *owner) onStreamOp(m *nats.Msg) {
 	case wire.OpPublish:
 		o.onPublish(m)
 	case wire.OpPublishBatch:
+		if m.Header.Get(frame.HeaderClientLink) != "" {
+			o.onClientHello(m)
+			return
+		}
 		o.onPublishBatch(m)
 	case wire.OpFetch:
 		o.onFetch(m)
@@ -804,6 +815,11 @@ func (o *owner) stopIntake(code string) {
 	o.drainFrom.Store(reconnects) // before closing: unlessSuperseded reads it after
 	if !o.closing.CompareAndSwap(nil, &code) {
 		return
+	}
+	if o.stopClients != nil {
+		// A client's request that comes after this is answered as one
+		// to a stream nobody serves here: it was not written.
+		o.stopClients()
 	}
 	if s := o.intakeSub; s != nil {
 		err := s.Drain()

@@ -14,7 +14,7 @@ import (
 // replyData sends data to reply subject to, if the request asked for one.
 // Replies are best effort: a requester that went away just times out.
 func (h *Host) replyData(to string, data []byte) {
-	if to == "" {
+	if to == "" || h.replyToClient(to, nil, data) {
 		return
 	}
 	if err := h.nc.Publish(to, data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -52,6 +52,9 @@ func (h *Host) replyErr(to string, e *wire.Error) {
 // publishReply sends a reply message with headers, best effort like
 // replyData.
 func (h *Host) publishReply(m *nats.Msg) {
+	if h.replyToClient(m.Subject, m.Header, m.Data) {
+		return
+	}
 	if err := h.nc.PublishMsg(m); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.log.Warn("send reply", "subject", m.Subject, "err", err)
 	}

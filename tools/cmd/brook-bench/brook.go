@@ -75,6 +75,7 @@ func startBrook(ctx context.Context, o options, log *slog.Logger) (_ *brookTarge
 	opts := append(brookload.ClientOptions(brookload.DefaultAttemptTimeout),
 		client.WithName("brook-bench"), client.WithLogger(log), client.WithBatching(o.linger, o.batchRecords, o.batchBytes))
 	opts = append(opts, auth...)
+	opts = append(opts, client.WithDirectLink(!o.busPublish))
 	if t.c, err = client.Connect(ctx, url, opts...); err != nil {
 		return nil, nil, fmt.Errorf("brook target: %w", err)
 	}

@@ -105,6 +105,9 @@ type options struct {
 	// busReplication runs the local cluster's hosts without their direct
 	// replication link (replication over NATS only).
 	busReplication bool
+	// busPublish keeps the bench client's publish batches on the bus
+	// (no client.WithDirectLink).
+	busPublish bool
 	// natsProcesses runs the local cluster's nats-servers as processes.
 	natsProcesses bool
 	// workloads, if set, runs each publishers x window workload in turn
@@ -162,6 +165,7 @@ func main() {
 	flag.IntVar(&o.batchBytes, "batch-bytes", client.DefaultBatchBytes, "brook client: most bytes per publish batch")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "brook workloads on the local cluster: CPU profiles of the stream's owner, one follower and the bench process (the client) over the middle half of each run, to <this>.<run dir>.{owner,follower,client}.pprof (runs the hosts with --pprof); with --failover-streams: the bench process (its client and embedded nats-servers) over the failover window, to <this>.failover.pprof, and its mutex contention to <this>.failover.mutex.pprof")
 	flag.StringVar(&o.timeline, "timeline", "", "brook workloads on the local cluster, without --cpuprofile: over the middle half of each run, the client's batches and where a batch's confirm went (client round trip, the owner's intake, append and wait for a follower, a follower's poll and apply), to <this>.<run dir>.batches.txt and the log")
+	flag.BoolVar(&o.busPublish, "bus-publish", false, "brook: publish batches over NATS only, without the client link to the owner's host (client.WithDirectLink), which the hosts offer with their direct link")
 	flag.BoolVar(&o.busReplication, "bus-replication", false, "local cluster: start the stream hosts without their direct replication link (--repl-listen), so that replication travels over NATS only")
 	flag.BoolVar(&o.hostProxies, "host-proxies", false, "local cluster: connect the stream hosts to NATS through the harness's per-host TCP proxies (which the partition tests need) instead of directly; every host message then also passes through this process")
 	flag.BoolVar(&o.natsProcesses, "nats-processes", false, "local cluster: run each of brook's nats-servers as a process of its own (the --nats-server binary, default: build it), as the JetStream target's are, instead of embedded in this process, where they share its scheduler and garbage collector with the bench's publishers and readers")

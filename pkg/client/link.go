@@ -1,0 +1,397 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/linkconn"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// WithDirectLink has publish batches travel on a TLS connection of this
+// client's own to each owner host that offers one (a stream host run
+// with --repl-listen), instead of through a nats-server: a synchronous
+// publish then crosses no nats-server on its way to the owner and back.
+// The client asks each stream's owner for its host's address over the
+// bus, with a certificate it made when it first did (the hello, which
+// only a principal that may publish batches can send), and dials it;
+// until a connection is up, and whenever one closes or its host no longer
+// owns the stream, the stream's batches go over the bus as without the
+// option. Single publishes, fetches, commits and admin requests stay on
+// the bus. Nothing else changes: each record's confirm, producer sequence
+// and retries are the same on either way. Off by default; a later
+// WithDirectLink(false) turns it off again.
+func WithDirectLink(on bool) Option { return func(o *options) { o.directLink = on } }
+
+// Client link timings.
+const (
+	linkSetupTimeout = 5 * time.Second  // a hello, a dial and its handshake
+	linkWriteTimeout = 10 * time.Second // one write to a connection
+	linkRetryMin     = time.Second      // after a failed hello or dial, or a batch on the link that failed
+	// linkSlowAfter: a batch on the link unanswered for this long sends
+	// its stream's next batches over the bus (batcher.sent). Fifty times
+	// a loaded machine's confirm p99 at window 256 (about 10 ms).
+	linkSlowAfter = 500 * time.Millisecond
+	linkRetryMax  = 30 * time.Second
+	// linkMaxFrame is the largest frame taken: a reply is far smaller
+	// than a batch, which the bus's message limit bounds.
+	linkMaxFrame = 64<<20 + 1024
+	// linkMaxBuffered is the most bytes queued for a connection's
+	// writer: a host that reads slower loses its connection.
+	linkMaxBuffered = 64 << 20
+)
+
+// errLinkDown is a send on a client link connection that closed.
+var errLinkDown = errors.New("the client link closed")
+
+// clientLink is the client's side of the client link: its certificate,
+// each stream's way to its owner host, and the connections up.
+//
+// Locks and goroutines. mu guards what is listed under it; a hostConn's w
+// lock guards its write queue. Each is taken with no other lock held (the
+// batchers call route under their own mu, and route takes only l.mu), and
+// none is held across a network call. Goroutines: per stream with no
+// way, at most one learn (a hello, then a dial unless its host is
+// connected already); per connection a reader and a writer. All are
+// counted in wg and end with close (Client.Close), which closes every
+// connection.
+type clientLink struct {
+	c *Client
+	// ctx ends with close: hellos and dials in progress stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	certOnce sync.Once
+	cert     tls.Certificate
+	fp       string
+	certErr  error
+
+	wg sync.WaitGroup
+	mu struct {
+		sync.Mutex
+		closed bool
+		// routes is each stream's way to its owner host.
+		routes map[string]*linkRoute
+		// hosts is each owner host's connection, by node.
+		hosts map[string]*hostConn
+		// replies maps a batcher's reply prefix to it.
+		replies map[string]*batcher
+	}
+}
+
+// linkRoute is one stream's way: its owner host's connection, or when to
+// ask again.
+type linkRoute struct {
+	conn    *hostConn
+	asking  bool
+	fails   int
+	retryAt time.Time
+}
+
+func newClientLink(c *Client) *clientLink {
+	l := &clientLink{c: c}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.mu.routes = map[string]*linkRoute{}
+	l.mu.hosts = map[string]*hostConn{}
+	l.mu.replies = map[string]*batcher{}
+	return l
+}
+
+// route returns the connection stream's batches go on, or nil for the
+// bus; with none, it starts learning one unless a recent try failed. It
+// never waits: a batcher calls it under its lock.
+func (l *clientLink) route(stream string) *hostConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return nil
+	}
+	r := l.mu.routes[stream]
+	if r == nil {
+		r = &linkRoute{}
+		l.mu.routes[stream] = r
+	}
+	if r.conn != nil {
+		if !r.conn.closed() {
+			return r.conn
+		}
+		r.conn = nil
+	}
+	if r.asking || time.Now().Before(r.retryAt) {
+		return nil
+	}
+	r.asking = true
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.learn(stream, r)
+	}()
+	return nil
+}
+
+// drop sends stream's batches back to the bus: a batch on via did not end
+// with every record confirmed (batcher.offLink), or was not answered in
+// linkSlowAfter. The next batch after linkRetryMin asks the stream's owner
+// again, over the bus.
+func (l *clientLink) drop(stream string, via *hostConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.mu.routes[stream]; r != nil && r.conn == via {
+		r.conn = nil
+		r.retryAt = time.Now().Add(linkRetryMin)
+	}
+}
+
+// learn asks stream's owner for its host's link and connects to it.
+func (l *clientLink) learn(stream string, r *linkRoute) {
+	hc, err := l.connect(stream)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.asking = false
+	if err != nil {
+		r.fails++
+		r.retryAt = time.Now().Add(backoff(r.fails, linkRetryMin, linkRetryMax))
+		if r.fails == 1 || r.fails%10 == 0 {
+			l.c.log.Info("no client link; publishing over the bus", "stream", stream, "err", err, "fails", r.fails)
+		}
+		return
+	}
+	r.fails = 0
+	if !l.mu.closed {
+		r.conn = hc
+	}
+}
+
+// connect says hello to stream's owner over the bus and returns the
+// connection to its host, dialing one unless it is up.
+func (l *clientLink) connect(stream string) (*hostConn, error) {
+	l.certOnce.Do(func() { l.cert, l.fp, l.certErr = linkconn.Certificate("brook-client", x509.ExtKeyUsageClientAuth) })
+	if l.certErr != nil {
+		return nil, fmt.Errorf("client link certificate: %w", l.certErr)
+	}
+	msg := nats.NewMsg(wire.PublishBatchSubject(stream))
+	msg.Header.Set(frame.HeaderClientLink, l.fp)
+	ctx, cancel := context.WithTimeout(l.ctx, linkSetupTimeout)
+	defer cancel()
+	reply, err := l.c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	if werr := replyError(reply, replyJSON); werr != nil {
+		return nil, fmt.Errorf("hello: %w", werr)
+	}
+	var hi frame.ClientLinkHello
+	if err := json.Unmarshal(reply.Data, &hi); err != nil || hi.Node == "" || hi.Addr == "" || hi.Cert == "" {
+		return nil, fmt.Errorf("hello answer %q: %v", reply.Data, err)
+	}
+	l.mu.Lock()
+	hc := l.mu.hosts[hi.Node]
+	if hc != nil && !hc.closed() && hc.cert == hi.Cert {
+		l.mu.Unlock()
+		return hc, nil
+	}
+	l.mu.Unlock()
+	hc, err = l.dial(hi)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		hc.close(errLinkDown)
+		return nil, ErrClosed
+	}
+	if old := l.mu.hosts[hi.Node]; old != nil && old != hc && !old.closed() && old.cert == hi.Cert {
+		// Another stream's learn connected meanwhile: keep one.
+		l.mu.Unlock()
+		hc.close(errLinkDown)
+		return old, nil
+	}
+	l.mu.hosts[hi.Node] = hc
+	l.mu.Unlock()
+	l.c.log.Info("client link to owner host", "node", hi.Node, "addr", hi.Addr)
+	return hc, nil
+}
+
+// dial connects to the host hi names, to the certificate it named.
+func (l *clientLink) dial(hi frame.ClientLinkHello) (*hostConn, error) {
+	ctx, cancel := context.WithTimeout(l.ctx, linkSetupTimeout)
+	defer cancel()
+	raw, conn, err := linkconn.Dial(ctx, hi.Addr, l.cert, hi.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("client link to %s: %w", hi.Node, err)
+	}
+	// A client names no node; the host says it took the certificate
+	// before anything else is sent.
+	_, err = conn.Write([]byte{0})
+	if err == nil {
+		var ready [1]byte
+		if _, err = io.ReadFull(conn, ready[:]); err == nil && ready[0] != frame.LinkReady {
+			err = fmt.Errorf("answer byte %d", ready[0])
+		}
+	}
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("set up the link with %s (%s): %w", hi.Node, hi.Addr, err)
+	}
+	_ = raw.SetDeadline(time.Time{})
+	hc := &hostConn{l: l, node: hi.Node, cert: hi.Cert, raw: raw, conn: conn, q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
+	hc.ctx, hc.cancel = context.WithCancel(context.Background())
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		_ = raw.Close()
+		hc.cancel()
+		return nil, ErrClosed
+	}
+	l.wg.Add(2)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		hc.writeLoop()
+	}()
+	go func() {
+		defer l.wg.Done()
+		hc.readLoop()
+	}()
+	return hc, nil
+}
+
+// register routes the replies to b's prefix to b.
+func (l *clientLink) register(b *batcher) {
+	l.mu.Lock()
+	l.mu.replies[b.prefix] = b
+	l.mu.Unlock()
+}
+
+// unregister stops routing replies to b, and forgets its stream's way
+// unless a learn of it runs: routes are kept for the streams the client
+// holds batchers for, which its pruning bounds (batcherIdleTTL).
+func (l *clientLink) unregister(b *batcher) {
+	l.mu.Lock()
+	if l.mu.replies[b.prefix] == b {
+		delete(l.mu.replies, b.prefix)
+	}
+	if r := l.mu.routes[b.stream]; r != nil && !r.asking {
+		delete(l.mu.routes, b.stream)
+	}
+	l.mu.Unlock()
+}
+
+// replied hands a reply that came on a connection to its batcher.
+func (l *clientLink) replied(m *nats.Msg) {
+	i := strings.LastIndexByte(m.Subject, '.')
+	if i < 0 {
+		return
+	}
+	l.mu.Lock()
+	b := l.mu.replies[m.Subject[:i+1]]
+	l.mu.Unlock()
+	if b == nil {
+		return // its batcher is gone: nothing waits for it
+	}
+	b.onReply(m)
+}
+
+// close closes every connection and waits for the link's goroutines
+// (Client.Close, once no batch is in flight).
+func (l *clientLink) close() {
+	l.cancel()
+	l.mu.Lock()
+	l.mu.closed = true
+	hosts := make([]*hostConn, 0, len(l.mu.hosts))
+	for _, hc := range l.mu.hosts {
+		hosts = append(hosts, hc)
+	}
+	l.mu.Unlock()
+	for _, hc := range hosts {
+		hc.close(errLinkDown)
+	}
+	l.wg.Wait()
+}
+
+// hostConn is one client link connection, to one owner host.
+type hostConn struct {
+	l    *clientLink
+	node string
+	cert string // the certificate the host presented
+	raw  net.Conn
+	conn net.Conn
+	// ctx ends when the connection closes: the batches in flight on it
+	// fail then and are retried.
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	q      *linkconn.Queue // frames not yet written
+}
+
+func (hc *hostConn) closed() bool { return hc.ctx.Err() != nil }
+
+// close ends hc once: its writer and reader stop, and the batches in
+// flight on it fail (their flights' AfterFunc on ctx).
+func (hc *hostConn) close(err error) {
+	hc.once.Do(func() {
+		hc.q.Close()
+		hc.cancel()
+		_ = hc.raw.Close()
+		if !errors.Is(err, errLinkDown) {
+			hc.l.c.log.Info("client link closed; publishing over the bus until it is back", "node", hc.node, "err", err)
+		}
+	})
+}
+
+// send queues msg for the writer.
+func (hc *hostConn) send(msg *nats.Msg) error {
+	lm := frame.LinkMsg{Subject: msg.Subject, Reply: msg.Reply, Header: frame.LinkHeaders(msg.Header), Data: msg.Data}
+	switch err := hc.q.Append(frame.LinkClientRequest, 0, func(b []byte) []byte { return frame.AppendLinkMsg(b, &lm) }); {
+	case errors.Is(err, linkconn.ErrClosed):
+		return errLinkDown
+	case errors.Is(err, linkconn.ErrBacklog):
+		hc.close(fmt.Errorf("over %d bytes queued: the host does not read", linkMaxBuffered))
+		return errLinkDown
+	default:
+		return err
+	}
+}
+
+// writeLoop writes what send queued until hc closes.
+func (hc *hostConn) writeLoop() {
+	if err := hc.q.WriteLoop(hc.conn, hc.ctx.Done(), linkWriteTimeout); err != nil {
+		hc.close(fmt.Errorf("write: %w", err))
+	}
+}
+
+// readLoop reads the host's replies until hc closes.
+func (hc *hostConn) readLoop() {
+	r := bufio.NewReaderSize(hc.conn, 64<<10)
+	for {
+		kind, _, body, err := linkconn.ReadFrame(r, linkMaxFrame)
+		if err != nil {
+			hc.close(err)
+			return
+		}
+		if kind != frame.LinkClientReply {
+			hc.close(fmt.Errorf("frame kind %d from a host", kind))
+			return
+		}
+		lm, err := frame.DecodeLinkMsg(body)
+		if err != nil {
+			hc.close(err)
+			return
+		}
+		hc.l.replied(&nats.Msg{Subject: lm.Subject, Header: frame.HeaderMap(lm.Header), Data: lm.Data})
+	}
+}

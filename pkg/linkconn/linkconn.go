@@ -1,0 +1,216 @@
+// Package linkconn is what brook's direct links share: the hosts' direct
+// replication link (the stream host's link_direct.go) and the clients'
+// client link (pkg/client's link.go, the host's link_client.go). It holds
+// the self-signed certificates both sides make, and the framing of a
+// connection: each frame is a 4-byte big-endian length of what follows, a
+// kind byte, an 8-byte id and the kind's body (schemas/frames.md, "The
+// client link"). What the kinds mean is the links' own.
+//
+// # Locks and goroutines
+//
+// A Queue's lock guards its buffer and is held only to append or take it,
+// never across a write. WriteLoop runs on the connection's one writer
+// goroutine, which its owner starts and stops (by closing done); ReadFrame
+// is called by its one reader.
+package linkconn
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"sync"
+	"time"
+)
+
+// HeaderLen is a frame's length, kind and id.
+const HeaderLen = 4 + 1 + 8
+
+// Certificate makes a self-signed ed25519 certificate named commonName,
+// for usages, and returns it with its Fingerprint. Nothing is stored: a
+// link's certificate lives as long as its process, and the other side
+// learns it from a hello over the bus.
+func Certificate(commonName string, usages ...x509.ExtKeyUsage) (tls.Certificate, string, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano()),
+		Subject:      pkix.Name{CommonName: commonName},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  usages,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}, Fingerprint(der), nil
+}
+
+// Fingerprint is the hex SHA-256 of a certificate's DER bytes.
+func Fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// Dial connects to addr with TLS 1.3 as own, accepting only the
+// certificate whose Fingerprint is theirs (a hello over the bus named it;
+// no authority is asked), within ctx. The connection's deadline is set to
+// ctx's, which the caller clears once its own set-up is done.
+func Dial(ctx context.Context, addr string, own tls.Certificate, theirs string) (raw net.Conn, conn *tls.Conn, err error) {
+	raw, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = raw.SetDeadline(dl)
+	}
+	conn = tls.Client(raw, &tls.Config{
+		Certificates:       []tls.Certificate{own},
+		InsecureSkipVerify: true, // checked by VerifyPeerCertificate, against theirs
+		VerifyPeerCertificate: func(certs [][]byte, _ [][]*x509.Certificate) error {
+			if len(certs) == 0 || Fingerprint(certs[0]) != theirs {
+				return errors.New("not the certificate the hello's answer named")
+			}
+			return nil
+		},
+		MinVersion: tls.VersionTLS13,
+	})
+	if err := conn.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	return raw, conn, nil
+}
+
+// ErrClosed is an Append to a closed Queue.
+var ErrClosed = errors.New("the connection closed")
+
+// ErrBacklog is an Append that left more than the Queue's limit of bytes
+// waiting: the other side does not read, and its owner closes the
+// connection.
+var ErrBacklog = errors.New("too many bytes queued: the other side does not read")
+
+// Queue holds a connection's frames until its writer writes them, all
+// that is queued in one write.
+type Queue struct {
+	maxFrame, maxBuffered int
+	kick                  chan struct{}
+
+	mu struct {
+		sync.Mutex
+		buf    []byte
+		closed bool
+	}
+}
+
+// NewQueue makes a Queue taking frames of at most maxFrame bytes (the
+// length field included) and holding at most maxBuffered bytes.
+func NewQueue(maxFrame, maxBuffered int) *Queue {
+	return &Queue{maxFrame: maxFrame, maxBuffered: maxBuffered, kick: make(chan struct{}, 1)}
+}
+
+// Append queues one frame of kind and id, its body appended by body (nil:
+// none). It returns ErrClosed after Close, an error naming the size for a
+// frame over the limit (nothing queued), or ErrBacklog.
+func (q *Queue) Append(kind byte, id uint64, body func([]byte) []byte) error {
+	q.mu.Lock()
+	if q.mu.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	start := len(q.mu.buf)
+	q.mu.buf = append(q.mu.buf, 0, 0, 0, 0, kind)
+	q.mu.buf = binary.BigEndian.AppendUint64(q.mu.buf, id)
+	if body != nil {
+		q.mu.buf = body(q.mu.buf)
+	}
+	n := len(q.mu.buf) - start - 4
+	if n+4 > q.maxFrame {
+		q.mu.buf = q.mu.buf[:start]
+		q.mu.Unlock()
+		return fmt.Errorf("frame of %d bytes is over %d", n+4, q.maxFrame)
+	}
+	binary.BigEndian.PutUint32(q.mu.buf[start:], uint32(n))
+	over := len(q.mu.buf) > q.maxBuffered
+	q.mu.Unlock()
+	if over {
+		return ErrBacklog
+	}
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Close makes every later Append fail with ErrClosed.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.mu.closed = true
+	q.mu.Unlock()
+}
+
+// WriteLoop writes what is queued to conn, everything queued at once,
+// until done is closed (it returns nil) or a write fails (its error). A
+// write must finish within timeout plus a microsecond a byte.
+func (q *Queue) WriteLoop(conn net.Conn, done <-chan struct{}, timeout time.Duration) error {
+	var spare []byte
+	for {
+		select {
+		case <-q.kick:
+		case <-done:
+			return nil
+		}
+		q.mu.Lock()
+		b := q.mu.buf
+		q.mu.buf = spare[:0]
+		q.mu.Unlock()
+		if len(b) == 0 {
+			spare = b
+			continue
+		}
+		// At least 1 MB/s beyond the fixed allowance: a large write to a
+		// slow but live peer is not taken for a dead one.
+		_ = conn.SetWriteDeadline(time.Now().Add(timeout + time.Duration(len(b))*time.Microsecond))
+		if _, err := conn.Write(b); err != nil {
+			return err
+		}
+		if cap(b) > 1<<20 {
+			b = nil // keep no large buffer idle
+		}
+		spare = b
+	}
+}
+
+// ReadFrame reads one frame of at most maxFrame bytes from r (a buffered
+// reader of the connection).
+func ReadFrame(r io.Reader, maxFrame int) (kind byte, id uint64, body []byte, err error) {
+	var hdr [HeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, 0, nil, fmt.Errorf("read: %w", err)
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:4]))
+	if n < HeaderLen-4 || n+4 > maxFrame {
+		return 0, 0, nil, fmt.Errorf("frame of %d bytes", n+4)
+	}
+	body = make([]byte, n-(HeaderLen-4))
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, 0, nil, fmt.Errorf("read: %w", err)
+	}
+	return hdr[4], binary.BigEndian.Uint64(hdr[5:]), body, nil
+}

@@ -1,0 +1,395 @@
+package host
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/client"
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/linkconn"
+	"github.com/brook-streams/brook/pkg/wire"
+)
+
+// linkedCluster runs n1 owning stream s with followers n2 and n3, each
+// host with a direct link.
+func linkedCluster(t *testing.T) (*miniCluster, map[string]*testHost) {
+	t.Helper()
+	c := newMiniCluster(t)
+	c.assign(assignment("s", 1, 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	hosts := map[string]*testHost{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		hosts[n] = c.start(n, func(cfg *Config) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ReplListener = ln
+		})
+	}
+	c.waitCopy("n1", "s", "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	return c, hosts
+}
+
+// clientConns returns the client connections h's direct link serves.
+func clientConns(h *Host) []*linkConn {
+	s := &h.direct.clients
+	s.conns.RLock()
+	defer s.conns.RUnlock()
+	out := make([]*linkConn, 0, len(s.conns.m))
+	for _, lc := range s.conns.m {
+		out = append(out, lc)
+	}
+	return out
+}
+
+// TestClientPublishesOverTheClientLink: a client with WithDirectLink
+// sends its publish batches on its own connection to the owner's host
+// once it is up; every record is confirmed once, at its own offset, with
+// producer ids kept; when the host drops the connection the records go on
+// over the bus, and on a new connection after that; every confirmed
+// record reads back once.
+func TestClientPublishesOverTheClientLink(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.Connect(ctx, c.url, client.WithDirectLink(true), client.WithBatching(time.Millisecond, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cl.Close() }()
+
+	var mu sync.Mutex
+	offsets := map[uint64]int{}
+	seq := uint64(0)
+	publish := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for range n {
+			mu.Lock()
+			seq++
+			s := seq
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pc, err := cl.Publish(ctx, "s", payload(int(s)), client.WithProducer("p", s))
+				if err != nil {
+					errs <- fmt.Errorf("publish %d: %w", s, err)
+					return
+				}
+				mu.Lock()
+				offsets[pc.Offset]++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	waitConns := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); len(clientConns(hosts["n1"].h)) != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("owner host serves %d client connections, want %d", len(clientConns(hosts["n1"].h)), want)
+			}
+			publish(1) // a batch with no way asks for one
+		}
+	}
+	publish(20)
+	waitConns(1)
+	before := cl.LinkedBatches()
+	publish(100)
+	if got := cl.LinkedBatches() - before; got == 0 {
+		t.Fatal("no batch went on the client link once it was up")
+	}
+	for _, n := range []string{"n2", "n3"} {
+		if got := len(clientConns(hosts[n].h)); got != 0 {
+			t.Errorf("follower host %s serves %d client connections", n, got)
+		}
+	}
+
+	// The owner host drops the connection: publishing goes on, over the
+	// bus and then on a new connection.
+	for _, lc := range clientConns(hosts["n1"].h) {
+		lc.close(errors.New("dropped by the test"))
+	}
+	publish(50)
+	waitConns(1)
+	publish(50)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for off, n := range offsets {
+		if n != 1 {
+			t.Errorf("offset %d confirmed %d times", off, n)
+		}
+	}
+	if len(offsets) != int(seq) {
+		t.Fatalf("%d offsets confirmed for %d records", len(offsets), seq)
+	}
+	recs := c.fetch("s", wire.FetchRequest{Start: "earliest", MaxRecords: int(seq) + 10})
+	if len(recs.Records) != int(seq) {
+		t.Fatalf("read back %d records, want %d", len(recs.Records), seq)
+	}
+	for _, r := range recs.Records {
+		if offsets[r.Offset] != 1 {
+			t.Fatalf("record at offset %d was never confirmed", r.Offset)
+		}
+	}
+}
+
+// helloOver sends a client link hello for stream naming fp over the bus.
+func helloOver(t *testing.T, nc *nats.Conn, stream, fp string) (frame.ClientLinkHello, *wire.Error) {
+	t.Helper()
+	m := nats.NewMsg(wire.PublishBatchSubject(stream))
+	m.Header.Set(frame.HeaderClientLink, fp)
+	resp, err := nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := replyError(resp); e != nil {
+		return frame.ClientLinkHello{}, e
+	}
+	var hi frame.ClientLinkHello
+	if err := json.Unmarshal(resp.Data, &hi); err != nil {
+		t.Fatalf("hello answer %q: %v", resp.Data, err)
+	}
+	return hi, nil
+}
+
+// dialClient connects to the link at addr with cert as a client, and
+// reports whether the host took it.
+func dialClient(t *testing.T, addr string, cert tls.Certificate) (net.Conn, bool) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte{0}); err != nil {
+		return conn, false
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		if isTimeout(err) {
+			t.Fatal("a client connection was neither taken nor closed")
+		}
+		return conn, false
+	}
+	return conn, b[0] == frame.LinkReady
+}
+
+// linkRoundTrip sends m on a client connection and reads the reply.
+func linkRoundTrip(t *testing.T, conn net.Conn, m *frame.LinkMsg) *frame.LinkMsg {
+	t.Helper()
+	body := frame.AppendLinkMsg(nil, m)
+	f := binary.BigEndian.AppendUint32(nil, uint32(linkconn.HeaderLen-4+len(body)))
+	f = append(f, frame.LinkClientRequest)
+	f = binary.BigEndian.AppendUint64(f, 0)
+	if _, err := conn.Write(append(f, body...)); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [linkconn.HeaderLen]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	if hdr[4] != frame.LinkClientReply {
+		t.Fatalf("reply frame kind %d", hdr[4])
+	}
+	rb := make([]byte, int(binary.BigEndian.Uint32(hdr[:4]))-(linkconn.HeaderLen-4))
+	if _, err := io.ReadFull(conn, rb); err != nil {
+		t.Fatal(err)
+	}
+	r, err := frame.DecodeLinkMsg(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func header(m *frame.LinkMsg, key string) string {
+	for _, h := range m.Header {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// TestClientLinkTakesOnlyAHelloedCertificateOnce: the host takes a client
+// connection only with a certificate a hello over the bus named, and once
+// per hello; a taken connection gets its publish batches written and
+// confirmed, a 503 for a stream not owned here, and bad_request for
+// anything but a publish batch.
+func TestClientLinkTakesOnlyAHelloedCertificateOnce(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	cert, fp, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dialClient(t, hosts["n1"].h.direct.addr, cert); ok {
+		t.Fatal("a client connection was taken with no hello")
+	}
+	if _, e := helloOver(t, c.nc, "s", "not-a-digest"); e == nil || e.Code != wire.CodeBadRequest {
+		t.Fatalf("a hello naming no SHA-256 was answered %v", e)
+	}
+	hi, e := helloOver(t, c.nc, "s", fp)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if hi.Node != "n1" || hi.Addr != hosts["n1"].h.direct.addr || hi.Cert != hosts["n1"].h.direct.fp {
+		t.Fatalf("hello answered %+v", hi)
+	}
+	stranger, _, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dialClient(t, hi.Addr, stranger); ok {
+		t.Fatal("a certificate no hello named was taken")
+	}
+	conn, ok := dialClient(t, hi.Addr, cert)
+	if !ok {
+		t.Fatal("the helloed certificate was refused")
+	}
+	if _, ok := dialClient(t, hi.Addr, cert); ok {
+		t.Fatal("one hello admitted two connections")
+	}
+
+	pb := frame.AppendPubBatch(nil, &frame.PubBatch{Records: []frame.PubRecord{{Data: []byte("a")}, {Data: []byte("b")}}})
+	r := linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishBatchSubject("s"), Reply: "inbox.1", Data: pb})
+	if r.Subject != "inbox.1" || header(r, frame.HeaderError) != "" {
+		t.Fatalf("batch reply %+v", r)
+	}
+	pr, err := frame.DecodePubReply(r.Data)
+	if err != nil || len(pr.Results) != 2 || pr.Results[0].Offset != 0 || pr.Results[1].Offset != 1 {
+		t.Fatalf("batch reply %+v, %v", pr, err)
+	}
+	if header(r, wire.HeaderStreamID) != "1" || header(r, wire.HeaderEpoch) != "1" {
+		t.Fatalf("batch reply headers %+v", r.Header)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishBatchSubject("other"), Reply: "inbox.2", Data: pb})
+	if r.Subject != "inbox.2" || header(r, "Status") != "503" || len(r.Data) != 0 {
+		t.Fatalf("a batch for a stream not owned here was answered %+v", r)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishSubject("s"), Reply: "inbox.3", Data: []byte("x")})
+	if r.Subject != "inbox.3" || header(r, frame.HeaderError) != wire.CodeBadRequest {
+		t.Fatalf("a single publish on the link was answered %+v", r)
+	}
+	recs := c.fetch("s", wire.FetchRequest{Start: "earliest", MaxRecords: 10})
+	if len(recs.Records) != 2 {
+		t.Fatalf("read back %d records, want the batch's 2", len(recs.Records))
+	}
+}
+
+// onTheLink connects a client with the client link, one attempt per
+// publish, and publishes to s until a batch went on the link; it is
+// closed when the test ends.
+func onTheLink(t *testing.T, ctx context.Context, c *miniCluster) *client.Client {
+	t.Helper()
+	cl, err := client.Connect(ctx, c.url, client.WithDirectLink(true), client.WithBatching(time.Millisecond, 0, 0), client.WithRetry(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	for deadline := time.Now().Add(10 * time.Second); cl.LinkedBatches() == 0; {
+		if _, err := cl.Publish(ctx, "s", []byte("r")); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no batch went on the client link")
+		}
+	}
+	return cl
+}
+
+// TestClientLinkGoesBackToTheBusWhenABatchFails: a batch on the client
+// link that is not confirmed whole (here its owner holds publishes for a
+// hand-off, and refuses them sealed) sends the stream's next batches
+// over the bus, which decides again who the owner is; after a second the
+// client asks the owner over the bus again and goes back on the link.
+func TestClientLinkGoesBackToTheBusWhenABatchFails(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := onTheLink(t, ctx, c)
+	publish := func() error {
+		_, err := cl.Publish(ctx, "s", []byte("r"))
+		return err
+	}
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: "s", StreamID: 1, Epoch: 1, Target: "n2", HoldMS: 60_000}); e != nil {
+		t.Fatal(e)
+	}
+	if err := publish(); wire.CodeOf(err) != wire.CodeSealed {
+		t.Fatalf("publish while held: %v, want sealed", err)
+	}
+	if _, e := c.handoff("n1", wire.HandoffRequest{Stream: "s", StreamID: 1, Epoch: 1, Target: "n2", Resume: true}); e != nil {
+		t.Fatal(e)
+	}
+	linked := cl.LinkedBatches()
+	if err := publish(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cl.LinkedBatches(); got != linked {
+		t.Fatalf("the batch after the refused one went on the link (%d linked batches, were %d)", got, linked)
+	}
+	for deadline := time.Now().Add(10 * time.Second); cl.LinkedBatches() == linked; time.Sleep(50 * time.Millisecond) {
+		if err := publish(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not go back on the link")
+		}
+	}
+	if n := len(clientConns(hosts["n1"].h)); n != 1 {
+		t.Fatalf("owner host serves %d client connections, want the first one still", n)
+	}
+}
+
+// TestClientLinkGoesBackToTheBusWhenItsOwnerIsSlow: a batch on the link
+// left unanswered (here the owner's followers are gone, so it cannot
+// confirm) sends the stream's next batches over the bus after
+// linkSlowAfter, while it keeps waiting for its own reply: an owner the
+// bus no longer reaches, whose followers are being sealed, does not keep
+// a client's publishes.
+func TestClientLinkGoesBackToTheBusWhenItsOwnerIsSlow(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := onTheLink(t, ctx, c)
+	publish := func(d time.Duration) error {
+		pctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		_, err := cl.Publish(pctx, "s", []byte("r"))
+		return err
+	}
+	hosts["n2"].stop()
+	hosts["n3"].stop()
+	linked := cl.LinkedBatches()
+	if err := publish(time.Second); err == nil {
+		t.Fatal("a publish was confirmed with both followers gone")
+	}
+	if got := cl.LinkedBatches(); got != linked+1 {
+		t.Fatalf("%d batches went on the link, want the 1 sent while it was the way", got-linked)
+	}
+	if err := publish(300 * time.Millisecond); err == nil {
+		t.Fatal("a publish was confirmed with both followers gone")
+	}
+	if got := cl.LinkedBatches(); got != linked+1 {
+		t.Fatal("a batch went on the link after one there went unanswered for a second")
+	}
+}
