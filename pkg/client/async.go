@@ -25,7 +25,9 @@ type AsyncConfig struct {
 	Window int
 	// OnResult, if set, is called once per publish when it completes,
 	// from an internal goroutine. It must not block for long: the window
-	// slot is freed after it returns.
+	// slot is freed after it returns, and with the client link it runs on
+	// the reader of the connection to the owner's host, which every
+	// stream owned there shares. It must not call Client.Close.
 	OnResult func(*Future)
 }
 
@@ -77,7 +79,8 @@ type pending struct {
 
 // AsyncPublisher publishes to one stream with up to Window publishes
 // outstanding. First attempts go out in the order of the PublishAsync calls
-// over one reply subscription, so the owner sees them in that order. A
+// over one reply subscription, so the owner sees them in that order
+// (with the client link, but for a change of way: doc.go). A
 // publish that must be retried (a failover) is retried on its own, with the
 // same rules as Publish, and may land after records published later.
 type AsyncPublisher struct {

@@ -337,6 +337,11 @@ func (b *batcher) sendLocked() {
 	// alike, and it is retried at once, as after a reconnect.
 	var via *hostConn
 	if b.c.link != nil {
+		// The way changes at once, with batches still in flight on the
+		// other: the first batch on the link may overtake the last one
+		// on the bus, and after trouble a batch on the bus one still on
+		// the link (doc.go, "The client link"). Waiting for a moment with
+		// nothing in flight would never come under steady load.
 		via = b.c.link.route(b.stream)
 	}
 	if via != nil {
@@ -345,7 +350,12 @@ func (b *batcher) sendLocked() {
 		stopLink := context.AfterFunc(via.ctx, func() {
 			b.fail(id, fmt.Errorf("%s: the client link to %s closed while waiting: %w", b.subject, via.node, nats.ErrDisconnected))
 		})
-		fl.stopConn = func() bool { return stopLink() && stopGen() }
+		fl.stopConn = func() bool {
+			// Both, always: the one that did not run must not stay
+			// registered.
+			l, g := stopLink(), stopGen()
+			return l && g
+		}
 	}
 	pb := frame.PubBatch{Records: make([]frame.PubRecord, len(items))}
 	for i, it := range items {
@@ -394,7 +404,11 @@ func (b *batcher) sent(id uint64, records int, seen epochSeen, err error) {
 		// its own reply): an owner that the bus no longer reaches, and
 		// whose followers are being sealed, may still take publishes on
 		// the link but can no longer confirm them.
-		fl.slow = time.AfterFunc(linkSlowAfter, func() { b.c.link.drop(b.stream, via) })
+		sent := fl.sent
+		fl.slow = time.AfterFunc(linkSlowAfter, func() {
+			via.unanswered(sent)
+			b.c.link.drop(b.stream, via)
+		})
 	}
 	fl.watched = b.c.watchAttemptSeen(b.stream, !slices.ContainsFunc(fl.items, func(it *batchItem) bool { return it.rec.Producer == "" }), &seen, func() {
 		b.fail(id, fmt.Errorf("%s: %w", b.subject, ErrOwnerLost))

@@ -338,8 +338,12 @@ func (c *Client) Close() error {
 	// request in flight.
 	c.closeBatchers()
 	c.sends.flush()
+	// The client link closes last: replies to batches on it still come
+	// while the connection drains. Batches still in flight on it then fail
+	// (and are not retried, the client being closed), as those on the bus
+	// whose replies come after the drain go unanswered.
 	if c.link != nil {
-		c.link.close()
+		defer c.link.close()
 	}
 	if !c.ownConn {
 		return nil

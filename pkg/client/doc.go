@@ -111,7 +111,12 @@
 // on it are retried at once, as after a reconnect), and for a second
 // after any batch on it that was not confirmed whole, after which the
 // client asks the owner again over the bus. LinkedBatches counts the
-// batches sent on it.
+// batches sent on it. A batch is not held back while the way changes, so
+// the first batch on the link may reach the owner before the last one
+// sent on the bus, and after trouble a batch on the bus before one still
+// on the link: the owner then writes them in that order. Each record's
+// confirm, offset and producer sequence stay exact (duplicate
+// suppression is by sequence, not by order), as for a retried batch.
 //
 // # Delivery guarantees
 //

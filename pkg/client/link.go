@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,7 +46,10 @@ const (
 	// its stream's next batches over the bus (batcher.sent). Fifty times
 	// a loaded machine's confirm p99 at window 256 (about 10 ms).
 	linkSlowAfter = 500 * time.Millisecond
-	linkRetryMax  = 30 * time.Second
+	// linkShortLived: a connection that closes sooner counts as a failed
+	// dial (route).
+	linkShortLived = 5 * time.Second
+	linkRetryMax   = 30 * time.Second
 	// linkMaxFrame is the largest frame taken: a reply is far smaller
 	// than a batch, which the bus's message limit bounds.
 	linkMaxFrame = 64<<20 + 1024
@@ -97,6 +101,7 @@ type clientLink struct {
 type linkRoute struct {
 	conn    *hostConn
 	asking  bool
+	gone    bool // its batcher went while it was asking: forget it then
 	fails   int
 	retryAt time.Time
 }
@@ -127,6 +132,12 @@ func (l *clientLink) route(stream string) *hostConn {
 	if r.conn != nil {
 		if !r.conn.closed() {
 			return r.conn
+		}
+		if time.Since(r.conn.started) < linkShortLived {
+			// Taken and then closed at once (a host at its limit of
+			// clients, say): not asked again at once.
+			r.fails++
+			r.retryAt = time.Now().Add(backoff(r.fails, linkRetryMin, linkRetryMax))
 		}
 		r.conn = nil
 	}
@@ -161,6 +172,9 @@ func (l *clientLink) learn(stream string, r *linkRoute) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.asking = false
+	if r.gone && l.mu.routes[stream] == r {
+		delete(l.mu.routes, stream)
+	}
 	if err != nil {
 		r.fails++
 		r.retryAt = time.Now().Add(backoff(r.fails, linkRetryMin, linkRetryMax))
@@ -199,7 +213,7 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	}
 	l.mu.Lock()
 	hc := l.mu.hosts[hi.Node]
-	if hc != nil && !hc.closed() && hc.cert == hi.Cert {
+	if hc.usable(hi.Cert) {
 		l.mu.Unlock()
 		return hc, nil
 	}
@@ -214,7 +228,8 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 		hc.close(errLinkDown)
 		return nil, ErrClosed
 	}
-	if old := l.mu.hosts[hi.Node]; old != nil && old != hc && !old.closed() && old.cert == hi.Cert {
+	old := l.mu.hosts[hi.Node]
+	if old.usable(hi.Cert) {
 		// Another stream's learn connected meanwhile: keep one.
 		l.mu.Unlock()
 		hc.close(errLinkDown)
@@ -222,6 +237,11 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	}
 	l.mu.hosts[hi.Node] = hc
 	l.mu.Unlock()
+	if old != nil {
+		// Replaced (closed, silent, or to an earlier process of the
+		// host): its batches in flight are retried.
+		old.close(errors.New("replaced by a new connection"))
+	}
 	l.c.log.Info("client link to owner host", "node", hi.Node, "addr", hi.Addr)
 	return hc, nil
 }
@@ -248,7 +268,7 @@ func (l *clientLink) dial(hi frame.ClientLinkHello) (*hostConn, error) {
 		return nil, fmt.Errorf("set up the link with %s (%s): %w", hi.Node, hi.Addr, err)
 	}
 	_ = raw.SetDeadline(time.Time{})
-	hc := &hostConn{l: l, node: hi.Node, cert: hi.Cert, raw: raw, conn: conn, q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
+	hc := &hostConn{l: l, node: hi.Node, cert: hi.Cert, raw: raw, conn: conn, q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered), started: time.Now()}
 	hc.ctx, hc.cancel = context.WithCancel(context.Background())
 	l.mu.Lock()
 	if l.mu.closed {
@@ -285,8 +305,12 @@ func (l *clientLink) unregister(b *batcher) {
 	if l.mu.replies[b.prefix] == b {
 		delete(l.mu.replies, b.prefix)
 	}
-	if r := l.mu.routes[b.stream]; r != nil && !r.asking {
-		delete(l.mu.routes, b.stream)
+	if r := l.mu.routes[b.stream]; r != nil {
+		if r.asking {
+			r.gone = true
+		} else {
+			delete(l.mu.routes, b.stream)
+		}
 	}
 	l.mu.Unlock()
 }
@@ -336,9 +360,32 @@ type hostConn struct {
 	cancel context.CancelFunc
 	once   sync.Once
 	q      *linkconn.Queue // frames not yet written
+	// started is when it was set up; lastRead when its reader last took
+	// a frame (unix ns); silent, that a batch went unanswered with
+	// nothing read since it was sent (unanswered).
+	started  time.Time
+	lastRead atomic.Int64
+	silent   atomic.Bool
 }
 
 func (hc *hostConn) closed() bool { return hc.ctx.Err() != nil }
+
+// usable reports whether hc (nil: none) is up, to the host presenting
+// cert, and not suspected dead (silent).
+func (hc *hostConn) usable(cert string) bool {
+	return hc != nil && !hc.closed() && hc.cert == cert && !hc.silent.Load()
+}
+
+// unanswered is called when a batch sent on hc at sent is still
+// unanswered after linkSlowAfter: if nothing at all was read from hc
+// since, hc is suspected dead (a path that drops everything closes no
+// socket) and the next learn dials a new connection instead of taking it
+// again; any reply read clears the suspicion.
+func (hc *hostConn) unanswered(sent time.Time) {
+	if hc.lastRead.Load() < sent.UnixNano() {
+		hc.silent.Store(true)
+	}
+}
 
 // close ends hc once: its writer and reader stop, and the batches in
 // flight on it fail (their flights' AfterFunc on ctx).
@@ -383,6 +430,8 @@ func (hc *hostConn) readLoop() {
 			hc.close(err)
 			return
 		}
+		hc.lastRead.Store(time.Now().UnixNano())
+		hc.silent.Store(false)
 		if kind != frame.LinkClientReply {
 			hc.close(fmt.Errorf("frame kind %d from a host", kind))
 			return

@@ -54,6 +54,13 @@ const (
 	maxClientHellos = 4096
 	// maxClientConns bounds the clients connected to this host at once.
 	maxClientConns = 4096
+	// clientMaxFrame bounds a client's frame: a publish batch is at most
+	// wire.MaxPublishBatchBytes, and its subject, reply and headers fit
+	// in the rest.
+	clientMaxFrame = wire.MaxPublishBatchBytes + 64<<10
+	// clientMaxBuffered bounds the replies queued for one client: a client
+	// that reads slower loses its connection.
+	clientMaxBuffered = 8 << 20
 )
 
 // clientReplyPrefix starts a reply address that names a client link
@@ -207,8 +214,15 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	}
 	stream, op, ok := streamOpOf(lm.Subject)
 	s := &c.l.clients
+	m := &nats.Msg{Subject: lm.Subject, Reply: clientReplyTo(c.seq, lm.Reply), Header: frame.HeaderMap(lm.Header), Data: lm.Data}
+	if m.Header.Get(frame.HeaderClientLink) != "" {
+		// A hello must cross the bus, whose permissions are what
+		// admits a certificate.
+		c.l.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "a client link hello goes over the bus, not on a client link"))
+		return nil
+	}
 	if !ok || op != wire.OpPublishBatch {
-		c.l.h.replyErr(clientReplyTo(c.seq, lm.Reply), wire.Errorf(wire.CodeBadRequest,
+		c.l.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
 			"a client link carries publish batches (brook.s.<stream>.%s), not %q", wire.OpPublishBatch, lm.Subject))
 		return nil
 	}
@@ -223,7 +237,7 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 		c.replyClient(lm.Reply, nats.Header{"Status": []string{"503"}}, nil)
 		return nil
 	}
-	r.fn(&nats.Msg{Subject: lm.Subject, Reply: clientReplyTo(c.seq, lm.Reply), Header: frame.HeaderMap(lm.Header), Data: lm.Data})
+	r.fn(m)
 	return nil
 }
 

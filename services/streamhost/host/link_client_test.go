@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/brook-streams/brook/pkg/client"
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/linkconn"
+	"github.com/brook-streams/brook/pkg/nettest"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -290,6 +292,20 @@ func TestClientLinkTakesOnlyAHelloedCertificateOnce(t *testing.T) {
 	if r.Subject != "inbox.3" || header(r, frame.HeaderError) != wire.CodeBadRequest {
 		t.Fatalf("a single publish on the link was answered %+v", r)
 	}
+	// A hello on the link itself is refused, and admits nothing: only the
+	// bus's permissions admit a certificate.
+	_, other, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishBatchSubject("s"), Reply: "inbox.4",
+		Header: []frame.LinkHeader{{Key: frame.HeaderClientLink, Value: other}}})
+	if header(r, frame.HeaderError) != wire.CodeBadRequest {
+		t.Fatalf("a hello on the link was answered %+v", r)
+	}
+	if hosts["n1"].h.direct.takeClientHello(other) {
+		t.Fatal("a hello on the link admitted a certificate")
+	}
 	recs := c.fetch("s", wire.FetchRequest{Start: "earliest", MaxRecords: 10})
 	if len(recs.Records) != 2 {
 		t.Fatalf("read back %d records, want the batch's 2", len(recs.Records))
@@ -315,6 +331,14 @@ func onTheLink(t *testing.T, ctx context.Context, c *miniCluster) *client.Client
 		}
 	}
 	return cl
+}
+
+// publishWithin publishes one record to s, giving up after d.
+func publishWithin(ctx context.Context, cl *client.Client, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := cl.Publish(ctx, "s", []byte("r"))
+	return err
 }
 
 // TestClientLinkGoesBackToTheBusWhenABatchFails: a batch on the client
@@ -371,12 +395,7 @@ func TestClientLinkGoesBackToTheBusWhenItsOwnerIsSlow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl := onTheLink(t, ctx, c)
-	publish := func(d time.Duration) error {
-		pctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		_, err := cl.Publish(pctx, "s", []byte("r"))
-		return err
-	}
+	publish := func(d time.Duration) error { return publishWithin(ctx, cl, d) }
 	hosts["n2"].stop()
 	hosts["n3"].stop()
 	linked := cl.LinkedBatches()
@@ -391,5 +410,52 @@ func TestClientLinkGoesBackToTheBusWhenItsOwnerIsSlow(t *testing.T) {
 	}
 	if got := cl.LinkedBatches(); got != linked+1 {
 		t.Fatal("a batch went on the link after one there went unanswered for a second")
+	}
+}
+
+// TestClientLinkDoesNotTakeASilentConnectionAgain: a connection on which
+// a batch went unanswered with nothing read since (a path that drops
+// everything and closes no socket: here a proxy that stops forwarding)
+// sends the stream back to the bus and is not taken again when the
+// client next asks the owner: publishing goes on over the bus.
+func TestClientLinkDoesNotTakeASilentConnectionAgain(t *testing.T) {
+	c := newMiniCluster(t)
+	c.assign(assignment("s", 1, 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	// Only n1 has the link, behind the proxy: its followers replicate
+	// over the bus, and only the client's connection goes through it.
+	var px *nettest.StallProxy
+	c.start("n1", func(cfg *Config) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		px = nettest.NewStallProxy(t, ln.Addr().String())
+		cfg.ReplListener, cfg.ReplAdvertise = ln, strings.TrimPrefix(px.URL(), "nats://")
+	})
+	c.start("n2", nil)
+	c.start("n3", nil)
+	c.waitCopy("n1", "s", "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := onTheLink(t, ctx, c)
+	publish := func(d time.Duration) error { return publishWithin(ctx, cl, d) }
+	px.Pause()
+	defer px.Resume()
+	// The proxy's read in progress still forwards one write: this
+	// publish may be confirmed, the next one is not.
+	_ = publish(time.Second)
+	linked := cl.LinkedBatches()
+	if err := publish(time.Second); err == nil {
+		t.Fatal("a publish on a connection that forwards nothing was confirmed")
+	}
+	// The client asks the owner again a second after the drop; the
+	// silent connection must not be its way then.
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := publish(2 * time.Second); err != nil {
+			t.Fatalf("publishing after the connection went silent: %v", err)
+		}
+	}
+	if got := cl.LinkedBatches(); got != linked+1 {
+		t.Fatalf("%d batches went on the silent connection, want 1", got-linked)
 	}
 }

@@ -285,6 +285,9 @@ func (l *directLink) accept(raw net.Conn) {
 			if len(certs) == 0 || !l.takeClientHello(linkconn.Fingerprint(certs[0].Raw)) {
 				return "", errors.New("a client whose certificate no hello named lately")
 			}
+			if l.clientConnections() >= maxClientConns {
+				return "", fmt.Errorf("a client: %d clients are connected already", maxClientConns)
+			}
 			_, err = conn.Write([]byte{frame.LinkReady})
 			return "", err
 		}
@@ -479,7 +482,7 @@ func (l *directLink) start(raw, conn net.Conn, node string, serving bool) *linkC
 // are up.
 func (l *directLink) startClient(raw, conn net.Conn) *linkConn {
 	c := &linkConn{l: l, raw: raw, conn: conn, serving: true, client: true, started: time.Now(),
-		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
+		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, clientMaxBuffered)}
 	if !l.addClient(c) {
 		l.h.log.Warn("client link refused: too many clients connected", "remote", raw.RemoteAddr().String(), "max", maxClientConns)
 		_ = raw.Close()
@@ -726,8 +729,12 @@ func (c *linkConn) writeLoop() {
 // answers on the other.
 func (c *linkConn) readLoop() {
 	r := bufio.NewReaderSize(c.conn, 64<<10)
+	maxFrame := linkMaxFrame
+	if c.client {
+		maxFrame = clientMaxFrame
+	}
 	for {
-		kind, id, body, err := linkconn.ReadFrame(r, linkMaxFrame)
+		kind, id, body, err := linkconn.ReadFrame(r, maxFrame)
 		if err != nil {
 			c.close(err)
 			return
