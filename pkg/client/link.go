@@ -49,7 +49,9 @@ const (
 	// linkShortLived: a connection that closes sooner counts as a failed
 	// dial (route).
 	linkShortLived = 5 * time.Second
-	linkRetryMax   = 30 * time.Second
+	// maxLearns bounds the hellos (and dials) a client runs at once.
+	maxLearns    = 16
+	linkRetryMax = 30 * time.Second
 	// linkMaxFrame is the largest frame taken: a reply is far smaller
 	// than a batch, which the bus's message limit bounds.
 	linkMaxFrame = 64<<20 + 1024
@@ -64,13 +66,14 @@ var errLinkDown = errors.New("the client link closed")
 // clientLink is the client's side of the client link: its certificate,
 // each stream's way to its owner host, and the connections up.
 //
-// Locks and goroutines. mu guards what is listed under it; a hostConn's w
-// lock guards its write queue. Each is taken with no other lock held (the
-// batchers call route under their own mu, and route takes only l.mu), and
-// none is held across a network call. Goroutines: per stream with no
-// way, at most one learn (a hello, then a dial unless its host is
-// connected already); per connection a reader and a writer. All are
-// counted in wg and end with close (Client.Close), which closes every
+// Locks and goroutines. mu guards what is listed under it; a hostConn's
+// write queue (linkconn.Queue) has its own lock. mu is taken last (the
+// batchers call route under their own mu, and register runs under
+// Client.batchMu) and takes no other lock; none is held across a network
+// call. Goroutines: per stream with no way, at most one learn, maxLearns
+// in all (a hello, then a dial unless its host is connected already); per
+// connection a reader and a writer. All are counted in wg and end with
+// close (Client.Close), which cancels the learns and closes every
 // connection.
 type clientLink struct {
 	c *Client
@@ -93,6 +96,11 @@ type clientLink struct {
 		hosts map[string]*hostConn
 		// replies maps a batcher's reply prefix to it.
 		replies map[string]*batcher
+		// learning counts the learns running (route), at most
+		// maxLearns: a client that publishes to thousands of streams,
+		// or sees their owner fail, asks a few owners at a time over
+		// the bus while its batches go there anyway.
+		learning int
 	}
 }
 
@@ -133,18 +141,23 @@ func (l *clientLink) route(stream string) *hostConn {
 		if !r.conn.closed() {
 			return r.conn
 		}
+		// Not asked again at once: its host may be gone and the stream
+		// failing over, which the bus sees to meanwhile. Taken and
+		// closed at once (a host at its limit of clients, say) counts
+		// as a failed dial.
+		wait := linkRetryMin
 		if time.Since(r.conn.started) < linkShortLived {
-			// Taken and then closed at once (a host at its limit of
-			// clients, say): not asked again at once.
 			r.fails++
-			r.retryAt = time.Now().Add(backoff(r.fails, linkRetryMin, linkRetryMax))
+			wait = backoff(r.fails, linkRetryMin, linkRetryMax)
 		}
+		r.retryAt = time.Now().Add(wait)
 		r.conn = nil
 	}
-	if r.asking || time.Now().Before(r.retryAt) {
+	if r.asking || time.Now().Before(r.retryAt) || l.mu.learning >= maxLearns {
 		return nil
 	}
 	r.asking = true
+	l.mu.learning++
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -172,6 +185,7 @@ func (l *clientLink) learn(stream string, r *linkRoute) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.asking = false
+	l.mu.learning--
 	if r.gone && l.mu.routes[stream] == r {
 		delete(l.mu.routes, stream)
 	}

@@ -166,7 +166,7 @@ func runBalance(ctx context.Context, o options, n int, log *slog.Logger) (balanc
 		return res, err
 	}
 	defer func() { _ = cl.Stop() }()
-	c, err := connectRetrying(ctx, cl, "brook-bench-balance", log)
+	c, err := connectRetrying(ctx, cl, "brook-bench-balance", o.busPublish, log)
 	if err != nil {
 		return res, err
 	}

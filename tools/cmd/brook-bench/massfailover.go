@@ -152,14 +152,14 @@ func runMassFailover(ctx context.Context, o options, n int, log *slog.Logger) (m
 		return res, err
 	}
 	defer func() { _ = cl.Stop() }()
-	c, err := connectRetrying(ctx, cl, "brook-bench-mass", log)
+	c, err := connectRetrying(ctx, cl, "brook-bench-mass", o.busPublish, log)
 	if err != nil {
 		return res, err
 	}
 	defer closeClient(c, log)
 	pubs := []*client.Client{c}
 	for i := 1; i < o.failoverClients; i++ {
-		pc, err := connectRetrying(ctx, cl, fmt.Sprintf("brook-bench-mass-%d", i), log)
+		pc, err := connectRetrying(ctx, cl, fmt.Sprintf("brook-bench-mass-%d", i), o.busPublish, log)
 		if err != nil {
 			return res, err
 		}
@@ -323,10 +323,11 @@ func timeCoordinatorRestart(ctx context.Context, cl *cluster.Cluster, log *slog.
 
 // connectRetrying connects an admin client to cl that retries without
 // bound, with short backoffs: the measure is when a stream serves again,
-// not when a client that backed off for long happens to ask.
-func connectRetrying(ctx context.Context, cl *cluster.Cluster, name string, log *slog.Logger) (*client.Client, error) {
+// not when a client that backed off for long happens to ask. busPublish
+// keeps its batches off the client link (--bus-publish).
+func connectRetrying(ctx context.Context, cl *cluster.Cluster, name string, busPublish bool, log *slog.Logger) (*client.Client, error) {
 	return client.Connect(ctx, cl.NATSURL(), append(cl.ClientOptions(auth.Admin),
-		client.WithName(name), client.WithLogger(log),
+		client.WithName(name), client.WithLogger(log), client.WithDirectLink(!busPublish),
 		client.WithRetry(0, 0), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
 		client.WithRequestTimeout(3*time.Second), client.WithAdminTimeout(30*time.Second))...)
 }
