@@ -150,7 +150,9 @@
 //     writer; its reader hands each publish batch to the owner's intake
 //     callback, which may wait for room in the intake queue and so holds
 //     up that connection alone. The client side's routes, connections
-//     and hellos locks (clientSide) are each taken alone.
+//     and hellos locks (clientSide) take no other lock; a reply to a
+//     client (replyToClient) may take the connections' lock under
+//     owner.inMu's read lock, when enqueue refuses a publish.
 //   - the marking goroutine (hostWaiters.markLoop, started by Run): it
 //     marks the store's changes in the idle sets (markQueue); ended by
 //     hostWaiters.close, which waits for it, as Run's shutdown begins (or
