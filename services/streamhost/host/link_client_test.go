@@ -459,3 +459,38 @@ func TestClientLinkDoesNotTakeASilentConnectionAgain(t *testing.T) {
 		t.Fatalf("%d batches went on the silent connection, want 1", got-linked)
 	}
 }
+
+// TestClientLinkRefusesAnOversizedFrame: a client frame announcing more
+// than a publish batch's limit (plus room for its subject and headers)
+// closes the connection before the host reads or allocates it.
+func TestClientLinkRefusesAnOversizedFrame(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	cert, fp, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi, e := helloOver(t, c.nc, "s", fp)
+	if e != nil {
+		t.Fatal(e)
+	}
+	conn, ok := dialClient(t, hi.Addr, cert)
+	if !ok {
+		t.Fatal("the helloed certificate was refused")
+	}
+	// 9 MiB: over a client's limit, far under the hosts' 64 MiB.
+	f := binary.BigEndian.AppendUint32(nil, uint32(wire.MaxPublishBatchBytes+1<<20))
+	f = append(f, frame.LinkClientRequest)
+	f = binary.BigEndian.AppendUint64(f, 0)
+	if _, err := conn.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if n, err := conn.Read(b[:]); err == nil || isTimeout(err) {
+		t.Fatalf("an oversized frame's connection was kept (read %d bytes, %v)", n, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(clientConns(hosts["n1"].h)) != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the host still counts the connection")
+		}
+	}
+}
