@@ -37,27 +37,24 @@ import (
 // WithDirectLink(false) turns it off again.
 func WithDirectLink(on bool) Option { return func(o *options) { o.directLink = on } }
 
-// Client link timings.
+// Client link timings and limits (the shared ones are linkconn's).
 const (
-	linkSetupTimeout = 5 * time.Second  // a hello, a dial and its handshake
-	linkWriteTimeout = 10 * time.Second // one write to a connection
-	linkRetryMin     = time.Second      // after a failed hello or dial, or a batch on the link that failed
-	// linkSlowAfter: a batch on the link unanswered for this long sends
-	// its stream's next batches over the bus (batcher.sent). Fifty times
-	// a loaded machine's confirm p99 at window 256 (about 10 ms).
-	linkSlowAfter = 500 * time.Millisecond
-	// linkShortLived: a connection that closes sooner counts as a failed
-	// dial (route).
-	linkShortLived = 5 * time.Second
-	// maxLearns bounds the hellos (and dials) a client runs at once.
-	maxLearns    = 16
+	linkSetupTimeout = linkconn.SetupTimeout
+	linkWriteTimeout = linkconn.WriteTimeout
+	linkShortLived   = linkconn.ShortLived // route
+	linkMaxFrame     = linkconn.MaxFrame
+	linkMaxBuffered  = linkconn.MaxBuffered
+	// linkRetryMin and linkRetryMax bound the wait before a stream asks
+	// again after a failed hello or dial, a closed connection, or a batch
+	// on the link that failed.
+	linkRetryMin = time.Second
 	linkRetryMax = 30 * time.Second
-	// linkMaxFrame is the largest frame taken: a reply is far smaller
-	// than a batch, which the bus's message limit bounds.
-	linkMaxFrame = 64<<20 + 1024
-	// linkMaxBuffered is the most bytes queued for a connection's
-	// writer: a host that reads slower loses its connection.
-	linkMaxBuffered = 64 << 20
+	// linkSlowAfter: a batch on the link unanswered for this long sends
+	// its stream's next batches over the bus (batcher.sent): about ten
+	// times a loaded machine's confirm p99 at window 256 (30-60 ms).
+	linkSlowAfter = 500 * time.Millisecond
+	// maxLearns bounds the hellos (and dials) a client runs at once.
+	maxLearns = 16
 )
 
 // errLinkDown is a send on a client link connection that closed.

@@ -36,6 +36,26 @@ import (
 // HeaderLen is a frame's length, kind and id.
 const HeaderLen = 4 + 1 + 8
 
+// Timings and limits both links keep: one definition each.
+const (
+	// SetupTimeout bounds a hello, a dial and its handshake.
+	SetupTimeout = 5 * time.Second
+	// WriteTimeout bounds one write to a connection (WriteLoop adds a
+	// microsecond a byte).
+	WriteTimeout = 10 * time.Second
+	// ShortLived: a connection that closes sooner after its set-up
+	// counts as a failed dial.
+	ShortLived = 5 * time.Second
+	// MaxFrame is the largest frame a link sends or takes between hosts
+	// (a client's are smaller, the stream host's clientMaxFrame): an
+	// owner's answer is bounded by the bus's message limit (nats-server's
+	// is at most 64 MiB), and the frame's fields fit in the rest.
+	MaxFrame = 64<<20 + 1024
+	// MaxBuffered is the most bytes queued for a connection's writer: a
+	// peer that reads slower loses its connection.
+	MaxBuffered = 64 << 20
+)
+
 // Certificate makes a self-signed ed25519 certificate named commonName,
 // for usages, and returns it with its Fingerprint. Nothing is stored: a
 // link's certificate lives as long as its process, and the other side

@@ -212,7 +212,7 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	if err != nil {
 		return err
 	}
-	stream, op, ok := streamOpOf(lm.Subject)
+	stream, ok := publishBatchStream(lm.Subject)
 	s := &c.l.clients
 	m := &nats.Msg{Subject: lm.Subject, Reply: clientReplyTo(c.seq, lm.Reply), Header: frame.HeaderMap(lm.Header), Data: lm.Data}
 	if m.Header.Get(frame.HeaderClientLink) != "" {
@@ -221,7 +221,7 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 		c.l.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest, "a client link hello goes over the bus, not on a client link"))
 		return nil
 	}
-	if !ok || op != wire.OpPublishBatch {
+	if !ok {
 		c.l.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
 			"a client link carries publish batches (brook.s.<stream>.%s), not %q", wire.OpPublishBatch, lm.Subject))
 		return nil
@@ -241,17 +241,12 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	return nil
 }
 
-// streamOpOf splits a data-plane subject brook.s.<stream>.<op>.
-func streamOpOf(subject string) (stream, op string, ok bool) {
-	rest, found := strings.CutPrefix(subject, "brook.s.")
-	if !found {
-		return "", "", false
-	}
-	stream, op, found = strings.Cut(rest, ".")
-	if !found || wire.ValidName("stream", stream) != nil || strings.Contains(op, ".") {
-		return "", "", false
-	}
-	return stream, op, true
+// publishBatchStream is the stream a publish batch's subject names
+// (wire.PublishBatchSubject), if it is one.
+func publishBatchStream(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "brook.s.")
+	stream, ok2 := strings.CutSuffix(rest, "."+wire.OpPublishBatch)
+	return stream, ok && ok2 && wire.ValidName("stream", stream) == nil
 }
 
 // replyClient sends a reply on client connection c, best effort like

@@ -123,22 +123,14 @@ type linkPeer struct {
 
 // Link timings and limits.
 const (
-	linkSetupTimeout = 5 * time.Second  // a hello, a dial or a handshake
-	linkWriteTimeout = 10 * time.Second // one write to a connection
+	linkSetupTimeout = linkconn.SetupTimeout
+	linkWriteTimeout = linkconn.WriteTimeout
 	linkRedial       = 250 * time.Millisecond
 	linkRedialMax    = 30 * time.Second
-	// linkMaxBuffered is the most bytes queued for a connection's writer:
-	// a peer that reads slower than that loses its connection.
-	linkMaxBuffered = 64 << 20
-	// linkMaxFrame is the largest frame sent or taken, the same on every
-	// host: an owner's answer is bounded by the bus's message limit
-	// (nats-server's is at most 64 MiB), and the frame's fields fit in
-	// the rest.
-	linkMaxFrame = 64<<20 + 1024
-	linkHeader   = linkconn.HeaderLen
-	// linkShortLived: a connection that closes sooner counts as a failed
-	// dial.
-	linkShortLived = 5 * time.Second
+	linkMaxBuffered  = linkconn.MaxBuffered
+	linkMaxFrame     = linkconn.MaxFrame
+	linkHeader       = linkconn.HeaderLen
+	linkShortLived   = linkconn.ShortLived
 )
 
 // Frame kinds on a connection.
