@@ -9,9 +9,25 @@
 // retry of a record older than that rebuild reaches is written again. The
 // window bounds both the sequences kept per producer (oldest written first
 // out) and the producers kept (least recently used out).
+//
+// # Cost per record
+//
+// The owner looks up and records every record it is sent, and each
+// follower records every record it applies, so the window is on the path
+// of every record. A producer's sequences are kept in a ring in write
+// order. A producer that writes its sequences in increasing order (the
+// usual case: a client numbers its records as it publishes them) needs
+// nothing more: a lookup is a comparison with the newest sequence and, for
+// a retry, a binary search of the ring, and a record overwrites the ring's
+// oldest slot. Only a producer whose ring holds sequences out of order
+// also gets a map from sequence to offset, which it keeps until the ring
+// is in order again (as many in-order writes as the ring holds).
 package dedupe
 
-import "container/list"
+import (
+	"container/list"
+	"sort"
+)
 
 // Defaults of the window's bounds.
 const (
@@ -28,11 +44,86 @@ type Window struct {
 	byName      map[string]*list.Element
 }
 
+// written is one sequence a producer wrote and the offset of its first
+// write.
+type written struct {
+	seq, off uint64
+}
+
 type producer struct {
-	name  string
-	seqs  map[uint64]uint64 // sequence -> offset of its first write
-	order []uint64          // ring of sequences in write order, for eviction
-	next  int               // ring index of the oldest entry once full
+	name string
+	// ring holds the producer's last sequences in write order: the oldest
+	// at start once the ring is full (len(ring) == perProducer), at 0
+	// before.
+	ring  []written
+	start int
+	// inOrder counts the newest entries of the ring whose sequences
+	// increase in write order; the whole ring is in order when it is
+	// len(ring).
+	inOrder int
+	// seqs maps sequence to offset while the ring is not in order; nil
+	// when it is.
+	seqs map[uint64]uint64
+}
+
+// at returns the ring's i-th entry in write order.
+func (p *producer) at(i int) written {
+	return p.ring[(p.start+i)%len(p.ring)]
+}
+
+// newest returns the last entry written; the ring must not be empty.
+func (p *producer) newest() written {
+	return p.at(len(p.ring) - 1)
+}
+
+func (p *producer) lookup(seq uint64) (uint64, bool) {
+	if p.seqs != nil {
+		off, ok := p.seqs[seq]
+		return off, ok
+	}
+	n := len(p.ring)
+	if n == 0 || seq > p.newest().seq || seq < p.at(0).seq {
+		return 0, false
+	}
+	i := sort.Search(n, func(i int) bool { return p.at(i).seq >= seq })
+	if e := p.at(i); e.seq == seq {
+		return e.off, true
+	}
+	return 0, false
+}
+
+// add appends a sequence the ring does not hold, dropping the oldest one
+// when the ring is full.
+func (p *producer) add(seq, off uint64, perProducer int) {
+	if len(p.ring) > 0 && seq < p.newest().seq {
+		if p.seqs == nil {
+			// The ring goes out of order: index it.
+			p.seqs = make(map[uint64]uint64, len(p.ring)+1)
+			for _, e := range p.ring {
+				p.seqs[e.seq] = e.off
+			}
+		}
+		p.inOrder = 0
+	}
+	p.inOrder++
+	e := written{seq, off}
+	if len(p.ring) < perProducer {
+		p.ring = append(p.ring, e)
+	} else {
+		if p.seqs != nil {
+			delete(p.seqs, p.ring[p.start].seq)
+		}
+		p.ring[p.start] = e
+		p.start = (p.start + 1) % len(p.ring)
+	}
+	if p.seqs == nil {
+		return
+	}
+	if p.inOrder >= len(p.ring) {
+		p.seqs = nil // in order again: the ring alone answers
+		return
+	}
+	p.seqs[seq] = off
 }
 
 // New returns a window keeping at most perProducer sequences for each of at
@@ -60,8 +151,7 @@ func (w *Window) Lookup(name string, seq uint64) (uint64, bool) {
 		return 0, false
 	}
 	w.lru.MoveToFront(e)
-	off, ok := e.Value.(*producer).seqs[seq]
-	return off, ok
+	return e.Value.(*producer).lookup(seq)
 }
 
 // Record remembers that producer wrote seq at offset. A sequence already
@@ -74,23 +164,16 @@ func (w *Window) Record(name string, seq, offset uint64) {
 			w.lru.Remove(oldest)
 			delete(w.byName, oldest.Value.(*producer).name)
 		}
-		e = w.lru.PushFront(&producer{name: name, seqs: make(map[uint64]uint64)})
+		e = w.lru.PushFront(&producer{name: name})
 		w.byName[name] = e
 	} else {
 		w.lru.MoveToFront(e)
 	}
 	p := e.Value.(*producer)
-	if _, held := p.seqs[seq]; held {
+	if _, held := p.lookup(seq); held {
 		return
 	}
-	if len(p.order) < w.perProducer {
-		p.order = append(p.order, seq)
-	} else {
-		delete(p.seqs, p.order[p.next])
-		p.order[p.next] = seq
-		p.next = (p.next + 1) % w.perProducer
-	}
-	p.seqs[seq] = offset
+	p.add(seq, offset, w.perProducer)
 }
 
 // Producers returns how many producers the window holds.
