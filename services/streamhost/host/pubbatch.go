@@ -1,6 +1,7 @@
 package host
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,7 +50,32 @@ type staging struct {
 	payload int
 	// inBatch maps a producer's sequence to its record's index in data,
 	// for repeats within the Append.
-	inBatch map[string]map[uint64]int
+	inBatch map[producerSeq]int
+	// arena holds the records' envelopes: one allocation for many
+	// records, which the store copies into its own batch (AppendWritten).
+	arena []byte
+}
+
+// producerSeq names one record of a producer.
+type producerSeq struct {
+	producer string
+	seq      uint64
+}
+
+// stagingArena is the size of the chunks a staging's envelopes are
+// written into; a record larger than it gets a chunk of its own size.
+const stagingArena = 16 << 10
+
+// envelope returns payload in its envelope (producer and sequence),
+// written into the staging's arena.
+func (st *staging) envelope(producer string, seq uint64, payload []byte) []byte {
+	n := envelope.Size(producer, seq, payload)
+	if cap(st.arena)-len(st.arena) < n {
+		st.arena = make([]byte, 0, max(n, stagingArena))
+	}
+	start := len(st.arena)
+	st.arena = envelope.Append(st.arena, producer, seq, payload)
+	return st.arena[start:len(st.arena):len(st.arena)]
 }
 
 // stage adds one record (a single publish, or a record of a batch) with
@@ -62,24 +88,22 @@ func (o *owner) stage(st *staging, it produced, payload []byte) {
 			st.items = append(st.items, it)
 			return
 		}
-		if idx, ok := st.inBatch[p][it.seq]; ok {
+		k := producerSeq{p, it.seq}
+		if idx, ok := st.inBatch[k]; ok {
 			it.repeatIdx = idx
 			st.items = append(st.items, it)
 			return
 		}
 		if st.inBatch == nil {
-			st.inBatch = map[string]map[uint64]int{}
+			st.inBatch = make(map[producerSeq]int, max(cap(st.items)-len(st.items), 8))
 		}
-		if st.inBatch[p] == nil {
-			st.inBatch[p] = map[uint64]int{}
-		}
-		st.inBatch[p][it.seq] = len(st.data)
+		st.inBatch[k] = len(st.data)
 	}
 	it.index = len(st.data)
 	st.payload += len(payload)
 	// The producer and sequence are stored with the record, so that they
 	// replicate and a later owner can rebuild its window.
-	st.data = append(st.data, envelope.Append(make([]byte, 0, envelope.Size(it.producer, it.seq, payload)), it.producer, it.seq, payload))
+	st.data = append(st.data, st.envelope(it.producer, it.seq, payload))
 	st.items = append(st.items, it)
 }
 
@@ -112,6 +136,8 @@ func (o *owner) stagePubBatch(st *staging, m *nats.Msg) {
 		return
 	}
 	req := &pubBatchReq{reply: m.Reply, results: make([]frame.PubResult, len(b.Records))}
+	st.items = slices.Grow(st.items, len(b.Records))
+	st.data = slices.Grow(st.data, len(b.Records))
 	for i := range b.Records {
 		r := &b.Records[i]
 		switch {
