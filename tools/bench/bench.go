@@ -151,6 +151,12 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		}()
 	}
 
+	// A publish may be retried by the target across a failover; it gets
+	// until the end of the run plus a grace to confirm. One context for
+	// every publish, not one each: the bench's own cost per record is on
+	// the machine it measures.
+	pctx, cancelPublishes := context.WithDeadline(ctx, start.Add(cfg.Duration+5*time.Second))
+	defer cancelPublishes()
 	var pubWG sync.WaitGroup
 	for p := 0; p < cfg.Publishers*cfg.Window; p++ {
 		pubWG.Add(1)
@@ -159,11 +165,7 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 			for seq := uint64(0); runCtx.Err() == nil; seq++ {
 				id := recordID{pub: pub, seq: seq}
 				sent := time.Now()
-				// A publish may be retried by the target across a failover;
-				// it gets until the end of the run plus a grace to confirm.
-				pctx, cancel := context.WithTimeout(ctx, time.Until(start.Add(cfg.Duration))+5*time.Second)
 				off, err := t.Publish(pctx, encodeRecord(id, cfg.RecordSize))
-				cancel()
 				now := time.Now()
 				if err != nil {
 					errCount.Add(1)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,8 @@ type PublisherConfig struct {
 	// published as producer "<Producer>-<n>". Make it unique per run, so
 	// an owner's window never matches an earlier run's sequences.
 	Producer string
-	// AttemptTimeout bounds one attempt that no probe ends first.
+	// AttemptTimeout bounds one attempt that no probe ends first (plus at
+	// most cohortSpan: attempts begun close together share a timeout).
 	AttemptTimeout time.Duration
 	// ProbeAfter is how long an attempt may be outstanding before the
 	// publisher probes the owner; ProbeEvery spaces the probes.
@@ -69,10 +71,14 @@ type Publisher struct {
 	cfg PublisherConfig
 	log *slog.Logger
 
-	mu       sync.Mutex
-	epoch    uint64 // the newest owner epoch seen
-	floor    uint64 // one past the highest offset confirmed so far
-	inflight map[*attempt]struct{}
+	mu    sync.Mutex
+	epoch uint64 // the newest owner epoch seen
+	floor uint64 // one past the highest offset confirmed so far
+	// cur is the cohort new attempts join, nil when the next attempt
+	// opens one; cohorts are every cohort with attempts outstanding, and
+	// cur.
+	cur     *cohort
+	cohorts map[*cohort]struct{}
 
 	idx index
 
@@ -82,14 +88,27 @@ type Publisher struct {
 	done chan struct{}
 }
 
-// attempt is one outstanding call of client.Publish.
-type attempt struct {
-	epoch   uint64 // the newest epoch known when it was sent
-	sent    time.Time
+// cohort is the attempts (outstanding calls of client.Publish) begun
+// within cohortSpan of each other, at the same newest epoch known and
+// under the same context: they share one context, which the probe cancels
+// for all of them and which ends AttemptTimeout plus cohortSpan after the
+// cohort opened. Two contexts and a timer per cohort, rather than per
+// attempt, keep the publisher's own cost per record low: the bench's
+// machine CPU per record counts it.
+type cohort struct {
+	epoch   uint64          // the newest epoch known when it opened
+	opened  time.Time       // no attempt of it was sent before
+	parent  context.Context // the caller's context of its attempts
+	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	release context.CancelFunc // of the attempt timeout
-	stale   atomic.Bool
+	release context.CancelFunc // of the timeout
+	n       int                // attempts outstanding, under Publisher.mu
+	stale   atomic.Bool        // abandoned by a probe
 }
+
+// cohortSpan is how long a cohort takes new attempts: an attempt's
+// timeout is AttemptTimeout plus at most this.
+const cohortSpan = 20 * time.Millisecond
 
 // errOwnerLost is the cause of an attempt abandoned by a probe.
 var errOwnerLost = errors.New("the owner the attempt went to is gone")
@@ -149,8 +168,8 @@ func NewPublisher(ctx context.Context, c *client.Client, cfg PublisherConfig) (*
 		// survives the failover could be taken for one of ours while
 		// resolving, and it is then confirmed and byte for byte the same.
 		epoch: b.Epoch, floor: b.Confirmed,
-		inflight: map[*attempt]struct{}{},
-		stop:     stop, done: make(chan struct{}),
+		cohorts: map[*cohort]struct{}{},
+		stop:    stop, done: make(chan struct{}),
 	}
 	go p.watch(mctx)
 	return p, nil
@@ -219,25 +238,59 @@ func unanswered(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrTimeout) || errors.Is(err, nats.ErrTimeout)
 }
 
-// begin registers an attempt and returns its context, which the probe may
-// cancel and the attempt timeout ends.
-func (p *Publisher) begin(ctx context.Context) (*attempt, context.Context) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	actx, release := context.WithTimeout(cctx, p.cfg.AttemptTimeout)
+// begin registers an attempt in the current cohort, opening one when
+// there is none to join, and returns its cohort and the context to send
+// it with, which the probe may cancel and the attempt timeout ends.
+func (p *Publisher) begin(ctx context.Context) (*cohort, context.Context) {
 	p.mu.Lock()
-	a := &attempt{epoch: p.epoch, sent: time.Now(), cancel: cancel, release: release}
-	p.inflight[a] = struct{}{}
-	p.mu.Unlock()
-	return a, actx
+	defer p.mu.Unlock()
+	now := time.Now() // under mu, for cutCohort
+	c := p.cur
+	if c == nil || c.epoch != p.epoch || now.Sub(c.opened) >= cohortSpan || !sameContext(c.parent, ctx) {
+		p.closeCohortLocked()
+		cctx, cancel := context.WithCancelCause(ctx)
+		actx, release := context.WithTimeout(cctx, p.cfg.AttemptTimeout+cohortSpan)
+		c = &cohort{epoch: p.epoch, opened: now, parent: ctx, ctx: actx, cancel: cancel, release: release}
+		p.cur = c
+		p.cohorts[c] = struct{}{}
+	}
+	c.n++
+	return c, c.ctx
 }
 
-// end unregisters an attempt and releases its context.
-func (p *Publisher) end(a *attempt) {
+// sameContext reports whether a and b are the same context, without
+// comparing values of a type that cannot be compared.
+func sameContext(a, b context.Context) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// closeCohortLocked stops the current cohort taking attempts, and ends it
+// if none is outstanding.
+func (p *Publisher) closeCohortLocked() {
+	if c := p.cur; c != nil {
+		p.cur = nil
+		if c.n == 0 {
+			p.endCohortLocked(c)
+		}
+	}
+}
+
+func (p *Publisher) endCohortLocked(c *cohort) {
+	delete(p.cohorts, c)
+	c.release()
+	c.cancel(nil)
+}
+
+// end unregisters an attempt of c, and ends c once it has none left and
+// takes no more.
+func (p *Publisher) end(c *cohort) {
 	p.mu.Lock()
-	delete(p.inflight, a)
-	p.mu.Unlock()
-	a.release()
-	a.cancel(nil)
+	defer p.mu.Unlock()
+	c.n--
+	if c.n == 0 && c != p.cur {
+		p.endCohortLocked(c)
+	}
 }
 
 func (p *Publisher) noteConfirm(off, epoch uint64) {
@@ -253,32 +306,45 @@ func (p *Publisher) noteEpoch(epoch uint64) {
 	p.mu.Unlock()
 }
 
-// abandon ends the outstanding attempts that match.
-func (p *Publisher) abandon(match func(*attempt) bool) int {
+// abandon ends the outstanding attempts of the cohorts that match.
+func (p *Publisher) abandon(match func(*cohort) bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for a := range p.inflight {
-		if match(a) && !a.stale.Swap(true) {
-			a.cancel(errOwnerLost)
-			n++
+	for c := range p.cohorts {
+		if c.n > 0 && match(c) && !c.stale.Swap(true) {
+			if c == p.cur {
+				p.cur = nil
+			}
+			c.cancel(errOwnerLost)
+			n += c.n
 		}
 	}
 	p.abandoned.Add(int64(n))
 	return n
 }
 
-// oldest returns when the oldest outstanding attempt was sent.
+// oldest returns when the cohort of the oldest outstanding attempt opened.
 func (p *Publisher) oldest() (time.Time, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var t time.Time
-	for a := range p.inflight {
-		if t.IsZero() || a.sent.Before(t) {
-			t = a.sent
+	for c := range p.cohorts {
+		if c.n > 0 && (t.IsZero() || c.opened.Before(t)) {
+			t = c.opened
 		}
 	}
 	return t, !t.IsZero()
+}
+
+// cutCohort closes the current cohort and returns a time no cohort
+// opened since began before: every attempt begun after the call is in a
+// cohort opened at or after it.
+func (p *Publisher) cutCohort() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closeCohortLocked()
+	return time.Now()
 }
 
 // watch probes the owner while attempts wait unusually long, and abandons
@@ -298,18 +364,21 @@ func (p *Publisher) watch(ctx context.Context) {
 		if !ok || time.Since(oldest) < p.cfg.ProbeAfter {
 			continue
 		}
-		at := time.Now()
+		// Attempts sent from here on are in cohorts opened after at, so
+		// that a probe finding the owner gone abandons only attempts
+		// sent before it began.
+		at := p.cutCohort()
 		epoch, gone, err := p.probe(ctx)
 		switch {
 		case err != nil:
 			// Inconclusive (a slow owner): the attempt timeout decides.
 		case gone:
-			if n := p.abandon(func(a *attempt) bool { return a.sent.Before(at) }); n > 0 {
+			if n := p.abandon(func(c *cohort) bool { return c.opened.Before(at) }); n > 0 {
 				p.log.Debug("owner gone: abandoned attempts", "stream", p.cfg.Stream, "attempts", n)
 			}
 		default:
 			p.noteEpoch(epoch)
-			if n := p.abandon(func(a *attempt) bool { return a.epoch < epoch }); n > 0 {
+			if n := p.abandon(func(c *cohort) bool { return c.epoch < epoch }); n > 0 {
 				p.log.Debug("owner replaced: abandoned attempts", "stream", p.cfg.Stream, "epoch", epoch, "attempts", n)
 			}
 		}

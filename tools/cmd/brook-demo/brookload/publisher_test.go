@@ -389,3 +389,61 @@ func TestFloorIsTheWatermarkNotTheTail(t *testing.T) {
 		t.Fatalf("record written %d times, want once: the publisher looked for it only past the old owner's tail", n)
 	}
 }
+
+// Attempts begun together share a cohort; a probe's cut starts a new one,
+// so that abandoning what was sent before the probe leaves later attempts
+// alone; a cohort ends once its attempts have and it takes no more.
+func TestAttemptCohorts(t *testing.T) {
+	p := &Publisher{cfg: PublisherConfig{AttemptTimeout: time.Minute}, cohorts: map[*cohort]struct{}{}}
+	ctx := context.Background()
+	c1, ctx1 := p.begin(ctx)
+	c2, _ := p.begin(ctx)
+	if c1 != c2 || c1.n != 2 {
+		t.Fatalf("two attempts begun together: cohorts %p and %p (n %d), want one of two", c1, c2, c1.n)
+	}
+	other, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if c, _ := p.begin(other); c == c1 {
+		t.Fatal("an attempt under another context joined the cohort")
+	} else {
+		p.end(c)
+	}
+	at := p.cutCohort()
+	c3, ctx3 := p.begin(ctx)
+	if c3 == c1 {
+		t.Fatal("an attempt begun after the cut joined the cohort before it")
+	}
+	if n := p.abandon(func(c *cohort) bool { return c.opened.Before(at) }); n != 2 {
+		t.Fatalf("abandoned %d attempts, want the 2 begun before the cut", n)
+	}
+	if context.Cause(ctx1) != errOwnerLost || !c1.stale.Load() {
+		t.Fatalf("abandoned cohort: cause %v, stale %v", context.Cause(ctx1), c1.stale.Load())
+	}
+	if ctx3.Err() != nil || c3.stale.Load() {
+		t.Fatal("the attempt begun after the cut was abandoned")
+	}
+	p.end(c1)
+	p.end(c1)
+	if _, held := p.cohorts[c1]; held {
+		t.Fatal("a cohort with no attempt left and closed is still held")
+	}
+	p.end(c3)
+	if _, held := p.cohorts[c3]; !held || p.cur != c3 {
+		t.Fatal("the current cohort was ended when its attempts had")
+	}
+	p.epoch++
+	cE, _ := p.begin(ctx)
+	if cE == c3 {
+		t.Fatal("an attempt at a newer epoch joined a cohort of an older one")
+	}
+	if _, held := p.cohorts[c3]; held {
+		t.Fatal("a closed cohort with no attempt is still held")
+	}
+	time.Sleep(cohortSpan)
+	if c, _ := p.begin(ctx); c == cE {
+		t.Fatal("a cohort took an attempt past its span")
+	}
+	if len(p.cohorts) != 2 {
+		t.Fatalf("%d cohorts held, want 2 (the previous one, outstanding, and the current)", len(p.cohorts))
+	}
+}
