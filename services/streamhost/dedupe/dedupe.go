@@ -8,7 +8,8 @@
 // window from the newest records of its log before it takes publishes; a
 // retry of a record older than that rebuild reaches is written again. The
 // window bounds both the sequences kept per producer (oldest written first
-// out) and the producers kept (least recently used out).
+// out) and the producers kept (least recently used out: a full window
+// drops its least recently used sixteenth to make room).
 //
 // # Cost per record
 //
@@ -25,7 +26,7 @@
 package dedupe
 
 import (
-	"container/list"
+	"slices"
 	"sort"
 )
 
@@ -40,8 +41,9 @@ const (
 type Window struct {
 	perProducer int
 	maxProducer int
-	lru         *list.List // of *producer, most recently used in front
-	byName      map[string]*list.Element
+	byName      map[string]*producer
+	// clock counts uses; a producer's used is the clock at its last use.
+	clock uint64
 }
 
 // written is one sequence a producer wrote and the offset of its first
@@ -52,6 +54,10 @@ type written struct {
 
 type producer struct {
 	name string
+	used uint64 // Window.clock at its last lookup or record
+	// last is the newest entry's sequence, kept here so that a new
+	// sequence is told from a retry without reading the ring.
+	last uint64
 	// ring holds the producer's last sequences in write order: the oldest
 	// at start once the ring is full (len(ring) == perProducer), at 0
 	// before.
@@ -71,18 +77,13 @@ func (p *producer) at(i int) written {
 	return p.ring[(p.start+i)%len(p.ring)]
 }
 
-// newest returns the last entry written; the ring must not be empty.
-func (p *producer) newest() written {
-	return p.at(len(p.ring) - 1)
-}
-
 func (p *producer) lookup(seq uint64) (uint64, bool) {
 	if p.seqs != nil {
 		off, ok := p.seqs[seq]
 		return off, ok
 	}
 	n := len(p.ring)
-	if n == 0 || seq > p.newest().seq || seq < p.at(0).seq {
+	if n == 0 || seq > p.last || seq < p.at(0).seq {
 		return 0, false
 	}
 	i := sort.Search(n, func(i int) bool { return p.at(i).seq >= seq })
@@ -95,7 +96,7 @@ func (p *producer) lookup(seq uint64) (uint64, bool) {
 // add appends a sequence the ring does not hold, dropping the oldest one
 // when the ring is full.
 func (p *producer) add(seq, off uint64, perProducer int) {
-	if len(p.ring) > 0 && seq < p.newest().seq {
+	if len(p.ring) > 0 && seq < p.last {
 		if p.seqs == nil {
 			// The ring goes out of order: index it.
 			p.seqs = make(map[uint64]uint64, len(p.ring)+1)
@@ -106,6 +107,7 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 		p.inOrder = 0
 	}
 	p.inOrder++
+	p.last = seq
 	e := written{seq, off}
 	if len(p.ring) < perProducer {
 		p.ring = append(p.ring, e)
@@ -138,43 +140,57 @@ func New(perProducer, producers int) *Window {
 	return &Window{
 		perProducer: perProducer,
 		maxProducer: producers,
-		lru:         list.New(),
-		byName:      make(map[string]*list.Element),
+		byName:      make(map[string]*producer),
 	}
 }
 
 // Lookup returns the offset of seq's first write by producer, if the window
 // still holds it. A hit counts as a use of the producer.
 func (w *Window) Lookup(name string, seq uint64) (uint64, bool) {
-	e, ok := w.byName[name]
+	p, ok := w.byName[name]
 	if !ok {
 		return 0, false
 	}
-	w.lru.MoveToFront(e)
-	return e.Value.(*producer).lookup(seq)
+	w.clock++
+	p.used = w.clock
+	return p.lookup(seq)
 }
 
 // Record remembers that producer wrote seq at offset. A sequence already
 // held keeps its first offset.
 func (w *Window) Record(name string, seq, offset uint64) {
-	e, ok := w.byName[name]
+	p, ok := w.byName[name]
 	if !ok {
-		if w.lru.Len() >= w.maxProducer {
-			oldest := w.lru.Back()
-			w.lru.Remove(oldest)
-			delete(w.byName, oldest.Value.(*producer).name)
+		if len(w.byName) >= w.maxProducer {
+			w.evict()
 		}
-		e = w.lru.PushFront(&producer{name: name})
-		w.byName[name] = e
-	} else {
-		w.lru.MoveToFront(e)
+		p = &producer{name: name}
+		w.byName[name] = p
 	}
-	p := e.Value.(*producer)
+	w.clock++
+	p.used = w.clock
 	if _, held := p.lookup(seq); held {
 		return
 	}
 	p.add(seq, offset, w.perProducer)
 }
 
+// evict drops the least recently used sixteenth of the producers (at
+// least one), so that a window full of producers pays for finding them
+// once per many new producers, not once each.
+func (w *Window) evict() {
+	used := make([]uint64, 0, len(w.byName))
+	for _, p := range w.byName {
+		used = append(used, p.used)
+	}
+	slices.Sort(used)
+	below := used[max(len(used)/16, 1)-1] // the newest use evicted
+	for name, p := range w.byName {
+		if p.used <= below {
+			delete(w.byName, name)
+		}
+	}
+}
+
 // Producers returns how many producers the window holds.
-func (w *Window) Producers() int { return w.lru.Len() }
+func (w *Window) Producers() int { return len(w.byName) }

@@ -115,7 +115,7 @@ func TestWindowMatchesModel(t *testing.T) {
 			off := uint64(i)
 			w.Record(name, seq, off)
 			m.record(name, seq, off)
-			if p := w.byName[name].Value.(*producer); p.seqs != nil {
+			if p := w.byName[name]; p.seqs != nil {
 				ooo++
 			}
 		}
@@ -130,7 +130,7 @@ func TestWindowMatchesModel(t *testing.T) {
 				w.Record(name, next[name], next[name])
 				m.record(name, next[name], next[name])
 			}
-			if p := w.byName[name].Value.(*producer); p.seqs != nil {
+			if p := w.byName[name]; p.seqs != nil {
 				t.Errorf("per %d: producer %s still keeps a map after %d in-order records", per, name, per+1)
 			}
 			for seq := next[name] - uint64(per) - 2; seq <= next[name]+1; seq++ {
@@ -163,5 +163,30 @@ func BenchmarkWindow(b *testing.B) {
 			b.Fatal("a new sequence was found")
 		}
 		w.Record(names[p], seq[p], uint64(i))
+	}
+}
+
+// A full window drops its least recently used sixteenth for a new
+// producer, and keeps the ones used since.
+func TestProducerEvictionDropsASixteenth(t *testing.T) {
+	w := New(4, 32)
+	for i := 0; i < 32; i++ {
+		w.Record(fmt.Sprint("p", i), 1, uint64(i))
+	}
+	w.Lookup("p0", 1) // p0 and p1 are now the most recently used
+	w.Record("p1", 2, 99)
+	w.Record("new", 1, 100)
+	if n := w.Producers(); n != 31 {
+		t.Fatalf("%d producers after the eviction, want 31 (32 - 2 + 1)", n)
+	}
+	for _, name := range []string{"p2", "p3"} {
+		if _, ok := w.Lookup(name, 1); ok {
+			t.Errorf("%s, of the least recently used, was kept", name)
+		}
+	}
+	for _, name := range []string{"p0", "p1", "p4", "p31", "new"} {
+		if _, ok := w.Lookup(name, 1); !ok {
+			t.Errorf("%s was evicted", name)
+		}
 	}
 }
