@@ -8,8 +8,7 @@
 // window from the newest records of its log before it takes publishes; a
 // retry of a record older than that rebuild reaches is written again. The
 // window bounds both the sequences kept per producer (oldest written first
-// out) and the producers kept (least recently used out: a full window
-// drops its least recently used sixteenth to make room).
+// out) and the producers kept (least recently used out).
 //
 // # Cost per record
 //
@@ -26,6 +25,7 @@
 package dedupe
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 )
@@ -44,6 +44,16 @@ type Window struct {
 	byName      map[string]*producer
 	// clock counts uses; a producer's used is the clock at its last use.
 	clock uint64
+	// evictable is the least recently used producers, oldest first, as
+	// they were when it was made (evictOne).
+	evictable []candidate
+}
+
+// candidate is a producer found among the least recently used, and its
+// use then: it is still the least recently used if that has not changed.
+type candidate struct {
+	p    *producer
+	used uint64
 }
 
 // written is one sequence a producer wrote and the offset of its first
@@ -162,7 +172,7 @@ func (w *Window) Record(name string, seq, offset uint64) {
 	p, ok := w.byName[name]
 	if !ok {
 		if len(w.byName) >= w.maxProducer {
-			w.evict()
+			w.evictOne()
 		}
 		p = &producer{name: name}
 		w.byName[name] = p
@@ -175,20 +185,28 @@ func (w *Window) Record(name string, seq, offset uint64) {
 	p.add(seq, offset, w.perProducer)
 }
 
-// evict drops the least recently used sixteenth of the producers (at
-// least one), so that a window full of producers pays for finding them
-// once per many new producers, not once each.
-func (w *Window) evict() {
-	used := make([]uint64, 0, len(w.byName))
-	for _, p := range w.byName {
-		used = append(used, p.used)
-	}
-	slices.Sort(used)
-	below := used[max(len(used)/16, 1)-1] // the newest use evicted
-	for name, p := range w.byName {
-		if p.used <= below {
-			delete(w.byName, name)
+// evictOne drops the least recently used producer. It takes it from
+// evictable, the least recently used sixteenth of the producers as they
+// were when it was made, skipping those used since: the first one not used
+// since is older than every producer outside the list. Once the list is
+// used up it is made again, so a full window sorts its producers once per
+// many new ones, not once each.
+func (w *Window) evictOne() {
+	for {
+		for len(w.evictable) > 0 {
+			c := w.evictable[0]
+			w.evictable = w.evictable[1:]
+			if c.p.used == c.used && w.byName[c.p.name] == c.p {
+				delete(w.byName, c.p.name)
+				return
+			}
 		}
+		all := make([]candidate, 0, len(w.byName))
+		for _, p := range w.byName {
+			all = append(all, candidate{p, p.used})
+		}
+		slices.SortFunc(all, func(a, b candidate) int { return cmp.Compare(a.used, b.used) })
+		w.evictable = slices.Clone(all[:max(len(all)/16, 1)])
 	}
 }
 

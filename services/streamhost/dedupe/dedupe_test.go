@@ -3,6 +3,7 @@ package dedupe
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -54,22 +55,40 @@ func TestProducerLRU(t *testing.T) {
 }
 
 // model is the window's meaning, kept simple: per producer a map from
-// sequence to first offset and the sequences in write order.
+// sequence to first offset and the sequences in write order, and the
+// producers in order of use (least recently used first).
 type model struct {
-	per   int
-	seqs  map[string]map[uint64]uint64
-	order map[string][]uint64
+	per, producers int
+	seqs           map[string]map[uint64]uint64
+	order          map[string][]uint64
+	used           []string
+}
+
+func (m *model) use(name string) {
+	if i := slices.Index(m.used, name); i >= 0 {
+		m.used = slices.Delete(m.used, i, i+1)
+	}
+	m.used = append(m.used, name)
 }
 
 func (m *model) lookup(name string, seq uint64) (uint64, bool) {
+	if m.seqs[name] != nil {
+		m.use(name)
+	}
 	off, ok := m.seqs[name][seq]
 	return off, ok
 }
 
 func (m *model) record(name string, seq, off uint64) {
 	if m.seqs[name] == nil {
+		if len(m.used) >= m.producers {
+			delete(m.seqs, m.used[0])
+			delete(m.order, m.used[0])
+			m.used = m.used[1:]
+		}
 		m.seqs[name] = map[uint64]uint64{}
 	}
+	m.use(name)
 	if _, held := m.seqs[name][seq]; held {
 		return
 	}
@@ -86,14 +105,20 @@ func (m *model) record(name string, seq, off uint64) {
 // recent ones and jumps back (a producer restarted, a batch retried after
 // newer ones), so that rings go out of order and back in order.
 func TestWindowMatchesModel(t *testing.T) {
-	for _, per := range []int{1, 2, 3, 8, 64} {
-		rng := rand.New(rand.NewPCG(uint64(per), 7))
-		w := New(per, 100)
-		m := &model{per: per, seqs: map[string]map[uint64]uint64{}, order: map[string][]uint64{}}
+	for _, c := range []struct{ per, producers int }{{1, 2}, {2, 2}, {3, 2}, {8, 2}, {64, 2}, {3, 40}, {8, 40}} {
+		per := c.per
+		rng := rand.New(rand.NewPCG(uint64(per), uint64(c.producers)))
+		// More producers than the window keeps, so that it evicts too.
+		w := New(per, c.producers)
+		m := &model{per: per, producers: c.producers, seqs: map[string]map[uint64]uint64{}, order: map[string][]uint64{}}
+		names := make([]string, c.producers+c.producers/2+1)
+		for i := range names {
+			names[i] = fmt.Sprint("p", i)
+		}
 		next := map[string]uint64{}
 		ooo := 0
 		for i := 0; i < 200000; i++ {
-			name := []string{"a", "b", "c"}[rng.IntN(3)]
+			name := names[rng.IntN(len(names))]
 			var seq uint64
 			switch r := rng.IntN(100); {
 			case r < 80:
@@ -115,7 +140,7 @@ func TestWindowMatchesModel(t *testing.T) {
 			off := uint64(i)
 			w.Record(name, seq, off)
 			m.record(name, seq, off)
-			if p := w.byName[name]; p.seqs != nil {
+			if p := w.byName[name]; p != nil && p.seqs != nil {
 				ooo++
 			}
 		}
@@ -124,13 +149,13 @@ func TestWindowMatchesModel(t *testing.T) {
 		}
 		// Every producer's ring is back in order after as many in-order
 		// records as it holds.
-		for _, name := range []string{"a", "b", "c"} {
+		for _, name := range names[:3] {
 			for j := 0; j <= per; j++ {
 				next[name]++
 				w.Record(name, next[name], next[name])
 				m.record(name, next[name], next[name])
 			}
-			if p := w.byName[name]; p.seqs != nil {
+			if p := w.byName[name]; p != nil && p.seqs != nil {
 				t.Errorf("per %d: producer %s still keeps a map after %d in-order records", per, name, per+1)
 			}
 			for seq := next[name] - uint64(per) - 2; seq <= next[name]+1; seq++ {
@@ -166,26 +191,34 @@ func BenchmarkWindow(b *testing.B) {
 	}
 }
 
-// A full window drops its least recently used sixteenth for a new
-// producer, and keeps the ones used since.
-func TestProducerEvictionDropsASixteenth(t *testing.T) {
+// A full window drops its least recently used producer for a new one,
+// also when the producers it had found least recently used were used
+// since.
+func TestProducerEvictionIsLeastRecentlyUsed(t *testing.T) {
 	w := New(4, 32)
 	for i := 0; i < 32; i++ {
 		w.Record(fmt.Sprint("p", i), 1, uint64(i))
 	}
 	w.Lookup("p0", 1) // p0 and p1 are now the most recently used
 	w.Record("p1", 2, 99)
-	w.Record("new", 1, 100)
-	if n := w.Producers(); n != 31 {
-		t.Fatalf("%d producers after the eviction, want 31 (32 - 2 + 1)", n)
-	}
-	for _, name := range []string{"p2", "p3"} {
-		if _, ok := w.Lookup(name, 1); ok {
-			t.Errorf("%s, of the least recently used, was kept", name)
+	gone := func(name string) {
+		t.Helper()
+		if _, ok := w.byName[name]; ok {
+			t.Fatalf("%s was kept", name)
+		}
+		if n := w.Producers(); n != 32 {
+			t.Fatalf("%d producers, want 32", n)
 		}
 	}
-	for _, name := range []string{"p0", "p1", "p4", "p31", "new"} {
-		if _, ok := w.Lookup(name, 1); !ok {
+	w.Record("new1", 1, 100)
+	gone("p2")
+	w.Lookup("p3", 1) // the next least recently used is used again
+	w.Record("new2", 1, 101)
+	gone("p4")
+	w.Record("new3", 1, 102)
+	gone("p5")
+	for _, name := range []string{"p0", "p1", "p3", "p6", "p31", "new1", "new2", "new3"} {
+		if _, ok := w.byName[name]; !ok {
 			t.Errorf("%s was evicted", name)
 		}
 	}

@@ -179,6 +179,9 @@ func NewPublisher(ctx context.Context, c *client.Client, cfg PublisherConfig) (*
 func (p *Publisher) Close() {
 	p.stop()
 	<-p.done
+	p.mu.Lock()
+	p.closeCohortLocked() // an idle cohort's context ends now
+	p.mu.Unlock()
 }
 
 // Stats returns the counters so far.
@@ -258,11 +261,22 @@ func (p *Publisher) begin(ctx context.Context) (*cohort, context.Context) {
 	return c, c.ctx
 }
 
-// sameContext reports whether a and b are the same context, without
-// comparing values of a type that cannot be compared.
+// sameContext reports whether a and b are the same context. It compares
+// pointers only (and contexts of a size-0 type, such as
+// context.Background(), by type): a value of another type may hold one
+// that cannot be compared, and == would panic.
 func sameContext(a, b context.Context) bool {
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
+	if ta != tb || ta == nil {
+		return false
+	}
+	switch {
+	case ta.Kind() == reflect.Pointer:
+		return a == b
+	case ta.Size() == 0:
+		return true
+	}
+	return false
 }
 
 // closeCohortLocked stops the current cohort taking attempts, and ends it

@@ -447,3 +447,30 @@ func TestAttemptCohorts(t *testing.T) {
 		t.Fatalf("%d cohorts held, want 2 (the previous one, outstanding, and the current)", len(p.cohorts))
 	}
 }
+
+// uncomparable is a context that == cannot compare.
+type uncomparable struct {
+	context.Context
+	tags []string
+}
+
+func TestSameContextNeverPanics(t *testing.T) {
+	bg := context.Background()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	u := uncomparable{Context: bg, tags: []string{"a"}}
+	for _, c := range []struct {
+		a, b context.Context
+		want bool
+	}{
+		{ctx, ctx, true},
+		{bg, context.Background(), true},
+		{ctx, bg, false},
+		{u, u, false},
+		{context.WithoutCancel(u), context.WithoutCancel(u), false},
+	} {
+		if got := sameContext(c.a, c.b); got != c.want {
+			t.Errorf("sameContext(%T, %T) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
