@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/brook-streams/brook/e2e/internal/workload"
+	"github.com/brook-streams/brook/pkg/connwatch"
 )
 
 // TestBlackholeOwner: partition the owner from NATS silently (its proxy
@@ -80,4 +85,42 @@ func TestBlackholeOwner(t *testing.T) {
 	e.waitCaughtUp(stream, oldOwner)
 	rd := workload.NewReader(e.cl, stream, "blackhole-owner-reader")
 	e.verify(stream, led, rd, workload.CheckConfig{})
+}
+
+// TestSilentPartitionFoundByPings: a host partitioned from NATS silently
+// finds out by itself. Its connections stay open and nothing gets
+// through, so no disconnect comes; its pings go unanswered, it closes its
+// connections as stale (and says so in its log), and its /healthz says
+// down within (MaxPingsOut+1) x PingInterval of the partition (8 s), plus
+// a margin for the health watch and a loaded machine. Healed, it is
+// healthy again.
+//
+// It catches: pings left at nats.go's default (every 2 minutes), which
+// left a partitioned host healthy, and on the server it could not reach,
+// for minutes.
+func TestSilentPartitionFoundByPings(t *testing.T) {
+	e := newEnv(t, opts{})
+	const i = 0
+	p := e.c.Host(i)
+	e.poll(p.Name+"'s /healthz says up", waitLong, func(ctx context.Context) (bool, string, error) {
+		return p.Healthy(ctx), "", nil
+	})
+	holedAt := time.Now()
+	e.c.BlackholeHost(i)
+	bound := time.Duration(connwatch.MaxPingsOut+1)*connwatch.PingInterval + 4*time.Second
+	e.poll(p.Name+"'s /healthz says down", 2*bound, func(ctx context.Context) (bool, string, error) {
+		return !p.Healthy(ctx), "", nil
+	})
+	took := time.Since(holedAt)
+	e.logf("%s's /healthz said down %v after the blackhole", p.Name, took.Round(time.Millisecond))
+	if took > bound {
+		t.Errorf("%s found the partition after %v, want within %v", p.Name, took, bound)
+	}
+	if log := p.LogTail(400); !strings.Contains(log, nats.ErrStaleConnection.Error()) {
+		t.Errorf("%s's log does not say its connection went stale:\n%s", p.Name, p.LogTail(30))
+	}
+	e.c.HealHost(i)
+	e.poll(p.Name+"'s /healthz says up once healed", waitLong, func(ctx context.Context) (bool, string, error) {
+		return p.Healthy(ctx), "", nil
+	})
 }

@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Interval is how often a service's Watch asks its connection, and Stale
@@ -39,6 +41,29 @@ const (
 	Interval = 500 * time.Millisecond
 	Stale    = 5 * time.Second
 )
+
+// PingInterval and MaxPingsOut are how brook's services ping their NATS
+// server: a connection whose server answers none of MaxPingsOut pings in
+// a row (PingInterval apart) is closed as stale and made again, to the
+// same server or another of the cluster. nats.go's defaults (2 minutes,
+// 2 pings) leave a process behind a silent partition (its TCP connection
+// open, nothing getting through) believing it is connected for minutes:
+// its health says up, and it never tries another server. With these it
+// finds out within (MaxPingsOut+1) x PingInterval, 8 s. A ping waits
+// behind what the connection sent before it, so the bound stays seconds,
+// far above what a loaded connection takes to answer.
+const (
+	PingInterval = 2 * time.Second
+	MaxPingsOut  = 3
+)
+
+// PingOptions are the nats.Options of PingInterval and MaxPingsOut, for a
+// service's connections.
+func PingOptions() []nats.Option { return pingOptions(PingInterval) }
+
+func pingOptions(every time.Duration) []nats.Option {
+	return []nats.Option{nats.PingInterval(every), nats.MaxPingsOutstanding(MaxPingsOut)}
+}
 
 // Conn is what a Watch asks; *nats.Conn is one.
 type Conn interface{ IsConnected() bool }

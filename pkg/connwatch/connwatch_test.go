@@ -109,3 +109,71 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 	}
 }
+
+// A server that stops hearing the connection (a silent partition: the TCP
+// connection stays open) is found out by the pings: the connection is
+// closed as stale and made again, and the watch says down meanwhile.
+func TestPingsFindASilentServer(t *testing.T) {
+	url := startNATS(t)
+	px := nettest.NewStallProxy(t, url)
+	const every = 100 * time.Millisecond
+	stale := make(chan error, 1)
+	nc, err := nats.Connect(px.URL(), append(pingOptions(every),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			select {
+			case stale <- err:
+			default:
+			}
+		}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w := New(nc, 20*time.Millisecond, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	px.Pause()
+	paused := time.Now()
+	select {
+	case err := <-stale:
+		if err != nats.ErrStaleConnection {
+			t.Fatalf("disconnected with %v, want %v", err, nats.ErrStaleConnection)
+		}
+	case <-time.After(20 * every * MaxPingsOut):
+		t.Fatalf("the connection was not found stale %v after its server stopped hearing it", time.Since(paused))
+	}
+	took := time.Since(paused)
+	if lo := time.Duration(MaxPingsOut) * every; took < lo {
+		t.Fatalf("found stale after %v, before %d pings could go unanswered", took, MaxPingsOut)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w.Err() == nil {
+		t.Fatal("the watch says up while the connection is being made again")
+	}
+	px.Resume()
+	deadline = time.Now().Add(10 * time.Second)
+	for (w.Err() != nil || !nc.IsConnected()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w.Err() != nil {
+		t.Fatalf("not connected again after the server hears it again: %v", w.Err())
+	}
+}
+
+func TestPingOptions(t *testing.T) {
+	o := nats.GetDefaultOptions()
+	for _, opt := range PingOptions() {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOut {
+		t.Fatalf("ping every %v, %d out; want %v, %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOut)
+	}
+}

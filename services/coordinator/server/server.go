@@ -379,10 +379,10 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 func redact(u string) string { return svcconfig.RedactURLs(u) }
 
 func natsOptions(name string, log *slog.Logger, up func(*nats.Conn)) []nats.Option {
-	return []nats.Option{
+	return append(connwatch.PingOptions(),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectWait(100*time.Millisecond),
 		nats.ReconnectJitter(150*time.Millisecond, 150*time.Millisecond),
 		// Start even if NATS is not up yet; subscriptions are sent once
 		// the connection is made.
@@ -399,7 +399,7 @@ func natsOptions(name string, log *slog.Logger, up func(*nats.Conn)) []nats.Opti
 		// The first connection made by retrying (NATS was not up at
 		// start) counts as a reconnect: nothing was heard before it.
 		nats.ConnectHandler(func(c *nats.Conn) { up(c) }),
-	}
+	)
 }
 
 // hearing is what the controller needs to know about this coordinator's

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
+	"github.com/brook-streams/brook/pkg/connwatch"
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/attention/config"
@@ -91,7 +92,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	if err != nil {
 		return fmt.Errorf("nats credentials: %w", err)
 	}
-	nc, err := nats.Connect(cfg.NATSURL, append(auth,
+	// Pings find a silent partition in seconds (connwatch.PingInterval).
+	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, connwatch.PingOptions()...),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond),

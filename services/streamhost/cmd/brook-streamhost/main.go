@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
+	"github.com/brook-streams/brook/pkg/connwatch"
 	"github.com/brook-streams/brook/pkg/svcconfig"
 	"github.com/brook-streams/brook/pkg/wire"
 	"github.com/brook-streams/brook/services/streamhost/config"
@@ -99,6 +100,9 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Both connections ping their server, so that a silent partition is
+	// found out in seconds (connwatch.PingInterval).
+	authOpts = append(authOpts, connwatch.PingOptions()...)
 	nc, err := nats.Connect(cfg.NATSURL, append(authOpts,
 		nats.Name("brook-streamhost:"+cfg.Node),
 		nats.MaxReconnects(-1),
