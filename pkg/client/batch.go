@@ -426,6 +426,16 @@ func (c *Client) BatchStats() (batches, records uint64) {
 // went on the client link (WithDirectLink) rather than the bus.
 func (c *Client) LinkedBatches() uint64 { return c.batchStats.linked.Load() }
 
+// LinkedFetches returns how many of this client's fetches were answered
+// on the client link (WithDirectLink): a fetch goes there when its stream's
+// publishes have a connection up, and over the bus otherwise.
+func (c *Client) LinkedFetches() uint64 {
+	if c.link == nil {
+		return 0
+	}
+	return c.link.fetches.Load()
+}
+
 // BatchRoundTrips returns how many publish batch replies this client took
 // and the sum of their round trips, from the batch sent to its reply
 // received: total/replies is the mean time a batch's confirm took as the

@@ -117,6 +117,10 @@
 // on the link: the owner then writes them in that order. Each record's
 // confirm, offset and producer sequence stay exact (duplicate
 // suppression is by sequence, not by order), as for a retried batch.
+// Fetches of a stream whose publishes have a connection up go on it too,
+// and over the bus when it closes first or its host no longer serves the
+// stream (LinkedFetches counts those answered on it); a client that only
+// reads a stream reads it over the bus.
 //
 // # Delivery guarantees
 //

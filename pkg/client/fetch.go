@@ -81,7 +81,7 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 	r := c.newRetrier("fetch", stream, explicitID(opts))
 	for {
 		msg := c.readMsg(stream, wire.FetchSubject(stream), body, opts)
-		reply, err := c.request(ctx, msg, timeout, replyBinary)
+		reply, err := c.readRequest(ctx, stream, msg, timeout)
 		if err == nil {
 			if perr := c.checkReadReply(stream, r.explicit, msg, reply); perr != nil {
 				return nil, fmt.Errorf("fetch: %w", perr)
@@ -96,6 +96,28 @@ func (c *Client) Fetch(ctx context.Context, stream string, req wire.FetchRequest
 			return nil, err
 		}
 	}
+}
+
+// readRequest makes one attempt of a fetch: on stream's client link
+// connection when one is up (WithDirectLink), else over the bus, and over
+// the bus too when the connection closes first or its host does not
+// serve the stream. A fetch changes nothing, so sending it twice is safe.
+func (c *Client) readRequest(ctx context.Context, stream string, msg *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	if c.link != nil {
+		injectTrace(ctx, msg)
+		reply, sent, err := c.link.call(ctx, stream, msg, timeout)
+		if sent {
+			if err != nil {
+				return nil, err
+			}
+			c.link.fetches.Add(1)
+			if werr := replyError(reply, replyBinary); werr != nil {
+				return nil, namedError(requestStreamID(msg), werr)
+			}
+			return reply, nil
+		}
+	}
+	return c.request(ctx, msg, timeout, replyBinary)
 }
 
 // CommitCursor records that cursor of stream has consumed everything below

@@ -3,13 +3,16 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +86,14 @@ type clientLink struct {
 	fp       string
 	certErr  error
 
+	// callPrefix starts the reply subjects of read requests (call).
+	callPrefix string
+	// fetches counts the fetches answered on a connection.
+	fetches atomic.Uint64
+	// calls are the read requests (call) waiting for their replies, whose
+	// subjects are callPrefix and their ids.
+	calls linkconn.Calls[*nats.Msg]
+
 	wg sync.WaitGroup
 	mu struct {
 		sync.Mutex
@@ -117,6 +128,9 @@ func newClientLink(c *Client) *clientLink {
 	l.mu.routes = map[string]*linkRoute{}
 	l.mu.hosts = map[string]*hostConn{}
 	l.mu.replies = map[string]*batcher{}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	l.callPrefix = "_LINK." + hex.EncodeToString(id[:]) + "."
 	return l
 }
 
@@ -173,6 +187,59 @@ func (l *clientLink) drop(stream string, via *hostConn) {
 	if r := l.mu.routes[stream]; r != nil && r.conn == via {
 		r.conn = nil
 		r.retryAt = time.Now().Add(linkRetryMin)
+	}
+}
+
+// way returns stream's connection if one is up and not suspected dead,
+// nil for the bus. Unlike route it starts no learn: a stream's way is
+// learnt by its publishes, and a client that only reads a stream reads
+// it over the bus.
+func (l *clientLink) way(stream string) *hostConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.mu.routes[stream]; !l.mu.closed && r != nil && r.conn != nil && !r.conn.closed() && !r.conn.silent.Load() {
+		return r.conn
+	}
+	return nil
+}
+
+// call makes one attempt of msg, a read request of stream (a fetch), on
+// stream's connection: it waits at most timeout, and until ctx ends, for
+// the reply. sent is false when the request did not go on the link or its
+// answer will not come there: no way, the connection closed before the
+// reply, or the host answered that it does not serve the stream (503,
+// which also sends the stream's publishes back to the bus, as for a
+// batch). The caller then sends it over the bus, which is safe for
+// requests that change nothing.
+func (l *clientLink) call(ctx context.Context, stream string, msg *nats.Msg, timeout time.Duration) (reply *nats.Msg, sent bool, err error) {
+	hc := l.way(stream)
+	if hc == nil {
+		return nil, false, nil
+	}
+	id, ch, end := l.calls.Add()
+	defer end()
+	m := &nats.Msg{Subject: msg.Subject, Reply: l.callPrefix + strconv.FormatUint(id, 10), Header: msg.Header, Data: msg.Data}
+	if hc.send(m) != nil {
+		return nil, false, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if len(r.Data) == 0 && r.Header.Get("Status") == "503" {
+			l.drop(stream, hc)
+			return nil, false, nil
+		}
+		return r, true, nil
+	case <-hc.ctx.Done():
+		return nil, false, nil
+	case <-t.C:
+		// As a batch unanswered for linkSlowAfter: the stream's next
+		// requests go over the bus.
+		l.drop(stream, hc)
+		return nil, true, fmt.Errorf("%s: no reply on the client link in %v: %w", msg.Subject, timeout, ErrTimeout)
+	case <-ctx.Done():
+		return nil, true, fmt.Errorf("%s: %w", msg.Subject, ctx.Err())
 	}
 }
 
@@ -326,10 +393,17 @@ func (l *clientLink) unregister(b *batcher) {
 	l.mu.Unlock()
 }
 
-// replied hands a reply that came on a connection to its batcher.
+// replied hands a reply that came on a connection to the read request
+// (call) or the batcher waiting for it.
 func (l *clientLink) replied(m *nats.Msg) {
 	i := strings.LastIndexByte(m.Subject, '.')
 	if i < 0 {
+		return
+	}
+	if m.Subject[:i+1] == l.callPrefix {
+		if id, err := strconv.ParseUint(m.Subject[i+1:], 10, 64); err == nil {
+			l.calls.Answer(id, m)
+		}
 		return
 	}
 	l.mu.Lock()

@@ -16,9 +16,9 @@ import (
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
-// The client link: clients' publish batches and their replies on a
-// client's own TLS connection to the owner host, on the direct link's
-// listener, instead of through a nats-server (schemas/frames.md, "The
+// The client link: clients' publish batches and fetches, and their
+// replies, on a client's own TLS connection to the owner host, on the
+// direct link's listener, instead of through a nats-server (schemas/frames.md, "The
 // client link"; docs/security.md, "The client link"). A synchronous
 // record then crosses no nats-server at all once replication is direct.
 //
@@ -29,8 +29,9 @@ import (
 // requester's inbox, which only principals of its kind read. The host
 // takes a connection whose first byte is 0 (a client, not a host) only if
 // the certificate TLS proved the client holds is one a hello named in the
-// last clientHelloTTL, once. What the connection may then do is what a
-// publish batch on the bus may: publish batches to any stream owned here.
+// last clientHelloTTL, once. What the connection may then do is what the
+// client and admin roles may on the bus: publish batches to, and fetch
+// from, any stream owned here.
 //
 // What it carries. Each request is a frame.LinkMsg with the subject and
 // reply subject the client would have used on the bus; it is handed to
@@ -59,8 +60,9 @@ const (
 	// in the rest.
 	clientMaxFrame = wire.MaxPublishBatchBytes + 64<<10
 	// clientMaxBuffered bounds the replies queued for one client: a client
-	// that reads slower loses its connection.
-	clientMaxBuffered = 8 << 20
+	// that reads slower loses its connection. It holds two fetch replies
+	// at their largest and the replies of publish batches.
+	clientMaxBuffered = 2*maxFetchBytes + 8<<20
 )
 
 // clientReplyPrefix starts a reply address that names a client link
@@ -212,7 +214,7 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	if err != nil {
 		return err
 	}
-	stream, ok := publishBatchStream(lm.Subject)
+	stream, ok := clientLinkStream(lm.Subject)
 	s := &c.l.clients
 	m := &nats.Msg{Subject: lm.Subject, Reply: clientReplyTo(c.seq, lm.Reply), Header: frame.HeaderMap(lm.Header), Data: lm.Data}
 	if m.Header.Get(frame.HeaderClientLink) != "" {
@@ -223,7 +225,7 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	}
 	if !ok {
 		c.l.h.replyErr(m.Reply, wire.Errorf(wire.CodeBadRequest,
-			"a client link carries publish batches (brook.s.<stream>.%s), not %q", wire.OpPublishBatch, lm.Subject))
+			"a client link carries publish batches and fetches (brook.s.<stream>.%s or .%s), not %q", wire.OpPublishBatch, wire.OpFetch, lm.Subject))
 		return nil
 	}
 	s.routes.RLock()
@@ -241,12 +243,19 @@ func (c *linkConn) deliverClient(kind byte, body []byte) error {
 	return nil
 }
 
-// publishBatchStream is the stream a publish batch's subject names
-// (wire.PublishBatchSubject), if it is one.
-func publishBatchStream(subject string) (string, bool) {
+// clientLinkStream is the stream a publish batch's or a fetch's subject
+// names (wire.PublishBatchSubject, wire.FetchSubject), if it is one.
+func clientLinkStream(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, "brook.s.")
-	stream, ok2 := strings.CutSuffix(rest, "."+wire.OpPublishBatch)
-	return stream, ok && ok2 && wire.ValidName("stream", stream) == nil
+	if !ok {
+		return "", false
+	}
+	for _, op := range []string{wire.OpPublishBatch, wire.OpFetch} {
+		if stream, ok := strings.CutSuffix(rest, "."+op); ok {
+			return stream, wire.ValidName("stream", stream) == nil
+		}
+	}
+	return "", false
 }
 
 // replyClient sends a reply on client connection c, best effort like

@@ -310,6 +310,27 @@ func TestClientLinkTakesOnlyAHelloedCertificateOnce(t *testing.T) {
 	if len(recs.Records) != 2 {
 		t.Fatalf("read back %d records, want the batch's 2", len(recs.Records))
 	}
+	// A fetch on the link is answered on it, as on the bus: the records
+	// and the stream id.
+	fr, err := json.Marshal(wire.FetchRequest{Start: "earliest", MaxRecords: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.FetchSubject("s"), Reply: "inbox.5", Data: fr})
+	if r.Subject != "inbox.5" || header(r, frame.HeaderError) != "" || header(r, wire.HeaderStreamID) != "1" {
+		t.Fatalf("fetch reply %+v", r)
+	}
+	if b, err := frame.DecodeBatch(r.Data); err != nil || len(b.Records) != 2 || string(b.Records[1].Data) != "b" {
+		t.Fatalf("fetch on the link: %+v, %v; want the batch's 2 records", b, err)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.FetchSubject("other"), Reply: "inbox.6", Data: fr})
+	if header(r, "Status") != "503" {
+		t.Fatalf("a fetch for a stream not owned here was answered %+v", r)
+	}
+	r = linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.CommitSubject("s"), Reply: "inbox.7", Data: []byte("{}")})
+	if header(r, frame.HeaderError) != wire.CodeBadRequest {
+		t.Fatalf("a cursor commit on the link was answered %+v", r)
+	}
 }
 
 // onTheLink connects a client with the client link, one attempt per
@@ -492,5 +513,81 @@ func TestClientLinkRefusesAnOversizedFrame(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the host still counts the connection")
 		}
+	}
+}
+
+// TestClientFetchesOverTheClientLink: a client whose publishes to a stream
+// have a client link connection fetches the stream on it too, a long poll
+// at the tail included, and over the bus once the host drops the
+// connection; a client that only reads a stream reads it over the bus.
+func TestClientFetchesOverTheClientLink(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := onTheLink(t, ctx, c)
+	if _, err := cl.Publish(ctx, "s", []byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := cl.Fetch(ctx, "s", wire.FetchRequest{Start: "earliest", MaxRecords: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(b.Records)
+	if n == 0 || string(b.Records[n-1].Data) != "last" || b.Records[0].Offset != 0 {
+		t.Fatalf("fetch read %d records, ending %q; want every record from 0, ending \"last\"", n, b.Records[n-1].Data)
+	}
+	if got := cl.LinkedFetches(); got != 1 {
+		t.Fatalf("%d fetches answered on the link, want 1", got)
+	}
+
+	// A long poll at the tail, answered on the link by the next record.
+	type result struct {
+		b   *frame.Batch
+		err error
+	}
+	polled := make(chan result, 1)
+	go func() {
+		b, err := cl.Fetch(ctx, "s", wire.FetchRequest{Start: "offset", Offset: uint64(n), MaxRecords: 10, WaitMS: 5000})
+		polled <- result{b, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := cl.Publish(ctx, "s", []byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-polled
+	if r.err != nil || len(r.b.Records) != 1 || string(r.b.Records[0].Data) != "next" || r.b.Records[0].Offset != uint64(n) {
+		t.Fatalf("long poll at the tail: %+v, %v; want the next record at %d", r.b, r.err, n)
+	}
+	if got := cl.LinkedFetches(); got != 2 {
+		t.Fatalf("%d fetches answered on the link, want 2", got)
+	}
+
+	// The host drops the connection: fetches go on over the bus.
+	for _, lc := range clientConns(hosts["n1"].h) {
+		lc.close(errors.New("dropped by the test"))
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(clientConns(hosts["n1"].h)) != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the host kept the connection")
+		}
+	}
+	if b, err := cl.Fetch(ctx, "s", wire.FetchRequest{Start: "earliest", MaxRecords: 1000}); err != nil || len(b.Records) != n+1 {
+		t.Fatalf("fetch after the connection closed: %v records, %v; want %d", b, err, n+1)
+	}
+	if got := cl.LinkedFetches(); got != 2 {
+		t.Fatalf("%d fetches answered on the link, want still 2: the connection was closed", got)
+	}
+
+	// A client that only reads: over the bus.
+	reader, err := client.Connect(ctx, c.url, client.WithDirectLink(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Close() }()
+	if b, err := reader.Fetch(ctx, "s", wire.FetchRequest{Start: "earliest", MaxRecords: 1000}); err != nil || len(b.Records) != n+1 {
+		t.Fatalf("a reading client's fetch: %v, %v", b, err)
+	}
+	if got := reader.LinkedFetches(); got != 0 {
+		t.Fatalf("a client that only reads had %d fetches answered on a link", got)
 	}
 }

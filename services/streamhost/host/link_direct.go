@@ -487,7 +487,6 @@ func (l *directLink) startClient(raw, conn net.Conn) *linkConn {
 // closed.
 func (l *directLink) launch(c *linkConn) *linkConn {
 	raw := c.raw
-	c.p.pending = map[uint64]chan replAnswer{}
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
@@ -657,12 +656,8 @@ type linkConn struct {
 	lastRead atomic.Int64
 	done     chan struct{} // closed by close
 	once     sync.Once
-	q        *linkconn.Queue // frames not yet written
-	p        struct {
-		sync.Mutex
-		next    uint64
-		pending map[uint64]chan replAnswer // by request id
-	}
+	q        *linkconn.Queue            // frames not yet written
+	calls    linkconn.Calls[replAnswer] // requests waiting, by id
 }
 
 // close ends c (once): its writer and reader stop, its requests waiting
@@ -802,13 +797,7 @@ func (c *linkConn) answered(kind byte, id uint64, body []byte) error {
 	default:
 		return fmt.Errorf("frame kind %d from an owner host", kind)
 	}
-	c.p.Lock()
-	ch := c.p.pending[id]
-	delete(c.p.pending, id)
-	c.p.Unlock()
-	if ch != nil {
-		ch <- a // buffered: never blocks
-	}
+	c.calls.Answer(id, a)
 	return nil
 }
 
@@ -818,18 +807,9 @@ const linkNoServerCode = "\x00no_server"
 
 // request sends a call and waits for its answer up to timeout.
 func (c *linkConn) request(ctx context.Context, stream string, epoch uint64, req []byte, timeout time.Duration) (replAnswer, error) {
-	ch := make(chan replAnswer, 1)
 	sent := time.Now().UnixNano()
-	c.p.Lock()
-	c.p.next++
-	id := c.p.next
-	c.p.pending[id] = ch
-	c.p.Unlock()
-	defer func() {
-		c.p.Lock()
-		delete(c.p.pending, id)
-		c.p.Unlock()
-	}()
+	id, ch, end := c.calls.Add()
+	defer end()
 	if err := c.send(linkRequest, id, func(b []byte) []byte { return appendLinkCall(b, stream, epoch, req) }); err != nil {
 		if errors.Is(err, errLinkLost) {
 			return replAnswer{}, errLinkLost

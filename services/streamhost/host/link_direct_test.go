@@ -252,8 +252,9 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, kind byte) {
 		_, _, _, _ = decodeLinkCall(body)
 		c := &linkConn{}
-		c.p.pending = map[uint64]chan replAnswer{1: make(chan replAnswer, 1)}
-		_ = c.answered(kind, 1, body)
+		id, _, end := c.calls.Add()
+		defer end()
+		_ = c.answered(kind, id, body)
 	})
 }
 
