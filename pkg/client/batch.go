@@ -548,6 +548,8 @@ func (b *batcher) onReply(m *nats.Msg) {
 	}
 	if slices.ContainsFunc(r.Results, func(res frame.PubResult) bool { return res.Code != "" }) {
 		b.offLink(fl)
+	} else if fl.via != nil {
+		b.c.link.confirmed(b.stream, fl.via)
 	}
 	for i, it := range fl.items {
 		res := r.Results[i]

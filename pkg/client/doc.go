@@ -117,10 +117,12 @@
 // on the link: the owner then writes them in that order. Each record's
 // confirm, offset and producer sequence stay exact (duplicate
 // suppression is by sequence, not by order), as for a retried batch.
-// Fetches of a stream whose publishes have a connection up go on it too,
-// and over the bus when it closes first or its host no longer serves the
-// stream (LinkedFetches counts those answered on it); a client that only
-// reads a stream reads it over the bus.
+// Fetches of a stream go on its connection too while a batch was
+// confirmed whole on it in the last second (at most two at a time per
+// connection), and over the bus otherwise, or when the connection closes
+// first or its host no longer serves the stream (LinkedFetches counts
+// those answered on it); a client that only reads a stream reads it over
+// the bus.
 //
 // # Delivery guarantees
 //

@@ -110,10 +110,10 @@ func (c *Client) readRequest(ctx context.Context, stream string, msg *nats.Msg, 
 			if err != nil {
 				return nil, err
 			}
-			c.link.fetches.Add(1)
 			if werr := replyError(reply, replyBinary); werr != nil {
 				return nil, namedError(requestStreamID(msg), werr)
 			}
+			c.link.fetches.Add(1)
 			return reply, nil
 		}
 	}

@@ -34,8 +34,10 @@ import (
 // only a principal that may publish batches can send), and dials it;
 // until a connection is up, and whenever one closes or its host no longer
 // owns the stream, the stream's batches go over the bus as without the
-// option. Single publishes, fetches, commits and admin requests stay on
-// the bus. Nothing else changes: each record's confirm, producer sequence
+// option. A fetch of a stream whose batches had a batch confirmed on its
+// connection in the last second goes there too (at most
+// linkconn.ClientFetches at once per connection). Single publishes,
+// cursor commits and admin requests stay on the bus. Nothing else changes: each record's confirm, producer sequence
 // and retries are the same on either way. Off by default; a later
 // WithDirectLink(false) turns it off again.
 func WithDirectLink(on bool) Option { return func(o *options) { o.directLink = on } }
@@ -58,6 +60,13 @@ const (
 	linkSlowAfter = 500 * time.Millisecond
 	// maxLearns bounds the hellos (and dials) a client runs at once.
 	maxLearns = 16
+	// linkReadFresh: a stream's fetches go on its connection only while a
+	// batch was confirmed whole on it this recently. A confirm shows the
+	// host still owned the stream (its followers acked at its epoch), so
+	// a reader is never kept by a host that lost the stream but cannot
+	// tell (one whose NATS server was cut from the others): once its
+	// publishes stop being confirmed there, it reads over the bus.
+	linkReadFresh = time.Second
 )
 
 // errLinkDown is a send on a client link connection that closed.
@@ -115,11 +124,13 @@ type clientLink struct {
 // linkRoute is one stream's way: its owner host's connection, or when to
 // ask again.
 type linkRoute struct {
-	conn    *hostConn
-	asking  bool
-	gone    bool // its batcher went while it was asking: forget it then
-	fails   int
-	retryAt time.Time
+	conn *hostConn
+	// confirmedAt is when a batch on conn was last confirmed whole.
+	confirmedAt time.Time
+	asking      bool
+	gone        bool // its batcher went while it was asking: forget it then
+	fails       int
+	retryAt     time.Time
 }
 
 func newClientLink(c *Client) *clientLink {
@@ -190,17 +201,28 @@ func (l *clientLink) drop(stream string, via *hostConn) {
 	}
 }
 
-// way returns stream's connection if one is up and not suspected dead,
-// nil for the bus. Unlike route it starts no learn: a stream's way is
-// learnt by its publishes, and a client that only reads a stream reads
-// it over the bus.
+// confirmed records that a batch of stream on via was confirmed whole.
+func (l *clientLink) confirmed(stream string, via *hostConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.mu.routes[stream]; r != nil && r.conn == via {
+		r.confirmedAt = time.Now()
+	}
+}
+
+// way returns the connection stream's fetches go on: its batches' one,
+// if it is up, not suspected dead, and had a batch confirmed whole in the
+// last linkReadFresh; nil for the bus. Unlike route it starts no learn: a
+// stream's way is learnt by its publishes, and a client that only reads a
+// stream reads it over the bus.
 func (l *clientLink) way(stream string) *hostConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r := l.mu.routes[stream]; !l.mu.closed && r != nil && r.conn != nil && !r.conn.closed() && !r.conn.silent.Load() {
-		return r.conn
+	r := l.mu.routes[stream]
+	if l.mu.closed || r == nil || r.conn == nil || r.conn.closed() || r.conn.silent.Load() || time.Since(r.confirmedAt) >= linkReadFresh {
+		return nil
 	}
-	return nil
+	return r.conn
 }
 
 // call makes one attempt of msg, a read request of stream (a fetch), on
@@ -216,6 +238,11 @@ func (l *clientLink) call(ctx context.Context, stream string, msg *nats.Msg, tim
 	if hc == nil {
 		return nil, false, nil
 	}
+	if hc.fetching.Add(1) > linkconn.ClientFetches {
+		hc.fetching.Add(-1)
+		return nil, false, nil
+	}
+	defer hc.fetching.Add(-1)
 	id, ch, end := l.calls.Add()
 	defer end()
 	m := &nats.Msg{Subject: msg.Subject, Reply: l.callPrefix + strconv.FormatUint(id, 10), Header: msg.Header, Data: msg.Data}
@@ -229,6 +256,12 @@ func (l *clientLink) call(ctx context.Context, stream string, msg *nats.Msg, tim
 		if len(r.Data) == 0 && r.Header.Get("Status") == "503" {
 			l.drop(stream, hc)
 			return nil, false, nil
+		}
+		switch r.Header.Get(frame.HeaderError) {
+		case wire.CodeNotOwner, wire.CodeSealed, wire.CodeShuttingDown:
+			// The host no longer serves the stream: its next requests,
+			// and the retry of this one, go over the bus.
+			l.drop(stream, hc)
 		}
 		return r, true, nil
 	case <-hc.ctx.Done():
@@ -451,6 +484,8 @@ type hostConn struct {
 	started  time.Time
 	lastRead atomic.Int64
 	silent   atomic.Bool
+	// fetching counts the fetches waiting on it (call).
+	fetching atomic.Int32
 }
 
 func (hc *hostConn) closed() bool { return hc.ctx.Err() != nil }

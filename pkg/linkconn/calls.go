@@ -2,6 +2,11 @@ package linkconn
 
 import "sync"
 
+// ClientFetches is how many fetches a client sends on one client link
+// connection at once (more go over the bus): the host's queue of replies
+// to a client holds this many fetch replies at their largest.
+const ClientFetches = 2
+
 // Calls matches the answers read from a connection to the requests
 // waiting for them, by the id each request was sent with (a hosts' link
 // request's frame id; a client link fetch's reply subject). Its zero value

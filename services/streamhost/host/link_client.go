@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/linkconn"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -60,9 +61,10 @@ const (
 	// in the rest.
 	clientMaxFrame = wire.MaxPublishBatchBytes + 64<<10
 	// clientMaxBuffered bounds the replies queued for one client: a client
-	// that reads slower loses its connection. It holds two fetch replies
-	// at their largest and the replies of publish batches.
-	clientMaxBuffered = 2*maxFetchBytes + 8<<20
+	// that reads slower loses its connection. It holds the fetch replies
+	// a client has on one connection at once (linkconn.ClientFetches) at
+	// their largest, and the replies of publish batches.
+	clientMaxBuffered = linkconn.ClientFetches*maxFetchBytes + 8<<20
 )
 
 // clientReplyPrefix starts a reply address that names a client link
