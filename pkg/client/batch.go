@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,11 @@ type batcher struct {
 	nextID   uint64
 	flights  map[uint64]*flight
 	closed   bool
+	// sizes is the sizes (records) of the last batches sent, in a ring:
+	// the open batch goes once it is as large as the largest of them
+	// (expectLocked).
+	sizes  [8]int
+	sizesN int
 	// holds counts the publishes batcherFor handed the batcher to whose
 	// add (or release) has not run yet: a held batcher is not dropped.
 	// It goes up under Client.batchMu only (batcherFor, without waiting
@@ -280,14 +286,29 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.open = append(b.open, it)
 	b.openSize += cost
 	switch {
-	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes:
+	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes, len(b.open) >= b.expectLocked():
 		// Nothing in flight: waiting would only add latency; full: no
-		// reason to wait either.
+		// reason to wait either; as large as the recent batches: the
+		// publishers a confirm released are back (closed-loop callers,
+		// as the group commit's wait in pkg/streamlog), and the linger
+		// would only add latency.
 		b.sendLocked()
 	case len(b.open) == 1:
 		b.linger.Reset(b.c.opts.linger)
 	}
 	b.mu.Unlock()
+}
+
+// expectLocked is how many records the open batch waits for besides the
+// linger: the largest of the last batches sent, or no bound (the linger
+// decides) before eight were sent. A batch sent early is no larger than
+// that, so every eighth batch waits for the linger alone, which lets the
+// size grow when more publishers join.
+func (b *batcher) expectLocked() int {
+	if b.sizesN < len(b.sizes) || b.sizesN%len(b.sizes) == 0 {
+		return math.MaxInt
+	}
+	return slices.Max(b.sizes[:])
 }
 
 // lingered sends the open batch once its first record waited the linger.
@@ -320,6 +341,8 @@ func (b *batcher) lingered() {
 func (b *batcher) sendLocked() {
 	b.linger.Stop()
 	items := b.open
+	b.sizes[b.sizesN%len(b.sizes)] = len(items)
+	b.sizesN++
 	b.open, b.openSize = nil, 0
 	b.nextID++
 	id := b.nextID

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,5 +457,77 @@ func TestBatchCloseOnSharedConnUnsubscribes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d subscriptions after Close, want %d as before New", nc.NumSubscriptions(), before)
 		}
+	}
+}
+
+// Closed-loop publishers (each publishes its next record once the last is
+// confirmed) do not wait for the linger while other batches stay in
+// flight: once the batcher has seen their number, a batch as large as the
+// recent ones goes at once. Here one record is held by the owner for the
+// whole run, so a batch is always in flight, and the others' batches are
+// answered 3 ms after they come; waiting for the 30 ms linger, 16
+// publishers would be confirmed about 16 times per linger.
+func TestBatchClosedLoopSkipsTheLinger(t *testing.T) {
+	url := startNATS(t)
+	nc := responderConn(t, url)
+	var next atomic.Uint64
+	subscribe(t, nc, wire.PublishBatchSubject("x"), func(m *nats.Msg) {
+		b, err := frame.DecodePubBatch(m.Data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		delay := 3 * time.Millisecond
+		if len(b.Records) == 1 && string(b.Records[0].Data) == "slow" {
+			delay = 1800 * time.Millisecond // below the request timeout
+		}
+		r := &frame.PubReply{Copies: 2, W: 2}
+		for range b.Records {
+			r.Results = append(r.Results, frame.PubResult{Offset: next.Add(1) - 1})
+		}
+		time.AfterFunc(delay, func() {
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(wire.HeaderStreamID, "1")
+			reply.Header.Set(wire.HeaderEpoch, "1")
+			reply.Data = frame.AppendPubReply(nil, r)
+			_ = nc.PublishMsg(reply)
+		})
+	})
+	const linger = 30 * time.Millisecond
+	c := connectClient(t, url, WithBatching(linger, 0, 0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, "x", []byte("slow"))
+		slow <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	const publishers, run = 16, 1200 * time.Millisecond
+	var confirmed atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(run)
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				if _, err := c.Publish(ctx, "x", fmt.Appendf(nil, "p%d-%d", p, i)); err != nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+				confirmed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	// Waiting for the linger: about publishers per linger. Skipping it
+	// but for every eighth batch (expectLocked): several times that.
+	lingerBound := int64(publishers * (run/linger + 2))
+	t.Logf("%d records confirmed in %v (the linger alone allows about %d)", confirmed.Load(), run, lingerBound)
+	if got := confirmed.Load(); got < lingerBound*3/2 {
+		t.Fatalf("%d records confirmed in %v, want over %d (the linger alone allows about %d)", got, run, lingerBound*3/2, lingerBound)
 	}
 }

@@ -81,7 +81,10 @@
 // AsyncPublisher's publishes alike join the stream's open batch, which goes
 // out as one request (wire.PublishBatchSubject, a frame.PubBatch) at once
 // when no batch of the stream is in flight, when it is full (records or
-// bytes), or DefaultLinger (1ms) after its first record, whichever comes
+// bytes), when it holds as many records as the largest of the last eight
+// batches sent (closed-loop publishers released by a confirm are back;
+// every eighth batch waits for the linger alone, so that the size can
+// grow), or DefaultLinger (1ms) after its first record, whichever comes
 // first. The owner writes a batch in one group commit and answers once for
 // all of its records; each record still has its own confirm (or error) and
 // its own producer sequence. A batch refused whole, timed out or lost in a
