@@ -88,7 +88,7 @@ type batcher struct {
 	// the open batch goes once it is as large as the largest of them
 	// (expectLocked).
 	sizes  [8]int
-	sizesN int
+	sizesN uint64 // batches sent; unsigned, so that it never turns negative
 	// holds counts the publishes batcherFor handed the batcher to whose
 	// add (or release) has not run yet: a held batcher is not dropped.
 	// It goes up under Client.batchMu only (batcherFor, without waiting
@@ -305,7 +305,7 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 // that, so every eighth batch waits for the linger alone, which lets the
 // size grow when more publishers join.
 func (b *batcher) expectLocked() int {
-	if b.sizesN < len(b.sizes) || b.sizesN%len(b.sizes) == 0 {
+	if b.sizesN < uint64(len(b.sizes)) || b.sizesN%uint64(len(b.sizes)) == 0 {
 		return math.MaxInt
 	}
 	return slices.Max(b.sizes[:])
@@ -341,7 +341,7 @@ func (b *batcher) lingered() {
 func (b *batcher) sendLocked() {
 	b.linger.Stop()
 	items := b.open
-	b.sizes[b.sizesN%len(b.sizes)] = len(items)
+	b.sizes[b.sizesN%uint64(len(b.sizes))] = len(items)
 	b.sizesN++
 	b.open, b.openSize = nil, 0
 	b.nextID++
