@@ -20,6 +20,7 @@ import (
 	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/linkconn"
 	"github.com/brook-streams/brook/pkg/nettest"
+	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -197,13 +198,18 @@ func dialClient(t *testing.T, addr string, cert tls.Certificate) (net.Conn, bool
 }
 
 // linkRoundTrip sends m on a client connection and reads the reply.
-func linkRoundTrip(t *testing.T, conn net.Conn, m *frame.LinkMsg) *frame.LinkMsg {
-	t.Helper()
+// linkClientFrame is m as a client's request frame.
+func linkClientFrame(m *frame.LinkMsg) []byte {
 	body := frame.AppendLinkMsg(nil, m)
 	f := binary.BigEndian.AppendUint32(nil, uint32(linkconn.HeaderLen-4+len(body)))
 	f = append(f, frame.LinkClientRequest)
 	f = binary.BigEndian.AppendUint64(f, 0)
-	if _, err := conn.Write(append(f, body...)); err != nil {
+	return append(f, body...)
+}
+
+func linkRoundTrip(t *testing.T, conn net.Conn, m *frame.LinkMsg) *frame.LinkMsg {
+	t.Helper()
+	if _, err := conn.Write(linkClientFrame(m)); err != nil {
 		t.Fatal(err)
 	}
 	var hdr [linkconn.HeaderLen]byte
@@ -620,5 +626,49 @@ func TestClientFetchesOverTheClientLink(t *testing.T) {
 	}
 	if got := reader.LinkedFetches(); got != 0 {
 		t.Fatalf("a client that only reads had %d fetches answered on a link", got)
+	}
+}
+
+// TestClientLinkFetchStopsAtTheWatermark: a fetch on the client link is
+// bounded by the confirmed watermark as on the bus: a record the owner
+// wrote but could not confirm (its followers are gone) is not read.
+func TestClientLinkFetchStopsAtTheWatermark(t *testing.T) {
+	c, hosts := linkedCluster(t)
+	cert, fp, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi, e := helloOver(t, c.nc, "s", fp)
+	if e != nil {
+		t.Fatal(e)
+	}
+	conn, ok := dialClient(t, hi.Addr, cert)
+	if !ok {
+		t.Fatal("the helloed certificate was refused")
+	}
+	pb := frame.AppendPubBatch(nil, &frame.PubBatch{Records: []frame.PubRecord{{Data: []byte("a")}}})
+	if r := linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishBatchSubject("s"), Reply: "inbox.1", Data: pb}); header(r, frame.HeaderError) != "" {
+		t.Fatalf("batch reply %+v", r)
+	}
+	hosts["n2"].stop()
+	hosts["n3"].stop()
+	// Written by the owner, never confirmed: no reply is awaited.
+	pb = frame.AppendPubBatch(nil, &frame.PubBatch{Records: []frame.PubRecord{{Data: []byte("b")}}})
+	lm := frame.LinkMsg{Subject: wire.PublishBatchSubject("s"), Data: pb}
+	if _, err := conn.Write(linkClientFrame(&lm)); err != nil {
+		t.Fatal(err)
+	}
+	c.waitTails("n1", "s", "the second record written", func(t streamlog.Tails) bool { return t.RecordWritten >= 2 })
+	fr, err := json.Marshal(wire.FetchRequest{Start: "earliest", MaxRecords: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.FetchSubject("s"), Reply: "inbox.2", Data: fr})
+	b, err := frame.DecodeBatch(r.Data)
+	if err != nil || header(r, frame.HeaderError) != "" {
+		t.Fatalf("fetch reply %+v: %v", r, err)
+	}
+	if len(b.Records) != 1 || string(b.Records[0].Data) != "a" {
+		t.Fatalf("fetch on the link read %d records; want only the confirmed one", len(b.Records))
 	}
 }
