@@ -80,11 +80,20 @@ func encodeRecord(id recordID, size int) []byte {
 	b := make([]byte, max(size, idLen))
 	binary.BigEndian.PutUint32(b[0:4], id.pub)
 	binary.BigEndian.PutUint64(b[4:12], id.seq)
-	for i := idLen; i < len(b); i++ {
-		b[i] = byte(i)
+	for i := idLen; i < len(b); {
+		i += copy(b[i:], padding[i%len(padding):])
 	}
 	return b
 }
+
+// padding is the pattern a record's padding repeats: byte i of a record is
+// byte(i).
+var padding = func() (p [256]byte) {
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return p
+}()
 
 func decodeRecord(b []byte) (recordID, bool) {
 	if len(b) < idLen {
@@ -100,6 +109,62 @@ type confirm struct {
 	latency time.Duration
 }
 
+// idConfirm is a confirm in a publisher's own log.
+type idConfirm struct {
+	id recordID
+	confirm
+}
+
+// offsetLog is what one follow reader saw: the record at each offset, and
+// how many offsets it saw twice with different records. Offsets are dense
+// (brook's from 0, JetStream's from 1), so it is a slice indexed by
+// offset; one far beyond the slice goes to a map, so a sparse offset
+// cannot make the slice huge.
+type offsetLog struct {
+	ids    []recordID
+	has    []bool
+	sparse map[uint64]recordID
+	dup    int
+}
+
+// maxOffsetGap is how far past the slice's end an offset may be and still
+// grow it.
+const maxOffsetGap = 1 << 20
+
+func (l *offsetLog) add(off uint64, id recordID) {
+	if off >= uint64(len(l.ids))+maxOffsetGap {
+		if l.sparse == nil {
+			l.sparse = map[uint64]recordID{}
+		}
+		if prev, ok := l.sparse[off]; ok && prev != id {
+			l.dup++
+		}
+		l.sparse[off] = id
+		return
+	}
+	if off >= uint64(len(l.ids)) {
+		n := int(off) + 1
+		l.ids = slices.Grow(l.ids, n-len(l.ids))[:n]
+		l.has = slices.Grow(l.has, n-len(l.has))[:n]
+	}
+	if l.has[off] && l.ids[off] != id {
+		l.dup++
+	}
+	l.ids[off], l.has[off] = id, true
+}
+
+// each visits every offset seen, with the last record seen there.
+func (l *offsetLog) each(fn func(uint64, recordID)) {
+	for off, ok := range l.has {
+		if ok {
+			fn(uint64(off), l.ids[off])
+		}
+	}
+	for off, id := range l.sparse {
+		fn(off, id)
+	}
+}
+
 // Run runs the workload against t and verifies the result.
 func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 	if cfg.Publishers < 1 || cfg.Window < 1 || cfg.Duration <= 0 {
@@ -110,15 +175,18 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		log = slog.Default()
 	}
 	var (
-		mu        sync.Mutex
-		confirms  = map[recordID]confirm{}
-		errCount  atomic.Int64
-		okCount   atomic.Int64
-		killedAt  time.Time
-		victim    string
-		killErr   error
-		followed  = map[uint64]recordID{}
-		followDup int
+		mu       sync.Mutex
+		errCount atomic.Int64
+		okCount  atomic.Int64
+		killedAt time.Time
+		victim   string
+		killErr  error
+		// Each publisher and each follow reader keeps what it saw to
+		// itself while the run goes, and hands it over when it stops: no
+		// lock and no shared map on the path the bench measures, whose
+		// CPU is the machine's.
+		confirmLogs = make([][]idConfirm, cfg.Publishers*cfg.Window)
+		followLogs  = make([]*offsetLog, cfg.FollowReaders)
 	)
 	// The CPU clocks are read around the publishing only; a machine
 	// without them (not Linux) reports no CPU figures.
@@ -134,16 +202,13 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 	var followWG sync.WaitGroup
 	for r := 0; r < cfg.FollowReaders; r++ {
 		followWG.Add(1)
+		seen := &offsetLog{}
+		followLogs[r] = seen
 		go func() {
 			defer followWG.Done()
 			err := t.Follow(followCtx, func(off uint64, data []byte) {
 				id, _ := decodeRecord(data)
-				mu.Lock()
-				if prev, ok := followed[off]; ok && prev != id {
-					followDup++
-				}
-				followed[off] = id
-				mu.Unlock()
+				seen.add(off, id)
 			})
 			if err != nil && followCtx.Err() == nil {
 				log.Warn("follow reader stopped", "err", err)
@@ -162,6 +227,7 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		pubWG.Add(1)
 		go func(pub uint32) {
 			defer pubWG.Done()
+			var log []idConfirm
 			for seq := uint64(0); runCtx.Err() == nil; seq++ {
 				id := recordID{pub: pub, seq: seq}
 				sent := time.Now()
@@ -172,10 +238,9 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 					continue
 				}
 				okCount.Add(1)
-				mu.Lock()
-				confirms[id] = confirm{offset: off, sent: sent, at: now, latency: now.Sub(sent)}
-				mu.Unlock()
+				log = append(log, idConfirm{id, confirm{offset: off, sent: sent, at: now, latency: now.Sub(sent)}})
 			}
+			confirmLogs[pub] = log
 		}(uint32(p))
 	}
 
@@ -224,6 +289,23 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 	}
 	stopFollow()
 	followWG.Wait()
+	confirms := map[recordID]confirm{}
+	for _, log := range confirmLogs {
+		for _, x := range log {
+			confirms[x.id] = x.confirm
+		}
+	}
+	followed := map[uint64]recordID{}
+	followDup := 0
+	for _, seen := range followLogs {
+		followDup += seen.dup
+		seen.each(func(off uint64, id recordID) {
+			if prev, ok := followed[off]; ok && prev != id {
+				followDup++
+			}
+			followed[off] = id
+		})
+	}
 
 	res := &Result{
 		Target:     t.Name(),

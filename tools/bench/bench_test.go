@@ -123,3 +123,52 @@ func TestLostAndDuplicatedRecordsFail(t *testing.T) {
 		t.Errorf("duplicates not caught: %+v", r.Verify)
 	}
 }
+
+func TestEncodeRecordPadding(t *testing.T) {
+	for _, size := range []int{0, 5, idLen, 13, 256, 300, 1000} {
+		b := encodeRecord(recordID{pub: 7, seq: 9}, size)
+		if len(b) != max(size, idLen) {
+			t.Fatalf("size %d: len %d", size, len(b))
+		}
+		for i := idLen; i < len(b); i++ {
+			if b[i] != byte(i) {
+				t.Fatalf("size %d: byte %d is %d", size, i, b[i])
+			}
+		}
+		if id, ok := decodeRecord(b); !ok || id != (recordID{pub: 7, seq: 9}) {
+			t.Fatalf("size %d: decoded %v %v", size, id, ok)
+		}
+	}
+}
+
+func TestOffsetLog(t *testing.T) {
+	var l offsetLog
+	a, b := recordID{pub: 1, seq: 1}, recordID{pub: 2, seq: 2}
+	l.add(3, a)
+	l.add(0, b)
+	l.add(3, a) // the same record again: not a duplicate
+	if l.dup != 0 {
+		t.Fatalf("dup %d after repeats of the same record", l.dup)
+	}
+	l.add(3, b) // another record at a seen offset
+	far := uint64(len(l.ids)) + maxOffsetGap + 5
+	l.add(far, a)
+	l.add(far, b)
+	if l.dup != 2 {
+		t.Fatalf("dup %d, want 2", l.dup)
+	}
+	if len(l.ids) > 16 {
+		t.Fatalf("a far offset grew the slice to %d", len(l.ids))
+	}
+	got := map[uint64]recordID{}
+	l.each(func(off uint64, id recordID) { got[off] = id })
+	want := map[uint64]recordID{0: b, 3: b, far: b}
+	if len(got) != len(want) {
+		t.Fatalf("each gave %v, want %v", got, want)
+	}
+	for off, id := range want {
+		if got[off] != id {
+			t.Fatalf("each gave %v, want %v", got, want)
+		}
+	}
+}
