@@ -35,6 +35,16 @@ type request struct {
 	done chan error // buffered: the committer never blocks on a caller that gave up
 }
 
+// memEntryOverhead is what Pebble's memtable charges a batch entry beyond
+// its key and value: a skiplist node of the largest height (about 176
+// bytes), the key's 8-byte trailer and alignment.
+const memEntryOverhead = 192
+
+// memCost is what r's entries weigh in a memtable, as Pebble counts a
+// batch against its large batch threshold: small records weigh several
+// times their bytes.
+func (r *request) memCost() int { return r.size + memEntryOverhead*len(r.kvs) }
+
 // commitStats count group commits, for benchmarks and tests.
 type commitStats struct {
 	groups   atomic.Uint64
@@ -79,7 +89,7 @@ func (s *impl) wait(ctx context.Context, r *request) error {
 const defaultHoldMax = 300 * time.Microsecond
 
 // commitLoop is the single committer: it takes the queued requests (up to
-// maxGroupBytes), writes them as one batch committed with pebble.Sync,
+// maxGroupBytes of memtable weight), writes them as one batch committed with pebble.Sync,
 // waits for the fsync and answers them in queue order, then takes the next
 // group. Requests that queue during an fsync form the next group, so under
 // load each fsync carries many callers' records.
@@ -134,9 +144,10 @@ func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
 			hold = 0
 		}
 	}
-	n, size := 0, 0
-	for n < len(s.queue) && (n == 0 || size+s.queue[n].size <= maxGroupBytes) {
+	n, size, cost := 0, 0, 0
+	for n < len(s.queue) && (n == 0 || cost+s.queue[n].memCost() <= maxGroupBytes) {
 		size += s.queue[n].size
+		cost += s.queue[n].memCost()
 		n++
 	}
 	group := s.queue[:n:n]
