@@ -84,8 +84,8 @@
 // it: concurrent creates share their fsyncs, and lookups (Get, Copies) do
 // not wait behind them. The copy is found by lookups once it is durable.
 // That unsynced commit under the lock almost never waits on the disk; it
-// can when it rotates the WAL (about once per 64 MB written) or meets a
-// write stall.
+// can when it rotates the WAL (with the memtable, about once per 16 MiB
+// written) or meets a write stall.
 //
 // A Delete marks the name as being deleted and runs without the copy-set
 // lock: lookups go on and still find the copy until its deletion is
