@@ -249,7 +249,7 @@ func BenchmarkAppendVsBare(b *testing.B) {
 					for range n {
 						// A copy id no copy gets: the keys are the store's
 						// record keys, written where no copy reads.
-						_ = batch.Set(recordKey(1<<62, pebbleOff), value, nil)
+						_ = batch.Set(batchKey(1<<62, pebbleOff), value, nil)
 						pebbleOff++
 					}
 					if err := batch.Commit(pebble.Sync); err != nil {

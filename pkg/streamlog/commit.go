@@ -21,6 +21,9 @@ type request struct {
 	c    *copyImpl // nil for a bare sync (SyncCursors)
 	kvs  []kv
 	size int
+	// vals are the request's records, each its entry in its batch's
+	// value (batch.go): written records are served from them.
+	vals [][]byte
 
 	// What becomes durable when the request commits.
 	recs                      bool

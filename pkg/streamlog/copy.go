@@ -152,38 +152,32 @@ func (s *impl) loadCopy(name string, id uint64) (*Copy, error) {
 
 // lastRecord returns the copy's highest stored record offset and meta.
 func lastRecord(db *pebble.DB, id uint64) (_ uint64, _ recordMeta, _ bool, err error) {
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: recordKey(id, 0), UpperBound: recordLogEnd(id)})
+	ri, err := newRecordIter(db, id)
 	if err != nil {
 		return 0, recordMeta{}, false, fmt.Errorf("find record log end: %w", err)
 	}
-	defer closeIter(it, &err, "find record log end")
-	if !it.Last() {
-		return 0, recordMeta{}, false, it.Error()
+	ok := ri.last()
+	off, rm := ri.off, ri.meta
+	if err := ri.close(); err != nil {
+		return 0, recordMeta{}, false, fmt.Errorf("find record log end: %w", err)
 	}
-	off, err := keyOffset(it.Key())
-	if err != nil {
-		return 0, recordMeta{}, false, err
-	}
-	rm, _, err := decodeRecordValue(it.Value())
-	if err != nil {
-		return 0, recordMeta{}, false, fmt.Errorf("record %d: %w", off, err)
-	}
-	return off, rm, true, nil
+	return off, rm, ok, nil
 }
 
-// recordAt reads the meta of the record at off.
+// recordAt reads the meta of the record at off; an error wrapping
+// pebble.ErrNotFound if the copy does not hold it.
 func recordAt(db *pebble.DB, id, off uint64) (recordMeta, error) {
-	v, closer, err := db.Get(recordKey(id, off))
+	ri, err := newRecordIter(db, id)
 	if err != nil {
 		return recordMeta{}, fmt.Errorf("read record %d: %w", off, err)
 	}
-	// The meta is copied out of v, so the value can be released first.
-	rm, _, err := decodeRecordValue(v)
-	if cerr := closer.Close(); cerr != nil && err == nil {
-		return recordMeta{}, fmt.Errorf("read record %d: %w", off, cerr)
+	found := ri.seekGE(off) && ri.off == off
+	rm := ri.meta
+	if err := ri.close(); err != nil {
+		return recordMeta{}, fmt.Errorf("read record %d: %w", off, err)
 	}
-	if err != nil {
-		return recordMeta{}, fmt.Errorf("record %d: %w", off, err)
+	if !found {
+		return recordMeta{}, fmt.Errorf("read record %d: %w", off, pebble.ErrNotFound)
 	}
 	return rm, nil
 }
@@ -323,42 +317,61 @@ func (c *copyImpl) stream() string   { return c.name }
 func (c *copyImpl) streamID() uint64 { return c.sid }
 
 // prepareRecords encodes records into one request, outside the copy's
-// lock: everything but their offsets and running digests, which assign
-// fills in under the lock. Record i gets times[i], or now if times is nil.
+// lock: everything but their offsets, running digests and batch keys,
+// which assign fills in under the lock. Record i gets times[i], or now if
+// times is nil. The records are cut into batches (batch.go), one key each.
 func (c *copyImpl) prepareRecords(data [][]byte, times []int64, now int64) *request {
-	size := 0
-	for _, p := range data {
-		size += offsetKeyLen + recordHeaderLen + len(p)
+	size, chunks := 0, 0
+	for i := 0; i < len(data); chunks++ {
+		j, n := chunkEnd(data, i)
+		size += offsetKeyLen + n
+		i = j
 	}
-	r := &request{c: c, size: size, kvs: make([]kv, len(data)), done: make(chan error, 1)}
+	r := &request{c: c, size: size, kvs: make([]kv, 0, chunks), vals: make([][]byte, len(data)), done: make(chan error, 1)}
 	slab := make([]byte, size)
-	for i, p := range data {
-		n := offsetKeyLen + recordHeaderLen + len(p)
-		k, v := slab[:offsetKeyLen], slab[offsetKeyLen:n]
-		t := now
-		if times != nil {
-			t = times[i]
+	for i := 0; i < len(data); {
+		j, n := chunkEnd(data, i)
+		k, v := slab[:offsetKeyLen], slab[offsetKeyLen:offsetKeyLen+n]
+		slab = slab[offsetKeyLen+n:]
+		binary.BigEndian.PutUint32(v, uint32(j-i))
+		pos := batchCountLen
+		for x := i; x < j; x++ {
+			p := data[x]
+			l := recordHeaderLen + len(p)
+			binary.BigEndian.PutUint32(v[pos:], uint32(l))
+			e := v[pos+entryLenLen : pos+entryLenLen+l]
+			t := now
+			if times != nil {
+				t = times[x]
+			}
+			putRecordValue(e, recordMeta{timeNS: t}, p)
+			r.vals[x] = e
+			pos += entryLenLen + l
 		}
-		putRecordValue(v, recordMeta{timeNS: t}, p)
-		r.kvs[i] = kv{k, v}
-		slab = slab[n:]
+		r.kvs = append(r.kvs, kv{k, v})
+		i = j
 	}
 	return r
 }
 
 // assign places prepared records at offsets from first on, chaining the
-// digest from d and the byte count from cum.
+// digest from d and the byte count from cum, and keys each batch by its
+// last record's offset.
 func (r *request) assign(id, first, d, cum uint64) {
-	for i, e := range r.kvs {
+	for i, e := range r.vals {
 		off := first + uint64(i)
-		data := e.v[recordHeaderLen:]
+		data := e[recordHeaderLen:]
 		d = chainDigest(d, off, data)
 		cum += uint64(len(data))
-		putRecordKey(e.k, id, off)
-		binary.BigEndian.PutUint64(e.v[0:8], d)
-		binary.BigEndian.PutUint64(e.v[8:16], cum)
+		binary.BigEndian.PutUint64(e[0:8], d)
+		binary.BigEndian.PutUint64(e[8:16], cum)
 	}
-	r.recs, r.recEnd, r.recDigest, r.recCum = true, first+uint64(len(r.kvs)), d, cum
+	end := first
+	for _, b := range r.kvs {
+		end += uint64(binary.BigEndian.Uint32(b.v))
+		putBatchKey(b.k, id, end-1)
+	}
+	r.recs, r.recEnd, r.recDigest, r.recCum = true, first+uint64(len(r.vals)), d, cum
 }
 
 func (c *copyImpl) append(ctx context.Context, data [][]byte) (uint64, error) {
@@ -490,13 +503,34 @@ func (c *copyImpl) applyWritten(ctx context.Context, recs []Record) (func(contex
 	return c.durableFunc(r, "apply", fresh[0].Offset), nil
 }
 
-// compareRecords checks recs against the durable records at their offsets.
-func (c *copyImpl) compareRecords(recs []Record) error {
+// compareRecords checks recs against the durable records at their offsets
+// (as compareHeld does for cursor events).
+func (c *copyImpl) compareRecords(recs []Record) (err error) {
 	lo := recs[0].Offset
-	return c.compareHeld("apply", "record", tagRecord, lo, lo+uint64(len(recs)), func(off uint64, value []byte) (bool, error) {
-		_, data, err := decodeRecordValue(value)
-		return err == nil && bytes.Equal(data, recs[off-lo].Data), err
-	})
+	hi := lo + uint64(len(recs))
+	ri, err := newRecordIter(c.s.db, c.id)
+	if err != nil {
+		return fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, err)
+	}
+	defer func() {
+		if cerr := ri.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("streamlog: apply to %s: read overlap: %w", c.name, cerr)
+		}
+	}()
+	want := lo
+	for ok := ri.seekGE(lo); ok && ri.off < hi; ok = ri.next() {
+		if ri.off != want {
+			break
+		}
+		if !bytes.Equal(ri.data, recs[want-lo].Data) {
+			return fmt.Errorf("streamlog: apply to %s: record %d: %w", c.name, want, ErrDiverged)
+		}
+		want++
+	}
+	if ri.err == nil && want != hi {
+		return fmt.Errorf("streamlog: apply to %s: held record %d is missing", c.name, want)
+	}
+	return nil
 }
 
 func (c *copyImpl) appendCursor(cursor string, position uint64) (uint64, error) {

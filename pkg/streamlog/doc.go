@@ -7,10 +7,14 @@
 // copy starts with "c" + id, so deleting a copy is one range deletion.
 //
 //	key                              value
-//	"v"                              layout version (uint64, currently 1)
+//	"v"                              layout version (uint64, currently 2;
+//	                                 Open moves layout 1, a key per record
+//	                                 under "r", to batches)
 //	"g"                              next copy id (uint64)
 //	"o"                              open mark (one byte): set by Open, deleted
 //	                                 by a clean Close (Store.UncleanStart)
+//	"l"                              move mark (one byte): present while Open
+//	                                 moves layout 1 to batches (store.go)
 //	"n" + stream name                copy id (uint64): the name index
 //	"c" + id(8) + "e" + offset(8)    cursor event: position(8) + cursor name
 //	"c" + id(8) + "k"                cursor snapshot: boundary(8), count(4),
@@ -21,15 +25,18 @@
 //	                                 transition, replaced log epochs), retained
 //	                                 head with the digest and byte count there,
 //	                                 cursor log start
-//	"c" + id(8) + "r" + offset(8)    record: digest(8), cum(8), time ns(8), data
+//	"c" + id(8) + "b" + offset(8)    batch of records ending at offset:
+//	                                 count(4), then per record length(4)
+//	                                 and entry: digest(8), cum(8), time
+//	                                 ns(8), data (batch.go)
 //
 // A copy's key space is ["c"+id, "c"+(id+1)); its record log is
-// ["c"+id+"r", "c"+id+"s") and its cursor event log ["c"+id+"e",
+// ["c"+id+"b", "c"+id+"c") and its cursor event log ["c"+id+"e",
 // "c"+id+"f").
 //
 // # Running digest
 //
-// Each record stores the running digest after it: d(o+1) = xxhash64(d(o) ||
+// Each record's entry stores the running digest after it: d(o+1) = xxhash64(d(o) ||
 // o || data) with d at offset 0 equal to 0 (after ResetToDigest, the
 // owner's digest at the reset offset, so owner and follower chains agree;
 // after ResetTo, 0). It also stores cum, the running count of data bytes. The digest

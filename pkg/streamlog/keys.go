@@ -13,23 +13,26 @@ const (
 	prefixName    = 'n' // "n" + stream name -> copy id
 	prefixCopy    = 'c' // "c" + copy id + tag ... -> the copy's own keys
 	prefixOpen    = 'o' // "o" -> present while a process has the store open
+	prefixMoving  = 'l' // "l" -> present while Open moves layout 1 to batches
 
 	// Tags after "c" + copy id. Their order matters only in that each one
 	// owns a contiguous key range: tag and tag+1 bound it.
+	tagBatch    = 'b' // + last offset -> a batch of records (layout 2)
 	tagEvent    = 'e' // + offset -> cursor event
 	tagSnapshot = 'k' // -> cursor snapshot
 	tagMeta     = 'm' // -> metadata
-	tagRecord   = 'r' // + offset -> record
+	tagRecordV1 = 'r' // + offset -> one record (layout 1, moved into batches by Open)
 )
 
-// layoutVersion is stored under "v"; Open refuses a database written with
-// another layout rather than misread it.
-const layoutVersion = 1
+// layoutVersion is stored under "v"; Open moves a database of layout 1
+// (a key per record) to it and refuses any other rather than misread it.
+const layoutVersion = 2
 
 var (
 	versionKey = []byte{prefixVersion}
 	nextIDKey  = []byte{prefixNextID}
 	openKey    = []byte{prefixOpen}
+	movingKey  = []byte{prefixMoving}
 )
 
 func nameKey(stream string) []byte {
@@ -60,20 +63,22 @@ func offsetKey(id uint64, tag byte, off uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, off)
 }
 
-func recordKey(id, off uint64) []byte { return offsetKey(id, tagRecord, off) }
-func eventKey(id, off uint64) []byte  { return offsetKey(id, tagEvent, off) }
+// batchKey is the key of the record batch whose last record is at off. A
+// batch holds contiguous records and batches do not overlap, so the batch
+// holding offset o is the first at or after batchKey(id, o).
+func batchKey(id, off uint64) []byte { return offsetKey(id, tagBatch, off) }
+func eventKey(id, off uint64) []byte { return offsetKey(id, tagEvent, off) }
 
 // recordLogEnd and eventLogEnd are exclusive upper bounds of each log's
 // keys: no offset key reaches the next tag.
-func recordLogEnd(id uint64) []byte { return copyTagKey(id, tagRecord+1) }
+func recordLogEnd(id uint64) []byte { return copyTagKey(id, tagBatch+1) }
 func eventLogEnd(id uint64) []byte  { return copyTagKey(id, tagEvent+1) }
 
-// putRecordKey writes the record key into dst (len 18) without
-// allocating; the append path encodes many keys.
-func putRecordKey(dst []byte, id, off uint64) {
+// putBatchKey writes the batch key into dst (len 18) without allocating.
+func putBatchKey(dst []byte, id, off uint64) {
 	dst[0] = prefixCopy
 	binary.BigEndian.PutUint64(dst[1:9], id)
-	dst[9] = tagRecord
+	dst[9] = tagBatch
 	binary.BigEndian.PutUint64(dst[10:18], off)
 }
 

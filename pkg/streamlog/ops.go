@@ -279,6 +279,8 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 		newCTail := min(written, max(cutCursor, m.CursorStart))
 
 		digest, cum := tailDigest, tailCum
+		var kept kv // the batch holding newTail-1, cut to end there
+		keep := false
 		if newTail < tail {
 			if newTail == m.Head {
 				digest, cum = m.HeadDigest, m.HeadCum
@@ -288,6 +290,14 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 					return err
 				}
 				digest, cum = rm.digest, rm.cum
+			}
+			// A cut to the head keeps no record: the batch it falls in
+			// goes whole, as retention would have removed what it kept.
+			if newTail > m.Head {
+				var err error
+				if kept, keep, err = cutBatchAt(c.s.db, c.id, newTail); err != nil {
+					return fmt.Errorf("cut the batch at %d: %w", newTail, err)
+				}
 			}
 		}
 
@@ -331,7 +341,12 @@ func (c *copyImpl) cutToHistory(target uint64, starts []wire.HistoryStart) (CutR
 		res = CutResult{Cut: newTail < tail || newCTail < written, RecordTail: newTail, CursorTail: newCTail, Removed: tail - newTail}
 		return c.commitMeta(m, func(b *pebble.Batch) {
 			if newTail < tail {
-				_ = b.DeleteRange(recordKey(c.id, newTail), recordLogEnd(c.id), nil)
+				_ = b.DeleteRange(batchKey(c.id, newTail), recordLogEnd(c.id), nil)
+				if keep {
+					// Keyed below the deleted range: the batch now ends at
+					// newTail-1.
+					_ = b.Set(kept.k, kept.v, nil)
+				}
 			}
 			if newCTail < written {
 				_ = b.DeleteRange(eventKey(c.id, newCTail), eventLogEnd(c.id), nil)
@@ -379,21 +394,12 @@ func (c *copyImpl) enforceRetention(now time.Time, keepFrom uint64) error {
 			// Walk up from the head while a record must go; the walk reads
 			// only what it removes (plus one record).
 			cutoff := now.UnixNano() - ret.MaxAgeMS*int64(time.Millisecond)
-			it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, m.Head), UpperBound: recordKey(c.id, limit)})
+			ri, err := newRecordIter(c.s.db, c.id)
 			if err != nil {
 				return fmt.Errorf("scan records: %w", err)
 			}
-			for it.First(); it.Valid(); it.Next() {
-				off, err := keyOffset(it.Key())
-				if err != nil {
-					_ = it.Close()
-					return err
-				}
-				rm, _, err := decodeRecordValue(it.Value())
-				if err != nil {
-					_ = it.Close()
-					return fmt.Errorf("record %d: %w", off, err)
-				}
+			for ok := ri.seekGE(m.Head); ok && ri.off < limit; ok = ri.next() {
+				off, rm := ri.off, ri.meta
 				drop := off < target ||
 					(byBytes && tailCum-hc > ret.MaxBytes) ||
 					(byAge && rm.timeNS < cutoff)
@@ -402,7 +408,7 @@ func (c *copyImpl) enforceRetention(now time.Time, keepFrom uint64) error {
 				}
 				head, hd, hc = off+1, rm.digest, rm.cum
 			}
-			if err := it.Close(); err != nil {
+			if err := ri.close(); err != nil {
 				return fmt.Errorf("scan records: %w", err)
 			}
 		} else if target > m.Head {
@@ -415,10 +421,13 @@ func (c *copyImpl) enforceRetention(now time.Time, keepFrom uint64) error {
 		if head == m.Head {
 			return nil
 		}
-		oldHead := m.Head
 		m.Head, m.HeadDigest, m.HeadCum = head, hd, hc
 		return c.commitMeta(m, func(b *pebble.Batch) {
-			_ = b.DeleteRange(recordKey(c.id, oldHead), recordKey(c.id, head), nil)
+			// Every batch that ends below the new head (from 0: whatever
+			// an earlier operation left below the old head goes too). The
+			// one that holds the head stays whole: its records below the
+			// head are never read again.
+			_ = b.DeleteRange(batchKey(c.id, 0), batchKey(c.id, head), nil)
 		}, nil)
 	})
 	if err != nil {
@@ -478,7 +487,7 @@ func (c *copyImpl) resetTo(offset, cursorOffset, digest uint64) error {
 			m.CursorStart = cursorOffset
 		}
 		return c.commitMeta(m, func(b *pebble.Batch) {
-			_ = b.DeleteRange(recordKey(c.id, 0), recordLogEnd(c.id), nil)
+			_ = b.DeleteRange(batchKey(c.id, 0), recordLogEnd(c.id), nil)
 			if !keepCursors {
 				_ = b.DeleteRange(eventKey(c.id, 0), eventLogEnd(c.id), nil)
 				_ = b.Set(snapshotKey(c.id), encodeSnapshot(cursorOffset, nil), nil)

@@ -38,46 +38,38 @@ func (c *copyImpl) readFunc(from uint64, maxRecords, maxBytes int, below uint64,
 	if from >= end {
 		return 0, nil
 	}
-	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: recordKey(c.id, from), UpperBound: recordKey(c.id, end)})
+	ri, err := newRecordIter(c.s.db, c.id)
 	if err != nil {
 		return 0, fmt.Errorf("streamlog: read %s: %w", c.name, err)
 	}
 	defer func() {
-		if cerr := it.Close(); cerr != nil && err == nil {
+		if cerr := ri.close(); cerr != nil && err == nil {
 			err = fmt.Errorf("streamlog: read %s: %w", c.name, cerr)
 		}
 	}()
 	bytes := 0
-	for it.First(); it.Valid(); it.Next() {
-		off, err := keyOffset(it.Key())
-		if err != nil {
-			return n, err
-		}
-		if off != from+uint64(n) {
+	for ok := ri.seekGE(from); ok && ri.off < end; ok = ri.next() {
+		if ri.off != from+uint64(n) {
 			if n == 0 {
 				// Retention (or a cut) removed it after the head was read.
 				return 0, fmt.Errorf("streamlog: read %s from %d: record is gone: %w", c.name, from, ErrBelowHead)
 			}
 			break
 		}
-		rm, data, err := decodeRecordValue(it.Value())
-		if err != nil {
-			return n, fmt.Errorf("streamlog: read %s: record %d: %w", c.name, off, err)
-		}
+		data := ri.data
 		if n > 0 && maxBytes > 0 && bytes+len(data) > maxBytes {
 			break
 		}
-		if err := visit(off, rm.timeNS, data); err != nil {
+		if err := visit(ri.off, ri.meta.timeNS, data); err != nil {
 			return n, err
 		}
 		n++
 		bytes += len(data)
-		if maxRecords > 0 && n >= maxRecords {
+		if (maxRecords > 0 && n >= maxRecords) || ri.off+1 >= end {
+			// Not a step further: what lies past the read is not its
+			// business, even a corrupt batch.
 			break
 		}
-	}
-	if err := it.Error(); err != nil {
-		return n, fmt.Errorf("streamlog: read %s: %w", c.name, err)
 	}
 	return n, nil
 }

@@ -259,6 +259,99 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	return s, nil
 }
 
+// setLayoutVersion records that the database has layoutVersion's layout.
+func (s *impl) setLayoutVersion() error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], layoutVersion)
+	if err := s.guard(func() error { return s.db.Set(versionKey, b[:], pebble.Sync) }); err != nil {
+		return fmt.Errorf("streamlog: write layout version: %w", err)
+	}
+	return nil
+}
+
+// moveLayoutOne moves the records of a database of layout 1, a key per
+// record, to batches (batch.go): each run of records a batch can hold
+// becomes one batch key, written in one atomic Pebble batch with the
+// deletion of the records' layout-1 keys. load sets the version to 2 and
+// the move mark before it starts, so a build of layout 1 refuses the store
+// from then on. A crash part way leaves some records in batches and the
+// rest in layout-1 keys, which the next Open moves (the mark is still
+// there); the mark goes once every record is moved, with a synced write
+// that makes every move durable too.
+func (s *impl) moveLayoutOne() (err error) {
+	lo, hi := []byte{prefixCopy}, []byte{prefixCopy + 1}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("streamlog: move layout 1: %w", err)
+	}
+	defer closeIter(it, &err, "move layout 1")
+	var (
+		id, first, next uint64
+		data            [][]byte
+		metas           []recordMeta
+		size            int
+		moved           int
+	)
+	flush := func() error {
+		if len(data) == 0 {
+			return nil
+		}
+		var c copyImpl
+		r := c.prepareRecords(data, nil, 0)
+		if len(r.kvs) != 1 {
+			return fmt.Errorf("streamlog: move layout 1: %d records made %d batches", len(data), len(r.kvs))
+		}
+		for i, e := range r.vals {
+			putRecordValue(e, metas[i], data[i])
+		}
+		putBatchKey(r.kvs[0].k, id, next-1)
+		b := s.db.NewBatch()
+		defer releaseBatch(b)
+		_ = b.Set(r.kvs[0].k, r.kvs[0].v, nil)
+		_ = b.DeleteRange(offsetKey(id, tagRecordV1, first), offsetKey(id, tagRecordV1, next), nil)
+		if err := s.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
+			return fmt.Errorf("streamlog: move layout 1: copy %d records %d-%d: %w", id, first, next-1, err)
+		}
+		moved += len(data)
+		data, metas, size = data[:0], metas[:0], batchCountLen
+		return nil
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != offsetKeyLen || k[9] != tagRecordV1 {
+			continue
+		}
+		kid, off := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[10:])
+		rm, d, err := decodeRecordValue(it.Value())
+		if err != nil {
+			return fmt.Errorf("streamlog: move layout 1: copy %d record %d: %w", kid, off, err)
+		}
+		if len(data) > 0 && (kid != id || off != next || len(data) == maxBatchRecords || size+entrySize(d) > batchCountLen+maxBatchBytes) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(data) == 0 {
+			id, first, size = kid, off, batchCountLen
+		}
+		data = append(data, slices.Clone(d))
+		metas = append(metas, rm)
+		size += entrySize(d)
+		next = off + 1
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("streamlog: move layout 1: %w", err)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if err := s.guard(func() error { return s.db.Delete(movingKey, pebble.Sync) }); err != nil {
+		return fmt.Errorf("streamlog: end the move from layout 1: %w", err)
+	}
+	s.log.Info("store moved from layout 1 (a key per record) to record batches", "records", moved)
+	return nil
+}
+
 // load checks the layout version and loads every copy.
 func (s *impl) load() error {
 	v, err := getValue(s.db, versionKey)
@@ -267,13 +360,31 @@ func (s *impl) load() error {
 	}
 	switch {
 	case v == nil:
-		var b [8]byte
-		binary.BigEndian.PutUint64(b[:], layoutVersion)
-		if err := s.guard(func() error { return s.db.Set(versionKey, b[:], pebble.Sync) }); err != nil {
-			return fmt.Errorf("streamlog: write layout version: %w", err)
+		if err := s.setLayoutVersion(); err != nil {
+			return err
+		}
+	case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
+		// The version changes first, with the mark of a move under way:
+		// a build of layout 1 must not open a store part moved.
+		b := s.db.NewBatch()
+		var ver [8]byte
+		binary.BigEndian.PutUint64(ver[:], layoutVersion)
+		_ = b.Set(versionKey, ver[:], nil)
+		_ = b.Set(movingKey, []byte{1}, nil)
+		err := s.commitSync(b)
+		releaseBatch(b)
+		if err != nil {
+			return fmt.Errorf("streamlog: begin the move from layout 1: %w", err)
 		}
 	case len(v) != 8 || binary.BigEndian.Uint64(v) != layoutVersion:
-		return fmt.Errorf("streamlog: database layout version %x is not %d", v, layoutVersion)
+		return fmt.Errorf("streamlog: database layout version %x is not %d (nor 1, which Open moves to %d)", v, layoutVersion, layoutVersion)
+	}
+	if v, err := getValue(s.db, movingKey); err != nil {
+		return fmt.Errorf("streamlog: read the layout move mark: %w", err)
+	} else if v != nil {
+		if err := s.moveLayoutOne(); err != nil {
+			return err
+		}
 	}
 	// The open mark: found, the process before this one did not close
 	// the store (it crashed, or its store failed); set, until close

@@ -27,16 +27,16 @@ func (c *copyImpl) dropWrittenLocked(r *request) {
 	}
 }
 
-// writtenAt returns the key/value of the written, not yet durable record
+// writtenAtLocked returns the entry of the written, not yet durable record
 // at off, if the copy's queue holds it. Call with c.mu held.
-func (c *copyImpl) writtenAtLocked(off uint64) (kv, bool) {
+func (c *copyImpl) writtenAtLocked(off uint64) ([]byte, bool) {
 	for _, r := range c.written {
-		first := r.recEnd - uint64(len(r.kvs))
+		first := r.recEnd - uint64(len(r.vals))
 		if off >= first && off < r.recEnd {
-			return r.kvs[off-first], true
+			return r.vals[off-first], true
 		}
 	}
-	return kv{}, false
+	return nil, false
 }
 
 func (c *copyImpl) readWritten(from uint64, maxRecords, maxBytes int, below uint64) ([]Record, error) {
@@ -69,7 +69,7 @@ func (c *copyImpl) readWritten(from uint64, maxRecords, maxBytes int, below uint
 			if !ok {
 				break
 			}
-			rm, data, err := decodeRecordValue(e.v)
+			rm, data, err := decodeRecordValue(e)
 			if err != nil {
 				c.mu.Unlock()
 				return nil, fmt.Errorf("streamlog: read %s: written record %d: %w", c.name, off, err)
@@ -99,5 +99,5 @@ func (c *copyImpl) writtenDigestLocked(off uint64) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return binary.BigEndian.Uint64(e.v[0:8]), true
+	return binary.BigEndian.Uint64(e[0:8]), true
 }
