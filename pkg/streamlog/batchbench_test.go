@@ -4,19 +4,8 @@ import (
 	"bytes"
 	"context"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 )
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkAppendBatches appends 256-byte records 80 to an Append (an
 // owner's share of a client batch) from 3 appenders, synced, and reports
@@ -34,7 +23,7 @@ func BenchmarkAppendBatches(b *testing.B) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cpuTime(b)
 	for range 3 {
 		wg.Add(1)
 		go func() {
@@ -56,5 +45,5 @@ func BenchmarkAppendBatches(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1000/float64(b.N), "cpu-µs/record")
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/1000/float64(b.N), "cpu-µs/record")
 }
