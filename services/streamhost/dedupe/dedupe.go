@@ -49,6 +49,10 @@ type Window struct {
 	evictable []candidate
 }
 
+// evictableShare is the part of the producers (one in evictableShare)
+// that evictOne lists as the least recently used when it rebuilds its list.
+const evictableShare = 4
+
 // candidate is a producer found among the least recently used, and its
 // use then: it is still the least recently used if that has not changed.
 type candidate struct {
@@ -186,7 +190,7 @@ func (w *Window) Record(name string, seq, offset uint64) {
 }
 
 // evictOne drops the least recently used producer. It takes it from
-// evictable, the least recently used sixteenth of the producers as they
+// evictable, the least recently used quarter of the producers as they
 // were when it was made, skipping those used since: the first one not used
 // since is older than every producer outside the list. Once the list is
 // used up it is made again, so a full window sorts its producers once per
@@ -205,8 +209,49 @@ func (w *Window) evictOne() {
 		for _, p := range w.byName {
 			all = append(all, candidate{p, p.used})
 		}
-		slices.SortFunc(all, func(a, b candidate) int { return cmp.Compare(a.used, b.used) })
-		w.evictable = slices.Clone(all[:max(len(all)/16, 1)])
+		// Reading every producer's use is most of a rebuild's cost (a
+		// cache miss each), so the list is a quarter of them, and only
+		// that quarter is sorted: with a sixteenth and a sort of them all
+		// an eviction cost about 3.5 µs in BenchmarkWindowEvictionChurn's
+		// worst case.
+		k := max(len(all)/evictableShare, 1)
+		selectOldest(all, k)
+		oldest := slices.Clone(all[:k])
+		slices.SortFunc(oldest, func(a, b candidate) int { return cmp.Compare(a.used, b.used) })
+		w.evictable = oldest
+	}
+}
+
+// selectOldest moves the k least recently used of cs to its front, in no
+// particular order (a quickselect: linear time on average). Uses are
+// distinct, since each takes the next tick of the window's clock.
+func selectOldest(cs []candidate, k int) {
+	lo, hi := 0, len(cs)-1
+	for lo < hi {
+		pivot := cs[lo+(hi-lo)/2].used
+		i, j := lo, hi
+		for i <= j {
+			for cs[i].used < pivot {
+				i++
+			}
+			for cs[j].used > pivot {
+				j--
+			}
+			if i <= j {
+				cs[i], cs[j] = cs[j], cs[i]
+				i++
+				j--
+			}
+		}
+		// cs[lo..j] <= pivot <= cs[i..hi], and between them equal to it.
+		switch {
+		case k-1 <= j:
+			hi = j
+		case k-1 >= i:
+			lo = i
+		default:
+			return
+		}
 	}
 }
 
