@@ -104,7 +104,9 @@
 //     appender under it and read only once its waiter is confirmed
 //     (pubbatch.go).
 //   - owner.inMu guards closing the intake channel against a publish
-//     callback sending on it.
+//     callback sending on it; a callback waiting on a full channel gives
+//     up when the intake stops (owner.inStop), so closing it never waits
+//     for the appender, nor the appender's wait for the disk.
 //
 // Goroutines, who starts them and how they stop:
 //

@@ -62,10 +62,13 @@ type owner struct {
 	wg     sync.WaitGroup // the appender and request goroutines
 
 	// Intake: the publish callback hands messages to the appender over
-	// in. inMu guards closing in against a callback sending on it.
+	// in. inMu guards closing in against a callback sending on it;
+	// inStop is closed first, so that a callback waiting on a full in
+	// (the appender waits for the disk) gives up rather than hold inMu.
 	inMu     sync.RWMutex
 	inClosed bool
 	in       chan intakeMsg
+	inStop   chan struct{}
 	// written hands the appends written to the completer, in order.
 	// ahead holds a slot for each append from before it is written until
 	// the completer is done with it: at most maxWrittenAhead are written
@@ -172,6 +175,7 @@ func startOwner(h *Host, c *streamlog.Copy, a wire.Assignment, minCopies int, fl
 		ctx:      ctx,
 		cancel:   cancel,
 		in:       make(chan intakeMsg, intakeQueue),
+		inStop:   make(chan struct{}),
 		written:  make(chan *writtenAppend, maxWrittenAhead),
 		ahead:    make(chan struct{}, maxWrittenAhead),
 		replReqs: newBudget("replication requests of stream "+a.Stream, "in flight", replSlots(0)),
@@ -439,7 +443,12 @@ func (o *owner) enqueue(m *nats.Msg) {
 	}
 	// A full queue blocks this subscription's callback, which holds the
 	// next publishes in NATS: backpressure instead of unbounded memory.
-	o.in <- intakeMsg{m: m, at: time.Now()}
+	// Until the intake stops: then the publish is refused, not written.
+	select {
+	case o.in <- intakeMsg{m: m, at: time.Now()}:
+	case <-o.inStop:
+		o.refusePublish(m.Reply, o.closedErr())
+	}
 }
 
 // intakeMsg is a publish or publish batch queued for the appender, with
@@ -816,6 +825,9 @@ func (o *owner) stopIntake(code string) {
 	if !o.closing.CompareAndSwap(nil, &code) {
 		return
 	}
+	// A callback waiting to queue gives up now: closing in below waits
+	// for it, and the appender it waits for may wait for the disk.
+	close(o.inStop)
 	if o.stopClients != nil {
 		// A client's request that comes after this is answered as one
 		// to a stream nobody serves here: it was not written.

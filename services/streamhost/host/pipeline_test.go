@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/nats-io/nats.go"
 
 	"github.com/brook-streams/brook/pkg/streamlog"
 	"github.com/brook-streams/brook/pkg/wire"
@@ -213,4 +214,62 @@ func TestRepromoteAtSameEpochWithWriteInFlight(t *testing.T) {
 	if !r.pc.Duplicate || r.pc.Offset != 3 {
 		t.Errorf("retry of producer p seq 3 confirmed %+v; want a duplicate of offset 3", r.pc)
 	}
+}
+
+// TestStopIntakeWithTheQueueFull: the appender waits for a held fsync, the
+// intake queue is full and a publish callback waits to queue one more
+// (the bus's subscription, or a client link's reader). Stopping the
+// intake must not wait for the fsync: the waiting publish is refused and
+// the stop returns. It took the intake's lock behind the waiting callback,
+// so a host shutdown waited on a stuck disk.
+func TestStopIntakeWithTheQueueFull(t *testing.T) {
+	const stream, id = "fullintake", 25
+	c, n1, hold, release := startHeldSyncPair(t, assignment(stream, id, 1, "n1", []string{"n2"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	c.mustPublish(stream, payload(0))
+	hold.armed.Store(true)
+	o := n1.h.owners()[0]
+	msg := func(i int) *nats.Msg {
+		return &nats.Msg{Subject: wire.PublishSubject(stream), Reply: nats.NewInbox(), Data: payload(i)}
+	}
+	defer release() // before the hosts' stop, which waits for the fsync
+	o.onPublish(msg(1))
+	<-hold.held
+	// The appender writes ahead of the held fsync up to maxWrittenAhead
+	// appends, then waits: fill the queue until it stays full.
+	for i, tries := 2, 0; ; tries++ {
+		if tries > 100 {
+			t.Fatalf("the intake queue never stayed full (%d of %d)", len(o.in), cap(o.in))
+		}
+		for ; len(o.in) < cap(o.in); i++ {
+			o.onPublish(msg(i)) // returns while the queue has room
+		}
+		time.Sleep(20 * time.Millisecond)
+		if len(o.in) == cap(o.in) {
+			break
+		}
+	}
+	waiting := make(chan struct{})
+	go func() {
+		o.onPublish(msg(-1))
+		close(waiting)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-waiting:
+		t.Fatalf("the publish callback did not wait to queue (queue %d of %d)", len(o.in), cap(o.in))
+	default:
+	}
+	stopped := make(chan struct{})
+	go func() {
+		o.stopIntake(wire.CodeShuttingDown)
+		close(stopped)
+	}()
+	for what, ch := range map[string]chan struct{}{"the intake's stop": stopped, "the waiting publish callback": waiting} {
+		select {
+		case <-ch:
+		case <-time.After(3 * time.Second):
+			t.Errorf("%s waited for the held fsync", what)
+		}
+	}
+	release()
 }
