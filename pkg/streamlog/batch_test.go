@@ -247,6 +247,12 @@ func TestOpenMovesLayoutOne(t *testing.T) {
 	// the version changed (the move mark is still there).
 	t.Run("from layout 1", func(t *testing.T) { testMoveLayoutOne(t, false) })
 	t.Run("interrupted", func(t *testing.T) { testMoveLayoutOne(t, true) })
+	// The move's iterator opened again after every batch it writes.
+	t.Run("iterator reopened", func(t *testing.T) {
+		defer func(n int) { moveReopenEvery = n }(moveReopenEvery)
+		moveReopenEvery = 1
+		testMoveLayoutOne(t, false)
+	})
 }
 
 func testMoveLayoutOne(t *testing.T, interrupted bool) {

@@ -269,6 +269,10 @@ func (s *impl) setLayoutVersion() error {
 	return nil
 }
 
+// moveReopenEvery is how many batches moveLayoutOne writes before it opens
+// its iterator again (a variable for tests).
+var moveReopenEvery = 1024
+
 // moveLayoutOne moves the records of a database of layout 1, a key per
 // record, to batches (batch.go): each run of records a batch can hold
 // becomes one batch key, written in one atomic Pebble batch with the
@@ -284,14 +288,41 @@ func (s *impl) moveLayoutOne() (err error) {
 	if err != nil {
 		return fmt.Errorf("streamlog: move layout 1: %w", err)
 	}
-	defer closeIter(it, &err, "move layout 1")
+	defer func() {
+		if it != nil {
+			closeIter(it, &err, "move layout 1")
+		}
+	}()
 	var (
 		id, first, next uint64
 		data            [][]byte
 		metas           []recordMeta
 		size            int
 		moved           int
+		sinceOpen       int // batches written since the iterator opened
+		reopenErr       error
 	)
+	// advance moves to the next key. An iterator keeps every table it
+	// can see, the moved keys' too: every moveReopenEvery batches it is
+	// opened again past the current key, so that a large store's move
+	// does not hold its whole old layout on disk beside the new one.
+	advance := func() bool {
+		if sinceOpen < moveReopenEvery {
+			return it.Next()
+		}
+		from := append(slices.Clone(it.Key()), 0)
+		if err := it.Close(); err != nil {
+			reopenErr = err
+		}
+		nit, nerr := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: hi})
+		if nerr != nil {
+			it, reopenErr = nil, errors.Join(reopenErr, nerr)
+			return false
+		}
+		it = nit
+		sinceOpen = 0
+		return reopenErr == nil && it.First()
+	}
 	flush := func() error {
 		if len(data) == 0 {
 			return nil
@@ -313,10 +344,11 @@ func (s *impl) moveLayoutOne() (err error) {
 			return fmt.Errorf("streamlog: move layout 1: copy %d records %d-%d: %w", id, first, next-1, err)
 		}
 		moved += len(data)
+		sinceOpen++
 		data, metas, size = data[:0], metas[:0], batchCountLen
 		return nil
 	}
-	for it.First(); it.Valid(); it.Next() {
+	for valid := it.First(); valid; valid = advance() {
 		k := it.Key()
 		if len(k) != offsetKeyLen || k[9] != tagRecordV1 {
 			continue
@@ -338,6 +370,9 @@ func (s *impl) moveLayoutOne() (err error) {
 		metas = append(metas, rm)
 		size += entrySize(d)
 		next = off + 1
+	}
+	if reopenErr != nil {
+		return fmt.Errorf("streamlog: move layout 1: %w", reopenErr)
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("streamlog: move layout 1: %w", err)
