@@ -39,9 +39,10 @@ type request struct {
 }
 
 // memEntryOverhead is what Pebble's memtable charges a batch entry beyond
-// its key and value: a skiplist node of the largest height (about 176
-// bytes), the key's 8-byte trailer and alignment.
-const memEntryOverhead = 192
+// its key and value (arenaskl.MaxNodeSize): a skiplist node of the
+// largest height (184 bytes), the key's 8-byte trailer and up to 3 bytes
+// of alignment, 195 in all, rounded up.
+const memEntryOverhead = 200
 
 // memCost is what r's entries weigh in a memtable, as Pebble counts a
 // batch against its large batch threshold: small records weigh several

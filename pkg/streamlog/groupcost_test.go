@@ -35,9 +35,9 @@ func TestGroupCutByMemtableWeight(t *testing.T) {
 		if bytes != size {
 			t.Fatalf("data %d: size %d, requests hold %d", dataLen, size, bytes)
 		}
-		// Pebble charges an entry at most its key, its value and 191
+		// Pebble charges an entry at most its key, its value and 195
 		// bytes (arenaskl.MaxNodeSize plus the key's trailer).
-		if pebbleWeight := bytes + 191*entries; pebbleWeight > maxGroupBytes {
+		if pebbleWeight := bytes + 195*entries; pebbleWeight > maxGroupBytes {
 			t.Fatalf("data %d: a group of %d requests weighs %d in the memtable, above %d", dataLen, len(group), pebbleWeight, maxGroupBytes)
 		}
 		if next := s.queue[0].memCost(); weight+next <= maxGroupBytes {
