@@ -210,8 +210,9 @@
 // and Subscribe when batcherFor makes a stream's batcher. Nothing of this
 // package runs under the connection's lock, so it delays the callers
 // behind it but cannot deadlock. notices.mu is not held across any NATS
-// call: awaitOwner subscribes after releasing it, and the idle drop
-// unsubscribes after it:
+// call: awaitOwner subscribes after releasing it (a caller that joins an
+// entry whose subscription is being made waits, holding no lock, until it
+// has gone out), and the idle drop unsubscribes after it:
 //
 //   - AsyncPublisher.mu guards nextID, pend, outstanding, idle and closed.
 //     PublishAsync queues a first attempt (itself or through its batcher)

@@ -58,6 +58,11 @@ type noticeSub struct {
 	idle *time.Timer
 	// heard says whether sub is known to hear (nil with the shared one).
 	heard *heard
+	// sent is closed once the subscription the entry's notices come
+	// through has gone out on the connection (or failed): its own, or the
+	// shared one. A request sent after that is ordered after it, so the
+	// server routes a notice its answer causes to it.
+	sent <-chan struct{}
 }
 
 // notices holds the client's notice subscriptions by stream. No NATS call
@@ -76,6 +81,9 @@ type notices struct {
 	sharedPending bool
 	// sharedHeard says whether shared is known to hear.
 	sharedHeard *heard
+	// sharedSent is closed once the shared subscription held or pending
+	// has gone out (noticeSub.sent).
+	sharedSent chan struct{}
 	// held is len(subs), kept under mu, read without it by noticeMark:
 	// with no subscription at all (no request is retrying, the usual
 	// case) a publish's mark takes no lock.
@@ -94,8 +102,10 @@ type notices struct {
 //
 // A new stream's entry is made under mu and its subscription after mu is
 // released: a notice that comes before the server has it is missed, as it
-// was before the subscription went out, and the requests that join the
-// entry meanwhile wait on the same channel.
+// was before the subscription went out. A caller that joins the entry
+// meanwhile waits, before it returns, until the subscription has gone out
+// on the connection (noticeSub.sent), so that what the caller sends next
+// reaches the server after it.
 func (c *Client) awaitOwner(stream string) (<-chan struct{}, func()) {
 	next, _, release := c.awaitOwnerSince(stream, noticeMark{})
 	return next, release
@@ -113,14 +123,22 @@ func (c *Client) awaitOwnerSince(stream string, since noticeMark) (<-chan struct
 	n.mu.Lock()
 	s := n.subs[stream]
 	var own, shared bool // what this call subscribes once mu is released
+	var ownSent chan struct{}
 	if s == nil {
 		s = &noticeSub{next: make(chan struct{})}
 		if n.shared == nil && !n.sharedPending && len(n.subs) >= sharedNoticesAt {
 			n.sharedPending, shared = true, true
+			n.sharedSent = make(chan struct{})
 		}
 		// With the shared subscription held or on its way, the stream's
 		// notices come through it (s.sub stays nil).
 		own = n.shared == nil && !n.sharedPending
+		if own {
+			ownSent = make(chan struct{})
+			s.sent = ownSent
+		} else {
+			s.sent = n.sharedSent
+		}
 		if n.subs == nil {
 			n.subs = make(map[string]*noticeSub)
 		}
@@ -132,13 +150,21 @@ func (c *Client) awaitOwnerSince(stream string, since noticeMark) (<-chan struct
 		s.idle = nil
 	}
 	s.users++
-	next, noticed := s.next, since.passedOn(s)
+	next, noticed, sent := s.next, since.passedOn(s), s.sent
 	n.mu.Unlock()
 	if shared {
 		c.subscribeShared()
 	}
 	if own {
 		c.subscribeOwn(stream, s)
+		close(ownSent)
+	}
+	// Joined an entry whose subscription another caller is still making:
+	// the caller's next requests (a retry's question to the coordinators)
+	// must go out after it, or a notice they cause can reach the server
+	// before the subscription does and be missed.
+	if sent != nil {
+		<-sent
 	}
 	var once sync.Once
 	return next, noticed, func() { once.Do(func() { c.releaseNotice(stream, s) }) }
@@ -180,6 +206,7 @@ func (c *Client) subscribeShared() {
 	n.mu.Lock()
 	n.sharedPending = false
 	n.shared, n.sharedHeard = sub, h
+	close(n.sharedSent)
 	n.mu.Unlock()
 }
 

@@ -415,3 +415,42 @@ func TestNoticeOnADroppedEntryIsFound(t *testing.T) {
 		t.Fatal("a mark taken after the notice reports it heard since")
 	}
 }
+
+// A retry that joins a stream's notice entry whose subscription another
+// waiter is still making (an owner watch just started) waits for that
+// subscription to go out before it asks the coordinators: the new owner
+// announces itself while they are asked, and a subscription sent after
+// the question would miss the notice, leaving the retry its whole backoff
+// (10 s here: only the notice brings it within 3 s). Seen once as a flake
+// of TestOwnerNoticeDuringTheStatusCheck under make test's load.
+func TestJoinedNoticeEntryWaitsForItsSubscription(t *testing.T) {
+	url := startNATS(t)
+	started := infoThatAnnounces(t, url, func() { time.Sleep(50 * time.Millisecond) },
+		wire.StreamInfo{Stream: "s", StreamID: 1, Status: wire.StatusRecovering})
+	c := connectClient(t, url, WithBackoff(10*time.Second, 10*time.Second), WithRetry(0, time.Minute))
+	subscribe := c.notices.subscribe
+	var calls atomic.Int32
+	c.notices.subscribe = func(subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+		if calls.Add(1) == 1 {
+			time.Sleep(300 * time.Millisecond) // the first waiter's subscription is slow to go out
+		}
+		return subscribe(subject, cb)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		_, release := c.awaitOwner("s")
+		defer release()
+		<-done
+	}()
+	for c.notices.held.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	pc, err := c.Publish(ctxTimeout(t, 3*time.Second), "s", []byte("announced while asked"))
+	if err != nil || pc.Epoch != 2 {
+		t.Fatalf("publish: %+v %v (the retry asked before the joined subscription went out, and missed the notice)", pc, err)
+	}
+	if n := (<-started).pubs.Load(); n != 1 {
+		t.Fatalf("the new owner saw %d publishes, want 1", n)
+	}
+}
