@@ -234,10 +234,11 @@
 //     dropped; it is held for updates only, never across a probe.
 //   - sendQueue.mu guards queue, spare and sending; it is released while
 //     PublishMsg runs.
-//   - notices.mu guards subs, shared, sharedPending and sharedHeard, and
-//     each noticeSub's sub, heard, users, next, seq and idle (sub and
-//     heard are set once the subscription made after the entry's
-//     insertion is through); held is an atomic copy of
+//   - notices.mu guards subs, shared, sharedPending, sharedHeard and
+//     sharedSent, and each noticeSub's sub, heard, users, next, seq and
+//     idle (sub and heard are set once the subscription made after the
+//     entry's insertion is through; sent is set once, at the insertion);
+//     held is an atomic copy of
 //     len(subs), written under it, so that noticeMark and noticesHeard
 //     skip the lock while no notice subscription is held.
 //   - confirmRTT.mu guards the round-trip estimate. Stats and heard.ok
