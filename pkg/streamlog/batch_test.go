@@ -106,10 +106,7 @@ func checkDigests(t *testing.T, c *Copy, head uint64, all [][]byte) {
 func TestBatchesCutAndRetainedInside(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, nil)
-	c := mustCreate(t, s, "s", 1)
-	if err := c.BeginEpoch(1); err != nil {
-		t.Fatal(err)
-	}
+	c := mustCreateAtEpoch1(t, s, "s", 1)
 	all := variedPayloads("a", 700)
 	mustAppend(t, c, all[:650])
 	for i := 650; i < 700; i += 10 {
@@ -344,10 +341,7 @@ func testMoveLayoutOne(t *testing.T, interrupted bool) {
 // would keep is all below the head, and nothing would ever delete it.
 func TestCutToTheHeadInsideABatch(t *testing.T) {
 	s := openTest(t, t.TempDir(), nil)
-	c := mustCreate(t, s, "s", 1)
-	if err := c.BeginEpoch(1); err != nil {
-		t.Fatal(err)
-	}
+	c := mustCreateAtEpoch1(t, s, "s", 1)
 	all := payloads("a", 0, 256)
 	mustAppend(t, c, all) // one batch: 0-255
 	if err := c.SetRetention(wire.Retention{MaxRecords: 156}); err != nil {

@@ -149,10 +149,13 @@ func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
 		}
 	}
 	n, size, cost := 0, 0, 0
-	for n < len(s.queue) && (n == 0 || cost+s.queue[n].memCost() <= maxGroupBytes) {
-		size += s.queue[n].size
-		cost += s.queue[n].memCost()
-		n++
+	for ; n < len(s.queue); n++ {
+		r := s.queue[n]
+		if n > 0 && cost+r.memCost() > maxGroupBytes {
+			break
+		}
+		size += r.size
+		cost += r.memCost()
 	}
 	group := s.queue[:n:n]
 	if n == len(s.queue) {

@@ -321,35 +321,40 @@ func (c *copyImpl) streamID() uint64 { return c.sid }
 // which assign fills in under the lock. Record i gets times[i], or now if
 // times is nil. The records are cut into batches (batch.go), one key each.
 func (c *copyImpl) prepareRecords(data [][]byte, times []int64, now int64) *request {
-	size, chunks := 0, 0
-	for i := 0; i < len(data); chunks++ {
+	// Where each batch ends and its value's size, found once: a request
+	// of up to eight batches (2,048 records) keeps them on the stack.
+	type span struct{ end, size int }
+	var small [8]span
+	spans := small[:0]
+	size := 0
+	for i := 0; i < len(data); {
 		j, n := chunkEnd(data, i)
+		spans = append(spans, span{j, n})
 		size += offsetKeyLen + n
 		i = j
 	}
-	r := &request{c: c, size: size, kvs: make([]kv, 0, chunks), vals: make([][]byte, len(data)), done: make(chan error, 1)}
+	r := &request{c: c, size: size, kvs: make([]kv, len(spans)), vals: make([][]byte, len(data)), done: make(chan error, 1)}
 	slab := make([]byte, size)
-	for i := 0; i < len(data); {
-		j, n := chunkEnd(data, i)
-		k, v := slab[:offsetKeyLen], slab[offsetKeyLen:offsetKeyLen+n]
-		slab = slab[offsetKeyLen+n:]
-		binary.BigEndian.PutUint32(v, uint32(j-i))
+	i := 0
+	for b, sp := range spans {
+		k, v := slab[:offsetKeyLen], slab[offsetKeyLen:offsetKeyLen+sp.size]
+		slab = slab[offsetKeyLen+sp.size:]
+		binary.BigEndian.PutUint32(v, uint32(sp.end-i))
 		pos := batchCountLen
-		for x := i; x < j; x++ {
-			p := data[x]
+		for ; i < sp.end; i++ {
+			p := data[i]
 			l := recordHeaderLen + len(p)
 			binary.BigEndian.PutUint32(v[pos:], uint32(l))
 			e := v[pos+entryLenLen : pos+entryLenLen+l]
 			t := now
 			if times != nil {
-				t = times[x]
+				t = times[i]
 			}
 			putRecordValue(e, recordMeta{timeNS: t}, p)
-			r.vals[x] = e
+			r.vals[i] = e
 			pos += entryLenLen + l
 		}
-		r.kvs = append(r.kvs, kv{k, v})
-		i = j
+		r.kvs[b] = kv{k, v}
 	}
 	return r
 }

@@ -929,10 +929,7 @@ func TestDigestAt(t *testing.T) {
 // cut and new records it is the kept history's.
 func TestDigestAtThePreviousTail(t *testing.T) {
 	s := openTest(t, t.TempDir(), nil)
-	c := mustCreate(t, s, "p", 1)
-	if err := c.BeginEpoch(1); err != nil {
-		t.Fatal(err)
-	}
+	c := mustCreateAtEpoch1(t, s, "p", 1)
 	all := payloads("r", 0, 8)
 	for i := range all {
 		mustAppend(t, c, all[i:i+1])

@@ -29,6 +29,16 @@ func openTest(t testing.TB, dir string, configure func(*impl)) *Store {
 	return s
 }
 
+// mustCreateAtEpoch1 creates a copy and begins its epoch 1, as an owner's.
+func mustCreateAtEpoch1(t testing.TB, s *Store, name string, id uint64) *Copy {
+	t.Helper()
+	c := mustCreate(t, s, name, id)
+	if err := c.BeginEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func mustCreate(t testing.TB, s *Store, name string, id uint64) *Copy {
 	t.Helper()
 	c, err := s.Create(name, id, wire.Retention{})

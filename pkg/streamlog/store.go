@@ -296,6 +296,7 @@ func (s *impl) moveLayoutOne() (err error) {
 	var (
 		id, first, next uint64
 		data            [][]byte
+		times           []int64
 		metas           []recordMeta
 		size            int
 		moved           int
@@ -328,12 +329,13 @@ func (s *impl) moveLayoutOne() (err error) {
 			return nil
 		}
 		var c copyImpl
-		r := c.prepareRecords(data, nil, 0)
+		r := c.prepareRecords(data, times, 0)
 		if len(r.kvs) != 1 {
 			return fmt.Errorf("streamlog: move layout 1: %d records made %d batches", len(data), len(r.kvs))
 		}
 		for i, e := range r.vals {
-			putRecordValue(e, metas[i], data[i])
+			binary.BigEndian.PutUint64(e[0:8], metas[i].digest)
+			binary.BigEndian.PutUint64(e[8:16], metas[i].cum)
 		}
 		putBatchKey(r.kvs[0].k, id, next-1)
 		b := s.db.NewBatch()
@@ -345,7 +347,7 @@ func (s *impl) moveLayoutOne() (err error) {
 		}
 		moved += len(data)
 		sinceOpen++
-		data, metas, size = data[:0], metas[:0], batchCountLen
+		data, times, metas, size = data[:0], times[:0], metas[:0], batchCountLen
 		return nil
 	}
 	for valid := it.First(); valid; valid = advance() {
@@ -367,6 +369,7 @@ func (s *impl) moveLayoutOne() (err error) {
 			id, first, size = kid, off, batchCountLen
 		}
 		data = append(data, slices.Clone(d))
+		times = append(times, rm.timeNS)
 		metas = append(metas, rm)
 		size += entrySize(d)
 		next = off + 1

@@ -176,6 +176,25 @@ func helloOver(t *testing.T, nc *nats.Conn, stream, fp string) (frame.ClientLink
 
 // dialClient connects to the link at addr with cert as a client, and
 // reports whether the host took it.
+// helloedClientConn says hello for a new client certificate over c's bus
+// (stream s) and dials the host that answered: a client link connection.
+func helloedClientConn(t *testing.T, c *miniCluster) net.Conn {
+	t.Helper()
+	cert, fp, err := linkCertificate("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi, e := helloOver(t, c.nc, "s", fp)
+	if e != nil {
+		t.Fatal(e)
+	}
+	conn, ok := dialClient(t, hi.Addr, cert)
+	if !ok {
+		t.Fatal("the helloed certificate was refused")
+	}
+	return conn
+}
+
 func dialClient(t *testing.T, addr string, cert tls.Certificate) (net.Conn, bool) {
 	t.Helper()
 	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
@@ -492,18 +511,7 @@ func TestClientLinkDoesNotTakeASilentConnectionAgain(t *testing.T) {
 // closes the connection before the host reads or allocates it.
 func TestClientLinkRefusesAnOversizedFrame(t *testing.T) {
 	c, hosts := linkedCluster(t)
-	cert, fp, err := linkCertificate("client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hi, e := helloOver(t, c.nc, "s", fp)
-	if e != nil {
-		t.Fatal(e)
-	}
-	conn, ok := dialClient(t, hi.Addr, cert)
-	if !ok {
-		t.Fatal("the helloed certificate was refused")
-	}
+	conn := helloedClientConn(t, c)
 	// 9 MiB: over a client's limit, far under the hosts' 64 MiB.
 	f := binary.BigEndian.AppendUint32(nil, uint32(wire.MaxPublishBatchBytes+1<<20))
 	f = append(f, frame.LinkClientRequest)
@@ -634,18 +642,7 @@ func TestClientFetchesOverTheClientLink(t *testing.T) {
 // wrote but could not confirm (its followers are gone) is not read.
 func TestClientLinkFetchStopsAtTheWatermark(t *testing.T) {
 	c, hosts := linkedCluster(t)
-	cert, fp, err := linkCertificate("client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hi, e := helloOver(t, c.nc, "s", fp)
-	if e != nil {
-		t.Fatal(e)
-	}
-	conn, ok := dialClient(t, hi.Addr, cert)
-	if !ok {
-		t.Fatal("the helloed certificate was refused")
-	}
+	conn := helloedClientConn(t, c)
 	pb := frame.AppendPubBatch(nil, &frame.PubBatch{Records: []frame.PubRecord{{Data: []byte("a")}}})
 	if r := linkRoundTrip(t, conn, &frame.LinkMsg{Subject: wire.PublishBatchSubject("s"), Reply: "inbox.1", Data: pb}); header(r, frame.HeaderError) != "" {
 		t.Fatalf("batch reply %+v", r)
