@@ -84,11 +84,12 @@ type batcher struct {
 	nextID   uint64
 	flights  map[uint64]*flight
 	closed   bool
-	// sizes is the sizes (records) of the last batches sent, in a ring:
-	// the open batch goes once it is as large as the largest of them
-	// (expectLocked).
+	// sizes is the sizes (records) of the last batches sent, in a ring;
+	// expect is how many records the open batch waits for besides the
+	// linger, set from them as each batch is sent (setExpectLocked).
 	sizes  [8]int
 	sizesN uint64 // batches sent; unsigned, so that it never turns negative
+	expect int
 	// holds counts the publishes batcherFor handed the batcher to whose
 	// add (or release) has not run yet: a held batcher is not dropped.
 	// It goes up under Client.batchMu only (batcherFor, without waiting
@@ -184,7 +185,7 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 	b := &batcher{
 		c: c, stream: stream, subject: wire.PublishBatchSubject(stream), prefix: c.nc.NewInbox() + ".",
 		maxRecords: min(c.opts.batchRecords, wire.MaxPublishBatchRecords), maxBytes: maxBytes,
-		flights: map[uint64]*flight{},
+		flights: map[uint64]*flight{}, expect: math.MaxInt,
 	}
 	b.holds.Store(1)
 	b.linger = time.AfterFunc(time.Hour, b.lingered)
@@ -286,7 +287,7 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.open = append(b.open, it)
 	b.openSize += cost
 	switch {
-	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes, len(b.open) >= b.expectLocked():
+	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes, len(b.open) >= b.expect:
 		// Nothing in flight: waiting would only add latency; full: no
 		// reason to wait either; as large as the recent batches: the
 		// publishers a confirm released are back (closed-loop callers,
@@ -299,16 +300,17 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.mu.Unlock()
 }
 
-// expectLocked is how many records the open batch waits for besides the
-// linger: the largest of the last batches sent, or no bound (the linger
-// decides) before eight were sent. A batch sent early is no larger than
-// that, so every eighth batch waits for the linger alone, which lets the
-// size grow when more publishers join.
-func (b *batcher) expectLocked() int {
+// setExpectLocked sets expect once a batch was sent: the largest of the
+// last batches sent, or no bound (the linger decides) before eight were
+// sent. A batch sent early is no larger than that, so every eighth batch
+// waits for the linger alone, which lets the size grow when more
+// publishers join. Once per batch, not per publish.
+func (b *batcher) setExpectLocked() {
 	if b.sizesN < uint64(len(b.sizes)) || b.sizesN%uint64(len(b.sizes)) == 0 {
-		return math.MaxInt
+		b.expect = math.MaxInt
+		return
 	}
-	return slices.Max(b.sizes[:])
+	b.expect = slices.Max(b.sizes[:])
 }
 
 // lingered sends the open batch once its first record waited the linger.
@@ -343,6 +345,7 @@ func (b *batcher) sendLocked() {
 	items := b.open
 	b.sizes[b.sizesN%uint64(len(b.sizes))] = len(items)
 	b.sizesN++
+	b.setExpectLocked()
 	b.open, b.openSize = nil, 0
 	b.nextID++
 	id := b.nextID

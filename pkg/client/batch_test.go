@@ -524,7 +524,7 @@ func TestBatchClosedLoopSkipsTheLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Waiting for the linger: about publishers per linger. Skipping it
-	// but for every eighth batch (expectLocked): several times that.
+	// but for every eighth batch (setExpectLocked): several times that.
 	lingerBound := int64(publishers * (run/linger + 2))
 	t.Logf("%d records confirmed in %v (the linger alone allows about %d)", confirmed.Load(), run, lingerBound)
 	if got := confirmed.Load(); got < lingerBound*3/2 {
