@@ -34,6 +34,10 @@
 // ["c"+id+"b", "c"+id+"c") and its cursor event log ["c"+id+"e",
 // "c"+id+"f").
 //
+// The database is at Pebble's FormatValueSeparation with value separation
+// on (store.go, valueSeparation): batch values of 1 KiB or more live in
+// blob files from their flush on, so compactions do not rewrite them.
+//
 // # Running digest
 //
 // Each record's entry stores the running digest after it: d(o+1) = xxhash64(d(o) ||

@@ -40,6 +40,39 @@ const maxGroupBytes = 4 << 20
 // a follower's memtable apply, issue 16).
 const memTableSize = 16 << 20
 
+// formatMajorVersion is the Pebble format a store is opened at; Open
+// ratchets an older store up to it (and an older brook build cannot open
+// the store afterwards). It is the first with value separation. A variable
+// so that a test can make a store at an older format.
+var formatMajorVersion = pebble.FormatValueSeparation
+
+// valueSeparation is the store's Pebble value separation policy. A record
+// batch (up to 64 KiB, batch.go) is written once and never changes: with
+// its value in a blob file, written once at the flush, compactions move
+// its key and a handle to it instead of rewriting the batch at every
+// level. Compactions of batches inline took about a tenth of a host's CPU
+// at window 256 (issue 16; docs/benchmarks.md, session 55). Values below
+// MinimumSize (metadata, cursor snapshots, batches of a record or a few)
+// stay in the tables, where they cost no indirection to read.
+//
+// Space: a blob file is deleted once no table references any of its
+// values; one whose unreferenced share passes TargetGarbageRatio is
+// rewritten once it is RewriteMinimumAge old. Values of copies retained
+// longer than their neighbours in the same flush keep the rest of a blob
+// file alive only until that rewrite.
+func valueSeparation() pebble.ValueSeparationPolicy {
+	return pebble.ValueSeparationPolicy{
+		Enabled:     true,
+		MinimumSize: 1 << 10,
+		// A compaction whose output would reference more than this many
+		// overlapping blob files writes the values anew instead, so that
+		// reads stay local.
+		MaxBlobReferenceDepth: 10,
+		RewriteMinimumAge:     5 * time.Minute,
+		TargetGarbageRatio:    0.2,
+	}
+}
+
 // tableBlockSize is the size of the store's table blocks (Pebble's default
 // is 4 KiB); see Open.
 const tableBlockSize = 32 << 10
@@ -214,10 +247,12 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	s.onGroupCommit = opts.OnGroupCommit
 	s.onChange = opts.OnChange
 	popts := &pebble.Options{
-		FS:           fs,
-		Logger:       pebbleLogger{l: log, s: &s.impl},
-		MemTableSize: memTableSize,
+		FS:                 fs,
+		Logger:             pebbleLogger{l: log, s: &s.impl},
+		MemTableSize:       memTableSize,
+		FormatMajorVersion: formatMajorVersion,
 	}
+	popts.Experimental.ValueSeparationPolicy = valueSeparation
 	// Record payloads are mostly opaque bytes that block compression
 	// barely shrinks, and compressing them on every flush and compaction
 	// costs the CPU that synced appends share on a small host.
