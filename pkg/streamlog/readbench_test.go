@@ -1,6 +1,7 @@
 package streamlog
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -78,4 +79,52 @@ func BenchmarkReadCatchUp(b *testing.B) {
 			return k
 		})
 	})
+}
+
+// BenchmarkReadTail reads the last 100 records of a copy, as an owner
+// serves a reader that follows the tail: the records are in the memtable,
+// the copy's older records (and every other copy's, as on a host) in the
+// tables of earlier flushes. cpu-ns/read is the process's CPU per read.
+//
+//	go test -run '^$' -bench ReadTail ./streamlog/
+func BenchmarkReadTail(b *testing.B) {
+	const copies, flushes, perFlush, size, tail = 4, 12, 4000, 256, 100
+	s := openTest(b, b.TempDir(), nil)
+	cs := make([]*Copy, copies)
+	for i := range cs {
+		cs[i] = mustCreate(b, s, fmt.Sprintf("tail-%d", i), uint64(i+1))
+	}
+	data := make([][]byte, 100)
+	for i := range data {
+		data[i] = make([]byte, size)
+		for j := range data[i] {
+			data[i][j] = byte(i + j)
+		}
+	}
+	for f := 0; f < flushes; f++ {
+		for i := 0; i < perFlush; i += len(data) {
+			for _, c := range cs {
+				mustAppend(b, c, data)
+			}
+		}
+		if err := s.db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := cs[0]
+	from := mustAppend(b, c, data)
+	time.Sleep(time.Second) // let compactions the flushes started finish
+	b.Logf("L0 files %d, tables %d", s.db.Metrics().Levels[0].TablesCount, s.db.Metrics().Total().TablesCount)
+	cpu := cpuTime(b)
+	sum := 0
+	for b.Loop() {
+		k, err := c.ReadFunc(from, tail, 8<<20, from+tail, func(_ uint64, _ int64, d []byte) error {
+			sum += len(d)
+			return nil
+		})
+		if err != nil || k != tail {
+			b.Fatalf("read %d records: %v", k, err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/read")
 }

@@ -73,6 +73,16 @@ func valueSeparation() pebble.ValueSeparationPolicy {
 	}
 }
 
+// blockCacheSize is the size of the store's block cache (Pebble's
+// default is 8 MiB). An owner serves each fetch of a reader at the tail
+// with a new iterator, which seeks every table that overlaps the copy and
+// so reads each one's index block; with 8 MiB most of those reads missed
+// the cache and went to the file, two thirds of the fetches' CPU and 7% of
+// the owner's at window 256. With 64 MiB the owner's profile shows no
+// block read at all (issue 16, session 55). The cache holds up to this
+// much of a host's memory.
+const blockCacheSize = 64 << 20
+
 // tableBlockSize is the size of the store's table blocks (Pebble's default
 // is 4 KiB); see Open.
 const tableBlockSize = 32 << 10
@@ -251,6 +261,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 		Logger:             pebbleLogger{l: log, s: &s.impl},
 		MemTableSize:       memTableSize,
 		FormatMajorVersion: formatMajorVersion,
+		CacheSize:          blockCacheSize,
 	}
 	popts.Experimental.ValueSeparationPolicy = valueSeparation
 	// Record payloads are mostly opaque bytes that block compression
