@@ -119,7 +119,7 @@ type idConfirm struct {
 // how many offsets it saw twice with different records. Offsets are dense
 // (brook's from 0, JetStream's from 1), so it is a slice indexed by
 // offset; one far beyond the slice goes to a map, so a sparse offset
-// cannot make the slice huge.
+// cannot make the slice huge. The map holds only offsets past the slice.
 type offsetLog struct {
 	ids    []recordID
 	has    []bool
@@ -146,6 +146,14 @@ func (l *offsetLog) add(off uint64, id recordID) {
 		n := int(off) + 1
 		l.ids = slices.Grow(l.ids, n-len(l.ids))[:n]
 		l.has = slices.Grow(l.has, n-len(l.has))[:n]
+		// The map holds only offsets past the slice: those it has now
+		// grown over move into it, so no offset is kept twice.
+		for o, id := range l.sparse {
+			if o < uint64(n) {
+				l.ids[o], l.has[o] = id, true
+				delete(l.sparse, o)
+			}
+		}
 	}
 	if l.has[off] && l.ids[off] != id {
 		l.dup++

@@ -172,3 +172,32 @@ func TestOffsetLog(t *testing.T) {
 		}
 	}
 }
+
+// An offset first kept in the map is found there once the slice grows
+// over it: a different record at it later is a duplicate, and each visits
+// it once.
+func TestOffsetLogSliceGrowsOverTheMap(t *testing.T) {
+	var l offsetLog
+	a, b := recordID{pub: 1, seq: 1}, recordID{pub: 2, seq: 2}
+	far := uint64(maxOffsetGap + 10)
+	l.add(far, a)
+	for off := uint64(0); off < far; off++ {
+		l.add(off, recordID{pub: 3, seq: off})
+	}
+	l.add(far, b)
+	if l.dup != 1 {
+		t.Fatalf("dup %d, want 1 (another record where the map had one)", l.dup)
+	}
+	visits := 0
+	l.each(func(off uint64, id recordID) {
+		if off == far {
+			visits++
+			if id != b {
+				t.Fatalf("offset %d: %v, want the last record seen there", off, id)
+			}
+		}
+	})
+	if visits != 1 {
+		t.Fatalf("each visited offset %d %d times, want once", far, visits)
+	}
+}
