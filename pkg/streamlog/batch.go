@@ -177,7 +177,14 @@ func (r *recordIter) next() bool {
 // at off, to its first if off is below it, or to its last if off is past
 // it.
 func (r *recordIter) load(off uint64) bool {
-	b, err := openBatch(r.it.Key(), r.it.Value())
+	// A batch's value may be in a blob file (store.go, valueSeparation):
+	// reading it can fail, and the failure is the read's error, not a
+	// malformed batch.
+	v, err := r.it.ValueAndErr()
+	if err != nil {
+		return r.stop(fmt.Errorf("read batch: %w", err))
+	}
+	b, err := openBatch(r.it.Key(), v)
 	if err != nil {
 		return r.stop(err)
 	}

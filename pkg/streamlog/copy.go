@@ -690,7 +690,11 @@ func (c *copyImpl) compareHeld(what, entry string, tag byte, lo, hi uint64, same
 		if off != want {
 			return fmt.Errorf("streamlog: %s to %s: held %s %d is missing", what, c.name, entry, want)
 		}
-		ok, err := same(off, it.Value())
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("streamlog: %s to %s: read %s %d: %w", what, c.name, entry, off, err)
+		}
+		ok, err := same(off, v)
 		if err != nil {
 			return fmt.Errorf("streamlog: %s to %s: %s %d: %w", what, c.name, entry, off, err)
 		}

@@ -41,9 +41,9 @@ const maxGroupBytes = 4 << 20
 const memTableSize = 16 << 20
 
 // formatMajorVersion is the Pebble format a store is opened at; Open
-// ratchets an older store up to it (and an older brook build cannot open
-// the store afterwards). It is the first with value separation. A variable
-// so that a test can make a store at an older format.
+// ratchets an older store up to it. It is the first with value
+// separation. A variable so that a test can make a store at an older
+// format.
 var formatMajorVersion = pebble.FormatValueSeparation
 
 // valueSeparation is the store's Pebble value separation policy. A record
@@ -56,10 +56,15 @@ var formatMajorVersion = pebble.FormatValueSeparation
 // stay in the tables, where they cost no indirection to read.
 //
 // Space: a blob file is deleted once no table references any of its
-// values; one whose unreferenced share passes TargetGarbageRatio is
-// rewritten once it is RewriteMinimumAge old. Values of copies retained
-// longer than their neighbours in the same flush keep the rest of a blob
-// file alive only until that rewrite.
+// values. Once the unreferenced share of all blob files passes
+// TargetGarbageRatio, Pebble rewrites blob files at least
+// RewriteMinimumAge old, so values of copies retained longer than their
+// neighbours in the same flush keep the rest of a blob file alive until
+// the store's garbage as a whole is worth a rewrite.
+//
+// A batch value read from an iterator may come from a blob file, so it is
+// read with ValueAndErr: a failed read is the read's error, not a batch
+// found malformed (batch.go, recordIter.load).
 func valueSeparation() pebble.ValueSeparationPolicy {
 	return pebble.ValueSeparationPolicy{
 		Enabled:     true,
@@ -402,7 +407,11 @@ func (s *impl) moveLayoutOne() (err error) {
 			continue
 		}
 		kid, off := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[10:])
-		rm, d, err := decodeRecordValue(it.Value())
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("streamlog: move layout 1: copy %d record %d: %w", kid, off, err)
+		}
+		rm, d, err := decodeRecordValue(v)
 		if err != nil {
 			return fmt.Errorf("streamlog: move layout 1: copy %d record %d: %w", kid, off, err)
 		}

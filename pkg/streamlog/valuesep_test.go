@@ -2,9 +2,15 @@ package streamlog
 
 import (
 	"bytes"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestRecordBatchesInBlobFiles: a store made at Pebble's oldest format is
@@ -83,5 +89,51 @@ func TestRecordBatchesInBlobFiles(t *testing.T) {
 	if m := s.db.Metrics(); m.BlobFiles.LiveCount != 0 {
 		t.Fatalf("after the copy's deletion and a compaction: %d blob files still referenced (%d value bytes)",
 			m.BlobFiles.LiveCount, m.BlobFiles.ReferencedValueSize)
+	}
+}
+
+// blobReadFault fails every read of a blob file once switched on.
+type blobReadFault struct{ on atomic.Bool }
+
+func (f *blobReadFault) MaybeError(op errorfs.Op) error {
+	if f.on.Load() && strings.HasSuffix(op.Path, ".blob") && (op.Kind == errorfs.OpFileRead || op.Kind == errorfs.OpFileReadAt) {
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+func (f *blobReadFault) String() string { return "blob read fault" }
+
+// TestBlobReadErrorIsTheReadsError: a read of records whose batch is in a
+// blob file that cannot be read fails with that error, not as a batch
+// found malformed.
+func TestBlobReadErrorIsTheReadsError(t *testing.T) {
+	fault := &blobReadFault{}
+	s, err := openWith(Options{Dir: t.TempDir(), Logger: quietLogger(), CursorSyncInterval: time.Hour,
+		FS: errorfs.Wrap(vfs.Default, fault)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	c := mustCreate(t, s, "s", 1)
+	data := payloads("r", 0, 50)
+	for i := range data {
+		data[i] = append(data[i], bytes.Repeat([]byte{'x'}, 200)...)
+	}
+	mustAppend(t, c, data)
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.db.Metrics().BlobFiles.LiveCount; n == 0 {
+		t.Fatal("the flush wrote no blob file")
+	}
+	fault.on.Store(true)
+	_, err = c.Read(0, 10, 1<<20, 50)
+	if !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("read with the blob file failing: %v, want the injected error", err)
+	}
+	fault.on.Store(false)
+	if got := dataOf(readAll(t, c)); !equalData(got, data) {
+		t.Fatalf("read back %d records after the fault, want %d", len(got), len(data))
 	}
 }
