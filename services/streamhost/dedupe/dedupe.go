@@ -21,7 +21,7 @@
 // a retry, a binary search of the ring, and a record overwrites the ring's
 // oldest slot. Only a producer whose ring holds sequences out of order
 // also gets an index from sequence to offset (index.go: a slot per
-// sequence modulo twice the ring's size, a map for the rare sequences
+// sequence modulo at least twice the ring's length, a map for the rare sequences
 // whose slot is taken), which it keeps until the ring is in order again
 // (as many in-order writes as the ring holds). Concurrent publishes of one
 // producer reach the owner in that order: in a window-256 run, 30 ns a
@@ -117,10 +117,7 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 	if len(p.ring) > 0 && seq < p.last {
 		if p.seqs == nil {
 			// The ring goes out of order: index it.
-			p.seqs = newSeqIndex(perProducer)
-			for _, e := range p.ring {
-				p.seqs.put(e.seq, e.off)
-			}
+			p.indexRing(len(p.ring) + 1)
 		}
 		p.inOrder = 0
 	}
@@ -143,7 +140,22 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 		p.seqs = nil // in order again: the ring alone answers
 		return
 	}
+	if p.seqs.full(len(p.ring)) {
+		// The index grows with the ring, not at once to the ring's
+		// bound: a producer out of order after a few records keeps a
+		// small one. The new index holds e too.
+		p.indexRing(2 * len(p.ring))
+		return
+	}
 	p.seqs.put(seq, off)
+}
+
+// indexRing indexes the ring's entries in a new index for up to n.
+func (p *producer) indexRing(n int) {
+	p.seqs = newSeqIndex(n)
+	for _, e := range p.ring {
+		p.seqs.put(e.seq, e.off)
+	}
 }
 
 // New returns a window keeping at most perProducer sequences for each of at

@@ -342,3 +342,31 @@ func TestSeqIndexMatchesMap(t *testing.T) {
 		t.Fatal("no sequence went to the overflow map")
 	}
 }
+
+// An index grows with its ring: a producer out of order after a few
+// records keeps a few slots, not slots for the whole bound.
+func TestIndexGrowsWithTheRing(t *testing.T) {
+	w := New(DefaultPerProducer, 1)
+	w.Record("p", 2, 0)
+	w.Record("p", 1, 1)
+	p := w.byName["p"]
+	if p.seqs == nil {
+		t.Fatal("a ring out of order has no index")
+	}
+	if n := len(p.seqs.slots); n > 8 {
+		t.Fatalf("two sequences out of order: %d slots", n)
+	}
+	for seq := uint64(3); seq < 600; seq += 2 {
+		// Pairs out of order keep the ring out of order as it grows.
+		w.Record("p", seq+1, seq+1)
+		w.Record("p", seq, seq)
+		if n, held := len(p.seqs.slots), len(p.ring); n < 2*held || n > 8*held {
+			t.Fatalf("a ring of %d: %d slots, want %d to %d", held, n, 2*held, 8*held)
+		}
+	}
+	for seq := uint64(1); seq < 601; seq++ {
+		if off, ok := w.Lookup("p", seq); !ok || off != seq && seq > 2 {
+			t.Fatalf("Lookup(%d) = %d,%v", seq, off, ok)
+		}
+	}
+}

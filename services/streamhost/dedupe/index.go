@@ -8,7 +8,7 @@ import "math/bits"
 // are dense and close together (a client numbers its records as it
 // publishes them, and concurrent publishes reorder them only within those
 // in flight), so with at least twice as many slots as the ring holds
-// sequences they rarely meet, and a lookup is one array read where a map
+// sequences (the index grows with the ring: full) they rarely meet, and a lookup is one array read where a map
 // cost a hash and a probe of a table the size of the ring
 // (BenchmarkWindowConcurrentPublishes).
 type seqIndex struct {
@@ -23,11 +23,17 @@ type indexSlot struct {
 	seq, offPlus uint64
 }
 
-// newSeqIndex returns an index for a ring of up to ringLen sequences.
+// newSeqIndex returns an index with at least twice ringLen slots.
 func newSeqIndex(ringLen int) *seqIndex {
 	n := uint64(1) << bits.Len(uint(2*ringLen-1))
 	return &seqIndex{slots: make([]indexSlot, n), mask: n - 1}
 }
+
+// full reports whether an index of a ring of ringLen sequences has fewer
+// than twice as many slots: the producer then indexes its ring anew in a
+// larger one (producer.add), so that the index grows with the ring, a
+// doubling at a time.
+func (x *seqIndex) full(ringLen int) bool { return 2*ringLen > len(x.slots) }
 
 func (x *seqIndex) get(seq uint64) (uint64, bool) {
 	if s := x.slots[seq&x.mask]; s.offPlus != 0 && s.seq == seq {
