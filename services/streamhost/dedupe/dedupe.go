@@ -21,9 +21,9 @@
 // a retry, a binary search of the ring, and a record overwrites the ring's
 // oldest slot. Only a producer whose ring holds sequences out of order
 // also gets an index from sequence to offset (index.go: a slot per
-// sequence modulo at least twice the ring's length, a map for the rare sequences
-// whose slot is taken), which it keeps until the ring is in order again
-// (as many in-order writes as the ring holds). Concurrent publishes of one
+// sequence modulo at least twice the ring's length, a map for the rare
+// sequences whose slot is taken), which it keeps until the ring is in
+// order again (as many in-order writes as the ring holds). Concurrent publishes of one
 // producer reach the owner in that order: in a window-256 run, 30 ns a
 // record with the index against 120 with a map
 // (BenchmarkWindowConcurrentPublishes).
@@ -117,7 +117,7 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 	if len(p.ring) > 0 && seq < p.last {
 		if p.seqs == nil {
 			// The ring goes out of order: index it.
-			p.indexRing(len(p.ring) + 1)
+			p.indexRing(min(len(p.ring)+1, perProducer))
 		}
 		p.inOrder = 0
 	}
@@ -144,13 +144,14 @@ func (p *producer) add(seq, off uint64, perProducer int) {
 		// The index grows with the ring, not at once to the ring's
 		// bound: a producer out of order after a few records keeps a
 		// small one. The new index holds e too.
-		p.indexRing(2 * len(p.ring))
+		p.indexRing(min(2*len(p.ring), perProducer))
 		return
 	}
 	p.seqs.put(seq, off)
 }
 
-// indexRing indexes the ring's entries in a new index for up to n.
+// indexRing indexes the ring's entries in a new index for a ring of up to
+// n (its slots: newSeqIndex).
 func (p *producer) indexRing(n int) {
 	p.seqs = newSeqIndex(n)
 	for _, e := range p.ring {

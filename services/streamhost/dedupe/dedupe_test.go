@@ -369,4 +369,12 @@ func TestIndexGrowsWithTheRing(t *testing.T) {
 			t.Fatalf("Lookup(%d) = %d,%v", seq, off, ok)
 		}
 	}
+	// A full ring's index is no larger than twice the ring's bound.
+	for seq := uint64(601); seq < 3000; seq += 2 {
+		w.Record("p", seq+1, seq+1)
+		w.Record("p", seq, seq)
+	}
+	if n := len(p.seqs.slots); len(p.ring) != DefaultPerProducer || n != 2*DefaultPerProducer {
+		t.Fatalf("a ring of %d (bound %d): %d slots, want %d", len(p.ring), DefaultPerProducer, n, 2*DefaultPerProducer)
+	}
 }

@@ -8,9 +8,9 @@ import "math/bits"
 // are dense and close together (a client numbers its records as it
 // publishes them, and concurrent publishes reorder them only within those
 // in flight), so with at least twice as many slots as the ring holds
-// sequences (the index grows with the ring: full) they rarely meet, and a lookup is one array read where a map
-// cost a hash and a probe of a table the size of the ring
-// (BenchmarkWindowConcurrentPublishes).
+// sequences (the index grows with the ring: full) they rarely meet, and a
+// lookup is one array read where a map cost a hash and a probe of a table
+// the size of the ring (BenchmarkWindowConcurrentPublishes).
 type seqIndex struct {
 	slots    []indexSlot
 	mask     uint64
