@@ -118,6 +118,12 @@ type clientLink struct {
 		// or sees their owner fail, asks a few owners at a time over
 		// the bus while its batches go there anyway.
 		learning int
+		// dialing is closed when the dial to a node running now ends:
+		// learns of other streams owned there wait for it rather than
+		// dial too. A host admits one connection per hello and keeps
+		// one hello per certificate, so of concurrent dials with the
+		// client's one certificate all but one were refused.
+		dialing map[string]chan struct{}
 	}
 }
 
@@ -322,14 +328,37 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	if err := json.Unmarshal(reply.Data, &hi); err != nil || hi.Node == "" || hi.Addr == "" || hi.Cert == "" {
 		return nil, fmt.Errorf("hello answer %q: %v", reply.Data, err)
 	}
-	l.mu.Lock()
-	hc := l.mu.hosts[hi.Node]
-	if hc.usable(hi.Cert) {
+	for {
+		l.mu.Lock()
+		hc := l.mu.hosts[hi.Node]
+		if hc.usable(hi.Cert) {
+			l.mu.Unlock()
+			return hc, nil
+		}
+		done, busy := l.mu.dialing[hi.Node]
+		if !busy {
+			done = make(chan struct{})
+			if l.mu.dialing == nil {
+				l.mu.dialing = map[string]chan struct{}{}
+			}
+			l.mu.dialing[hi.Node] = done
+			l.mu.Unlock()
+			break
+		}
 		l.mu.Unlock()
-		return hc, nil
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the link to %s: %w", hi.Node, ctx.Err())
+		}
 	}
+	// This learn dials; its hello (the last one the host heard from this
+	// certificate, or a later one of a learn waiting here) admits it.
+	hc, err := l.dial(hi)
+	l.mu.Lock()
+	close(l.mu.dialing[hi.Node])
+	delete(l.mu.dialing, hi.Node)
 	l.mu.Unlock()
-	hc, err = l.dial(hi)
 	if err != nil {
 		return nil, err
 	}

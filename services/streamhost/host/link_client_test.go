@@ -30,6 +30,28 @@ func linkedCluster(t *testing.T) (*miniCluster, map[string]*testHost) {
 	t.Helper()
 	c := newMiniCluster(t)
 	c.assign(assignment("s", 1, 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	hosts := startLinkedHosts(t, c)
+	c.waitCopy("n1", "s", "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	return c, hosts
+}
+
+// linkedClient connects a client with the client link and batching to
+// url, and a context for its calls that ends with the test or in 60 s.
+func linkedClient(t *testing.T, url string) (context.Context, *client.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	cl, err := client.Connect(ctx, url, client.WithDirectLink(true), client.WithBatching(time.Millisecond, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return ctx, cl
+}
+
+// startLinkedHosts starts n1, n2 and n3 in c, each with a direct link.
+func startLinkedHosts(t *testing.T, c *miniCluster) map[string]*testHost {
+	t.Helper()
 	hosts := map[string]*testHost{}
 	for _, n := range []string{"n1", "n2", "n3"} {
 		hosts[n] = c.start(n, func(cfg *Config) {
@@ -40,8 +62,7 @@ func linkedCluster(t *testing.T) (*miniCluster, map[string]*testHost) {
 			cfg.ReplListener = ln
 		})
 	}
-	c.waitCopy("n1", "s", "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
-	return c, hosts
+	return hosts
 }
 
 // clientConns returns the client connections h's direct link serves.
@@ -64,13 +85,7 @@ func clientConns(h *Host) []*linkConn {
 // record reads back once.
 func TestClientPublishesOverTheClientLink(t *testing.T) {
 	c, hosts := linkedCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cl, err := client.Connect(ctx, c.url, client.WithDirectLink(true), client.WithBatching(time.Millisecond, 0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cl.Close() }()
+	ctx, cl := linkedClient(t, c.url)
 
 	var mu sync.Mutex
 	offsets := map[uint64]int{}
@@ -667,5 +682,64 @@ func TestClientLinkFetchStopsAtTheWatermark(t *testing.T) {
 	}
 	if len(b.Records) != 1 || string(b.Records[0].Data) != "a" {
 		t.Fatalf("fetch on the link read %d records; want only the confirmed one", len(b.Records))
+	}
+}
+
+// TestClientLinkOneDialForManyStreams: a client that starts publishing to
+// many streams of one owner host at once dials that host once; the learns
+// of the other streams wait for that dial and take its connection, and the
+// host refuses none (it admits one connection per hello and keeps one
+// hello per certificate, so concurrent dials were all refused but one).
+func TestClientLinkOneDialForManyStreams(t *testing.T) {
+	const streams = 12
+	c := newMiniCluster(t)
+	var as []wire.AssignedStream
+	for i := range streams {
+		as = append(as, assignment(fmt.Sprintf("s%d", i), uint64(i+1), 1, "n1", []string{"n2", "n3"}, wire.HistoryStart{Epoch: 1, Node: "n1"}))
+	}
+	c.assign(as...)
+	hosts := startLinkedHosts(t, c)
+	for i := range streams {
+		c.waitCopy("n1", fmt.Sprintf("s%d", i), "owner at epoch 1", func(cs wire.CopyStatus) bool { return cs.Role == wire.RoleOwner && cs.Epoch == 1 })
+	}
+	ctx, cl := linkedClient(t, c.url)
+	publishAll := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, streams)
+		for i := range streams {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := cl.Publish(ctx, fmt.Sprintf("s%d", i), payload(i)); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	publishAll()
+	// Every stream's learn has ended once all streams' batches go on the
+	// link: until then a round of publishes starts the learns left.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		before := cl.LinkedBatches()
+		publishAll()
+		if cl.LinkedBatches()-before == streams {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d streams' batches went on the client link", cl.LinkedBatches()-before, streams)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := hosts["n1"].h.direct.refused.Load(); n != 0 {
+		t.Fatalf("the owner host refused %d of the client's connections", n)
+	}
+	if n := len(clientConns(hosts["n1"].h)); n != 1 {
+		t.Fatalf("the owner host serves %d connections of the client, want 1", n)
 	}
 }

@@ -90,6 +90,8 @@ type directLink struct {
 	// clients is the link's side for clients' connections
 	// (link_client.go).
 	clients clientSide
+	// refused counts the connections accept refused (each is logged).
+	refused atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -293,6 +295,7 @@ func (l *directLink) accept(raw net.Conn) {
 		return node, err
 	})
 	if err != nil {
+		l.refused.Add(1)
 		l.h.log.Warn("direct link: connection refused", "remote", raw.RemoteAddr().String(), "claimed", node, "err", err)
 		return
 	}
