@@ -356,13 +356,14 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	// certificate, or a later one of a learn waiting here) admits it.
 	hc, err := l.dial(hi)
 	l.mu.Lock()
-	close(l.mu.dialing[hi.Node])
+	// The learns waiting for this dial wake once its connection is in
+	// hosts (or it failed): at return, after l.mu is released.
+	defer close(l.mu.dialing[hi.Node])
 	delete(l.mu.dialing, hi.Node)
-	l.mu.Unlock()
 	if err != nil {
+		l.mu.Unlock()
 		return nil, err
 	}
-	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
 		hc.close(errLinkDown)
