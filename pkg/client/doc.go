@@ -272,8 +272,11 @@
 //     attempt's context.AfterFunc, which fails it so that it is retried;
 //   - with the client link, per stream with no way at most one learn (a
 //     hello over the bus, then a dial unless its host's connection is
-//     up), maxLearns (16) at once in all, each bounded by
-//     linkSetupTimeout, and per connection a reader,
+//     up; while another learn dials the same host it waits for that dial
+//     and takes its connection, or gives up if it failed: one dial per
+//     host at a time), maxLearns (16) at once in all, each bounded by
+//     linkSetupTimeout for the hello and the wait and again for its own
+//     dial, and per connection a reader,
 //     which hands each reply to its batcher's onReply, and a writer;
 //     clientLink.close (Client.Close, after the sendQueue is empty)
 //     cancels the learns and closes the connections, and waits for all

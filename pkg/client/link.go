@@ -118,13 +118,22 @@ type clientLink struct {
 		// or sees their owner fail, asks a few owners at a time over
 		// the bus while its batches go there anyway.
 		learning int
-		// dialing is closed when the dial to a node running now ends:
-		// learns of other streams owned there wait for it rather than
-		// dial too. A host admits one connection per hello and keeps
-		// one hello per certificate, so of concurrent dials with the
-		// client's one certificate all but one were refused.
-		dialing map[string]chan struct{}
+		// dialing is the dial to each node running now: learns of
+		// other streams owned there wait for it rather than dial too.
+		// A host admits one connection per hello and keeps one hello
+		// per certificate, so of concurrent dials with the client's
+		// one certificate all but one were refused.
+		dialing map[string]*nodeDial
 	}
+}
+
+// nodeDial is one learn's dial to a node, which other learns wait for.
+type nodeDial struct {
+	// done is closed once the dial ended and, if it connected, its
+	// connection is in clientLink.mu.hosts.
+	done chan struct{}
+	cert string // the certificate dialed to
+	err  error  // the dial's error, set before done is closed
 }
 
 // linkRoute is one stream's way: its owner host's connection, or when to
@@ -328,28 +337,35 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	if err := json.Unmarshal(reply.Data, &hi); err != nil || hi.Node == "" || hi.Addr == "" || hi.Cert == "" {
 		return nil, fmt.Errorf("hello answer %q: %v", reply.Data, err)
 	}
-	for {
+	var d *nodeDial // this learn's dial
+	for d == nil {
 		l.mu.Lock()
 		hc := l.mu.hosts[hi.Node]
 		if hc.usable(hi.Cert) {
 			l.mu.Unlock()
 			return hc, nil
 		}
-		done, busy := l.mu.dialing[hi.Node]
-		if !busy {
-			done = make(chan struct{})
+		other := l.mu.dialing[hi.Node]
+		if other == nil {
+			d = &nodeDial{done: make(chan struct{}), cert: hi.Cert}
 			if l.mu.dialing == nil {
-				l.mu.dialing = map[string]chan struct{}{}
+				l.mu.dialing = map[string]*nodeDial{}
 			}
-			l.mu.dialing[hi.Node] = done
+			l.mu.dialing[hi.Node] = d
 			l.mu.Unlock()
-			break
+			continue
 		}
 		l.mu.Unlock()
 		select {
-		case <-done:
+		case <-other.done:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for the link to %s: %w", hi.Node, ctx.Err())
+		}
+		if other.err != nil && other.cert == hi.Cert {
+			// Dialing again to the same host would most likely be
+			// refused too (its hello may be used): this stream goes
+			// on over the bus and asks again later, as the dialer's.
+			return nil, fmt.Errorf("another stream's link to %s: %w", hi.Node, other.err)
 		}
 	}
 	// This learn dials; its hello (the last one the host heard from this
@@ -358,9 +374,10 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 	l.mu.Lock()
 	// The learns waiting for this dial wake once its connection is in
 	// hosts (or it failed): at return, after l.mu is released.
-	defer close(l.mu.dialing[hi.Node])
+	defer close(d.done)
 	delete(l.mu.dialing, hi.Node)
 	if err != nil {
+		d.err = err
 		l.mu.Unlock()
 		return nil, err
 	}

@@ -1,8 +1,18 @@
 package client
 
 import (
+	"encoding/json"
 	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/brook-streams/brook/pkg/frame"
+	"github.com/brook-streams/brook/pkg/wire"
 )
 
 // TestLinkLearnsAFewAtATime: a client publishing to many streams at once
@@ -33,5 +43,82 @@ func TestLinkLearnsAFewAtATime(t *testing.T) {
 	c.link.mu.Unlock()
 	if asking > maxLearns {
 		t.Fatalf("%d routes asking, at most %d", asking, maxLearns)
+	}
+}
+
+// TestLinkLearnsShareAFailedDial: the learns of many streams of one host
+// dial it once; when that dial fails, the others do not dial in turn (the
+// host, having used the hello, would refuse each) but go on over the bus
+// and ask again later.
+func TestLinkLearnsShareAFailedDial(t *testing.T) {
+	url := startNATS(t)
+	// The host: it answers every hello with a listener that takes each
+	// connection and closes it, so each dial fails in its handshake; it
+	// closes only once every learn had its hello answered (and a little
+	// after, for them to find the dial running).
+	const streams = 12
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var dials, hellos atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			for deadline := time.Now().Add(5 * time.Second); hellos.Load() < streams && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			_ = conn.Close()
+		}
+	}()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	hello, err := json.Marshal(frame.ClientLinkHello{Node: "n1", Addr: ln.Addr().String(), Cert: strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(wire.PublishBatchSubject("*"), func(m *nats.Msg) {
+		if m.Header.Get(frame.HeaderClientLink) != "" {
+			hellos.Add(1)
+			_ = m.Respond(hello)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := connectClient(t, url, WithDirectLink(true))
+	for i := range streams {
+		if hc := c.link.route(fmt.Sprintf("s%d", i)); hc != nil {
+			t.Fatalf("stream %d has a way before any learn", i)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c.link.mu.Lock()
+		n := c.link.mu.learning
+		c.link.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d learns still running", n)
+		}
+	}
+	if h := hellos.Load(); h != streams {
+		t.Fatalf("%d hellos for %d streams", h, streams)
+	}
+	if d := dials.Load(); d != 1 {
+		t.Fatalf("%d dials to the host for %d streams' learns, want 1", d, streams)
 	}
 }
