@@ -124,6 +124,8 @@ type clientLink struct {
 		// per certificate, so of concurrent dials with the client's
 		// one certificate all but one were refused.
 		dialing map[string]*nodeDial
+		// waiting counts the learns waiting for another's dial.
+		waiting int
 	}
 }
 
@@ -355,11 +357,19 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 			l.mu.Unlock()
 			continue
 		}
+		l.mu.waiting++
 		l.mu.Unlock()
+		var werr error
 		select {
 		case <-other.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for the link to %s: %w", hi.Node, ctx.Err())
+			werr = fmt.Errorf("wait for the link to %s: %w", hi.Node, ctx.Err())
+		}
+		l.mu.Lock()
+		l.mu.waiting--
+		l.mu.Unlock()
+		if werr != nil {
+			return nil, werr
 		}
 		if other.err != nil && other.cert == hi.Cert {
 			// Dialing again to the same host would most likely be

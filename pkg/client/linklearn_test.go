@@ -52,10 +52,8 @@ func TestLinkLearnsAFewAtATime(t *testing.T) {
 // and ask again later.
 func TestLinkLearnsShareAFailedDial(t *testing.T) {
 	url := startNATS(t)
-	// The host: it answers every hello with a listener that takes each
-	// connection and closes it, so each dial fails in its handshake; it
-	// closes only once every learn had its hello answered (and a little
-	// after, for them to find the dial running).
+	// The host: it answers every hello with a listener whose connections
+	// the test closes, so each dial fails in its handshake.
 	const streams = 12
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -63,18 +61,16 @@ func TestLinkLearnsShareAFailedDial(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	var dials, hellos atomic.Int64
+	accepted := make(chan net.Conn, streams)
 	go func() {
+		defer close(accepted)
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
 			dials.Add(1)
-			for deadline := time.Now().Add(5 * time.Second); hellos.Load() < streams && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
-			time.Sleep(100 * time.Millisecond)
-			_ = conn.Close()
+			accepted <- conn
 		}
 	}()
 	nc, err := nats.Connect(url)
@@ -104,17 +100,29 @@ func TestLinkLearnsShareAFailedDial(t *testing.T) {
 			t.Fatalf("stream %d has a way before any learn", i)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		c.link.mu.Lock()
-		n := c.link.mu.learning
-		c.link.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d learns still running", n)
+	// The first dial fails once every other learn waits for it.
+	waitLink := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			c.link.mu.Lock()
+			ok, learning, waiting := done(), c.link.mu.learning, c.link.mu.waiting
+			c.link.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: learning %d, waiting %d, dials %d", what, learning, waiting, dials.Load())
+			}
 		}
 	}
+	waitLink("the other learns to wait for the first dial", func() bool { return c.link.mu.waiting == streams-1 })
+	_ = (<-accepted).Close()
+	go func() {
+		for conn := range accepted {
+			_ = conn.Close()
+		}
+	}()
+	waitLink("the learns to end", func() bool { return c.link.mu.learning == 0 })
 	if h := hellos.Load(); h != streams {
 		t.Fatalf("%d hellos for %d streams", h, streams)
 	}
