@@ -39,11 +39,19 @@ const (
 // entrySize is the bytes a record of data takes in a batch value.
 func entrySize(data []byte) int { return entryLenLen + recordHeaderLen + len(data) }
 
+// batchFull reports whether a batch of n records whose value has size
+// bytes takes no more, next being the record after them: it holds
+// maxBatchRecords, or next would take it past maxBatchBytes of entries (a
+// batch's first record always fits, whatever its size).
+func batchFull(n, size int, next []byte) bool {
+	return n >= maxBatchRecords || (n > 0 && size+entrySize(next) > batchCountLen+maxBatchBytes)
+}
+
 // chunkEnd returns where the batch that starts at data[i] ends (exclusive)
 // and its value's size.
 func chunkEnd(data [][]byte, i int) (j, size int) {
 	j, size = i, batchCountLen
-	for j < len(data) && j-i < maxBatchRecords && (j == i || size+entrySize(data[j]) <= batchCountLen+maxBatchBytes) {
+	for j < len(data) && !batchFull(j-i, size, data[j]) {
 		size += entrySize(data[j])
 		j++
 	}

@@ -24,10 +24,16 @@ type recordMeta struct {
 }
 
 func putRecordValue(dst []byte, m recordMeta, data []byte) {
-	binary.BigEndian.PutUint64(dst[0:8], m.digest)
-	binary.BigEndian.PutUint64(dst[8:16], m.cum)
+	putChain(dst, m.digest, m.cum)
 	binary.BigEndian.PutUint64(dst[16:24], uint64(m.timeNS))
 	copy(dst[recordHeaderLen:], data)
+}
+
+// putChain sets a stored record's running digest and byte count (the
+// rest of its header and its data are already in place).
+func putChain(dst []byte, digest, cum uint64) {
+	binary.BigEndian.PutUint64(dst[0:8], digest)
+	binary.BigEndian.PutUint64(dst[8:16], cum)
 }
 
 // decodeRecordValue splits a stored record; data aliases v.

@@ -368,8 +368,7 @@ func (r *request) assign(id, first, d, cum uint64) {
 		data := e[recordHeaderLen:]
 		d = chainDigest(d, off, data)
 		cum += uint64(len(data))
-		binary.BigEndian.PutUint64(e[0:8], d)
-		binary.BigEndian.PutUint64(e[8:16], cum)
+		putChain(e, d, cum)
 	}
 	end := first
 	for _, b := range r.kvs {

@@ -17,6 +17,18 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// patterned returns n records of size bytes, each a different pattern.
+func patterned(n, size int) [][]byte {
+	data := make([][]byte, n)
+	for i := range data {
+		data[i] = make([]byte, size)
+		for j := range data[i] {
+			data[i][j] = byte(i + j)
+		}
+	}
+	return data
+}
+
 // BenchmarkReadCatchUp reads a copy of 200,000 records of 256 bytes from
 // its head in fetch-sized batches of 10,000, as an owner serves a reader
 // catching up, once with Read (a copy of every record) and once with
@@ -29,13 +41,7 @@ func BenchmarkReadCatchUp(b *testing.B) {
 	const n, batch, size = 200_000, 10_000, 256
 	s := openTest(b, b.TempDir(), nil)
 	c := mustCreate(b, s, "catchup", 1)
-	data := make([][]byte, 1000)
-	for i := range data {
-		data[i] = make([]byte, size)
-		for j := range data[i] {
-			data[i][j] = byte(i + j)
-		}
-	}
+	data := patterned(1000, size)
 	for i := 0; i < n; i += len(data) {
 		mustAppend(b, c, data)
 	}
@@ -94,13 +100,7 @@ func BenchmarkReadTail(b *testing.B) {
 	for i := range cs {
 		cs[i] = mustCreate(b, s, fmt.Sprintf("tail-%d", i), uint64(i+1))
 	}
-	data := make([][]byte, 100)
-	for i := range data {
-		data[i] = make([]byte, size)
-		for j := range data[i] {
-			data[i][j] = byte(i + j)
-		}
-	}
+	data := patterned(100, size)
 	for f := 0; f < flushes; f++ {
 		for i := 0; i < perFlush; i += len(data) {
 			for _, c := range cs {

@@ -385,8 +385,7 @@ func (s *impl) moveLayoutOne() (err error) {
 			return fmt.Errorf("streamlog: move layout 1: %d records made %d batches", len(data), len(r.kvs))
 		}
 		for i, e := range r.vals {
-			binary.BigEndian.PutUint64(e[0:8], metas[i].digest)
-			binary.BigEndian.PutUint64(e[8:16], metas[i].cum)
+			putChain(e, metas[i].digest, metas[i].cum)
 		}
 		putBatchKey(r.kvs[0].k, id, next-1)
 		b := s.db.NewBatch()
@@ -415,7 +414,7 @@ func (s *impl) moveLayoutOne() (err error) {
 		if err != nil {
 			return fmt.Errorf("streamlog: move layout 1: copy %d record %d: %w", kid, off, err)
 		}
-		if len(data) > 0 && (kid != id || off != next || len(data) == maxBatchRecords || size+entrySize(d) > batchCountLen+maxBatchBytes) {
+		if len(data) > 0 && (kid != id || off != next || batchFull(len(data), size, d)) {
 			if err := flush(); err != nil {
 				return err
 			}

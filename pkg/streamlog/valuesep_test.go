@@ -13,20 +13,23 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
+// paddedPayloads returns n distinct payloads of about 210 bytes, so that
+// a batch of five or more is separated into a blob file.
+func paddedPayloads(tag string, n int) [][]byte {
+	out := payloads(tag, 0, n)
+	for i := range out {
+		out[i] = append(out[i], bytes.Repeat([]byte{'x'}, 200)...)
+	}
+	return out
+}
+
 // TestRecordBatchesInBlobFiles: a store made at Pebble's oldest format is
 // ratcheted to value separation by Open, its batches go to blob files at
 // the flush and stay there through a compaction, every record reads back,
 // and deleting the copy leaves no blob file referenced.
 func TestRecordBatchesInBlobFiles(t *testing.T) {
 	dir := t.TempDir()
-	big := func(tag string, n int) [][]byte {
-		out := payloads(tag, 0, n)
-		for i := range out {
-			out[i] = append(out[i], bytes.Repeat([]byte{'x'}, 200)...)
-		}
-		return out
-	}
-	old := big("old", 300)
+	old := paddedPayloads("old", 300)
 	func() {
 		defer func(v pebble.FormatMajorVersion) { formatMajorVersion = v }(formatMajorVersion)
 		formatMajorVersion = pebble.FormatMinSupported
@@ -54,7 +57,7 @@ func TestRecordBatchesInBlobFiles(t *testing.T) {
 	if c == nil {
 		t.Fatal("copy s not found after reopen")
 	}
-	fresh := big("new", 300)
+	fresh := paddedPayloads("new", 300)
 	var want int
 	for i := 0; i < len(fresh); i += 50 {
 		mustAppend(t, c, fresh[i:i+50])
@@ -116,10 +119,7 @@ func TestBlobReadErrorIsTheReadsError(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	c := mustCreate(t, s, "s", 1)
-	data := payloads("r", 0, 50)
-	for i := range data {
-		data[i] = append(data[i], bytes.Repeat([]byte{'x'}, 200)...)
-	}
+	data := paddedPayloads("r", 50)
 	mustAppend(t, c, data)
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
