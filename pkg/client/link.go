@@ -124,7 +124,8 @@ type clientLink struct {
 		// per certificate, so of concurrent dials with the client's
 		// one certificate all but one were refused.
 		dialing map[string]*nodeDial
-		// waiting counts the learns waiting for another's dial.
+		// waiting counts the learns waiting for another's dial (a
+		// test waits for it).
 		waiting int
 	}
 }
@@ -340,10 +341,9 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 		return nil, fmt.Errorf("hello answer %q: %v", reply.Data, err)
 	}
 	var d *nodeDial // this learn's dial
-	for d == nil {
+	for {
 		l.mu.Lock()
-		hc := l.mu.hosts[hi.Node]
-		if hc.usable(hi.Cert) {
+		if hc := l.mu.hosts[hi.Node]; hc.usable(hi.Cert) {
 			l.mu.Unlock()
 			return hc, nil
 		}
@@ -355,7 +355,7 @@ func (l *clientLink) connect(stream string) (*hostConn, error) {
 			}
 			l.mu.dialing[hi.Node] = d
 			l.mu.Unlock()
-			continue
+			break
 		}
 		l.mu.waiting++
 		l.mu.Unlock()
