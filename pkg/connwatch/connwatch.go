@@ -14,19 +14,31 @@
 // question in flight has waited longer than the stale bound, which is what
 // a connection blocked in a write looks like from outside.
 //
+// The lock is held for another reason too: nats.go makes a connection
+// again under it, and an attempt to a server that accepts the TCP
+// connection but does not answer (a silent partition, a stalled server)
+// holds it for the connection's Timeout (2 s by default), attempt after
+// attempt. The question asked just after a disconnect waits through them,
+// and the last answer ("up") stood meanwhile. So the connection's
+// disconnect handler tells the watch (Lost): the watch says down at once,
+// and drops the answer of a question asked before the loss.
+//
 // # Locks and goroutines
 //
-// A Watch has no mutex: its state is two atomics, written only by Run and
-// read by Err from any goroutine. Run is the one goroutine; its caller
-// starts it and owns it, and it returns when its context ends, after the
-// question in flight (which waits for the connection's lock: at most the
-// connection's FlusherTimeout, or until the connection closes).
+// A Watch's mutex (mu) guards its last answer and the count of losses; it
+// is held for a few instructions, never across a question. Run is the one
+// goroutine; its caller starts it and owns it, and it returns when its
+// context ends, after the question in flight (which waits for the
+// connection's lock: at most the connection's FlusherTimeout or a
+// connection attempt's Timeout, or until the connection closes). Lost is
+// called from the connection's callback goroutine, Err from any.
 package connwatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +80,13 @@ func pingOptions(every time.Duration) []nats.Option {
 // Conn is what a Watch asks; *nats.Conn is one.
 type Conn interface{ IsConnected() bool }
 
+// ConnFunc is a Conn of a function, for a watch made before its connection
+// (its disconnect handler must have the watch to tell).
+type ConnFunc func() bool
+
+// IsConnected calls f.
+func (f ConnFunc) IsConnected() bool { return f() }
+
 // The last answer, in Watch.state.
 const (
 	unknown int32 = iota // no answer yet
@@ -82,8 +101,13 @@ type Watch struct {
 	interval time.Duration
 	stale    time.Duration
 
-	state   atomic.Int32 // unknown, up or down: the last answer
 	askedAt atomic.Int64 // Unix nanoseconds when the question in flight began; 0 when none is
+
+	mu struct {
+		sync.Mutex
+		state  int32  // unknown, up or down: the last answer, or down after a loss
+		losses uint64 // calls of Lost: an answer to a question asked before the last one is dropped
+	}
 }
 
 // New returns a watch of c that asks every interval and counts a question
@@ -98,20 +122,40 @@ func (w *Watch) Run(ctx context.Context) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
+		w.mu.Lock()
+		losses := w.mu.losses
+		w.mu.Unlock()
 		w.askedAt.Store(time.Now().UnixNano())
 		connected := w.conn.IsConnected()
 		w.askedAt.Store(0)
-		if connected {
-			w.state.Store(up)
-		} else {
-			w.state.Store(down)
+		w.mu.Lock()
+		// A loss told while the question waited stands: the answer may
+		// have been read before it.
+		if w.mu.losses == losses {
+			w.mu.state = down
+			if connected {
+				w.mu.state = up
+			}
 		}
+		w.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// Lost tells the watch that the connection is down, from the connection's
+// disconnect handler (nats.DisconnectErrHandler): Err says so at once,
+// without waiting for a question that a connection attempt holds up, and
+// the answer of a question asked before it is dropped. The next answer
+// says whether the connection is up again.
+func (w *Watch) Lost() {
+	w.mu.Lock()
+	w.mu.losses++
+	w.mu.state = down
+	w.mu.Unlock()
 }
 
 // Err is nil when the connection was up at its last answer and no question
@@ -123,7 +167,10 @@ func (w *Watch) Err() error {
 			return fmt.Errorf("the NATS connection has not answered for %s: its writes are blocked", waited.Round(100*time.Millisecond))
 		}
 	}
-	switch w.state.Load() {
+	w.mu.Lock()
+	state := w.mu.state
+	w.mu.Unlock()
+	switch state {
 	case unknown:
 		return errors.New("the NATS connection has not been checked yet")
 	case down:

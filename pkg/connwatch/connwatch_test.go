@@ -177,3 +177,99 @@ func TestPingOptions(t *testing.T) {
 		t.Fatalf("ping every %v, %d out; want %v, %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOut)
 	}
 }
+
+// A connection found stale is made again under its lock, and an attempt
+// to a server that does not answer holds the lock for the connection's
+// Timeout: a question asked then waits it out, and the watch went on
+// saying up (the e2e silent partition's /healthz said down 2-5 s after
+// the host's connection was closed as stale). Told by the disconnect
+// handler, the watch says down at once; the question's answer, once the
+// server hears it again, says up.
+func TestLostSaysDownWhileAnAttemptHoldsTheLock(t *testing.T) {
+	px := nettest.NewStallProxy(t, startNATS(t))
+	const (
+		every   = 100 * time.Millisecond
+		attempt = 4 * time.Second // each connection attempt's Timeout
+	)
+	var w *Watch
+	lost := make(chan time.Time, 1)
+	nc, err := nats.Connect(px.URL(), append(pingOptions(every),
+		nats.Timeout(attempt),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(10*time.Millisecond),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {
+			w.Lost()
+			select {
+			case lost <- time.Now():
+			default:
+			}
+		}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w = New(nc, 20*time.Millisecond, 2*attempt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	waitFor(t, "the first answer", func() bool { return w.Err() == nil })
+
+	px.Pause()
+	var at time.Time
+	select {
+	case at = <-lost:
+	case <-time.After(20 * every * MaxPingsOut):
+		t.Fatal("the connection was not found stale")
+	}
+	waitFor(t, "down", func() bool { return w.Err() != nil })
+	if took := time.Since(at); took > attempt/2 {
+		t.Fatalf("the watch said down %v after the disconnect, want at once", took)
+	}
+	waitFor(t, "a connection attempt holding the lock", func() bool {
+		return !answers(100*time.Millisecond, func() { nc.IsConnected() })
+	})
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("during the attempt: %v, want not connected", err)
+	}
+	px.Resume()
+	waitFor(t, "up again", func() bool { return w.Err() == nil })
+}
+
+// gatedConn answers "connected" to each question once the test lets it.
+type gatedConn struct {
+	asked chan struct{} // a question began
+	let   chan struct{} // the question may answer
+}
+
+func (c gatedConn) IsConnected() bool {
+	c.asked <- struct{}{}
+	<-c.let
+	return true
+}
+
+// A question asked before a loss may have read the connection before it;
+// its "up" must not overwrite the loss.
+func TestLostDropsTheAnswerAskedBefore(t *testing.T) {
+	c := gatedConn{asked: make(chan struct{}), let: make(chan struct{})}
+	w := New(c, time.Millisecond, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); close(c.let) }()
+	go w.Run(ctx)
+	<-c.asked
+	c.let <- struct{}{}
+	<-c.asked // the first answer is in; the second question waits
+	if err := w.Err(); err != nil {
+		t.Fatalf("after the first answer: %v", err)
+	}
+	w.Lost()
+	c.let <- struct{}{}
+	<-c.asked // the second answer ("up", read before the loss) is in
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("after a loss and an answer asked before it: %v, want not connected", err)
+	}
+	c.let <- struct{}{}
+	<-c.asked
+	if err := w.Err(); err != nil {
+		t.Fatalf("after an answer asked after the loss: %v", err)
+	}
+}

@@ -187,6 +187,11 @@ func (s *Service) logSummary(event string, es []wire.AttentionEntry, listed int)
 	}
 }
 
+// Disconnected tells the service that its NATS connection is down, from
+// the connection's disconnect handler: Ready says so at once
+// (connwatch.Watch.Lost).
+func (s *Service) Disconnected() { s.bus.Lost() }
+
 // Ready reports whether the service can answer: the coordinator's state has
 // been pulled and NATS is connected. It never waits for the NATS connection
 // (connwatch).

@@ -503,10 +503,13 @@ func (h *Host) Reconnected() {
 }
 
 // Disconnected tells the host that its main NATS connection is down, so
-// that a beat connection of its own stops beating at once (beatsOff);
-// Reconnected starts it again.
+// that a beat connection of its own stops beating at once (beatsOff) and
+// Health says so at once (connwatch.Watch.Lost: the watch's next question
+// may wait seconds for a connection attempt); Reconnected starts the beats
+// again.
 func (h *Host) Disconnected() {
 	h.mainSeen.Store(&mainConn{})
+	h.bus.Lost()
 }
 
 // mainConn is the main NATS connection as the beats name it: whether it
@@ -559,8 +562,12 @@ func (w mainWatch) IsConnected() bool {
 	if w.h.beatNC == w.h.nc {
 		return w.h.nc.IsConnected()
 	}
+	seen := w.h.mainSeen.Load()
 	c := w.h.readMainConn()
-	w.h.mainSeen.Store(&c)
+	// Disconnected's store while the read waited stands: the read may
+	// have been made before the disconnect. (Each store is a new pointer,
+	// so an older one never compares equal.)
+	w.h.mainSeen.CompareAndSwap(seen, &c)
 	return c.up
 }
 

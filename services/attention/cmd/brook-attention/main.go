@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,6 +93,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	if err != nil {
 		return fmt.Errorf("nats credentials: %w", err)
 	}
+	// The service, once made, hears of the connection's losses (its
+	// health says down at once).
+	var svcp atomic.Pointer[server.Service]
 	// Pings find a silent partition in seconds (connwatch.PingInterval).
 	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, connwatch.PingOptions()...),
 		nats.Name(name),
@@ -101,7 +105,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		// Start even if NATS is not up yet, and keep trying.
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(*nats.Conn) { log.Info("nats connected") }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+			if svc := svcp.Load(); svc != nil {
+				svc.Disconnected()
+			}
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 	)...)
 	if err != nil {
@@ -118,6 +127,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		MeterProvider:  metrics.MeterProvider(),
 		MetricsHandler: metrics.Handler(),
 	})
+	svcp.Store(svc)
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
