@@ -10,9 +10,10 @@
 //
 // A Watch asks the connection from a goroutine of its own, every interval,
 // and keeps the answer. Err answers at once, from memory: the connection
-// is down when its last answer was "not connected", and also when the
-// question in flight has waited longer than the stale bound, which is what
-// a connection blocked in a write looks like from outside.
+// is down when its last answer was "not connected" or a loss was told
+// since (below), and also when the question in flight has waited longer
+// than the stale bound, which is what a connection blocked in a write
+// looks like from outside.
 //
 // The lock is held for another reason too: nats.go makes a connection
 // again under it, and an attempt to a server that accepts the TCP
@@ -149,8 +150,8 @@ func (w *Watch) Run(ctx context.Context) {
 // Lost tells the watch that the connection is down, from the connection's
 // disconnect handler (nats.DisconnectErrHandler): Err says so at once,
 // without waiting for a question that a connection attempt holds up, and
-// the answer of a question asked before it is dropped. The next answer
-// says whether the connection is up again.
+// the answer of a question asked before it is dropped. The answer to the
+// next question asked after it says whether the connection is up again.
 func (w *Watch) Lost() {
 	w.mu.Lock()
 	w.mu.losses++
@@ -158,9 +159,9 @@ func (w *Watch) Lost() {
 	w.mu.Unlock()
 }
 
-// Err is nil when the connection was up at its last answer and no question
-// has waited longer than the stale bound; otherwise it says why not. It
-// never waits.
+// Err is nil when the connection was up at its last kept answer, with no
+// loss told since (Lost), and no question has waited longer than the
+// stale bound; otherwise it says why not. It never waits.
 func (w *Watch) Err() error {
 	if at := w.askedAt.Load(); at != 0 {
 		if waited := time.Since(time.Unix(0, at)); waited > w.stale {

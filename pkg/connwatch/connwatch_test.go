@@ -184,16 +184,21 @@ func TestPingOptions(t *testing.T) {
 // saying up (the e2e silent partition's /healthz said down 2-5 s after
 // the host's connection was closed as stale). Told by the disconnect
 // handler, the watch says down at once; the question's answer, once the
-// server hears it again, says up.
+// server hears it again, says up. Two servers, so that the first attempt
+// follows the disconnect at once (nats.go sleeps ReconnectWait only after
+// trying every server), and a watch that asks seldom enough not to slip
+// in between.
 func TestLostSaysDownWhileAnAttemptHoldsTheLock(t *testing.T) {
-	px := nettest.NewStallProxy(t, startNATS(t))
+	url := startNATS(t)
+	a, b := nettest.NewStallProxy(t, url), nettest.NewStallProxy(t, url)
 	const (
 		every   = 100 * time.Millisecond
 		attempt = 4 * time.Second // each connection attempt's Timeout
 	)
 	var w *Watch
 	lost := make(chan time.Time, 1)
-	nc, err := nats.Connect(px.URL(), append(pingOptions(every),
+	nc, err := nats.Connect(a.URL()+","+b.URL(), append(pingOptions(every),
+		nats.DontRandomize(),
 		nats.Timeout(attempt),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(10*time.Millisecond),
@@ -208,13 +213,14 @@ func TestLostSaysDownWhileAnAttemptHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w = New(nc, 20*time.Millisecond, 2*attempt)
+	w = New(nc, 300*time.Millisecond, 2*attempt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
 	waitFor(t, "the first answer", func() bool { return w.Err() == nil })
 
-	px.Pause()
+	a.Pause()
+	b.Pause()
 	var at time.Time
 	select {
 	case at = <-lost:
@@ -231,29 +237,41 @@ func TestLostSaysDownWhileAnAttemptHoldsTheLock(t *testing.T) {
 	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Fatalf("during the attempt: %v, want not connected", err)
 	}
-	px.Resume()
+	a.Resume()
+	b.Resume()
 	waitFor(t, "up again", func() bool { return w.Err() == nil })
 }
 
-// gatedConn answers "connected" to each question once the test lets it.
+// gatedConn answers "connected" to each question once the test lets it,
+// and "not connected" at once after done is closed.
 type gatedConn struct {
 	asked chan struct{} // a question began
 	let   chan struct{} // the question may answer
+	done  chan struct{} // the test ended
 }
 
 func (c gatedConn) IsConnected() bool {
-	c.asked <- struct{}{}
-	<-c.let
-	return true
+	select {
+	case c.asked <- struct{}{}:
+	case <-c.done:
+		return false
+	}
+	select {
+	case <-c.let:
+		return true
+	case <-c.done:
+		return false
+	}
 }
 
-// A question asked before a loss may have read the connection before it;
-// its "up" must not overwrite the loss.
+// A loss says down at once, with a question waiting; and as that question
+// may have read the connection before the loss, its "up" must not
+// overwrite it.
 func TestLostDropsTheAnswerAskedBefore(t *testing.T) {
-	c := gatedConn{asked: make(chan struct{}), let: make(chan struct{})}
+	c := gatedConn{asked: make(chan struct{}), let: make(chan struct{}), done: make(chan struct{})}
 	w := New(c, time.Millisecond, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); close(c.let) }()
+	defer func() { cancel(); close(c.done) }()
 	go w.Run(ctx)
 	<-c.asked
 	c.let <- struct{}{}
@@ -262,6 +280,9 @@ func TestLostDropsTheAnswerAskedBefore(t *testing.T) {
 		t.Fatalf("after the first answer: %v", err)
 	}
 	w.Lost()
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("after a loss, a question waiting: %v, want not connected", err)
+	}
 	c.let <- struct{}{}
 	<-c.asked // the second answer ("up", read before the loss) is in
 	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "not connected") {
