@@ -56,6 +56,10 @@ type Config struct {
 	Progress        func(p Progress)
 	Logger          *slog.Logger
 	SettleAfterStop time.Duration // how long the follower may catch up after publishing stops
+	// DataDir is a directory on the device that holds the run's data:
+	// its counters are read around the publishing (Result.Disk). Empty:
+	// no disk figures.
+	DataDir string
 }
 
 // Progress is reported while the bench runs.
@@ -199,6 +203,7 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 	// The CPU clocks are read around the publishing only; a machine
 	// without them (not Linux) reports no CPU figures.
 	cpuStart, cpuErr := sampleCPU()
+	diskStart, diskErr := sampleDataDisk(cfg.DataDir)
 	start := time.Now()
 	runCtx, stopPublishing := context.WithTimeout(ctx, cfg.Duration)
 	defer stopPublishing()
@@ -292,6 +297,7 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 	pubWG.Wait()
 	end := time.Now()
 	cpuEnd, cpuEndErr := sampleCPU()
+	diskEnd, diskEndErr := sampleDataDisk(cfg.DataDir)
 	if cfg.SettleAfterStop > 0 {
 		time.Sleep(cfg.SettleAfterStop)
 	}
@@ -334,6 +340,11 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		res.CPU = cpuBetween(cpuStart, cpuEnd, res.Confirmed)
 	} else {
 		log.Info("no CPU figures", "err", errors.Join(cpuErr, cpuEndErr))
+	}
+	if cfg.DataDir != "" && diskErr == nil && diskEndErr == nil {
+		res.Disk = diskBetween(diskStart, diskEnd, res.Confirmed)
+	} else if cfg.DataDir != "" {
+		log.Info("no disk figures", "err", errors.Join(diskErr, diskEndErr))
 	}
 
 	// Read everything back and judge.
@@ -389,6 +400,9 @@ type Result struct {
 	// CPU is the machine's and the bench process's CPU over the
 	// publishing (nil where it cannot be read).
 	CPU *CPU `json:"cpu,omitempty"`
+	// Disk is what the publishing did to the data's block device (nil
+	// without Config.DataDir, or where it cannot be read).
+	Disk *Disk `json:"disk,omitempty"`
 }
 
 // Phase is throughput and confirm latency over part of the run.

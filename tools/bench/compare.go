@@ -16,19 +16,26 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 		get  func(*Result) float64
 		unit string
 		sum  bool // a count that must be zero in every run: show the total, not the median
-		cpu  bool // a CPU figure: runs without one (no /proc/stat) are left out
+		// has, when set, says whether a run has the figure (CPU and disk
+		// figures, which a machine may not give); runs without it are
+		// left out.
+		has func(*Result) bool
 	}
+	hasCPU := func(r *Result) bool { return r.CPU != nil }
+	hasDisk := func(r *Result) bool { return r.Disk != nil }
 	rows := []row{
-		{"confirmed records/s before the kill", func(r *Result) float64 { return r.Before.PerSecond }, "%.0f", false, false},
-		{"confirmed records/s, whole run", func(r *Result) float64 { return r.Whole.PerSecond }, "%.0f", false, false},
-		{"p50 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P50MS }, "%.2f", false, false},
-		{"p99 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P99MS }, "%.2f", false, false},
-		{"machine CPU per confirmed record, whole run (µs)", func(r *Result) float64 { return r.CPU.MachineUSPerRecord }, "%.1f", false, true},
-		{"machine busy while publishing (% of all cores)", func(r *Result) float64 { return r.CPU.MachineBusyPct }, "%.0f", false, true},
-		{"write unavailability after the kill (ms)", func(r *Result) float64 { return float64(r.UnavailableMS) }, "%.0f", false, false},
-		{"lost confirmed records", func(r *Result) float64 { return float64(r.Verify.Lost + r.Verify.Moved) }, "%.0f", true, false},
-		{"duplicates", func(r *Result) float64 { return float64(r.Verify.Duplicates) }, "%.0f", true, false},
-		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true, false},
+		{"confirmed records/s before the kill", func(r *Result) float64 { return r.Before.PerSecond }, "%.0f", false, nil},
+		{"confirmed records/s, whole run", func(r *Result) float64 { return r.Whole.PerSecond }, "%.0f", false, nil},
+		{"p50 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P50MS }, "%.2f", false, nil},
+		{"p99 confirm latency before the kill (ms)", func(r *Result) float64 { return r.Before.P99MS }, "%.2f", false, nil},
+		{"machine CPU per confirmed record, whole run (µs)", func(r *Result) float64 { return r.CPU.MachineUSPerRecord }, "%.1f", false, hasCPU},
+		{"machine busy while publishing (% of all cores)", func(r *Result) float64 { return r.CPU.MachineBusyPct }, "%.0f", false, hasCPU},
+		{"disk: mean write while publishing (ms)", func(r *Result) float64 { return r.Disk.MeanWriteMS }, "%.2f", false, hasDisk},
+		{"disk: bytes written per confirmed record", func(r *Result) float64 { return r.Disk.BytesPerRecord }, "%.0f", false, hasDisk},
+		{"write unavailability after the kill (ms)", func(r *Result) float64 { return float64(r.UnavailableMS) }, "%.0f", false, nil},
+		{"lost confirmed records", func(r *Result) float64 { return float64(r.Verify.Lost + r.Verify.Moved) }, "%.0f", true, nil},
+		{"duplicates", func(r *Result) float64 { return float64(r.Verify.Duplicates) }, "%.0f", true, nil},
+		{"delivered then cut", func(r *Result) float64 { return float64(r.Verify.Cut) }, "%.0f", true, nil},
 	}
 	var b strings.Builder
 	writeTableHead(&b, "figure (median of runs; each run in parentheses)", targets, func(t string) int { return len(results[t]) })
@@ -37,7 +44,7 @@ func WriteComparison(w io.Writer, targets []string, results map[string][]*Result
 		for _, t := range targets {
 			var vals []float64
 			for _, res := range results[t] {
-				if r.cpu && res.CPU == nil {
+				if r.has != nil && !r.has(res) {
 					continue
 				}
 				vals = append(vals, r.get(res))

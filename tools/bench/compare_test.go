@@ -19,7 +19,7 @@ func TestWriteComparisonQuotesMedians(t *testing.T) {
 	var b strings.Builder
 	err := WriteComparison(&b, []string{"brook", "jetstream"}, map[string][]*Result{
 		"brook":     {mk(100, 300, 0, 70), mk(300, 900, 0, 90), mk(200, 350, 0, 80)},
-		"jetstream": {mk(50, 5000, 0), mk(70, 6000, 1)},
+		"jetstream": {withDisk(mk(50, 5000, 0), 4), mk(70, 6000, 1)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -31,11 +31,18 @@ func TestWriteComparisonQuotesMedians(t *testing.T) {
 		"| lost confirmed records | total 0 (0, 0, 0) | total 1 (0, 1) |",
 		// Runs without CPU figures are left out, not read as zero.
 		"| machine CPU per confirmed record, whole run (µs) | 80.0 (70.0, 90.0, 80.0) | – |",
+		// So are runs without disk figures.
+		"| disk: mean write while publishing (ms) | – | 4.00 (4.00) |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
+}
+
+func withDisk(r *Result, writeMS float64) *Result {
+	r.Disk = &Disk{MeanWriteMS: writeMS}
+	return r
 }
 
 func TestQuantile(t *testing.T) {

@@ -30,6 +30,10 @@ func (r *Result) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  cpu while publishing: machine %.0f%% busy of %d cores (%.2f core-s), %.1f µs per confirmed record; this process %.2f core-s, %.1f µs per record\n",
 			c.MachineBusyPct, c.Cores, c.MachineCoreSeconds, c.MachineUSPerRecord, c.BenchCoreSeconds, c.BenchUSPerRecord)
 	}
+	if d := r.Disk; d != nil {
+		fmt.Fprintf(&b, "  disk while publishing (%s): %.0f%% busy, mean write %.2f ms, mean flush %.2f ms, %.0f bytes written per confirmed record\n",
+			d.Device, d.BusyPct, d.MeanWriteMS, d.MeanFlushMS, d.BytesPerRecord)
+	}
 	v := r.Verify
 	verdict := "OK"
 	if !v.OK {

@@ -329,7 +329,7 @@ func runOne(ctx context.Context, o options, log *slog.Logger) (*bench.Result, er
 	cfg := bench.Config{
 		Duration: o.duration, RecordSize: o.recordSize, Publishers: o.publishers, Window: o.window,
 		Kill: o.killAt >= 0, KillAt: time.Duration(o.killAt * float64(time.Second)),
-		FollowReaders: o.readers, Logger: log, SettleAfterStop: time.Second,
+		FollowReaders: o.readers, Logger: log, SettleAfterStop: time.Second, DataDir: o.workDir,
 		Progress: progressPrinter(os.Stderr, o.target, !isTerminal(os.Stderr)),
 	}
 	var run bench.Target = target
