@@ -192,12 +192,35 @@ func (w *Window) Lookup(name string, seq uint64) (uint64, bool) {
 func (w *Window) Record(name string, seq, offset uint64) {
 	p, ok := w.byName[name]
 	if !ok {
-		if len(w.byName) >= w.maxProducer {
-			w.evictOne()
-		}
-		p = &producer{name: name}
-		w.byName[name] = p
+		p = w.newProducer(name)
 	}
+	w.record(p, seq, offset)
+}
+
+// RecordBytes is Record of a name in bytes (a stored record's envelope),
+// which it copies only for a producer new to the window.
+func (w *Window) RecordBytes(name []byte, seq, offset uint64) {
+	p, ok := w.byName[string(name)] // a lookup by bytes copies nothing
+	if !ok {
+		p = w.newProducer(string(name))
+	}
+	w.record(p, seq, offset)
+}
+
+// newProducer adds a producer the window does not hold, evicting the
+// least recently used one if the window is full.
+func (w *Window) newProducer(name string) *producer {
+	if len(w.byName) >= w.maxProducer {
+		w.evictOne()
+	}
+	p := &producer{name: name}
+	w.byName[name] = p
+	return p
+}
+
+// record is Record once the producer is found: a use of it, and seq at
+// offset unless it holds seq already.
+func (w *Window) record(p *producer, seq, offset uint64) {
 	w.clock++
 	p.used = w.clock
 	if _, held := p.lookup(seq); held {

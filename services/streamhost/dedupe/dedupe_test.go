@@ -34,6 +34,32 @@ func TestPerProducerBound(t *testing.T) {
 	}
 }
 
+// RecordBytes copies a producer's name only when the window meets it
+// first: a follower notes every record it applies.
+func TestRecordBytesCopiesANewNameOnly(t *testing.T) {
+	w := New(64, 4)
+	name := []byte("producer-1")
+	w.RecordBytes(name, 1, 10)
+	name[0] = 'P' // the window kept its own copy
+	if off, ok := w.Lookup("producer-1", 1); !ok || off != 10 {
+		t.Fatalf("Lookup after RecordBytes: %d, %v", off, ok)
+	}
+	name[0] = 'p'
+	seq := uint64(1)
+	for ; seq < 200; seq++ { // a full ring, which grows no more
+		w.RecordBytes(name, seq, seq*10)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		seq++
+		w.RecordBytes(name, seq, seq*10)
+	}); n != 0 {
+		t.Fatalf("RecordBytes of a known producer allocated %v times per call", n)
+	}
+	if off, ok := w.Lookup("producer-1", seq); !ok || off != seq*10 {
+		t.Fatalf("Lookup(%d) %d, %v", seq, off, ok)
+	}
+}
+
 func TestProducerLRU(t *testing.T) {
 	w := New(4, 2)
 	w.Record("a", 1, 1)
@@ -138,7 +164,11 @@ func TestWindowMatchesModel(t *testing.T) {
 				continue
 			}
 			off := uint64(i)
-			w.Record(name, seq, off)
+			if rng.IntN(2) == 0 {
+				w.Record(name, seq, off)
+			} else {
+				w.RecordBytes([]byte(name), seq, off)
+			}
 			m.record(name, seq, off)
 			if p := w.byName[name]; p != nil && p.seqs != nil {
 				ooo++

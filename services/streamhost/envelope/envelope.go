@@ -94,6 +94,16 @@ func Payload(stored []byte) ([]byte, error) {
 	return payload, err
 }
 
+// Producer returns the producer (aliasing stored; nil for a plain record)
+// and sequence of a stored record, checked as Decode checks it, without
+// copying the producer out: a follower notes every record's producer in
+// its duplicate window, which copies a name only the first time it meets
+// it.
+func Producer(stored []byte) (producer []byte, seq uint64, err error) {
+	producer, seq, _, err = split(stored)
+	return producer, seq, err
+}
+
 // split is Decode with the producer aliasing stored (nil for a plain
 // record).
 func split(stored []byte) (producer []byte, seq uint64, payload []byte, err error) {

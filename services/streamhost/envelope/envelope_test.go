@@ -38,6 +38,10 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil || !bytes.Equal(p, c.Payload) {
 				t.Fatalf("Payload %q %v", p, err)
 			}
+			producer, seq, err := Producer(enc)
+			if err != nil || string(producer) != c.Producer || seq != c.Seq || (c.Producer == "") != (producer == nil) {
+				t.Fatalf("Producer %q %d %v", producer, seq, err)
+			}
 		})
 	}
 }
@@ -77,6 +81,9 @@ func TestDecodeRejects(t *testing.T) {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
+			if producer, seq, err := Producer(p); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Producer %q %d %v, want ErrMalformed", producer, seq, err)
+			}
 		})
 	}
 }
@@ -112,6 +119,18 @@ func TestPayloadDoesNotAllocate(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("Payload allocated %v times per call", n)
+	}
+}
+
+// Producer allocates nothing: a follower reads every record's producer.
+func TestProducerDoesNotAllocate(t *testing.T) {
+	stored := Append(nil, "producer-1", 300, []byte("payload"))
+	if n := testing.AllocsPerRun(100, func() {
+		if p, seq, err := Producer(stored); err != nil || string(p) != "producer-1" || seq != 300 {
+			t.Fatalf("Producer %q, %d, %v", p, seq, err)
+		}
+	}); n != 0 {
+		t.Fatalf("Producer allocated %v times per call", n)
 	}
 }
 

@@ -229,13 +229,13 @@ func (cw *copyWindow) applied(c *streamlog.Copy, before streamlog.Tails, recs []
 		return
 	}
 	for _, r := range recs {
-		env, err := envelope.Decode(r.Data)
+		producer, seq, err := envelope.Producer(r.Data)
 		if err != nil {
 			log.Warn("duplicate window: undecodable record", "offset", r.Offset, "err", err)
 			continue
 		}
-		if env.Producer != "" {
-			cw.w.Record(env.Producer, env.Seq, r.Offset)
+		if len(producer) > 0 {
+			cw.w.RecordBytes(producer, seq, r.Offset)
 		}
 	}
 	t := c.Tails()
