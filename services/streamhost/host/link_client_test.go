@@ -736,7 +736,7 @@ func TestClientLinkOneDialForManyStreams(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := hosts["n1"].h.direct.refused.Load(); n != 0 {
+	if n := hosts["n1"].h.direct.clientsRefused.Load(); n != 0 {
 		t.Fatalf("the owner host refused %d of the client's connections", n)
 	}
 	if n := len(clientConns(hosts["n1"].h)); n != 1 {

@@ -90,8 +90,9 @@ type directLink struct {
 	// clients is the link's side for clients' connections
 	// (link_client.go).
 	clients clientSide
-	// refused counts the connections accept refused (each is logged).
-	refused atomic.Int64
+	// clientsRefused counts the connections from clients (a first frame
+	// naming no node) that accept refused; each refusal is logged.
+	clientsRefused atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -266,6 +267,7 @@ func (l *directLink) accept(raw net.Conn) {
 		ClientAuth:   tls.RequireAnyClientCert,
 		MinVersion:   tls.VersionTLS13,
 	})
+	client := false // the first frame named no node
 	node, err := l.setUp(raw, func() (string, error) {
 		if err := conn.HandshakeContext(l.ctx); err != nil {
 			return "", fmt.Errorf("handshake: %w", err)
@@ -276,6 +278,7 @@ func (l *directLink) accept(raw net.Conn) {
 		}
 		certs := conn.ConnectionState().PeerCertificates
 		if node == "" {
+			client = true
 			if len(certs) == 0 || !l.takeClientHello(linkconn.Fingerprint(certs[0].Raw)) {
 				return "", errors.New("a client whose certificate no hello named lately")
 			}
@@ -295,7 +298,9 @@ func (l *directLink) accept(raw net.Conn) {
 		return node, err
 	})
 	if err != nil {
-		l.refused.Add(1)
+		if client {
+			l.clientsRefused.Add(1)
+		}
 		l.h.log.Warn("direct link: connection refused", "remote", raw.RemoteAddr().String(), "claimed", node, "err", err)
 		return
 	}
