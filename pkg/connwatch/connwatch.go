@@ -88,7 +88,7 @@ type ConnFunc func() bool
 // IsConnected calls f.
 func (f ConnFunc) IsConnected() bool { return f() }
 
-// The last answer, in Watch.state.
+// The last answer, in Watch.mu.state.
 const (
 	unknown int32 = iota // no answer yet
 	up
