@@ -13,20 +13,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Disk is what a run's publishing did to the block device that holds the
-// run's data, read from the kernel's counters (/proc/diskstats) around the
-// publishing, so that measuring costs the run nothing. On a shared virtual
-// disk the device's speed changes over minutes (other tenants): a rate is
-// read together with the write latency of its run, and two targets are
-// compared in runs of a similar disk.
+// Disk is what the block device that holds the run's data did while the
+// run published, read from the kernel's counters (/proc/diskstats) around
+// the publishing, so that measuring costs the run nothing. The counters
+// are the whole device's: they include whatever else writes to it (the
+// processes' logs, the file system's journal, other programs), as the
+// machine's CPU figure does. The bench writes out the machine's dirty
+// pages before it starts publishing (Run), so that a run is not charged
+// for the writeback of the run before it. On a shared virtual disk the
+// device's speed changes over minutes (other tenants): a rate is read
+// together with the write latency of its run, and two targets are compared
+// in runs of a similar disk.
 type Disk struct {
 	Device string `json:"device"`
 	// MeanWriteMS is the mean time of a completed write request, queued
 	// and served, in milliseconds.
 	MeanWriteMS float64 `json:"mean_write_ms"`
-	// MeanFlushMS is the mean time of a completed flush (cache flush, as
-	// an fsync ends with), in milliseconds; 0 where the kernel does not
-	// count flushes (before 5.5) or none completed.
+	// Flushes is the flushes (cache flushes, as an fsync ends with on a
+	// device with a volatile cache) completed, and MeanFlushMS their mean
+	// time in milliseconds; both 0 where the kernel does not count them
+	// (before 5.5) or none completed.
+	Flushes     uint64  `json:"flushes"`
 	MeanFlushMS float64 `json:"mean_flush_ms"`
 	// BusyPct is the share of the wall time the device had requests in
 	// flight.
@@ -57,9 +64,9 @@ type diskSample struct {
 var procDiskStats = "/proc/diskstats"
 
 // sampleDisk reads the counters of the device that holds dir. It fails
-// where there are none to read (not Linux, or dir on a file system of no
-// block device, such as tmpfs or overlay); the bench then reports no disk
-// figures.
+// where there are none to read: not Linux, or dir on a file system whose
+// device number names no block device (tmpfs, overlay, btrfs, ZFS); the
+// bench then reports no disk figures.
 func sampleDisk(dir string) (diskSample, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -139,29 +146,41 @@ func ParseDiskStats(r io.Reader, major, minor uint32) (string, diskCounters, err
 	return "", diskCounters{}, errors.New("diskstats: no such device")
 }
 
+// minDiskWindow is the shortest window the device's figures are given
+// for: its busy time counts in jiffies (4 ms at 250 Hz).
+const minDiskWindow = 100 * time.Millisecond
+
 // diskBetween is what the device did from a to b, with records confirmed
-// meanwhile; nil if the counters went backwards (another device, or a
-// counter wrapped).
-func diskBetween(a, b diskSample, records int) *Disk {
+// meanwhile, and why there are no figures when there are none: two
+// devices, a window too short, or counts that went backwards. The
+// milliseconds counters are the kernel's 32-bit ones, which wrap (the
+// write time sums parallel requests, so it wraps sooner than the clock):
+// they are subtracted modulo 2^32.
+func diskBetween(a, b diskSample, records int) (*Disk, error) {
 	wall := b.at.Sub(a.at)
 	x, y := a.c, b.c
-	if a.device != b.device || wall <= 0 || y.writes < x.writes || y.sectorsWritten < x.sectorsWritten ||
-		y.writeMS < x.writeMS || y.ioMS < x.ioMS || y.flushes < x.flushes || y.flushMS < x.flushMS {
-		return nil
+	switch {
+	case a.device != b.device:
+		return nil, fmt.Errorf("diskstats: %s, then %s", a.device, b.device)
+	case wall < minDiskWindow:
+		return nil, fmt.Errorf("diskstats: a window of %v, under %v", wall, minDiskWindow)
+	case y.writes < x.writes || y.sectorsWritten < x.sectorsWritten || y.flushes < x.flushes:
+		return nil, errors.New("diskstats: counts went backwards")
 	}
+	ms := func(from, to uint64) float64 { return float64(uint32(to) - uint32(from)) }
 	d := &Disk{
 		Device:       b.device,
-		BusyPct:      min(100, float64(y.ioMS-x.ioMS)/(10*wall.Seconds())),
+		BusyPct:      min(100, ms(x.ioMS, y.ioMS)/(10*wall.Seconds())),
 		BytesWritten: 512 * (y.sectorsWritten - x.sectorsWritten),
 	}
 	if n := y.writes - x.writes; n > 0 {
-		d.MeanWriteMS = float64(y.writeMS-x.writeMS) / float64(n)
+		d.MeanWriteMS = ms(x.writeMS, y.writeMS) / float64(n)
 	}
 	if n := y.flushes - x.flushes; n > 0 && y.hasFlushes {
-		d.MeanFlushMS = float64(y.flushMS-x.flushMS) / float64(n)
+		d.Flushes, d.MeanFlushMS = n, ms(x.flushMS, y.flushMS)/float64(n)
 	}
 	if records > 0 {
 		d.BytesPerRecord = float64(d.BytesWritten) / float64(records)
 	}
-	return d
+	return d, nil
 }

@@ -46,24 +46,38 @@ func TestDiskBetween(t *testing.T) {
 	t0 := time.Now()
 	a := diskSample{at: t0, device: "vda", c: diskCounters{writes: 100, sectorsWritten: 1000, writeMS: 50, ioMS: 400, flushes: 10, flushMS: 5, hasFlushes: true}}
 	b := diskSample{at: t0.Add(10 * time.Second), device: "vda", c: diskCounters{writes: 300, sectorsWritten: 201000, writeMS: 450, ioMS: 2400, flushes: 60, flushMS: 105, hasFlushes: true}}
-	d := diskBetween(a, b, 1000)
+	d, err := diskBetween(a, b, 1000)
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
 	// 200 writes in 400 ms; 50 flushes in 100 ms; 2 s of 10 with I/O in
 	// flight; 200,000 sectors of 512 bytes over 1,000 records.
-	if d == nil || d.Device != "vda" || !near(d.MeanWriteMS, 2) || !near(d.MeanFlushMS, 2) || !near(d.BusyPct, 20) ||
+	if err != nil || d.Device != "vda" || !near(d.MeanWriteMS, 2) || d.Flushes != 50 || !near(d.MeanFlushMS, 2) || !near(d.BusyPct, 20) ||
 		d.BytesWritten != 102400000 || !near(d.BytesPerRecord, 102400) {
-		t.Fatalf("%+v", d)
+		t.Fatalf("%+v %v", d, err)
 	}
-	if d := diskBetween(a, b, 0); d == nil || d.BytesPerRecord != 0 {
-		t.Fatalf("no records: %+v", d)
+	if d, err := diskBetween(a, b, 0); err != nil || d.BytesPerRecord != 0 {
+		t.Fatalf("no records: %+v %v", d, err)
 	}
-	if diskBetween(b, a, 1) != nil {
-		t.Fatal("counters that went back gave figures")
+
+	// The milliseconds counters are 32 bits and wrap; the counts do not.
+	wrapped := b
+	wrapped.c.writeMS = 100 // 2^32 - 300 + 400 = 100 (mod 2^32): 400 ms
+	a2 := a
+	a2.c.writeMS = 1<<32 - 300
+	if d, err := diskBetween(a2, wrapped, 1000); err != nil || !near(d.MeanWriteMS, 2) {
+		t.Fatalf("wrapped write time: %+v %v", d, err)
 	}
-	other := b
-	other.device = "vdb"
-	if diskBetween(a, other, 1) != nil {
-		t.Fatal("two devices' counters gave figures")
+	for what, bad := range map[string]func(*diskSample){
+		"writes went back":  func(s *diskSample) { s.c.writes = 99 },
+		"sectors went back": func(s *diskSample) { s.c.sectorsWritten = 999 },
+		"flushes went back": func(s *diskSample) { s.c.flushes = 9 },
+		"another device":    func(s *diskSample) { s.device = "vdb" },
+		"a window of 50 ms": func(s *diskSample) { s.at = t0.Add(50 * time.Millisecond) },
+	} {
+		c := b
+		bad(&c)
+		if d, err := diskBetween(a, c, 1); err == nil {
+			t.Errorf("%s: figures %+v", what, d)
+		}
 	}
 }
 
@@ -92,8 +106,9 @@ func TestSampleDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := diskBetween(a, b, 1)
-	if d == nil || d.BytesWritten < 1<<20 {
-		t.Fatalf("after a synced 1 MiB write to %s: %+v", a.device, d)
+	b.at = a.at.Add(time.Second) // the window's length is not what this tests
+	d, err := diskBetween(a, b, 1)
+	if err != nil || d.BytesWritten < 1<<20 {
+		t.Fatalf("after a synced 1 MiB write to %s: %+v %v", a.device, d, err)
 	}
 }

@@ -31,8 +31,12 @@ func (r *Result) WriteText(w io.Writer) error {
 			c.MachineBusyPct, c.Cores, c.MachineCoreSeconds, c.MachineUSPerRecord, c.BenchCoreSeconds, c.BenchUSPerRecord)
 	}
 	if d := r.Disk; d != nil {
-		fmt.Fprintf(&b, "  disk while publishing (%s): %.0f%% busy, mean write %.2f ms, mean flush %.2f ms, %.0f bytes written per confirmed record\n",
-			d.Device, d.BusyPct, d.MeanWriteMS, d.MeanFlushMS, d.BytesPerRecord)
+		flush := "no flushes counted"
+		if d.Flushes > 0 {
+			flush = fmt.Sprintf("mean flush %.2f ms", d.MeanFlushMS)
+		}
+		fmt.Fprintf(&b, "  disk while publishing (%s): %.0f%% busy, mean write %.2f ms, %s, %.0f bytes written per confirmed record\n",
+			d.Device, d.BusyPct, d.MeanWriteMS, flush, d.BytesPerRecord)
 	}
 	v := r.Verify
 	verdict := "OK"
