@@ -202,11 +202,11 @@ func Run(ctx context.Context, t Target, cfg Config) (*Result, error) {
 		confirmLogs = make([][]idConfirm, cfg.Publishers*cfg.Window)
 		followLogs  = make([]*offsetLog, cfg.FollowReaders)
 	)
-	// The CPU clocks are read around the publishing only; a machine
-	// without them (not Linux) reports no CPU figures.
 	if cfg.DataDir != "" {
 		unix.Sync() // the last run's writeback is not this one's (Disk)
 	}
+	// The CPU clocks are read around the publishing only; a machine
+	// without them (not Linux) reports no CPU figures.
 	cpuStart, cpuErr := sampleCPU()
 	diskStart, diskErr := sampleDataDisk(cfg.DataDir)
 	start := time.Now()
@@ -409,8 +409,9 @@ type Result struct {
 	// CPU is the machine's and the bench process's CPU over the
 	// publishing (nil where it cannot be read).
 	CPU *CPU `json:"cpu,omitempty"`
-	// Disk is what the publishing did to the data's block device (nil
-	// without Config.DataDir, or where it cannot be read).
+	// Disk is what the data's block device did while the run published,
+	// the whole device's counters (nil without Config.DataDir, or where
+	// they cannot be read).
 	Disk *Disk `json:"disk,omitempty"`
 }
 
