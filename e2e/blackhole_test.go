@@ -97,7 +97,10 @@ func TestBlackholeOwner(t *testing.T) {
 //
 // It catches: pings left at nats.go's default (every 2 minutes), which
 // left a partitioned host healthy, and on the server it could not reach,
-// for minutes.
+// for minutes; and a health watch that went on saying up while nats.go
+// held the connection's lock for its attempts to connect again (2 s
+// each; connwatch.Watch.Lost), which took this to 9.3-9.9 s here and
+// 12.7 s on a loaded machine.
 func TestSilentPartitionFoundByPings(t *testing.T) {
 	e := newEnv(t, opts{})
 	const i = 0
