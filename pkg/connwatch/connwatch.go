@@ -20,19 +20,21 @@
 // connection but does not answer (a silent partition, a stalled server)
 // holds it for the connection's Timeout (2 s by default), attempt after
 // attempt. The question asked just after a disconnect waits through them,
-// and the last answer ("up") stood meanwhile. So the connection's
-// disconnect handler tells the watch (Lost): the watch says down at once,
-// and drops the answer of a question asked before the loss.
+// and the last answer ("up") stood meanwhile. So the service tells the
+// watch of each loss as nats.go makes it (Losses, calling Lost): the
+// watch says down at once, and drops the answer of a question asked
+// before the loss.
 //
 // # Locks and goroutines
 //
 // A Watch's mutex (mu) guards its last answer and the count of losses; it
-// is held for a few instructions, never across a question. Run is the one
-// goroutine; its caller starts it and owns it, and it returns when its
-// context ends, after the question in flight (which waits for the
-// connection's lock: at most the connection's FlusherTimeout or a
-// connection attempt's Timeout, or until the connection closes). Lost is
-// called from the connection's callback goroutine, Err from any.
+// is held for a few instructions, never across a question. Run is the
+// watch's one goroutine; its caller starts it and owns it, and it returns
+// when its context ends, after the question in flight (which waits for
+// the connection's lock: at most the connection's FlusherTimeout or a
+// connection attempt's Timeout, or until the connection closes). Losses
+// is a goroutine of its caller's too, ended by its context; it calls Lost.
+// Err is called from any goroutine.
 package connwatch
 
 import (
@@ -80,13 +82,6 @@ func pingOptions(every time.Duration) []nats.Option {
 
 // Conn is what a Watch asks; *nats.Conn is one.
 type Conn interface{ IsConnected() bool }
-
-// ConnFunc is a Conn of a function, for a watch made before its connection
-// (its disconnect handler must have the watch to tell).
-type ConnFunc func() bool
-
-// IsConnected calls f.
-func (f ConnFunc) IsConnected() bool { return f() }
 
 // The last answer, in Watch.mu.state.
 const (
@@ -147,8 +142,8 @@ func (w *Watch) Run(ctx context.Context) {
 	}
 }
 
-// Lost tells the watch that the connection is down, from the connection's
-// disconnect handler (nats.DisconnectErrHandler): Err says so at once,
+// Lost tells the watch that the connection is down (Losses calls it): Err
+// says so at once,
 // without waiting for a question that a connection attempt holds up, and
 // the answer of a question asked before it is dropped. The answer to the
 // next question asked after it says whether the connection is up again.
@@ -157,6 +152,33 @@ func (w *Watch) Lost() {
 	w.mu.losses++
 	w.mu.state = down
 	w.mu.Unlock()
+}
+
+// Losses calls lost each time c leaves the connected state (to
+// reconnecting, disconnected or closed), until ctx ends: a service
+// starts it with its watch, with the watch's Lost (and whatever else a
+// loss must stop at once). nats.go sends these status changes as it
+// makes them, under the connection's lock, not through the goroutine that
+// runs the connection's callbacks, where its disconnect handler may wait
+// behind a reconnect handler that reads the connection while an attempt
+// to connect again holds the lock (a connection lost right after it came
+// back).
+func Losses(ctx context.Context, c *nats.Conn, lost func()) {
+	// nats.go drops a change the channel has no room for; those in the
+	// channel say the same.
+	ch := c.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer c.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			lost()
+		}
+	}
 }
 
 // Err is nil when the connection was up at its last kept answer, with no

@@ -182,54 +182,60 @@ func TestPingOptions(t *testing.T) {
 // to a server that does not answer holds the lock for the connection's
 // Timeout: a question asked then waits it out, and the watch went on
 // saying up (the e2e silent partition's /healthz said down 2-5 s after
-// the host's connection was closed as stale). Told by the disconnect
-// handler, the watch says down at once; the question's answer, once the
-// server hears it again, says up. Two servers, so that the first attempt
-// follows the disconnect at once (nats.go sleeps ReconnectWait only after
-// trying every server), and a watch that asks seldom enough not to slip
-// in between.
-func TestLostSaysDownWhileAnAttemptHoldsTheLock(t *testing.T) {
+// the host's connection was closed as stale). Told of the loss (Losses,
+// calling Lost), the watch says down at once; the question's answer, once
+// the server hears it again, says up.
+//
+// Losses must not wait for the connection's callbacks, which run one at
+// a time: a disconnect handler can wait behind the host's reconnect
+// handler, which reads the connection while an attempt holds its lock
+// (a connection lost right after it came back). Here the callbacks are
+// held up for the whole test.
+//
+// Two servers, so that the first attempt follows the disconnect at once
+// (nats.go sleeps ReconnectWait only after trying every server), and a
+// watch that asks seldom enough not to slip in between.
+func TestLossesSayDownWhileAnAttemptHoldsTheLock(t *testing.T) {
 	url := startNATS(t)
 	a, b := nettest.NewStallProxy(t, url), nettest.NewStallProxy(t, url)
 	const (
 		every   = 100 * time.Millisecond
 		attempt = 4 * time.Second // each connection attempt's Timeout
 	)
-	var w *Watch
-	lost := make(chan time.Time, 1)
+	held := make(chan struct{})
+	defer close(held)
 	nc, err := nats.Connect(a.URL()+","+b.URL(), append(pingOptions(every),
 		nats.DontRandomize(),
 		nats.Timeout(attempt),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(10*time.Millisecond),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) {
-			w.Lost()
-			select {
-			case lost <- time.Now():
-			default:
-			}
-		}))...)
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { <-held }))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w = New(nc, 300*time.Millisecond, 2*attempt)
+	w := New(nc, 300*time.Millisecond, 2*attempt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
+	losses := make(chan time.Time, 16)
+	go Losses(ctx, nc, func() {
+		w.Lost()
+		losses <- time.Now()
+	})
 	waitFor(t, "the first answer", func() bool { return w.Err() == nil })
 
 	a.Pause()
 	b.Pause()
 	var at time.Time
 	select {
-	case at = <-lost:
+	case at = <-losses:
 	case <-time.After(20 * every * MaxPingsOut):
-		t.Fatal("the connection was not found stale")
+		t.Fatal("no loss heard: the connection was not found stale, or Losses waited for the callbacks")
 	}
 	waitFor(t, "down", func() bool { return w.Err() != nil })
 	if took := time.Since(at); took > attempt/2 {
-		t.Fatalf("the watch said down %v after the disconnect, want at once", took)
+		t.Fatalf("the watch said down %v after the loss, want at once", took)
 	}
 	waitFor(t, "a connection attempt holding the lock", func() bool {
 		return !answers(100*time.Millisecond, func() { nc.IsConnected() })

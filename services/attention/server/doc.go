@@ -53,9 +53,9 @@
 //     Service.Run on the same child context and waited for as Run
 //     returns: it asks the NATS connection whether it is up every
 //     connwatch.Interval, so that Ready (/healthz, the page's reason)
-//     answers from memory, never waiting for the connection's lock; the
-//     disconnect handler tells it of a loss (Disconnected) on the NATS
-//     client's callback goroutine.
+//     answers from memory, never waiting for the connection's lock; and
+//     connwatch.Losses, started and waited for alike, which tells it of
+//     each loss of the connection as nats.go makes it.
 //   - watch.Watcher.Run subscribes to heartbeats and change notices,
 //     flushes, and pulls at once, then on every Refresh and on every
 //     notice newer than what it holds, pulls at least minPullGap apart

@@ -187,11 +187,6 @@ func (s *Service) logSummary(event string, es []wire.AttentionEntry, listed int)
 	}
 }
 
-// Disconnected tells the service that its NATS connection is down, from
-// the connection's disconnect handler: Ready says so at once
-// (connwatch.Watch.Lost).
-func (s *Service) Disconnected() { s.bus.Lost() }
-
 // Ready reports whether the service can answer: the coordinator's state has
 // been pulled and NATS is connected. It never waits for the NATS connection
 // (connwatch).
@@ -224,6 +219,9 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { watchDone <- s.w.Run(ctx) }()
 	busDone := make(chan struct{})
 	go func() { defer close(busDone); s.bus.Run(ctx) }()
+	lossesDone := make(chan struct{})
+	go func() { defer close(lossesDone); connwatch.Losses(ctx, s.nc, s.bus.Lost) }()
+	defer func() { <-lossesDone }()
 	defer func() { cancel(); <-busDone }()
 
 	tick := time.NewTicker(s.opts.Refresh)

@@ -143,16 +143,15 @@
 //     control loop; the timer is never stopped, fires once, and its poke
 //     is a send on the buffered kick channel that never blocks, so it is
 //     harmless after shutdown.
-//   - the NATS connect, reconnect and disconnect callbacks run on the
-//     client's callback goroutine (hearing.up; the main connection's
-//     disconnect tells the bus watch, bus.Lost) and end with the
-//     connection.
-//   - the connection watch (bus, package connwatch), made before the
-//     connection and started by Start on reqCtx once nc is made: it asks
-//     nc whether it is connected
+//   - the NATS connect and reconnect callbacks run on the client's
+//     callback goroutine (hearing.up) and end with the connection.
+//   - the connection watch (bus, package connwatch), started by Start on
+//     reqCtx once NATS is connected: it asks nc whether it is connected
 //     every connwatch.Interval, so that Ready (/healthz) answers from
 //     memory and never waits for the connection's lock. It ends with
-//     reqCtx, after a question in flight.
+//     reqCtx, after a question in flight. connwatch.Losses, started with
+//     it on reqCtx, tells it of each loss of nc as nats.go makes it, and
+//     ends with reqCtx.
 //   - the health endpoint's Serve goroutine, ended by shutdown's
 //     http.Server.Shutdown; the metrics callback runs on the meter
 //     reader's goroutine and does nothing once closed is set.

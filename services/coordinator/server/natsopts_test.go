@@ -13,7 +13,7 @@ import (
 // so that a silent partition is found out in seconds.
 func TestNATSOptionsPing(t *testing.T) {
 	o := nats.GetDefaultOptions()
-	for _, opt := range natsOptions("c", slog.New(slog.DiscardHandler), func(*nats.Conn) {}, func() {}) {
+	for _, opt := range natsOptions("c", slog.New(slog.DiscardHandler), func(*nats.Conn) {}) {
 		if err := opt(&o); err != nil {
 			t.Fatal(err)
 		}

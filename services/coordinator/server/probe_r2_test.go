@@ -92,7 +92,7 @@ func TestProbeWhileLeaderDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = hnc.Flush()
-	nc, err := nats.Connect(n.URL, natsOptions("brook-coordinator:1", testLogger(t), func(*nats.Conn) {}, func() {})...)
+	nc, err := nats.Connect(n.URL, natsOptions("brook-coordinator:1", testLogger(t), func(*nats.Conn) {})...)
 	if err != nil {
 		t.Fatal(err)
 	}

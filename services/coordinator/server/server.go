@@ -342,14 +342,13 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	// running.
 	s.reqCtx, s.reqCancel = context.WithCancel(context.Background())
 	go s.reportLoop(s.reqCtx)
-	// The watch is made first, for the connection's disconnect handler;
-	// it asks nc from Run, started once connect made it.
-	s.bus = connwatch.New(connwatch.ConnFunc(func() bool { return s.nc.IsConnected() }), connwatch.Interval, connwatch.Stale)
 	if err := s.connect(); err != nil {
 		s.shutdown(context.Background(), false)
 		return nil, err
 	}
+	s.bus = connwatch.New(s.nc, connwatch.Interval, connwatch.Stale)
 	go s.bus.Run(s.reqCtx)
+	go connwatch.Losses(s.reqCtx, s.nc, s.bus.Lost)
 	if opt.HTTPAddr != "" {
 		if err := s.serveHTTP(opt.HTTPAddr); err != nil {
 			s.shutdown(context.Background(), false)
@@ -381,8 +380,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 func redact(u string) string { return svcconfig.RedactURLs(u) }
 
 // natsOptions are a coordinator connection's options; up is called when
-// the connection is made (again) and down when it is lost.
-func natsOptions(name string, log *slog.Logger, up func(*nats.Conn), down func()) []nats.Option {
+// the connection is made (again).
+func natsOptions(name string, log *slog.Logger, up func(*nats.Conn)) []nats.Option {
 	return append(connwatch.PingOptions(),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -392,7 +391,6 @@ func natsOptions(name string, log *slog.Logger, up func(*nats.Conn), down func()
 		// the connection is made.
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			down()
 			if err != nil {
 				log.Warn("nats disconnected", "conn", name, "err", err)
 			}
@@ -506,7 +504,7 @@ func (s *Server) connect() error {
 	}
 	nc, err := nats.Connect(s.opt.NATSURL, append(auth, natsOptions(name, s.log, func(c *nats.Conn) {
 		s.hearing.up(c, true, s.opt.Now())
-	}, s.bus.Lost)...)...)
+	})...)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats %s: %w", redact(s.opt.NATSURL), err)
 	}
@@ -526,7 +524,7 @@ func (s *Server) connect() error {
 		}
 		sysnc, err := nats.Connect(s.opt.NATSSystemURL, append(auth, natsOptions(name, s.log, func(c *nats.Conn) {
 			s.hearing.up(c, false, s.opt.Now())
-		}, func() {})...)...)
+		})...)...)
 		if err != nil {
 			return fmt.Errorf("connect to nats system account %s: %w", redact(s.opt.NATSSystemURL), err)
 		}

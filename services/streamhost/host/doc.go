@@ -204,8 +204,10 @@
 //     50 ms, and it also keeps mainSeen, the main connection's state the
 //     beats name, current. Neither reads the main connection's lock,
 //     which a write to a full socket or a connection attempt holds; the
-//     watch alone waits for it. The disconnect handler (Disconnected)
-//     marks both down at once, and an answer read before it is dropped.
+//     watch alone waits for it. A goroutine of the background group
+//     (connwatch.Losses) hears each loss of the main connection as nats.go
+//     makes it and marks both down at once (Disconnected); an answer read
+//     before it is dropped.
 //   - the coordinator leader's liveness probe (onProbe) is answered on
 //     its subscription's goroutine with a liveness beat: it reads mainSeen
 //     (or the shared connection's state) and the store's failure, holds no

@@ -506,7 +506,9 @@ func (h *Host) Reconnected() {
 // that a beat connection of its own stops beating at once (beatsOff) and
 // Health says so at once (connwatch.Watch.Lost: the watch's next question
 // may wait seconds for a connection attempt); Reconnected starts the beats
-// again.
+// again. connwatch.Losses calls it as nats.go changes the connection's
+// status, not from the disconnect handler, which may wait behind a
+// Reconnected that waits for the connection's lock.
 func (h *Host) Disconnected() {
 	h.mainSeen.Store(&mainConn{})
 	h.bus.Lost()
@@ -631,6 +633,7 @@ func (h *Host) Run(ctx context.Context) error {
 	subs = append(subs, stopWaits)
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	h.goBG(func() { h.bus.Run(h.bgCtx) })
+	h.goBG(func() { connwatch.Losses(h.bgCtx, h.nc, h.Disconnected) })
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
 	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
 		h.goBG(func() { h.livenessLoop(h.bgCtx) })

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,9 +92,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 	if err != nil {
 		return fmt.Errorf("nats credentials: %w", err)
 	}
-	// The service, once made, hears of the connection's losses (its
-	// health says down at once).
-	var svcp atomic.Pointer[server.Service]
 	// Pings find a silent partition in seconds (connwatch.PingInterval).
 	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, connwatch.PingOptions()...),
 		nats.Name(name),
@@ -105,12 +101,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		// Start even if NATS is not up yet, and keep trying.
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(*nats.Conn) { log.Info("nats connected") }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected", "err", err)
-			if svc := svcp.Load(); svc != nil {
-				svc.Disconnected()
-			}
-		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 	)...)
 	if err != nil {
@@ -127,7 +118,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, listening f
 		MeterProvider:  metrics.MeterProvider(),
 		MetricsHandler: metrics.Handler(),
 	})
-	svcp.Store(svc)
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
