@@ -154,15 +154,18 @@ func (w *Watch) Lost() {
 	w.mu.Unlock()
 }
 
-// Losses calls lost each time c leaves the connected state (to
-// reconnecting, disconnected or closed), until ctx ends: a service
-// starts it with its watch, with the watch's Lost (and whatever else a
-// loss must stop at once). nats.go sends these status changes as it
-// makes them, under the connection's lock, not through the goroutine that
-// runs the connection's callbacks, where its disconnect handler may wait
-// behind a reconnect handler that reads the connection while an attempt
-// to connect again holds the lock (a connection lost right after it came
-// back).
+// Losses calls lost each time c's status changes to reconnecting (again
+// after each failed attempt), disconnected or closed, until ctx ends: a
+// service starts it with its watch, with the watch's Lost. nats.go sends
+// these changes as it makes them, under the connection's lock, not
+// through the goroutine that runs the connection's callbacks, where its
+// disconnect handler may wait behind a reconnect handler that reads the
+// connection while an attempt to connect again holds the lock (a
+// connection lost right after it came back). Being on a goroutine of its
+// own, a loss may also be heard after the reconnect that followed it,
+// which costs the watch one question; what must follow the connection's
+// changes in order belongs in its handlers. A loss before Losses has
+// registered (as it starts) is not heard.
 func Losses(ctx context.Context, c *nats.Conn, lost func()) {
 	// nats.go drops a change the channel has no room for; those in the
 	// channel say the same.

@@ -146,7 +146,7 @@
 //   - the NATS connect and reconnect callbacks run on the client's
 //     callback goroutine (hearing.up) and end with the connection.
 //   - the connection watch (bus, package connwatch), started by Start on
-//     reqCtx once NATS is connected: it asks nc whether it is connected
+//     reqCtx once nc is made: it asks nc whether it is connected
 //     every connwatch.Interval, so that Ready (/healthz) answers from
 //     memory and never waits for the connection's lock. It ends with
 //     reqCtx, after a question in flight. connwatch.Losses, started with

@@ -205,9 +205,11 @@
 //     beats name, current. Neither reads the main connection's lock,
 //     which a write to a full socket or a connection attempt holds; the
 //     watch alone waits for it. A goroutine of the background group
-//     (connwatch.Losses) hears each loss of the main connection as nats.go
-//     makes it and marks both down at once (Disconnected); an answer read
-//     before it is dropped.
+//     (connwatch.Losses) tells the watch of each loss of the main
+//     connection as nats.go makes it; the disconnect handler
+//     (Disconnected, on the callback goroutine, in order with
+//     Reconnected) marks mainSeen down. An answer read before either is
+//     dropped.
 //   - the coordinator leader's liveness probe (onProbe) is answered on
 //     its subscription's goroutine with a liveness beat: it reads mainSeen
 //     (or the shared connection's state) and the store's failure, holds no

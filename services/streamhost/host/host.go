@@ -502,13 +502,17 @@ func (h *Host) Reconnected() {
 	h.requestBeat()
 }
 
-// Disconnected tells the host that its main NATS connection is down, so
-// that a beat connection of its own stops beating at once (beatsOff) and
-// Health says so at once (connwatch.Watch.Lost: the watch's next question
-// may wait seconds for a connection attempt); Reconnected starts the beats
-// again. connwatch.Losses calls it as nats.go changes the connection's
-// status, not from the disconnect handler, which may wait behind a
-// Reconnected that waits for the connection's lock.
+// Disconnected tells the host that its main NATS connection is down, from
+// the connection's disconnect handler, so that a beat connection of its
+// own stops beating at once (beatsOff); Reconnected, from the reconnect
+// handler, starts the beats again. Both run on the connection's callback
+// goroutine, so they come in the order of the connection's changes, which
+// the beats need: a loss heard after the reconnect that followed it would
+// stop the beat naming the new connection, and the coordinators expire a
+// host not heard on it within their disconnect grace. Health hears a loss
+// sooner (connwatch.Losses, started by Run): the disconnect handler may
+// wait behind a Reconnected that waits for the connection's lock, which an
+// attempt to connect again holds; Disconnected tells the watch too.
 func (h *Host) Disconnected() {
 	h.mainSeen.Store(&mainConn{})
 	h.bus.Lost()
@@ -633,7 +637,7 @@ func (h *Host) Run(ctx context.Context) error {
 	subs = append(subs, stopWaits)
 	h.goBG(func() { h.pullLoop(h.bgCtx) })
 	h.goBG(func() { h.bus.Run(h.bgCtx) })
-	h.goBG(func() { connwatch.Losses(h.bgCtx, h.nc, h.Disconnected) })
+	h.goBG(func() { connwatch.Losses(h.bgCtx, h.nc, h.bus.Lost) })
 	h.goBG(func() { h.heartbeatLoop(h.bgCtx) })
 	if h.cfg.LivenessInterval > 0 && h.cfg.LivenessInterval < h.cfg.HeartbeatInterval {
 		h.goBG(func() { h.livenessLoop(h.bgCtx) })

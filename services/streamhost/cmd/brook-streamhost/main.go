@@ -109,10 +109,11 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		nats.CustomReconnectDelay(reconnectDelay),
 		// Start even while NATS is not up yet; the connection keeps trying.
 		nats.RetryOnFailedConnect(true),
-		// The host hears a loss itself (Host.Disconnected): a handler
-		// here may wait behind the reconnect handler.
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
+			if hp := h.Load(); hp != nil {
+				hp.Disconnected()
+			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
