@@ -23,9 +23,9 @@
 // also gets an index from sequence to offset (index.go: a slot per
 // sequence modulo at least twice the ring's length, a map for the rare
 // sequences whose slot is taken), which it keeps until the ring is in
-// order again (as many in-order writes as the ring holds). Concurrent publishes of one
-// producer reach the owner in that order: in a window-256 run, 30 ns a
-// record with the index against 120 with a map
+// order again (as many in-order writes as the ring holds). Concurrent
+// publishes of one producer reach the owner in that order: in a
+// window-256 run, 30 ns a record with the index against 120 with a map
 // (BenchmarkWindowConcurrentPublishes).
 package dedupe
 
