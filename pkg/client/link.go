@@ -526,8 +526,8 @@ func (l *clientLink) close() {
 type hostConn struct {
 	l    *clientLink
 	node string
-	cert string // the certificate the host presented
-	raw  net.Conn
+	cert string              // the certificate the host presented
+	raw  *linkconn.Coalescer // under conn: WriteLoop flushes it
 	conn net.Conn
 	// ctx ends when the connection closes: the batches in flight on it
 	// fail then and are retried.
@@ -593,7 +593,7 @@ func (hc *hostConn) send(msg *nats.Msg) error {
 
 // writeLoop writes what send queued until hc closes.
 func (hc *hostConn) writeLoop() {
-	if err := hc.q.WriteLoop(hc.conn, hc.ctx.Done(), linkWriteTimeout); err != nil {
+	if err := hc.q.WriteLoop(hc.conn, hc.raw, hc.ctx.Done(), linkWriteTimeout); err != nil {
 		hc.close(fmt.Errorf("write: %w", err))
 	}
 }

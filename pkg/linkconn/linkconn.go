@@ -9,9 +9,10 @@
 // # Locks and goroutines
 //
 // A Queue's lock guards its buffer and is held only to append or take it,
-// never across a write. WriteLoop runs on the connection's one writer
-// goroutine, which its owner starts and stops (by closing done); ReadFrame
-// is called by its one reader.
+// never across a write; a Coalescer's guards its held bytes alike.
+// WriteLoop runs on the connection's one writer goroutine, which its owner
+// starts and stops (by closing done); ReadFrame is called by its one
+// reader.
 package linkconn
 
 import (
@@ -89,13 +90,15 @@ func Fingerprint(der []byte) string {
 
 // Dial connects to addr with TLS 1.3 as own, accepting only the
 // certificate whose Fingerprint is theirs (a hello over the bus named it;
-// no authority is asked), within ctx. The connection's deadline is set to
-// ctx's, which the caller clears once its own set-up is done.
-func Dial(ctx context.Context, addr string, own tls.Certificate, theirs string) (raw net.Conn, conn *tls.Conn, err error) {
-	raw, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+// no authority is asked), within ctx. TLS runs over a Coalescer of the
+// TCP connection, which WriteLoop uses. The connection's deadline is set
+// to ctx's, which the caller clears once its own set-up is done.
+func Dial(ctx context.Context, addr string, own tls.Certificate, theirs string) (raw *Coalescer, conn *tls.Conn, err error) {
+	tcp, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
+	raw = NewCoalescer(tcp)
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(dl)
 	}
@@ -187,8 +190,10 @@ func (q *Queue) Close() {
 
 // WriteLoop writes what is queued to conn, everything queued at once,
 // until done is closed (it returns nil) or a write fails (its error). A
-// write must finish within timeout plus a microsecond a byte.
-func (q *Queue) WriteLoop(conn net.Conn, done <-chan struct{}, timeout time.Duration) error {
+// write must finish within timeout plus a microsecond a byte. With raw,
+// the Coalescer conn (TLS) writes to, what conn makes of one take goes to
+// the network in one write (see Coalescer).
+func (q *Queue) WriteLoop(conn net.Conn, raw *Coalescer, done <-chan struct{}, timeout time.Duration) error {
 	var spare []byte
 	for {
 		select {
@@ -207,13 +212,97 @@ func (q *Queue) WriteLoop(conn net.Conn, done <-chan struct{}, timeout time.Dura
 		// At least 1 MB/s beyond the fixed allowance: a large write to a
 		// slow but live peer is not taken for a dead one.
 		_ = conn.SetWriteDeadline(time.Now().Add(timeout + time.Duration(len(b))*time.Microsecond))
+		if raw != nil {
+			raw.Hold()
+		}
 		if _, err := conn.Write(b); err != nil {
 			return err
+		}
+		if raw != nil {
+			if err := raw.Flush(); err != nil {
+				return err
+			}
 		}
 		if cap(b) > 1<<20 {
 			b = nil // keep no large buffer idle
 		}
 		spare = b
+	}
+}
+
+// Coalescer is a connection whose writes can be held and then sent in one
+// write. TLS seals at most 16 KiB in a record and writes each record on
+// its own: an owner's answer of a hundred 256-byte records to a follower
+// took three system calls, each a trip through the kernel's TCP stack
+// that wakes the reader on the other side (issue 16: an owner made about
+// twelve network writes per group commit). WriteLoop holds the writes of
+// one take and flushes them as one.
+//
+// Only the TLS connection above writes to it, under TLS's own write lock,
+// so its writes come in record order. Besides WriteLoop's, TLS writes
+// alerts and key updates from other goroutines; one that comes while the
+// writes are held joins the held bytes in its order, and Flush writes it
+// too, so nothing is sent out of order and nothing held is left behind.
+type Coalescer struct {
+	net.Conn
+	spare []byte // the flusher's: the buffer its last write sent
+
+	mu struct {
+		sync.Mutex
+		held bool
+		buf  []byte
+	}
+}
+
+// NewCoalescer wraps conn; its writes go straight through until Hold.
+func NewCoalescer(conn net.Conn) *Coalescer { return &Coalescer{Conn: conn} }
+
+// Write sends p, or keeps it for Flush while the writes are held.
+func (c *Coalescer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.mu.held {
+		c.mu.buf = append(c.mu.buf, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// Hold keeps the writes that follow for Flush. Hold and Flush are called
+// by one goroutine.
+func (c *Coalescer) Hold() {
+	c.mu.Lock()
+	c.mu.held = true
+	c.mu.Unlock()
+}
+
+// Flush writes what was held, in one write (more if writes joined while
+// it wrote), and lets later writes through. After a failed write the
+// connection is done for: the held bytes are dropped and writes go
+// through again (to fail as well).
+func (c *Coalescer) Flush() error {
+	for {
+		c.mu.Lock()
+		b := c.mu.buf
+		if len(b) == 0 {
+			c.mu.held = false
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.buf = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.Conn.Write(b)
+		if cap(b) > 1<<20 {
+			b = nil // keep no large buffer idle
+		}
+		c.spare = b
+		if err != nil {
+			c.mu.Lock()
+			c.mu.held, c.mu.buf = false, nil
+			c.mu.Unlock()
+			return err
+		}
 	}
 }
 

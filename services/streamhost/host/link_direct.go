@@ -261,7 +261,8 @@ func (l *directLink) goLink(f func()) bool {
 // frame names must be the one whose last hello named the certificate it
 // presented. A client's first frame names no node (link_client.go): its
 // certificate must be one a client's hello named lately.
-func (l *directLink) accept(raw net.Conn) {
+func (l *directLink) accept(tcp net.Conn) {
+	raw := linkconn.NewCoalescer(tcp)
 	conn := tls.Server(raw, &tls.Config{
 		Certificates: []tls.Certificate{l.cert},
 		ClientAuth:   tls.RequireAnyClientCert,
@@ -472,7 +473,7 @@ func (l *directLink) dialOwner(node string, their linkHello) (*linkConn, error) 
 
 // start registers conn (TLS over raw) with the peer node and starts its
 // reader and writer; nil if the link closed.
-func (l *directLink) start(raw, conn net.Conn, node string, serving bool) *linkConn {
+func (l *directLink) start(raw *linkconn.Coalescer, conn net.Conn, node string, serving bool) *linkConn {
 	c := &linkConn{l: l, raw: raw, conn: conn, node: node, serving: serving, started: time.Now(),
 		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, linkMaxBuffered)}
 	return l.launch(c)
@@ -480,7 +481,7 @@ func (l *directLink) start(raw, conn net.Conn, node string, serving bool) *linkC
 
 // startClient is start for a client's connection, unless maxClientConns
 // are up.
-func (l *directLink) startClient(raw, conn net.Conn) *linkConn {
+func (l *directLink) startClient(raw *linkconn.Coalescer, conn net.Conn) *linkConn {
 	c := &linkConn{l: l, raw: raw, conn: conn, serving: true, client: true, started: time.Now(),
 		done: make(chan struct{}), q: linkconn.NewQueue(linkMaxFrame, clientMaxBuffered)}
 	if !l.addClient(c) {
@@ -657,7 +658,7 @@ type linkConn struct {
 	// number in reply addresses (clientReplyTo).
 	client  bool
 	seq     uint64
-	raw     net.Conn // under conn: closed without TLS's goodbye
+	raw     *linkconn.Coalescer // under conn: closed without TLS's goodbye; WriteLoop flushes it
 	started time.Time
 	// lastRead is when the reader last took a frame (unix ns): a request
 	// that times out on a connection silent since it was sent closes it.
@@ -715,7 +716,7 @@ func (c *linkConn) send(kind byte, id uint64, body func([]byte) []byte) error {
 
 // writeLoop writes what send queued until c closes.
 func (c *linkConn) writeLoop() {
-	if err := c.q.WriteLoop(c.conn, c.done, linkWriteTimeout); err != nil {
+	if err := c.q.WriteLoop(c.conn, c.raw, c.done, linkWriteTimeout); err != nil {
 		c.close(fmt.Errorf("write: %w", err))
 	}
 }
