@@ -164,13 +164,20 @@ func (w *Watch) Lost() {
 // connection lost right after it came back). Being on a goroutine of its
 // own, a loss may also be heard after the reconnect that followed it,
 // which costs the watch one question; what must follow the connection's
-// changes in order belongs in its handlers. A loss before Losses has
-// registered (as it starts) is not heard.
+// changes in order belongs in its handlers. A connection already down
+// when Losses has registered for the changes (a loss as the service
+// starts) is a loss too: Losses reads the status once then, which may
+// wait for an attempt in progress (the changes meanwhile wait in the
+// channel).
 func Losses(ctx context.Context, c *nats.Conn, lost func()) {
 	// nats.go drops a change the channel has no room for; those in the
 	// channel say the same.
 	ch := c.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	defer c.RemoveStatusListener(ch)
+	switch c.Status() {
+	case nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED:
+		lost()
+	}
 	for {
 		select {
 		case <-ctx.Done():

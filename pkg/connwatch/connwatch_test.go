@@ -303,3 +303,38 @@ func TestLostDropsTheAnswerAskedBefore(t *testing.T) {
 		t.Fatalf("after an answer asked after the loss: %v", err)
 	}
 }
+
+// TestLossesHearsALossBeforeItStarted: a connection that went down before
+// Losses registered for its changes is a loss as Losses starts (nats.go
+// sends the listener nothing for it).
+func TestLossesHearsALossBeforeItStarted(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s.Shutdown()
+	waitFor(t, "the connection down", func() bool { return nc.Status() == nats.RECONNECTING })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	heard := make(chan struct{}, 1)
+	go Losses(ctx, nc, func() {
+		select {
+		case heard <- struct{}{}:
+		default:
+		}
+	})
+	select {
+	case <-heard:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection down before Losses started was not heard as a loss")
+	}
+}
