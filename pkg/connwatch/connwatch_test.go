@@ -14,6 +14,13 @@ import (
 
 func startNATS(t *testing.T) string {
 	t.Helper()
+	return startServer(t).ClientURL()
+}
+
+// startServer starts an embedded nats-server, shut down at the test's end
+// (or before by the test).
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +30,7 @@ func startNATS(t *testing.T) string {
 		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(s.Shutdown)
-	return s.ClientURL()
+	return s
 }
 
 // answers reports whether f returns within d.
@@ -308,14 +315,7 @@ func TestLostDropsTheAnswerAskedBefore(t *testing.T) {
 // Losses registered for its changes is a loss as Losses starts (nats.go
 // sends the listener nothing for it).
 func TestLossesHearsALossBeforeItStarted(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	s := startServer(t)
 	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(time.Hour))
 	if err != nil {
 		t.Fatal(err)
