@@ -33,8 +33,9 @@
 // when its context ends, after the question in flight (which waits for
 // the connection's lock: at most the connection's FlusherTimeout or a
 // connection attempt's Timeout, or until the connection closes). Losses
-// is a goroutine of its caller's too, ended by its context; it calls Lost.
-// Err is called from any goroutine.
+// is a goroutine of its caller's too, ended by its context, after its
+// first read of the connection's status, which waits for the same lock;
+// it calls Lost. Err is called from any goroutine.
 package connwatch
 
 import (
@@ -155,7 +156,8 @@ func (w *Watch) Lost() {
 }
 
 // Losses calls lost each time c's status changes to reconnecting (again
-// after each failed attempt), disconnected or closed, until ctx ends: a
+// after an attempt that connected and then failed), disconnected or
+// closed, until ctx ends: a
 // service starts it with its watch, with the watch's Lost. nats.go sends
 // these changes as it makes them, under the connection's lock, not
 // through the goroutine that runs the connection's callbacks, where its
@@ -166,9 +168,10 @@ func (w *Watch) Lost() {
 // which costs the watch one question; what must follow the connection's
 // changes in order belongs in its handlers. A connection already down
 // when Losses has registered for the changes (a loss as the service
-// starts) is a loss too: Losses reads the status once then, which may
-// wait for an attempt in progress (the changes meanwhile wait in the
-// channel).
+// starts) is a loss too: Losses reads the status once then, which waits
+// for the connection's lock as Run's question does (an attempt in
+// progress, a write blocked up to the FlusherTimeout); the changes
+// meanwhile wait in the channel.
 func Losses(ctx context.Context, c *nats.Conn, lost func()) {
 	// nats.go drops a change the channel has no room for; those in the
 	// channel say the same.

@@ -188,11 +188,16 @@ func (q *Queue) Close() {
 	q.mu.Unlock()
 }
 
+// coalesceMax is the largest take WriteLoop has a Coalescer hold: past a
+// few hundred KiB the writes saved are few, and the sealed copy held
+// would be as large as the take.
+const coalesceMax = 256 << 10
+
 // WriteLoop writes what is queued to conn, everything queued at once,
 // until done is closed (it returns nil) or a write fails (its error). A
 // write must finish within timeout plus a microsecond a byte. With raw,
-// the Coalescer conn (TLS) writes to, what conn makes of one take goes to
-// the network in one write (see Coalescer).
+// the Coalescer conn (TLS) writes to, what conn makes of one take of up
+// to coalesceMax bytes goes to the network in one write (see Coalescer).
 func (q *Queue) WriteLoop(conn net.Conn, raw *Coalescer, done <-chan struct{}, timeout time.Duration) error {
 	var spare []byte
 	for {
@@ -212,13 +217,16 @@ func (q *Queue) WriteLoop(conn net.Conn, raw *Coalescer, done <-chan struct{}, t
 		// At least 1 MB/s beyond the fixed allowance: a large write to a
 		// slow but live peer is not taken for a dead one.
 		_ = conn.SetWriteDeadline(time.Now().Add(timeout + time.Duration(len(b))*time.Microsecond))
-		if raw != nil {
-			raw.Hold()
+		// A take above coalesceMax saves few writes for the memory its
+		// sealed copy would hold: it goes as TLS writes it.
+		hold := raw != nil && len(b) <= coalesceMax
+		if hold {
+			raw.Hold(len(b) + len(b)/32 + 1024) // TLS adds 22 bytes a record of at least about 1 KB
 		}
 		if _, err := conn.Write(b); err != nil {
-			return err
+			return err // its caller closes the connection; what was held goes with it
 		}
-		if raw != nil {
+		if hold {
 			if err := raw.Flush(); err != nil {
 				return err
 			}
@@ -236,16 +244,17 @@ func (q *Queue) WriteLoop(conn net.Conn, raw *Coalescer, done <-chan struct{}, t
 // took three system calls, each a trip through the kernel's TCP stack
 // that wakes the reader on the other side (issue 16: an owner made about
 // twelve network writes per group commit). WriteLoop holds the writes of
-// one take and flushes them as one.
+// one take and flushes them as one write (which Go's poller repeats only
+// if the socket's buffer fills).
 //
-// Only the TLS connection above writes to it, under TLS's own write lock,
-// so its writes come in record order. Besides WriteLoop's, TLS writes
-// alerts and key updates from other goroutines; one that comes while the
-// writes are held joins the held bytes in its order, and Flush writes it
-// too, so nothing is sent out of order and nothing held is left behind.
+// Only the TLS connection above writes to it, under TLS's own locks, so
+// its writes come in record order. Besides WriteLoop's, TLS writes alerts
+// and key updates from other goroutines; one that comes while the writes
+// are held joins the held bytes in its order, and Flush writes it too, so
+// nothing is sent out of order and nothing held is left behind. It keeps
+// one buffer of at most about coalesceMax between takes.
 type Coalescer struct {
 	net.Conn
-	spare []byte // the flusher's: the buffer its last write sent
 
 	mu struct {
 		sync.Mutex
@@ -269,11 +278,16 @@ func (c *Coalescer) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// Hold keeps the writes that follow for Flush. Hold and Flush are called
-// by one goroutine.
-func (c *Coalescer) Hold() {
+// Hold keeps the writes that follow for Flush, in a buffer made ready
+// for size bytes. Hold and Flush are called by one goroutine. A holding
+// Coalescer whose TLS write failed is left holding: its connection is
+// done for, and its owner closes it.
+func (c *Coalescer) Hold(size int) {
 	c.mu.Lock()
 	c.mu.held = true
+	if cap(c.mu.buf) < size {
+		c.mu.buf = make([]byte, 0, size)
+	}
 	c.mu.Unlock()
 }
 
@@ -290,17 +304,18 @@ func (c *Coalescer) Flush() error {
 			c.mu.Unlock()
 			return nil
 		}
-		c.mu.buf = c.spare[:0]
+		c.mu.buf = nil // a write that joins meanwhile starts its own
 		c.mu.Unlock()
 		_, err := c.Conn.Write(b)
-		if cap(b) > 1<<20 {
-			b = nil // keep no large buffer idle
-		}
-		c.spare = b
-		if err != nil {
-			c.mu.Lock()
+		c.mu.Lock()
+		switch {
+		case err != nil:
 			c.mu.held, c.mu.buf = false, nil
-			c.mu.Unlock()
+		case len(c.mu.buf) == 0 && cap(b) <= coalesceMax+coalesceMax/16:
+			c.mu.buf = b[:0] // no write joined: keep the buffer for the next take
+		}
+		c.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}

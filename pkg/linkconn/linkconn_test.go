@@ -107,8 +107,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 // TestWriteLoopSendsATakeInOneWrite: frames of 100 KiB, which TLS seals in
-// seven records, reach the network in one write through a Coalescer (seven
-// without it), and the other side reads them intact.
+// at least seven records (more at a connection's start, when its records
+// are small), reach the network in one write through a Coalescer, and the
+// other side reads them intact.
 func TestWriteLoopSendsATakeInOneWrite(t *testing.T) {
 	for _, coalesce := range []bool{true, false} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,6 +132,7 @@ func TestWriteLoopSendsATakeInOneWrite(t *testing.T) {
 				return
 			}
 			defer func() { _ = raw.Close() }()
+			_ = raw.SetDeadline(time.Now().Add(10 * time.Second)) // a Coalescer that never writes fails the test
 			conn := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
 			r := bufio.NewReader(conn)
 			var out read
@@ -227,14 +229,34 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 // sent past it; once Flush returns, writes go straight through.
 func TestCoalescerKeepsOrderWhileFlushing(t *testing.T) {
 	g := &gatedConn{release: make(chan struct{}), entered: make(chan struct{})}
+	defer func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release) // a failed test leaves no write blocked
+		}
+	}()
 	c := NewCoalescer(g)
-	c.Hold()
-	if _, err := c.Write([]byte("a")); err != nil {
-		t.Fatal(err)
+	c.Hold(0)
+	wroteA := make(chan struct{})
+	go func() {
+		_, _ = c.Write([]byte("a"))
+		close(wroteA)
+	}()
+	select {
+	case <-wroteA:
+	case <-g.entered:
+		t.Fatal("a write after Hold went through")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write after Hold waited")
 	}
 	flushed := make(chan error, 1)
 	go func() { flushed <- c.Flush() }()
-	<-g.entered
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Flush wrote nothing")
+	}
 	wroteB := make(chan struct{})
 	go func() {
 		_, _ = c.Write([]byte("b"))
