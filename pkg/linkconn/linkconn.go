@@ -242,8 +242,9 @@ func (q *Queue) WriteLoop(conn net.Conn, raw *Coalescer, done <-chan struct{}, t
 // write. TLS seals at most 16 KiB in a record and writes each record on
 // its own: an owner's answer of a hundred 256-byte records to a follower
 // took three system calls, each a trip through the kernel's TCP stack
-// that wakes the reader on the other side (issue 16: an owner made about
-// twelve network writes per group commit). WriteLoop holds the writes of
+// that wakes the reader on the other side (issue 16: at window 256 an
+// owner made about eighteen network writes per group commit, four after;
+// docs/benchmarks.md, session 57). WriteLoop holds the writes of
 // one take and flushes them as one write (which Go's poller repeats only
 // if the socket's buffer fills).
 //
