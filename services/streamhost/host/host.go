@@ -509,13 +509,13 @@ func (h *Host) Reconnected() {
 // goroutine, so they come in the order of the connection's changes, which
 // the beats need: a loss heard after the reconnect that followed it would
 // stop the beat naming the new connection, and the coordinators expire a
-// host not heard on it within their disconnect grace. Health hears a loss
-// sooner (connwatch.Losses, started by Run): the disconnect handler may
-// wait behind a Reconnected that waits for the connection's lock, which an
-// attempt to connect again holds; Disconnected tells the watch too.
+// host not heard on it within their disconnect grace. Health hears of a
+// loss from connwatch.Losses alone (started by Run, which also hears a
+// connection already down as it starts): the disconnect handler may wait
+// behind a Reconnected that waits for the connection's lock, which an
+// attempt to connect again holds.
 func (h *Host) Disconnected() {
 	h.mainSeen.Store(&mainConn{})
-	h.bus.Lost()
 }
 
 // mainConn is the main NATS connection as the beats name it: whether it
