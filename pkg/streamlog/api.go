@@ -37,7 +37,9 @@ type Options struct {
 	// durable; 0 means 50ms.
 	CursorSyncInterval time.Duration
 	// FS is the file system the database lives on; nil means the
-	// operating system's. Tests inject errors with Pebble's vfs/errorfs.
+	// operating system's, with the files a flush or a compaction wrote
+	// dropped from the page cache once written (writtenOnceFS). Tests
+	// inject errors with Pebble's vfs/errorfs.
 	FS vfs.FS
 	// OnFailure, if set, is called once, in a goroutine of its own, when
 	// the store fails (see Store.Failure).

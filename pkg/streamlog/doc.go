@@ -36,7 +36,10 @@
 //
 // The database is at Pebble's FormatValueSeparation with value separation
 // on (store.go, valueSeparation): batch values of 1 KiB or more live in
-// blob files from their flush on, so compactions do not rewrite them.
+// blob files from their flush on, so compactions do not rewrite them
+// (unless a table would reference more than MaxBlobReferenceDepth of
+// them). The blob files and tables a flush or a compaction writes leave
+// the page cache once written (pagecache.go, writtenOnceFS).
 //
 // # Running digest
 //

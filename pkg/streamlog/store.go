@@ -248,7 +248,7 @@ func openWith(opts Options, configure func(*impl)) (*Store, error) {
 	// that already exists keeps its mode, but a loose one is reported.
 	fs := opts.FS
 	if fs == nil {
-		fs = vfs.Default
+		fs = writtenOnceFS{vfs.Default}
 	}
 	if err := fs.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("streamlog: create %s: %w", opts.Dir, err)
