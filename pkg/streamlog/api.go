@@ -44,11 +44,14 @@ type Options struct {
 	// OnFailure, if set, is called once, in a goroutine of its own, when
 	// the store fails (see Store.Failure).
 	OnFailure func(error)
-	// OnGroupCommit, if set, is called by the committer after each group
-	// commit that reached the disk, with the number of writes (appends,
-	// applies, cursor syncs) that shared it and how long its synced commit
-	// (the write-ahead log write and its fsync) took. It runs on the
-	// committer's goroutine, so it must return at once (record a metric).
+	// OnGroupCommit, if set, is called after each group commit that
+	// reached the disk, with the number of writes (appends, applies,
+	// cursor syncs) that shared it and how long its synced commit took,
+	// from the batch's build to its fsync's end: the write-ahead log write
+	// and its fsync, and any wait behind the group applied before it (so
+	// the times of groups in flight together overlap). It runs on the
+	// goroutine that answers the groups, so it must return at once (record
+	// a metric).
 	OnGroupCommit func(writes int, took time.Duration)
 	// OnChange, if set, is called with a copy's stream name whenever
 	// anything Changed signals happens to the copy: records written or

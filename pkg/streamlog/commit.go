@@ -16,7 +16,8 @@ type kv struct{ k, v []byte }
 // keys and values (and assigns offsets) while holding its copy's lock and
 // enqueues in that same critical section, so the queue holds each copy's
 // requests in offset order; the committer writes whole groups of requests
-// in one synced batch and publishes the new tails in queue order.
+// in one synced batch, and completeLoop publishes the new tails in queue
+// order once the batch is durable.
 type request struct {
 	c    *copyImpl // nil for a bare sync (SyncCursors)
 	kvs  []kv
@@ -35,7 +36,7 @@ type request struct {
 	// so their group commit need not wake WrittenChanged's waiters again.
 	announced bool
 
-	done chan error // buffered: the committer never blocks on a caller that gave up
+	done chan error // buffered: completeLoop never blocks on a caller that gave up
 }
 
 // memEntryOverhead is what Pebble's memtable charges a batch entry beyond
@@ -92,31 +93,88 @@ func (s *impl) wait(ctx context.Context, r *request) error {
 // cost more than the fsync it saves.
 const defaultHoldMax = 300 * time.Microsecond
 
-// commitLoop is the single committer: it takes the queued requests (up to
-// maxGroupBytes of memtable weight), writes them as one batch committed with pebble.Sync,
-// waits for the fsync and answers them in queue order, then takes the next
-// group. Requests that queue during an fsync form the next group, so under
-// load each fsync carries many callers' records.
+// commitLoop is the committer: it takes the queued requests (up to
+// maxGroupBytes of memtable weight) and applies them as one batch
+// committed with pebble.Sync, without waiting for the WAL's fsync
+// (pebble's ApplyNoSyncWait), then hands the group to completeLoop, which
+// waits for the fsync and answers the group. Groups are answered in the
+// order they were applied, which is queue order.
+//
+// While a group's fsync runs, the committer may apply the next group
+// behind it (takeGroup says when), whose WAL write Pebble then syncs as
+// soon as that fsync ends: a group's write and memtable insert overlap
+// the fsync before it instead of following it. At most two groups are
+// handed off and not yet answered.
 func (s *impl) commitLoop() {
 	defer close(s.committed)
-	hold := 0
+	applied := make(chan appliedGroup, 2)
+	completed := make(chan struct{})
+	p := &pipeline{answered: make(chan int, 2)}
+	go s.completeLoop(applied, p.answered, completed)
+	defer func() {
+		close(applied)
+		<-completed
+	}()
 	for {
-		group, size, ok := s.takeGroup(hold)
+		group, size, ok := s.takeGroup(p)
 		if !ok {
 			return
 		}
-		s.commitGroup(group, size)
-		hold = len(group)
+		applied <- s.applyGroup(group, size)
+		p.pending = append(p.pending, len(group))
 	}
 }
 
-// takeGroup waits for requests and takes a group of them. The callers
-// answered by the previous group (hold of them) usually come straight back
-// with their next write; without waiting for them the next fsync would
-// carry only the first few to return, and closed-loop writers would split
-// into cohorts taking turns at the disk. So while fewer than hold requests
-// are queued, it waits up to holdMax for more.
-func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
+// pipeline is the committer's view of the groups it handed to
+// completeLoop: how many requests each of those not yet answered holds,
+// oldest first, and how many the group answered last held.
+type pipeline struct {
+	answered chan int // completeLoop sends each answered group's size
+	pending  []int
+	hold     int
+}
+
+// heard notes that the oldest pending group, of n requests, was answered.
+func (p *pipeline) heard(n int) {
+	p.pending = p.pending[1:]
+	p.hold = n
+}
+
+// appliedGroup is a group the committer applied (b, nil on a failure to
+// apply: err) for completeLoop to finish.
+type appliedGroup struct {
+	group []*request
+	b     *pebble.Batch
+	began time.Time
+	err   error
+}
+
+// completeLoop finishes the applied groups in order: it waits for each
+// one's fsync, answers it (finishGroup) and tells the committer its size
+// on answered. It ends when applied is closed, and closes completed.
+func (s *impl) completeLoop(applied <-chan appliedGroup, answered chan<- int, completed chan<- struct{}) {
+	defer close(completed)
+	for a := range applied {
+		s.finishGroup(a)
+		answered <- len(a.group)
+	}
+}
+
+// takeGroup waits for requests and takes a group of them.
+//
+// With no group in flight, it waits for as many requests as the group
+// answered last had (p.hold), for at most holdMax: those callers usually
+// come straight back with their next write, and without waiting for them
+// the next fsync would carry only the first few to return, so closed-loop
+// writers would split into cohorts taking turns at the disk.
+//
+// With one group in flight (its fsync running or about to), it takes a
+// group to apply behind it only once as many requests are queued as that
+// group has: writers that keep arriving (an owner's stream of client
+// batches, a follower's of replicated ones) get the next fsync at once,
+// while closed-loop writers, who come back only when answered, still
+// share one fsync. With two in flight it waits for the older one.
+func (s *impl) takeGroup(p *pipeline) ([]*request, int, bool) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -129,11 +187,16 @@ func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
 			s.qmu.Unlock()
 			return nil, 0, false
 		}
-		if len(s.queue) > 0 && (len(s.queue) >= hold || s.stopping) {
-			break
+		if q := len(s.queue); q > 0 {
+			if s.stopping && len(p.pending) < 2 {
+				break
+			}
+			if len(p.pending) == 0 && q >= p.hold || len(p.pending) == 1 && q >= p.pending[0] {
+				break
+			}
 		}
 		var expired <-chan time.Time
-		if len(s.queue) > 0 {
+		if len(s.queue) > 0 && len(p.pending) == 0 {
 			if timer == nil {
 				timer = time.NewTimer(s.holdMax)
 			}
@@ -142,11 +205,12 @@ func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
 		s.qmu.Unlock()
 		select {
 		case <-s.kick:
-			s.qmu.Lock()
+		case n := <-p.answered:
+			p.heard(n)
 		case <-expired:
-			s.qmu.Lock()
-			hold = 0
+			p.hold = 0
 		}
+		s.qmu.Lock()
 	}
 	n, size, cost := 0, 0, 0
 	for ; n < len(s.queue); n++ {
@@ -167,39 +231,59 @@ func (s *impl) takeGroup(hold int) ([]*request, int, bool) {
 	return group, size, true
 }
 
-// commitGroup writes a group's requests in one batch committed with
-// pebble.Sync and answers them.
-func (s *impl) commitGroup(group []*request, size int) {
+// applyGroup writes a group's requests in one batch committed with
+// pebble.Sync and returns once Pebble applied it, before its fsync.
+func (s *impl) applyGroup(group []*request, size int) appliedGroup {
 	if s.beforeCommit != nil {
 		s.beforeCommit()
 	}
-	err := s.failure()
-	if err == nil {
-		b := s.db.NewBatchWithSize(size + 64)
-		for _, r := range group {
-			for _, e := range r.kvs {
-				_ = b.Set(e.k, e.v, nil)
-			}
+	a := appliedGroup{group: group, began: time.Now()}
+	if a.err = s.failure(); a.err != nil {
+		return a
+	}
+	b := s.db.NewBatchWithSize(size + 64)
+	for _, r := range group {
+		for _, e := range r.kvs {
+			_ = b.Set(e.k, e.v, nil)
 		}
-		if b.Empty() {
-			// Only bare syncs: an empty batch would not reach the WAL, and
-			// a synced one makes every earlier WAL entry durable.
-			_ = b.LogData(nil, nil)
-		}
-		began := time.Now()
-		err = s.guard(func() error { return b.Commit(pebble.Sync) })
-		took := time.Since(began)
+	}
+	if b.Empty() {
+		// Only bare syncs: an empty batch would not reach the WAL, and
+		// a synced one makes every earlier WAL entry durable.
+		_ = b.LogData(nil, nil)
+	}
+	if a.err = s.guard(func() error { return s.db.ApplyNoSyncWait(b, pebble.Sync) }); a.err != nil {
 		_ = b.Close()
+		return a
+	}
+	a.b = b
+	return a
+}
+
+// finishGroup waits for an applied group's fsync and answers the group.
+func (s *impl) finishGroup(a appliedGroup) {
+	err := a.err
+	if a.b != nil {
+		err = s.guard(a.b.SyncWait)
+		if err == nil {
+			// The group before this one failed after this one was
+			// applied: Pebble fails every later sync of a WAL whose
+			// write or sync failed, but the store does not count on it
+			// to keep tails from passing the lost records.
+			err = s.failure()
+		}
+		took := time.Since(a.began)
+		_ = a.b.Close()
 		s.stats.groups.Add(1)
-		s.stats.requests.Add(uint64(len(group)))
+		s.stats.requests.Add(uint64(len(a.group)))
 		if err == nil && s.onGroupCommit != nil {
-			s.onGroupCommit(len(group), took)
+			s.onGroupCommit(len(a.group), took)
 		}
 	}
 	if err != nil {
 		err = fmt.Errorf("streamlog: group commit: %w", err)
 	}
-	s.completeGroup(group, err)
+	s.completeGroup(a.group, err)
 }
 
 // completeGroup publishes a committed group's tails, in queue order, so
@@ -263,7 +347,7 @@ func (s *impl) completeGroup(group []*request, err error) {
 }
 
 // syncCursorsOf makes the cursor events written so far on each copy
-// durable with one synced commit shared with whatever group is in flight.
+// durable with one synced commit, a bare request in the next group taken.
 func (s *impl) syncCursorsOf(ctx context.Context, cs []*copyImpl) error {
 	type mark struct {
 		c       *copyImpl

@@ -58,16 +58,21 @@
 // through one committer goroutine: callers assign offsets and encode under
 // their copy's lock and enqueue in the same critical section, and the
 // committer writes everything queued, across all copies, in one batch
-// committed with pebble.Sync, then publishes tails in queue order. A caller
-// is answered only after its batch is durable, and a copy's durable tail
-// never passes a hole. The committer runs no code of its callers but
-// Options.OnGroupCommit and OnChange, which must return at once: whatever
-// a caller does once its write is durable (a follower's ack over NATS) it
-// does on a goroutine of its own, so that nothing it waits for can hold
-// up the next group of every copy. Before taking the next group the committer waits
-// briefly (at most 300µs) for as many requests as the previous group had,
-// since those callers usually come straight back; otherwise closed-loop
-// writers split into cohorts that take turns at the disk.
+// committed with pebble.Sync; a second goroutine (completeLoop) waits for
+// each batch's fsync and publishes tails in queue order. A caller is
+// answered only after its batch is durable, and a copy's durable tail
+// never passes a hole. While one batch's fsync runs the committer may
+// apply the next behind it (at most two in flight), so that its write and
+// memtable insert overlap that fsync and Pebble syncs it as soon as the
+// first ends (commit.go, takeGroup). The committer and completeLoop run no
+// code of their callers but Options.OnGroupCommit and OnChange, which
+// must return at once: whatever a caller does once its write is durable
+// (a follower's ack) it does on a goroutine of its own, so that nothing
+// it waits for can hold up the next group of every copy. With no batch in
+// flight the committer waits briefly (at most 300µs) for as many requests
+// as the previous group had, since those callers usually come straight
+// back; otherwise closed-loop writers split into cohorts that take turns
+// at the disk.
 //
 // Owner cursor events (AppendCursor) are written with pebble.NoSync. Pebble
 // has one write-ahead log, so any later synced commit makes them durable:

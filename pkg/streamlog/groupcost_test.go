@@ -22,7 +22,7 @@ func TestGroupCutByMemtableWeight(t *testing.T) {
 			s.queue = append(s.queue, r)
 			weight += r.memCost()
 		}
-		group, size, ok := s.takeGroup(0)
+		group, size, ok := s.takeGroup(&pipeline{})
 		if !ok || len(group) == 0 {
 			t.Fatalf("data %d: no group", dataLen)
 		}

@@ -159,8 +159,9 @@ type impl struct {
 	unsynced   map[*copyImpl]struct{}
 
 	stats commitStats
-	// beforeCommit, if set, runs in the committer before each group
-	// commit; tests use it to hold a group back.
+	// beforeCommit, if set, runs in the committer before it applies each
+	// group; tests use it to hold a group back (not one already applied
+	// and waiting for its fsync).
 	beforeCommit func()
 }
 
@@ -180,8 +181,10 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf must not return: Pebble calls it when continuing could corrupt
-// data, for example after a failed WAL write or sync ("pebble: fatal commit
-// error"). It breaks the store first and then panics with a *fatalError.
+// data, for example after a failed WAL write or sync of a batch committed
+// with Commit ("pebble: fatal commit error"; a group commit's failed sync
+// comes back from Batch.SyncWait instead, and guard breaks the store with
+// it). It breaks the store first and then panics with a *fatalError.
 // When Pebble calls it from a commit the store made (every write goes
 // through guard), the panic is recovered there and the write fails with
 // the latched error: the commit pipeline is wedged, but the store never

@@ -117,7 +117,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Payload bytes of the records appended by the owners on this host."))
 	add(err)
 	m.fsyncDur, err = mt.Float64Histogram("brook.host.store.fsync.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time of one synced group commit of the store (write-ahead log write and fsync)."),
+		metric.WithDescription("Time of one synced group commit of the store (write-ahead log write and fsync, including any wait behind the group applied before it)."),
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
 	add(err)
 	m.groupSize, err = mt.Int64Histogram("brook.host.store.group_commit.size", metric.WithUnit("{write}"),

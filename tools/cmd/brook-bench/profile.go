@@ -97,11 +97,11 @@ func profileRun(ctx context.Context, t *brookTarget, prefix string, d time.Durat
 	wg.Wait()
 	// What the batches looked like over the window: records per publish
 	// batch frame (the client's), per synced group commit of the owner's
-	// store, and the owner's mean fsync.
+	// store, and the owner's mean group commit (its write and fsync).
 	batches, records := b1-b0, r1-r0
 	od, fd := diffSums(o0, o1), diffSums(f0, f1)
 	appended, fsyncs := od[metricAppended], od[metricFsyncs+"_count"]
-	line := fmt.Sprintf("window %v: %d publish batches of %d records (%.1f per batch); owner appended %.0f records in %.0f group commits (%.1f per commit), mean fsync %.2f ms\n",
+	line := fmt.Sprintf("window %v: %d publish batches of %d records (%.1f per batch); owner appended %.0f records in %.0f group commits (%.1f per commit), mean commit (write and fsync) %.2f ms\n",
 		length, batches, records, ratio(float64(records), float64(batches)), appended, fsyncs,
 		ratio(appended, fsyncs), 1000*od.mean(metricFsyncs))
 	line += timeline(float64(q1-q0), (rtt1 - rtt0).Seconds(), od, fd)
@@ -122,7 +122,7 @@ func timeline(replies, rttSecs float64, od, fd sums) string {
 	ms := func(v float64) float64 { return 1000 * v }
 	rtt := ratio(rttSecs, replies)
 	intake, appendT, confirm := od.stage(stageIntake), od.stage(stageAppend), od.mean(metricConfirm)
-	return fmt.Sprintf("timeline (means, ms): client batch round trip %.2f (%.0f replies) = owner intake %.2f + owner append to confirm %.2f [append %.2f (group commits' fsync %.2f), then waiting for a follower %.2f] + NATS and client %.2f; follower: poll %.2f (%.0f with records), apply %.2f (its fsync %.2f, %.0f group commits)\n",
+	return fmt.Sprintf("timeline (means, ms): client batch round trip %.2f (%.0f replies) = owner intake %.2f + owner append to confirm %.2f [append %.2f (group commits' write and fsync %.2f), then waiting for a follower %.2f] + NATS and client %.2f; follower: poll %.2f (%.0f with records), apply %.2f (its write and fsync %.2f, %.0f group commits)\n",
 		ms(rtt), replies, ms(intake), ms(confirm), ms(appendT), ms(od.mean(metricFsyncs)), ms(confirm-appendT),
 		ms(rtt-intake-confirm), ms(fd.stage(stageFollowerPoll)), fd[metricStage+"_count|"+stageFollowerPoll],
 		ms(fd.stage(stageFollowerApply)), ms(fd.mean(metricFsyncs)), fd[metricFsyncs+"_count"])
