@@ -16,20 +16,21 @@ import (
 // first), into a new blob file, and a new file's pages come from free
 // memory. On a virtual machine whose free memory is handed back to its
 // host (this kind reports free pages in 8 MiB blocks), a page the kernel
-// has not used lately costs the host's fault when first written: writing
-// 256 KiB chunks to new files cost 1.8 ns a byte once the page cache grew
-// into such memory, 0.18 ns a byte into pages just dropped. A window-256
-// run spent 7.6% of the machine in the hosts' file writes, 5.3% of it a
-// flush's blob file writes; with the written files dropped, 2.7% in all
-// (docs/benchmarks.md, "Session 58"). WAL files need none of this:
+// has not used lately costs the host's fault when first written: a
+// program writing 16 MiB files paid 1.8 ns a byte once the page cache
+// grew into such memory, 0.13-0.25 with each file dropped after its sync.
+// In one profile at window 256 the hosts' file writes were 7.6% of the
+// machine, most of it a flush's blob files; in one with the files
+// dropped, 2.7% (docs/benchmarks.md, "Session 58", where the rate did
+// not move beyond the machine's spread). WAL files need none of this:
 // Pebble writes a recycled WAL file over pages it wrote before.
 //
 // What it costs: a read of a dropped file goes to the device. A store
 // reads records back from its memtables while they are young (an owner
 // serves its followers from the records it just wrote), and its tables'
 // blocks through Pebble's block cache (blockCacheSize); a reader
-// catching up a 1,000,000-record stream read as fast with the files
-// dropped as without (the same session). Files Pebble opens for reading
+// catching up a 1,000,000-record stream, one run each, was not clearly
+// slower (-7% to +26% by reader setting). Files Pebble opens for reading
 // and the WAL are passed through untouched.
 type writtenOnceFS struct{ vfs.FS }
 
