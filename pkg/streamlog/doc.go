@@ -117,4 +117,27 @@
 // already queued commit first, and the change is one synced batch. That is
 // what makes a seal's reported tails final: no write from before the seal
 // can land after it.
+//
+// # Locks and goroutines
+//
+// Goroutines, who starts each and how it stops:
+//   - commitLoop (commit.go), started by Open: takes and applies groups.
+//     Close waits for every operation in progress, then sets stopping and
+//     waits on committed, which commitLoop closes once the queue is empty
+//     and completeLoop has ended.
+//   - completeLoop, started by commitLoop: waits for each applied group's
+//     fsync and answers it, in order. It ends when commitLoop closes its
+//     channel, after answering every group handed to it.
+//   - cursorSyncLoop, started by Open: syncs owner cursor events every
+//     Options.CursorSyncInterval; Close stops it first (stopSync).
+//   - one goroutine per BeginEpochAsync, until its sync ends; it holds the
+//     store open, so Close waits for it.
+//   - Options.OnFailure, called once on a goroutine of its own.
+//
+// On the write path a caller enqueues under its copy's mu (a copy's mu,
+// then qmu); the committer holds qmu only to take a group, and
+// completeLoop takes each touched copy's mu to publish its tails, with no
+// other lock held. Neither holds a lock while Pebble writes or syncs, and
+// a caller waits for its group with none held. life (entered and left by
+// every public operation; failure reads it) is a leaf.
 package streamlog

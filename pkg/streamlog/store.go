@@ -109,7 +109,7 @@ type impl struct {
 	// synced batch, a create for its WAL sync. A create's batch is
 	// committed under it without fsync (so that ids reach the WAL in
 	// order); such a commit almost never waits on the disk, but can when
-	// it rotates the WAL (about once per 64 MB written, the memtable
+	// it rotates the WAL (about once per 16 MiB written, the memtable
 	// size) or meets a write stall.
 	mu     sync.Mutex
 	byName map[string]*Copy
