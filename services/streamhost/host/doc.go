@@ -164,8 +164,8 @@
 //     deregisters when its context ends. Beside it its syncer, which waits
 //     for each written batch to be durable and sends the standalone ack
 //     (a publish, which can wait for the connection: never on the store's
-//     committer goroutine, which every copy's writes on the host wait
-//     for; TestStuckAckPublishHoldsNoGroupCommit);
+//     committer or completeLoop goroutines, which every copy's writes on
+//     the host wait for; TestStuckAckPublishHoldsNoGroupCommit);
 //     the worker closes its queue when it returns and waits for it before
 //     closing done, so stop waits for both.
 //   - per owner node with sleeping follower copies, the host-wait loop
@@ -215,8 +215,8 @@
 //     (or the shared connection's state) and the store's failure, holds no
 //     lock of the host's. A reconnect's beat (Reconnected) goes out the
 //     same way on the NATS client's callback goroutine.
-//   - the store's committer and cursor-sync goroutines belong to
-//     streamlog and end when the store closes.
+//   - the store's committer, completeLoop and cursor-sync goroutines
+//     belong to streamlog and end when the store closes.
 //   - a planned move's hand-off (move.go) runs in the request group and
 //     polls the target's ack; the owner's own mu (owner.mu.move) holds its
 //     intake and counts its writes in flight, so publishes take no
