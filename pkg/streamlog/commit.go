@@ -109,7 +109,7 @@ func (s *impl) commitLoop() {
 	defer close(s.committed)
 	applied := make(chan appliedGroup, 2)
 	completed := make(chan struct{})
-	p := &pipeline{answered: make(chan int, 2)}
+	p := &pipeline{answered: make(chan struct{}, 2)}
 	go s.completeLoop(applied, p.answered, completed)
 	defer func() {
 		close(applied)
@@ -129,15 +129,14 @@ func (s *impl) commitLoop() {
 // completeLoop: how many requests each of those not yet answered holds,
 // oldest first, and how many the group answered last held.
 type pipeline struct {
-	answered chan int // completeLoop sends each answered group's size
+	answered chan struct{} // completeLoop answered the oldest pending group
 	pending  []int
 	hold     int
 }
 
-// heard notes that the oldest pending group, of n requests, was answered.
-func (p *pipeline) heard(n int) {
-	p.pending = p.pending[1:]
-	p.hold = n
+// heard notes that the oldest pending group was answered.
+func (p *pipeline) heard() {
+	p.hold, p.pending = p.pending[0], p.pending[1:]
 }
 
 // appliedGroup is a group the committer applied (b, nil on a failure to
@@ -150,13 +149,13 @@ type appliedGroup struct {
 }
 
 // completeLoop finishes the applied groups in order: it waits for each
-// one's fsync, answers it (finishGroup) and tells the committer its size
-// on answered. It ends when applied is closed, and closes completed.
-func (s *impl) completeLoop(applied <-chan appliedGroup, answered chan<- int, completed chan<- struct{}) {
+// one's fsync, answers it (finishGroup) and tells the committer on
+// answered. It ends when applied is closed, and closes completed.
+func (s *impl) completeLoop(applied <-chan appliedGroup, answered chan<- struct{}, completed chan<- struct{}) {
 	defer close(completed)
 	for a := range applied {
 		s.finishGroup(a)
-		answered <- len(a.group)
+		answered <- struct{}{}
 	}
 }
 
@@ -205,8 +204,8 @@ func (s *impl) takeGroup(p *pipeline) ([]*request, int, bool) {
 		s.qmu.Unlock()
 		select {
 		case <-s.kick:
-		case n := <-p.answered:
-			p.heard(n)
+		case <-p.answered:
+			p.heard()
 		case <-expired:
 			p.hold = 0
 		}

@@ -26,13 +26,14 @@ func within(t *testing.T, what string, f func()) {
 }
 
 // openSyncHeld opens a store in dir whose WAL fsyncs are held, once
-// hold.on is set, until hold.release is closed.
-func openSyncHeld(t *testing.T, dir string) (*Store, *walFault) {
+// hold.on is set, until hold.release is closed; configure, if set, adjusts
+// the store before its goroutines start (openWith).
+func openSyncHeld(t *testing.T, dir string, configure func(*impl)) (*Store, *walFault) {
 	t.Helper()
 	hold := &walFault{kinds: []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
 		held: make(chan struct{}, 1), release: make(chan struct{})}
-	s, err := Open(Options{Dir: dir, Logger: quietLogger(), CursorSyncInterval: time.Hour,
-		FS: errorfs.Wrap(vfs.Default, hold)})
+	s, err := openWith(Options{Dir: dir, Logger: quietLogger(), CursorSyncInterval: time.Hour,
+		FS: errorfs.Wrap(vfs.Default, hold)}, configure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func copyIDs(t *testing.T, s *Store) map[uint64]string {
 // with an id of its own and new copies get fresh ids.
 func TestCreateDoesNotHoldTheStoreAcrossItsSync(t *testing.T) {
 	dir := t.TempDir()
-	s, hold := openSyncHeld(t, dir)
+	s, hold := openSyncHeld(t, dir, nil)
 	mustCreate(t, s, "before", 1)
 
 	hold.on.Store(true)

@@ -24,7 +24,7 @@ import (
 // a reopen the deleted copy is gone and the others are there.
 func TestDeleteDoesNotHoldTheStoreAcrossItsSync(t *testing.T) {
 	dir := t.TempDir()
-	s, hold := openSyncHeld(t, dir)
+	s, hold := openSyncHeld(t, dir, nil)
 	old := mustCreate(t, s, "x", 1)
 	mustCreate(t, s, "y", 2)
 
