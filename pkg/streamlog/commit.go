@@ -265,10 +265,10 @@ func (s *impl) finishGroup(a appliedGroup) {
 	if a.b != nil {
 		err = s.guard(a.b.SyncWait)
 		if err == nil {
-			// The group before this one failed after this one was
-			// applied: Pebble fails every later sync of a WAL whose
-			// write or sync failed, but the store does not count on it
-			// to keep tails from passing the lost records.
+			// If the group before this one failed after this one was
+			// applied, this one fails too: Pebble fails every later sync
+			// of a WAL whose write or sync failed, but the store does not
+			// count on it to keep tails from passing the lost records.
 			err = s.failure()
 		}
 		took := time.Since(a.began)
