@@ -343,8 +343,11 @@ func (p *AsyncPublisher) Outstanding() int {
 	return p.outstanding
 }
 
-// Flush waits until every publish made so far is confirmed or failed.
+// Flush sends the stream's open batch at once (it does not wait for its
+// linger) and waits until every publish made so far is confirmed or
+// failed.
 func (p *AsyncPublisher) Flush(ctx context.Context) error {
+	p.c.flushStream(p.stream)
 	p.mu.Lock()
 	idle := p.idle
 	p.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +35,12 @@ const batchHeadroom = 4 << 10
 // WithBatching sets how publishes to one stream are gathered into batches
 // (wire.PublishBatchSubject), the way Kafka's producer batches: concurrent
 // Publish calls on this Client and an AsyncPublisher's publishes alike.
-// A publish joins the open batch of its stream; the batch goes out at
-// once when no batch of the stream is in flight, when it holds maxRecords
-// records or maxBytes bytes, or linger after its first record, whichever
-// comes first, so no record waits longer than linger. Each record keeps its
+// A publish joins the open batch of its stream; the batch goes out when
+// it holds maxRecords records or maxBytes bytes, linger after its first
+// record, or once it holds more records than are in flight and every
+// publisher the stream's last replies released is back (closed-loop
+// callers travel together; dueLocked), whichever comes first, so no record
+// waits longer than linger. AsyncPublisher.Flush sends it at once. Each record keeps its
 // own confirm and producer sequence, and is retried on its own terms (a
 // retry joins a later batch). linger 0 turns batching off: every publish
 // is its own request on wire.PublishSubject. maxRecords and maxBytes of 0
@@ -84,12 +85,11 @@ type batcher struct {
 	nextID   uint64
 	flights  map[uint64]*flight
 	closed   bool
-	// sizes is the sizes (records) of the last batches sent, in a ring;
-	// expect is how many records the open batch waits for besides the
-	// linger, set from them as each batch is sent (setExpectLocked).
-	sizes  [8]int
-	sizesN uint64 // batches sent; unsigned, so that it never turns negative
-	expect int
+	// inFlight is how many records the flights hold; returning is how
+	// many records of flights that ended since the last batch went have
+	// not come back as publishes (dueLocked).
+	inFlight  int
+	returning int
 	// holds counts the publishes batcherFor handed the batcher to whose
 	// add (or release) has not run yet: a held batcher is not dropped.
 	// It goes up under Client.batchMu only (batcherFor, without waiting
@@ -185,7 +185,7 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 	b := &batcher{
 		c: c, stream: stream, subject: wire.PublishBatchSubject(stream), prefix: c.nc.NewInbox() + ".",
 		maxRecords: min(c.opts.batchRecords, wire.MaxPublishBatchRecords), maxBytes: maxBytes,
-		flights: map[uint64]*flight{}, expect: math.MaxInt,
+		flights: map[uint64]*flight{},
 	}
 	b.holds.Store(1)
 	b.linger = time.AfterFunc(time.Hour, b.lingered)
@@ -286,13 +286,11 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.openID = id
 	b.open = append(b.open, it)
 	b.openSize += cost
+	if b.returning > 0 {
+		b.returning--
+	}
 	switch {
-	case len(b.flights) == 0, len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes, len(b.open) >= b.expect:
-		// Nothing in flight: waiting would only add latency; full: no
-		// reason to wait either; as large as the recent batches: the
-		// publishers a confirm released are back (closed-loop callers,
-		// as the group commit's wait in pkg/streamlog), and the linger
-		// would only add latency.
+	case len(b.open) >= b.maxRecords, b.openSize >= b.maxBytes, b.dueLocked():
 		b.sendLocked()
 	case len(b.open) == 1:
 		b.linger.Reset(b.c.opts.linger)
@@ -300,17 +298,29 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 	b.mu.Unlock()
 }
 
-// setExpectLocked sets expect once a batch was sent: the largest of the
-// last batches sent, or no bound (the linger decides) before eight were
-// sent. A batch sent early is no larger than that, so every eighth batch
-// waits for the linger alone, which lets the size grow when more
-// publishers join. Once per batch, not per publish.
-func (b *batcher) setExpectLocked() {
-	if b.sizesN < uint64(len(b.sizes)) || b.sizesN%uint64(len(b.sizes)) == 0 {
-		b.expect = math.MaxInt
-		return
-	}
-	b.expect = slices.Max(b.sizes[:])
+// dueLocked reports whether the open batch goes before it is full or its
+// linger ends: once it holds more records than are in flight and every
+// record the replies since the last batch released has come back.
+//
+// Why: much of a batch's cost is per batch, not per record (a request, a
+// group commit and its fsync on each copy, a reply, and the wake-ups of
+// each: about 1.8 ms of the bench machine's CPU a batch against 29 µs a
+// record, fitted to two workloads' batch sizes, docs/benchmarks.md,
+// "Session 59"), and callers are mostly closed loops, each publishing
+// again once confirmed (concurrent Publish calls, an AsyncPublisher's
+// window). A reply releases its batch's publishers at once; they come back
+// within microseconds, and the batch that waits for all of them carries
+// them together. Before, the first one back found nothing in flight and
+// went alone, the rest followed as a second batch, and batches alternated
+// one record and all the others. Records in flight
+// will be released too: while they are at least as many as the open
+// batch holds, waiting for them at least doubles it, so the open batch
+// waits (two groups of publishers merge instead of taking turns with half
+// batches); once they are fewer (nothing in flight, or a batch held up
+// somewhere), it goes. A publisher that does not come back, or one that
+// joins, costs at most the linger.
+func (b *batcher) dueLocked() bool {
+	return len(b.open) > 0 && b.returning == 0 && len(b.open) > b.inFlight
 }
 
 // lingered sends the open batch once its first record waited the linger.
@@ -343,9 +353,8 @@ func (b *batcher) lingered() {
 func (b *batcher) sendLocked() {
 	b.linger.Stop()
 	items := b.open
-	b.sizes[b.sizesN%uint64(len(b.sizes))] = len(items)
-	b.sizesN++
-	b.setExpectLocked()
+	b.inFlight += len(items)
+	b.returning = 0
 	b.open, b.openSize = nil, 0
 	b.nextID++
 	id := b.nextID
@@ -470,16 +479,16 @@ func (c *Client) BatchRoundTrips() (replies uint64, total time.Duration) {
 	return c.batchStats.replies.Load(), time.Duration(c.batchStats.rttNS.Load())
 }
 
-// take removes and returns flight id, or nil if another path took it. If
-// no flight is left, the open batch is queued at once rather than at the
-// end of its linger (queued): the caller then drains the sendQueue once it
-// settled the flight's records, so that their outcomes never wait for the
-// connection.
-func (b *batcher) take(id uint64) (fl *flight, queued bool) {
+// take removes and returns flight id, or nil if another path took it. Its
+// records count as returning from then (dueLocked): the open batch waits
+// for their publishers, whom the caller releases once it settles them.
+func (b *batcher) take(id uint64) (fl *flight) {
 	b.mu.Lock()
 	fl = b.flights[id]
 	if fl != nil {
 		delete(b.flights, id)
+		b.inFlight -= len(fl.items)
+		b.returning += len(fl.items)
 		fl.ended.Store(true)
 		if fl.timer != nil {
 			fl.timer.Stop()
@@ -488,10 +497,6 @@ func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 			fl.slow.Stop()
 		}
 		fl.stopConn()
-		if len(b.flights) == 0 && len(b.open) > 0 && !b.closed {
-			b.sendLocked()
-			queued = true
-		}
 		if len(b.flights) == 0 && len(b.open) == 0 {
 			b.idle = time.Now()
 		}
@@ -504,20 +509,16 @@ func (b *batcher) take(id uint64) (fl *flight, queued bool) {
 	if fl != nil && fl.watched != nil {
 		fl.watched(wire.PublishConfirm{})
 	}
-	return fl, queued
+	return fl
 }
 
 // fail ends flight id with err for every record of it.
 func (b *batcher) fail(id uint64, err error) {
-	fl, queued := b.take(id)
-	if fl != nil {
+	if fl := b.take(id); fl != nil {
 		b.offLink(fl)
 		for _, it := range fl.items {
 			it.done(wire.PublishConfirm{}, err)
 		}
-	}
-	if queued {
-		b.c.sends.drain()
 	}
 }
 
@@ -528,12 +529,9 @@ func (b *batcher) onReply(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	fl, queued := b.take(id)
+	fl := b.take(id)
 	if fl == nil {
 		return // a reply after the flight failed; its records retry
-	}
-	if queued {
-		defer b.c.sends.drain() // once this flight's records are settled
 	}
 	if !fl.sent.IsZero() { // a reply can beat sent to b.mu
 		b.c.batchStats.replies.Add(1)
@@ -601,6 +599,25 @@ func (b *batcher) offLink(fl *flight) {
 // close sends the open batch and takes no more records; the flights end
 // with their replies or their timers, and the last one to end removes the
 // reply subscription (on a connection New was given, which stays open).
+// flushStream sends the stream's open batch at once, if it has one:
+// whoever flushes waits for its records and will not publish more until
+// they are confirmed, so they must not wait for the linger or for
+// publishers to come back (dueLocked).
+func (c *Client) flushStream(stream string) {
+	c.batchMu.Lock()
+	b := c.batchers[stream]
+	c.batchMu.Unlock()
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.open) > 0 && !b.closed {
+		b.sendLocked()
+	}
+	b.mu.Unlock()
+	c.sends.drain()
+}
+
 func (b *batcher) close() {
 	b.mu.Lock()
 	if len(b.open) > 0 {

@@ -115,66 +115,115 @@ func (o *batchOwner) holdBatch(n int) (release func()) {
 	return func() { close(ch) }
 }
 
-// Concurrent Publish calls share batches: with a long linger, the first
-// goes out alone (nothing in flight), the others gather while it is in
-// flight and go out together when it is answered (not after the linger);
-// each record gets its own confirm.
-func TestBatchGathersConcurrentPublishes(t *testing.T) {
+// Publishes share batches: the open batch goes once it holds more records
+// than are in flight, not at its linger (a minute here), and not while
+// the records in flight, which will be released and may come back, are at
+// least as many as it holds; a Flush sends it at once. Each record gets
+// its own confirm at its own offset.
+func TestBatchGoesOnceLargerThanInFlight(t *testing.T) {
 	url := startNATS(t)
 	o := newBatchOwner(t, url)
 	release := o.holdBatch(0)
 	c := connectClient(t, url, WithBatching(time.Minute, 0, 0))
 	ctx := ctxTimeout(t, 10*time.Second)
-	const n = 50
-	offsets := make(chan uint64, n)
-	var wg sync.WaitGroup
+	p, err := c.NewAsyncPublisher("x", AsyncConfig{Window: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var futures []*Future
 	publish := func(i int) {
-		defer wg.Done()
-		pc, err := c.Publish(ctx, "x", fmt.Appendf(nil, "r%d", i))
+		t.Helper()
+		f, err := p.PublishAsync(ctx, fmt.Appendf(nil, "r%d", i))
 		if err != nil {
-			t.Errorf("publish %d: %v", i, err)
-			return
+			t.Fatal(err)
 		}
-		offsets <- pc.Offset
+		futures = append(futures, f)
 	}
-	wg.Add(1)
-	go publish(0)
-	if got := <-o.got; got != 1 {
-		t.Fatalf("first batch of %d records, want 1", got)
-	}
-	wg.Add(n - 1)
-	for i := 1; i < n; i++ {
-		go publish(i)
-	}
-	// Wait until all the others are queued in the open batch.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		b, _ := c.batcherFor("x", nil, publishOpts{})
-		b.mu.Lock()
-		queued := len(b.open)
-		b.mu.Unlock()
-		b.release()
-		if queued == n-1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d publishes queued, want %d", queued, n-1)
+	nextBatch := func(want int, what string) {
+		t.Helper()
+		select {
+		case got := <-o.got:
+			if got != want {
+				t.Fatalf("%s: a batch of %d records, want %d", what, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no batch in 5 s (the linger is a minute)", what)
 		}
 	}
+	noBatch := func(what string) {
+		t.Helper()
+		select {
+		case got := <-o.got:
+			t.Fatalf("%s: a batch of %d records went", what, got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	publish(0)
+	nextBatch(1, "nothing in flight") // held by the owner from now on
+	publish(1)
+	noBatch("one record open, one in flight")
+	publish(2)
+	nextBatch(2, "two open, one in flight") // answered at once
+	publish(3)
+	noBatch("one open, one in flight, two released and not back")
+	flushed := make(chan error, 1)
+	go func() { flushed <- p.Flush(ctx) }()
+	nextBatch(1, "Flush")
 	release()
-	if got := <-o.got; got != n-1 {
-		t.Fatalf("second batch of %d records, want %d", got, n-1)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	if batches, records := c.BatchStats(); batches != 2 || records != n {
-		t.Fatalf("BatchStats %d batches of %d records, want 2 of %d", batches, records, n)
-	}
-	close(offsets)
 	seen := map[uint64]bool{}
-	for off := range offsets {
-		if seen[off] || off >= n {
-			t.Fatalf("offset %d twice or out of range", off)
+	for i, f := range futures {
+		pc, err := f.Result()
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
 		}
-		seen[off] = true
+		if seen[pc.Offset] || pc.Offset >= uint64(len(futures)) {
+			t.Fatalf("offset %d twice or out of range", pc.Offset)
+		}
+		seen[pc.Offset] = true
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Closed-loop publishers, each publishing again once confirmed, travel
+// together: a reply releases its batch's publishers, and the open batch
+// waits until all of them are back rather than sending the first one
+// alone (which split them into a batch of one and one of the rest, taking
+// turns: twice the batches for the same records). Nor does it wait for
+// the linger.
+func TestBatchWaitsForTheReleasedPublishers(t *testing.T) {
+	url := startNATS(t)
+	sizes := make(chan int, 4096)
+	answerLater(t, responderConn(t, url), func(b *frame.PubBatch) time.Duration {
+		sizes <- len(b.Records)
+		return 2 * time.Millisecond
+	})
+	const linger, publishers, run = 50 * time.Millisecond, 16, 600 * time.Millisecond
+	c := connectClient(t, url, WithBatching(linger, 0, 0))
+	publishClosedLoop(t, c, ctxTimeout(t, 20*time.Second), publishers, run)
+	close(sizes)
+	var all []int
+	for n := range sizes {
+		all = append(all, n)
+	}
+	// The publishers start apart and merge within the first batches; the
+	// last ones stop at different times.
+	const settle = 8
+	if len(all) < 4*int(run/linger) {
+		t.Fatalf("%d batches in %v: the linger (%v) sent them, not their publishers' return", len(all), run, linger)
+	}
+	full := 0
+	for _, n := range all[settle : len(all)-settle] {
+		if n == publishers {
+			full++
+		}
+	}
+	if mid := len(all) - 2*settle; full < mid*9/10 {
+		t.Fatalf("%d of %d batches held all %d publishers (sizes %v)", full, mid, publishers, all)
 	}
 }
 
@@ -461,37 +510,19 @@ func TestBatchCloseOnSharedConnUnsubscribes(t *testing.T) {
 }
 
 // Closed-loop publishers (each publishes its next record once the last is
-// confirmed) do not wait for the linger while other batches stay in
-// flight: once the batcher has seen their number, a batch as large as the
-// recent ones goes at once. Here one record is held by the owner for the
+// confirmed) do not wait for the linger while another batch stays in
+// flight: once all of them are back, their batch holds more records than
+// are in flight and goes at once. Here one record is held by the owner for the
 // whole run, so a batch is always in flight, and the others' batches are
 // answered 3 ms after they come; waiting for the 30 ms linger, 16
 // publishers would be confirmed about 16 times per linger.
 func TestBatchClosedLoopSkipsTheLinger(t *testing.T) {
 	url := startNATS(t)
-	nc := responderConn(t, url)
-	var next atomic.Uint64
-	subscribe(t, nc, wire.PublishBatchSubject("x"), func(m *nats.Msg) {
-		b, err := frame.DecodePubBatch(m.Data)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		delay := 3 * time.Millisecond
+	answerLater(t, responderConn(t, url), func(b *frame.PubBatch) time.Duration {
 		if len(b.Records) == 1 && string(b.Records[0].Data) == "slow" {
-			delay = 1800 * time.Millisecond // below the request timeout
+			return 1800 * time.Millisecond // below the request timeout
 		}
-		r := &frame.PubReply{Copies: 2, W: 2}
-		for range b.Records {
-			r.Results = append(r.Results, frame.PubResult{Offset: next.Add(1) - 1})
-		}
-		time.AfterFunc(delay, func() {
-			reply := nats.NewMsg(m.Reply)
-			reply.Header.Set(wire.HeaderStreamID, "1")
-			reply.Header.Set(wire.HeaderEpoch, "1")
-			reply.Data = frame.AppendPubReply(nil, r)
-			_ = nc.PublishMsg(reply)
-		})
+		return 3 * time.Millisecond
 	})
 	const linger = 30 * time.Millisecond
 	c := connectClient(t, url, WithBatching(linger, 0, 0))
@@ -503,6 +534,46 @@ func TestBatchClosedLoopSkipsTheLinger(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	const publishers, run = 16, 1200 * time.Millisecond
+	confirmed := publishClosedLoop(t, c, ctx, publishers, run)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	// Waiting for the linger: about publishers per linger. Going once
+	// they are back (dueLocked): several times that.
+	lingerBound := int64(publishers * (run/linger + 2))
+	t.Logf("%d records confirmed in %v (the linger alone allows about %d)", confirmed, run, lingerBound)
+	if got := confirmed; got < lingerBound*3/2 {
+		t.Fatalf("%d records confirmed in %v, want over %d (the linger alone allows about %d)", got, run, lingerBound*3/2, lingerBound)
+	}
+}
+
+// answerLater serves publish batches to stream "x" on nc: it numbers their
+// records from 0 in arrival order and answers each batch after delay(b).
+func answerLater(t *testing.T, nc *nats.Conn, delay func(b *frame.PubBatch) time.Duration) {
+	var next atomic.Uint64
+	subscribe(t, nc, wire.PublishBatchSubject("x"), func(m *nats.Msg) {
+		b, err := frame.DecodePubBatch(m.Data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		r := &frame.PubReply{Copies: 2, W: 2}
+		for range b.Records {
+			r.Results = append(r.Results, frame.PubResult{Offset: next.Add(1) - 1})
+		}
+		time.AfterFunc(delay(b), func() {
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(wire.HeaderStreamID, "1")
+			reply.Header.Set(wire.HeaderEpoch, "1")
+			reply.Data = frame.AppendPubReply(nil, r)
+			_ = nc.PublishMsg(reply)
+		})
+	})
+}
+
+// publishClosedLoop runs publishers goroutines that each publish to "x"
+// again once confirmed, for run, and returns how many were confirmed.
+func publishClosedLoop(t *testing.T, c *Client, ctx context.Context, publishers int, run time.Duration) int64 {
 	var confirmed atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(run)
@@ -520,14 +591,5 @@ func TestBatchClosedLoopSkipsTheLinger(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if err := <-slow; err != nil {
-		t.Fatal(err)
-	}
-	// Waiting for the linger: about publishers per linger. Skipping it
-	// but for every eighth batch (setExpectLocked): several times that.
-	lingerBound := int64(publishers * (run/linger + 2))
-	t.Logf("%d records confirmed in %v (the linger alone allows about %d)", confirmed.Load(), run, lingerBound)
-	if got := confirmed.Load(); got < lingerBound*3/2 {
-		t.Fatalf("%d records confirmed in %v, want over %d (the linger alone allows about %d)", got, run, lingerBound*3/2, lingerBound)
-	}
+	return confirmed.Load()
 }

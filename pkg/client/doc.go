@@ -79,13 +79,13 @@
 // Publishes to one stream are gathered into batches (WithBatching), as
 // Kafka's producer does: concurrent Publish calls on one Client and an
 // AsyncPublisher's publishes alike join the stream's open batch, which goes
-// out as one request (wire.PublishBatchSubject, a frame.PubBatch) at once
-// when no batch of the stream is in flight, when it is full (records or
-// bytes), when it holds as many records as the largest of the last eight
-// batches sent (closed-loop publishers released by a confirm are back;
-// every eighth batch waits for the linger alone, so that the size can
-// grow), or DefaultLinger (1ms) after its first record, whichever comes
-// first. The owner writes a batch in one group commit and answers once for
+// out as one request (wire.PublishBatchSubject, a frame.PubBatch) when it
+// is full (records or bytes), DefaultLinger (1ms) after its first record,
+// on AsyncPublisher.Flush, or as soon as it holds more records than the
+// stream has in flight and every record the stream's replies released
+// since the last batch went is back as a publish, whichever comes first:
+// closed-loop publishers released by one reply travel together in the next
+// batch, instead of the first one back going alone (batch.go, dueLocked). The owner writes a batch in one group commit and answers once for
 // all of its records; each record still has its own confirm (or error) and
 // its own producer sequence. A batch refused whole, timed out or lost in a
 // failover is retried record by record under the rules below, each retry

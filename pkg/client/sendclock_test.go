@@ -23,7 +23,8 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	release := o.holdBatch(0)
 	proxy := nettest.NewStallProxy(t, url)
 	// A linger far longer than the test: the second record goes out only
-	// when the first batch's reply comes, from the reply's callback.
+	// when the first record's publisher is back with a third, from that
+	// publish.
 	c := connectClient(t, proxy.URL(), WithBatching(time.Minute, 0, 0),
 		WithRequestTimeout(time.Second), WithOwnerProbe(0))
 	ctx := ctxTimeout(t, 20*time.Second)
@@ -47,11 +48,14 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	proxy.Pause()
 	stopFiller := nettest.BlockWrites(t, c.nc)
 
-	// The first batch's reply sends the second batch, whose PublishMsg
-	// now waits for the connection: longer than the request timeout. The
-	// first record's confirm does not wait for it (its batcher's lock is
-	// not held across the send, nor is the reply's callback sending
-	// before it settled the records).
+	// The first batch's reply confirms the first record, whose publisher
+	// comes back with a third: that sends the second batch (the client
+	// pinned the stream id from the reply, so the third record, naming
+	// it, cannot join the open batch, which goes first and alone), whose
+	// PublishMsg now waits for the connection, longer than the request
+	// timeout. The first record's confirm does not wait for any send (the
+	// reply's callback sends nothing). The third record waits for its
+	// linger, past the test's end.
 	release()
 	released := time.Now()
 	select {
@@ -62,6 +66,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the first record's confirm waited for the second batch's send")
 	}
+	go func() { _, _ = c.Publish(ctx, "x", []byte("c"), WithProducer("p", 3)) }()
 	time.Sleep(time.Until(released.Add(1500 * time.Millisecond)))
 	proxy.Resume()
 	stopFiller()
@@ -74,7 +79,7 @@ func TestBatchTimeoutStartsWhenTheBatchLeaves(t *testing.T) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.batches) != 2 {
-		t.Errorf("the owner got %d batches, want 2 (one per record, none repeated)", len(o.batches))
+		t.Errorf("the owner got %d batches, want 2 (one per record sent, none repeated)", len(o.batches))
 	}
 }
 
