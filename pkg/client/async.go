@@ -345,7 +345,7 @@ func (p *AsyncPublisher) Outstanding() int {
 
 // Flush sends the stream's open batch at once (it does not wait for its
 // linger) and waits until every publish made so far is confirmed or
-// failed.
+// failed; a retry made meanwhile joins a later batch within its linger.
 func (p *AsyncPublisher) Flush(ctx context.Context) error {
 	p.c.flushStream(p.stream)
 	p.mu.Lock()

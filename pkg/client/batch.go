@@ -20,8 +20,8 @@ import (
 
 // Defaults of publish batching (WithBatching).
 const (
-	// DefaultLinger is how long a publish may wait for others to share
-	// its batch while another batch of its stream is in flight.
+	// DefaultLinger is the longest a publish waits for others to share
+	// its batch (WithBatching).
 	DefaultLinger = time.Millisecond
 	// DefaultBatchRecords and DefaultBatchBytes bound one batch.
 	DefaultBatchRecords = 512
@@ -37,10 +37,11 @@ const batchHeadroom = 4 << 10
 // Publish calls on this Client and an AsyncPublisher's publishes alike.
 // A publish joins the open batch of its stream; the batch goes out when
 // it holds maxRecords records or maxBytes bytes, linger after its first
-// record, or once it holds more records than are in flight and every
-// publisher the stream's last replies released is back (closed-loop
-// callers travel together; dueLocked), whichever comes first, so no record
-// waits longer than linger. AsyncPublisher.Flush sends it at once. Each record keeps its
+// record, or once it holds more records than are in flight and as many
+// publishes came since the last batch went as the stream's replies since
+// then released (closed-loop callers travel together; dueLocked),
+// whichever comes first, so no record waits longer than linger; Close and
+// AsyncPublisher.Flush send it at once. Each record keeps its
 // own confirm and producer sequence, and is retried on its own terms (a
 // retry joins a later batch). linger 0 turns batching off: every publish
 // is its own request on wire.PublishSubject. maxRecords and maxBytes of 0
@@ -86,8 +87,9 @@ type batcher struct {
 	flights  map[uint64]*flight
 	closed   bool
 	// inFlight is how many records the flights hold; returning is how
-	// many records of flights that ended since the last batch went have
-	// not come back as publishes (dueLocked).
+	// many records the flights that ended since the last batch went held,
+	// less the publishes added since (any publish counts: a closed-loop
+	// caller's next one is its confirmed record coming back; dueLocked).
 	inFlight  int
 	returning int
 	// holds counts the publishes batcherFor handed the batcher to whose
@@ -299,8 +301,9 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 }
 
 // dueLocked reports whether the open batch goes before it is full or its
-// linger ends: once it holds more records than are in flight and every
-// record the replies since the last batch released has come back.
+// linger ends: once it holds more records than are in flight and as many
+// publishes came since the last batch went as the replies since then
+// released records (returning is 0).
 //
 // Why: much of a batch's cost is per batch, not per record (a request, a
 // group commit and its fsync on each copy, a reply, and the wake-ups of
@@ -596,13 +599,11 @@ func (b *batcher) offLink(fl *flight) {
 	}
 }
 
-// close sends the open batch and takes no more records; the flights end
-// with their replies or their timers, and the last one to end removes the
-// reply subscription (on a connection New was given, which stays open).
 // flushStream sends the stream's open batch at once, if it has one:
 // whoever flushes waits for its records and will not publish more until
 // they are confirmed, so they must not wait for the linger or for
-// publishers to come back (dueLocked).
+// publishers to come back (dueLocked). Records that join after it (a
+// retry) go by the usual rules, within their linger.
 func (c *Client) flushStream(stream string) {
 	c.batchMu.Lock()
 	b := c.batchers[stream]
@@ -618,6 +619,9 @@ func (c *Client) flushStream(stream string) {
 	c.sends.drain()
 }
 
+// close sends the open batch and takes no more records; the flights end
+// with their replies or their timers, and the last one to end removes the
+// reply subscription (on a connection New was given, which stays open).
 func (b *batcher) close() {
 	b.mu.Lock()
 	if len(b.open) > 0 {

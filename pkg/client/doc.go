@@ -81,11 +81,12 @@
 // AsyncPublisher's publishes alike join the stream's open batch, which goes
 // out as one request (wire.PublishBatchSubject, a frame.PubBatch) when it
 // is full (records or bytes), DefaultLinger (1ms) after its first record,
-// on AsyncPublisher.Flush, or as soon as it holds more records than the
-// stream has in flight and every record the stream's replies released
-// since the last batch went is back as a publish, whichever comes first:
-// closed-loop publishers released by one reply travel together in the next
-// batch, instead of the first one back going alone (batch.go, dueLocked). The owner writes a batch in one group commit and answers once for
+// on Close or AsyncPublisher.Flush, or as soon as it holds more records
+// than the stream has in flight and as many publishes came since the last
+// batch went as the stream's replies since then released records,
+// whichever comes first: closed-loop publishers released by one reply
+// travel together in the next batch, instead of the first one back going
+// alone (batch.go, dueLocked). The owner writes a batch in one group commit and answers once for
 // all of its records; each record still has its own confirm (or error) and
 // its own producer sequence. A batch refused whole, timed out or lost in a
 // failover is retried record by record under the rules below, each retry
@@ -219,8 +220,8 @@
 //     under it, so first attempts go out in call order; sent and take
 //     start or stop an attempt's timer, reconnect hook and owner watch
 //     under it.
-//   - batcher.mu guards the open batch, openID, nextID, flights and
-//     closed. A batch is pushed on the sendQueue under it (sendLocked),
+//   - batcher.mu guards the open batch, openID, nextID, flights,
+//     inFlight, returning and closed. A batch is pushed on the sendQueue under it (sendLocked),
 //     which keeps a stream's batches in order; flight.ended and
 //     pending.ended are atomics set under it and read by the goroutine
 //     that drains the queue.
