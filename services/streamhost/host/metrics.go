@@ -107,7 +107,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Publishes answered with an error, by its code (error.type)."))
 	add(err)
 	m.confirmDur, err = mt.Float64Histogram("brook.host.publish.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from the append that wrote a publish to its confirm."),
+		metric.WithDescription("Time from the append that wrote a publish to its confirm, once per reply (a publish batch's records share one)."),
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
 	add(err)
 	m.appendRecs, err = mt.Int64Counter("brook.host.append.records", metric.WithUnit("{record}"),
