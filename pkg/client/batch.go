@@ -41,9 +41,9 @@ const batchHeadroom = 4 << 10
 // publishes came since the last batch went as the stream's replies since
 // then released (closed-loop callers travel together; dueLocked),
 // whichever comes first, so no record waits longer than linger; Close and
-// AsyncPublisher.Flush send it at once. Each record keeps its
-// own confirm and producer sequence, and is retried on its own terms (a
-// retry joins a later batch). linger 0 turns batching off: every publish
+// AsyncPublisher.Flush send it at once. Each record keeps its own confirm
+// and producer sequence, and is retried on its own terms (a retry joins a
+// later batch). linger 0 turns batching off: every publish
 // is its own request on wire.PublishSubject. maxRecords and maxBytes of 0
 // keep the defaults; the batch is also kept under the connection's payload
 // limit and wire.MaxPublishBatchRecords. A record too large for a batch,
@@ -315,13 +315,14 @@ func (b *batcher) add(data []byte, o publishOpts, done func(wire.PublishConfirm,
 // within microseconds, and the batch that waits for all of them carries
 // them together. Before, the first one back found nothing in flight and
 // went alone, the rest followed as a second batch, and batches alternated
-// one record and all the others. Records in flight
-// will be released too: while they are at least as many as the open
-// batch holds, waiting for them at least doubles it, so the open batch
-// waits (two groups of publishers merge instead of taking turns with half
-// batches); once they are fewer (nothing in flight, or a batch held up
-// somewhere), it goes. A publisher that does not come back, or one that
-// joins, costs at most the linger.
+// one record and all the others. Records in flight will be released too:
+// while they are at least as many as the open batch holds, waiting for
+// them at least doubles it, so the open batch waits (two groups of
+// publishers merge instead of taking turns with half batches); once they
+// are fewer (nothing in flight, or a batch held up somewhere), it goes. A
+// publisher that does not come back, or one that joins, costs at most the
+// linger: an open-loop caller publishing slower than a round trip may see
+// its records wait for it where they went at once before.
 func (b *batcher) dueLocked() bool {
 	return len(b.open) > 0 && b.returning == 0 && len(b.open) > b.inFlight
 }
