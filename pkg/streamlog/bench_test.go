@@ -17,6 +17,15 @@ import (
 
 const benchRecordSize = 256
 
+// benchRecords returns n records of benchRecordSize bytes, for one Append.
+func benchRecords(n int) [][]byte {
+	recs := make([][]byte, n)
+	for i := range recs {
+		recs[i] = bytes.Repeat([]byte{'x'}, benchRecordSize)
+	}
+	return recs
+}
+
 var benchAppenders = []int{1, 16, 256}
 
 // BenchmarkAppendSynced measures synced append throughput of 256-byte
@@ -399,10 +408,7 @@ func BenchmarkAppendWrittenPipelined(b *testing.B) {
 	const batch, ahead = 64, 6
 	s := openTest(b, b.TempDir(), nil)
 	c := mustCreate(b, s, "bench", 1)
-	data := make([][]byte, batch)
-	for i := range data {
-		data[i] = bytes.Repeat([]byte{'x'}, benchRecordSize)
-	}
+	data := benchRecords(batch)
 	ctx := context.Background()
 	var queued []func(context.Context) error
 	g0 := s.stats.groups.Load()
@@ -442,10 +448,7 @@ func BenchmarkAppendWrittenPipelined(b *testing.B) {
 func BenchmarkAppendBatches(b *testing.B) {
 	s := openTest(b, b.TempDir(), nil)
 	c := mustCreate(b, s, "bench", 1)
-	batch := make([][]byte, 80)
-	for i := range batch {
-		batch[i] = bytes.Repeat([]byte{'x'}, benchRecordSize)
-	}
+	batch := benchRecords(80)
 	ctx := context.Background()
 	calls := (b.N + len(batch) - 1) / len(batch)
 	var wg sync.WaitGroup

@@ -1,7 +1,6 @@
 package streamlog
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -23,10 +22,7 @@ func BenchmarkAppendStaggered(b *testing.B) {
 			b.Run(fmt.Sprintf("appenders=%d/pause=%v", appenders, pause), func(b *testing.B) {
 				s := openTest(b, b.TempDir(), nil)
 				c := mustCreate(b, s, "bench", 1)
-				batch := make([][]byte, 32)
-				for i := range batch {
-					batch[i] = bytes.Repeat([]byte{'x'}, benchRecordSize)
-				}
+				batch := benchRecords(32)
 				ctx := context.Background()
 				var issued, latency atomic.Int64
 				var wg sync.WaitGroup
