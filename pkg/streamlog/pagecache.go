@@ -22,8 +22,9 @@ import (
 // In one profile at window 256 the hosts' file writes were 7.6% of the
 // machine, most of it a flush's blob files; in one with the files
 // dropped, 2.7% (docs/benchmarks.md, "Session 58", where the rate did
-// not move beyond the machine's spread). WAL files need none of this:
-// Pebble writes a recycled WAL file over pages it wrote before.
+// not move beyond the machine's spread). WAL files are left alone: Pebble
+// recycles them, so once a store has run a while it writes its WAL over
+// pages it wrote before (a fresh store's first WAL files are new).
 //
 // What it costs: a read of a dropped file goes to the device. A store
 // reads records back from its memtables while they are young (an owner
