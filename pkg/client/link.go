@@ -69,8 +69,12 @@ const (
 	linkReadFresh = time.Second
 )
 
-// errLinkDown is a send on a client link connection that closed.
-var errLinkDown = errors.New("the client link closed")
+// errLinkDown is a send on a client link connection that closed. The
+// message was not written, so a batch that gets it is retried as one
+// whose connection closed while it waited (a disconnect): which of the
+// two a batch sees first depends on whether its send or the connection's
+// context noticed the close first.
+var errLinkDown = fmt.Errorf("the client link closed: %w", nats.ErrDisconnected)
 
 // clientLink is the client's side of the client link: its certificate,
 // each stream's way to its owner host, and the connections up.
