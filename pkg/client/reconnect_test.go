@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/brook-streams/brook/pkg/frame"
 	"github.com/brook-streams/brook/pkg/wire"
 )
 
@@ -27,18 +28,25 @@ func natsOnPort(t *testing.T, port int) *server.Server {
 	return s
 }
 
-// A publish whose request was lost with its connection (the server went
-// away and the client reconnected) is retried as soon as the connection
-// is back, not after the request timeout: before, it waited the whole
-// timeout (here 20 s) although the owner answered the retry at once.
-func TestRequestLostInAReconnectIsRetriedAtOnce(t *testing.T) {
+// natsOnFreePort runs an embedded nats-server on a free port, which a
+// test can start another on once it shut this one down.
+func natsOnFreePort(t *testing.T) (int, *server.Server) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
-	s := natsOnPort(t, port)
+	return port, natsOnPort(t, port)
+}
+
+// A publish whose request was lost with its connection (the server went
+// away and the client reconnected) is retried as soon as the connection
+// is back, not after the request timeout: before, it waited the whole
+// timeout (here 20 s) although the owner answered the retry at once.
+func TestRequestLostInAReconnectIsRetriedAtOnce(t *testing.T) {
+	port, s := natsOnFreePort(t)
 	url := s.ClientURL()
 
 	var got atomic.Int32
@@ -77,5 +85,49 @@ func TestRequestLostInAReconnectIsRetriedAtOnce(t *testing.T) {
 	}
 	if got.Load() < 2 {
 		t.Fatalf("%d attempts reached the owner, want the retry too", got.Load())
+	}
+}
+
+// A batch that does not fit the connection's reconnect buffer while the
+// server is away was not sent: it is retried, as one sent in the
+// reconnect and lost with it, and confirms once the server is back.
+// (Before, the publish returned nats.ErrReconnectBufExceeded at once.)
+func TestBatchOverTheReconnectBufferIsRetried(t *testing.T) {
+	port, s := natsOnFreePort(t)
+	url := s.ClientURL()
+	svc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	answerLater(t, svc, func(*frame.PubBatch) time.Duration { return 0 })
+	c := connectClient(t, url, WithBatching(time.Millisecond, 0, 0), WithRetry(0, 20*time.Second),
+		WithOwnerProbe(0), WithStreamPinning(false), WithNATSOptions(nats.ReconnectBufSize(64)))
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	for !c.nc.IsReconnecting() {
+		time.Sleep(time.Millisecond)
+	}
+	// The first batch fills the buffer (a message goes in whole if the
+	// buffer had room before it); the second finds it full.
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.Publish(ctxTimeout(t, 30*time.Second), "x", make([]byte, 1024))
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a publish ended while the server was away: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	natsOnPort(t, port)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("publish: %v", err)
+		}
 	}
 }

@@ -20,8 +20,9 @@ import (
 // placement adds a copy; a publish refused on arrival was not written, but
 // one already waiting when the floor rose was, and may still be delivered,
 // as with sealed, so only a producer id keeps its retry from writing it
-// twice). Everything else,
-// confirm_timeout included, goes back to the caller.
+// twice). A request the connection refused to buffer while it reconnects
+// (its reconnect buffer full) was not sent, and is retried too.
+// Everything else, confirm_timeout included, goes back to the caller.
 func retryable(err error) bool {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders),
@@ -29,7 +30,8 @@ func retryable(err error) bool {
 		errors.Is(err, ErrOwnerLost),
 		errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrConnectionReconnecting):
+		errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
 		return true
 	}
 	var werr *wire.Error
