@@ -142,7 +142,9 @@ func WithTLS(caFile, certFile, keyFile string) Option {
 	return func(o *options) { o.tls, o.tlsCA, o.tlsCert, o.tlsKey = true, caFile, certFile, keyFile }
 }
 
-// WithNATSOptions adds options to the NATS connection Connect makes.
+// WithNATSOptions adds options to the NATS connection Connect makes. A
+// publish the connection refuses while it reconnects, its reconnect buffer
+// full (nats.ReconnectBufSize), is retried within WithRetry's limits.
 func WithNATSOptions(opts ...nats.Option) Option {
 	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
 }
@@ -340,8 +342,8 @@ func (c *Client) Close() error {
 	c.sends.flush()
 	// The client link closes last: replies to batches on it still come
 	// while the connection drains. Batches still in flight on it then fail
-	// (and are not retried, the client being closed), as those on the bus
-	// whose replies come after the drain go unanswered.
+	// (a retry finds the client closed and ends with ErrClosed), as those
+	// on the bus whose replies come after the drain go unanswered.
 	if c.link != nil {
 		defer c.link.close()
 	}

@@ -72,7 +72,12 @@
 // stream requests and of admin requests apart, probes, stream.info), the
 // stream requests' retries by why the attempt before failed (no
 // responders, timeout, abandoned for a newer owner, other) and the owner
-// notices heard.
+// notices heard. A request the connection did not send is retried under
+// the same limits: one its client link connection refused as it closed,
+// and one the NATS connection refused while it reconnects because its
+// reconnect buffer was full (nats.ErrReconnectBufExceeded; with
+// nats.ReconnectBufSize(-1) in WithNATSOptions, every publish during a
+// reconnect is refused so and retried, up to WithRetry's limits).
 //
 // # Batching
 //
@@ -112,7 +117,8 @@
 // batch is the same: its reply subject, its reply, its records' confirms,
 // retries and producer sequences. The stream's batches go over the bus
 // until its connection is up, whenever it closes (the batches in flight
-// on it are retried at once, as after a reconnect), and for a second
+// on it fail at once, rather than waiting out their timeout, and are
+// retried, as after a reconnect), and for a second
 // after any batch on it that was not confirmed whole, after which the
 // client asks the owner again over the bus. LinkedBatches counts the
 // batches sent on it. A batch is not held back while the way changes, so

@@ -69,11 +69,14 @@ const (
 	linkReadFresh = time.Second
 )
 
-// errLinkDown is a send on a client link connection that closed. The
-// message was not written, so a batch that gets it is retried as one
-// whose connection closed while it waited (a disconnect): which of the
-// two a batch sees first depends on whether its send or the connection's
-// context noticed the close first.
+// errLinkDown is a send on a client link connection that closed (or that
+// send closed: over linkMaxBuffered queued). A batch that gets it is
+// retried as one whose connection closed while it waited (a disconnect):
+// which of the two a batch sees first depends on whether its send or the
+// connection's context noticed the close first. Its message was refused
+// by the closed queue, or, past the backlog, queued as the connection
+// closed, where it may still be written as any batch in flight on a
+// closing connection may: producer ids make those retries exact.
 var errLinkDown = fmt.Errorf("the client link closed: %w", nats.ErrDisconnected)
 
 // clientLink is the client's side of the client link: its certificate,

@@ -106,8 +106,10 @@ func TestBatchOverTheReconnectBufferIsRetried(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	for !c.nc.IsReconnecting() {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !c.nc.IsReconnecting(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the client's connection did not start reconnecting")
+		}
 	}
 	// The first batch fills the buffer (a message goes in whole if the
 	// buffer had room before it); the second finds it full.
@@ -123,6 +125,11 @@ func TestBatchOverTheReconnectBufferIsRetried(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("a publish ended while the server was away: %v", err)
 	case <-time.After(300 * time.Millisecond):
+	}
+	// A buffered batch waits for the reconnect without a retry: a retry
+	// while the server is away is the refused one's.
+	if n := c.Stats().Retries; n == 0 {
+		t.Fatal("no retry while the server was away: no batch was refused, the test proves nothing")
 	}
 	natsOnPort(t, port)
 	for range 2 {
