@@ -650,6 +650,13 @@ func (b *batcher) unsubscribe() {
 	})
 }
 
+// closed reports whether Close began (batchClosed, which it sets first).
+func (c *Client) closed() bool {
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	return c.batchClosed
+}
+
 // closeBatchers closes every batcher of the client (Close).
 func (c *Client) closeBatchers() {
 	c.batchMu.Lock()

@@ -27,7 +27,9 @@ var (
 	ErrNoSuchStream = errors.New("brook: no such stream")
 	// ErrTimeout means one attempt got no reply within the request timeout.
 	ErrTimeout = errors.New("brook: request timed out")
-	// ErrClosed is returned by an AsyncPublisher or Consumer after Close.
+	// ErrClosed is returned by an AsyncPublisher or Consumer after Close,
+	// by a batched publish after Client.Close, and by any request whose
+	// attempt failed after Client.Close began (it is not retried).
 	ErrClosed = errors.New("brook: closed")
 	// ErrOwnerLost means a publish attempt was abandoned because the owner
 	// it went to no longer serves the stream (see WithOwnerProbe); it is

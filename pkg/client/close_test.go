@@ -1,6 +1,8 @@
 package client
 
 import (
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -33,5 +35,40 @@ func TestCloseWhileReconnecting(t *testing.T) {
 	}
 	if !c.Conn().IsClosed() {
 		t.Fatal("the connection is not closed")
+	}
+}
+
+// TestRetryEndsAtClose: a request still retrying when Client.Close runs
+// ends with ErrClosed at its next retry, also where nothing else would
+// stop it: an unbatched publish on a connection the caller owns (New),
+// which stays open after Close. Before, it retried until its retry limit
+// (here 20 s).
+func TestRetryEndsAtClose(t *testing.T) {
+	url := startNATS(t)
+	nc := responderConn(t, url) // the caller's: Close leaves it open
+	c := New(nc, WithBatching(0, 0, 0), WithBackoff(time.Millisecond, 5*time.Millisecond),
+		WithRetry(0, 20*time.Second), WithLogger(slog.New(slog.DiscardHandler)))
+	done := make(chan error, 1)
+	go func() {
+		// Nobody owns "s": every attempt finds no responders.
+		_, err := c.Publish(ctxTimeout(t, 30*time.Second), "s", []byte("r"))
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the publish is not retrying")
+		}
+	}
+	closed := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("the publish ended with %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the publish still retries %v after Close", time.Since(closed).Round(time.Millisecond))
 	}
 }

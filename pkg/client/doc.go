@@ -77,7 +77,9 @@
 // and one the NATS connection refused while it reconnects because its
 // reconnect buffer was full (nats.ErrReconnectBufExceeded; with
 // nats.ReconnectBufSize(-1) in WithNATSOptions, every publish during a
-// reconnect is refused so and retried, up to WithRetry's limits).
+// reconnect is refused so and retried, up to WithRetry's limits). Nothing
+// is retried once Client.Close began: a request whose attempt fails then
+// ends with ErrClosed.
 //
 // # Batching
 //

@@ -118,6 +118,12 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if !retryable(err) {
 		return r.wrap(err)
 	}
+	if r.c.closed() {
+		// Nothing retries after Client.Close: on a connection the
+		// caller owns (New), which Close leaves open, a retry would go
+		// on until the limits ran out.
+		return r.wrap(fmt.Errorf("%w while retrying after: %w", ErrClosed, err))
+	}
 	r.lastErr = err
 	if wire.CodeOf(err) == wire.CodeRecovering {
 		r.status = wire.StatusRecovering
