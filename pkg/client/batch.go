@@ -173,7 +173,7 @@ func (c *Client) batcherFor(stream string, data []byte, o publishOpts) (*batcher
 		b.holds.Add(1)
 		return b, nil
 	}
-	if c.batchClosed {
+	if c.closing.Load() {
 		return nil, fmt.Errorf("publish %s: %w", stream, ErrClosed)
 	}
 	dropped = c.dropIdleBatchers(time.Now())
@@ -650,17 +650,10 @@ func (b *batcher) unsubscribe() {
 	})
 }
 
-// closed reports whether Close began (batchClosed, which it sets first).
-func (c *Client) closed() bool {
-	c.batchMu.Lock()
-	defer c.batchMu.Unlock()
-	return c.batchClosed
-}
-
 // closeBatchers closes every batcher of the client (Close).
 func (c *Client) closeBatchers() {
 	c.batchMu.Lock()
-	c.batchClosed = true
+	c.closing.Store(true)
 	bs := make([]*batcher, 0, len(c.batchers))
 	for _, b := range c.batchers {
 		bs = append(bs, b)

@@ -28,8 +28,9 @@ var (
 	// ErrTimeout means one attempt got no reply within the request timeout.
 	ErrTimeout = errors.New("brook: request timed out")
 	// ErrClosed is returned by an AsyncPublisher or Consumer after Close,
-	// by a batched publish after Client.Close, and by any request whose
-	// attempt failed after Client.Close began (it is not retried).
+	// by a publish that would join a batch after Client.Close, and by a
+	// request whose retry came after Client.Close began, wrapping its last
+	// attempt's error (a timed-out publish's record may have been written).
 	ErrClosed = errors.New("brook: closed")
 	// ErrOwnerLost means a publish attempt was abandoned because the owner
 	// it went to no longer serves the stream (see WithOwnerProbe); it is
@@ -202,12 +203,15 @@ type Client struct {
 	pins  map[string]uint64
 
 	// batchers gather publishes into batches, one per stream
-	// (batch.go); batchClosed once Close ran. batchPruneAt is how many
+	// (batch.go); closing is set under batchMu as Close begins, so that
+	// no batcher is made after it (batcherFor reads it under batchMu),
+	// and read without the lock by the retrier, which then retries
+	// nothing (retry.go). batchPruneAt is how many
 	// batchers make the next new one look for idle ones to drop, and
 	// batcherIdle how long one must have been idle (batcherIdleTTL).
 	batchMu      sync.Mutex
 	batchers     map[string]*batcher
-	batchClosed  bool
+	closing      atomic.Bool
 	batchPruneAt int
 	batcherIdle  time.Duration
 	// sends puts the batchers' batches on nc one goroutine at a time

@@ -38,15 +38,16 @@ func TestCloseWhileReconnecting(t *testing.T) {
 	}
 }
 
-// TestRetryEndsAtClose: a request still retrying when Client.Close runs
-// ends with ErrClosed at its next retry, also where nothing else would
-// stop it: an unbatched publish on a connection the caller owns (New),
-// which stays open after Close. Before, it retried until its retry limit
-// (here 20 s).
+// TestRetryEndsAtClose: a request retrying when Client.Close runs makes
+// no attempt after it and ends with ErrClosed, also where nothing else
+// would stop it: an unbatched publish on a connection the caller owns
+// (New), which stays open after Close. Before, it retried until its retry
+// limit (here 20 s). Close comes while the retry waits out its backoff
+// (250-500 ms), so the attempt after that wait is the one not made.
 func TestRetryEndsAtClose(t *testing.T) {
 	url := startNATS(t)
 	nc := responderConn(t, url) // the caller's: Close leaves it open
-	c := New(nc, WithBatching(0, 0, 0), WithBackoff(time.Millisecond, 5*time.Millisecond),
+	c := New(nc, WithBatching(0, 0, 0), WithBackoff(500*time.Millisecond, 500*time.Millisecond),
 		WithRetry(0, 20*time.Second), WithLogger(slog.New(slog.DiscardHandler)))
 	done := make(chan error, 1)
 	go func() {
@@ -54,12 +55,13 @@ func TestRetryEndsAtClose(t *testing.T) {
 		_, err := c.Publish(ctxTimeout(t, 30*time.Second), "s", []byte("r"))
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries < 2; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the publish is not retrying")
 		}
 	}
 	closed := time.Now()
+	attempts := c.Stats().PublishAttempts
 	if err := c.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -70,5 +72,8 @@ func TestRetryEndsAtClose(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("the publish still retries %v after Close", time.Since(closed).Round(time.Millisecond))
+	}
+	if n := c.Stats().PublishAttempts; n != attempts {
+		t.Fatalf("%d publish attempts after Close, want none", n-attempts)
 	}
 }

@@ -77,9 +77,12 @@
 // and one the NATS connection refused while it reconnects because its
 // reconnect buffer was full (nats.ErrReconnectBufExceeded; with
 // nats.ReconnectBufSize(-1) in WithNATSOptions, every publish during a
-// reconnect is refused so and retried, up to WithRetry's limits). Nothing
-// is retried once Client.Close began: a request whose attempt fails then
-// ends with ErrClosed.
+// reconnect is refused so and retried, up to WithRetry's limits). A retry
+// that comes after Client.Close began is not made: its request ends with
+// ErrClosed wrapping the last attempt's error (a timed-out publish's
+// record may have been written). A Client is not to be used after Close:
+// on a connection the caller owns (New), which Close leaves open, a
+// request begun then may still make its first attempt.
 //
 // # Batching
 //
@@ -233,8 +236,9 @@
 //     which keeps a stream's batches in order; flight.ended and
 //     pending.ended are atomics set under it and read by the goroutine
 //     that drains the queue.
-//   - Client.batchMu guards batchers, batchClosed, batchPruneAt and
-//     batcherIdle; batcher.mu also guards idle, and a batcher's holds (an
+//   - Client.batchMu guards batchers, batchPruneAt and
+//     batcherIdle, and closing is set under it (an atomic, which the
+//     retrier reads without it); batcher.mu also guards idle, and a batcher's holds (an
 //     atomic) goes up only under Client.batchMu and down under
 //     batcher.mu, so dropIdleBatchers, holding both, sees a hold it must
 //     spare; Client.pinMu guards pins; Client.watchMu guards watches and

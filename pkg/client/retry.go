@@ -108,7 +108,29 @@ func (r *retrier) markAttempt() {
 // next is called after a failed attempt. It returns nil when another
 // attempt should be made (after the backoff, or at once after an abandoned
 // attempt or a new owner's notice), or the error to return to the caller.
+// Once Client.Close began it returns ErrClosed instead of another attempt,
+// also when Close began while it waited.
 func (r *retrier) next(ctx context.Context, err error) error {
+	if ferr := r.wait(ctx, err); ferr != nil {
+		return ferr
+	}
+	if r.c.closing.Load() {
+		return r.closedWhileRetrying(err)
+	}
+	return nil
+}
+
+// closedWhileRetrying is the error of a request whose retry found Close
+// begun: ErrClosed wrapping the last attempt's error, which says whether
+// the request may have taken effect (a timeout's record may have been
+// written).
+func (r *retrier) closedWhileRetrying(err error) error {
+	return r.wrap(fmt.Errorf("%w while retrying after: %w", ErrClosed, err))
+}
+
+// wait is next's work before the closing check: the limits, the
+// coordinators' status and the wait before the next attempt.
+func (r *retrier) wait(ctx context.Context, err error) error {
 	r.attempts++
 	if ctx.Err() != nil && r.lastErr != nil {
 		// The caller's context ended during a retry: report why the
@@ -118,11 +140,12 @@ func (r *retrier) next(ctx context.Context, err error) error {
 	if !retryable(err) {
 		return r.wrap(err)
 	}
-	if r.c.closed() {
+	if r.c.closing.Load() {
 		// Nothing retries after Client.Close: on a connection the
 		// caller owns (New), which Close leaves open, a retry would go
-		// on until the limits ran out.
-		return r.wrap(fmt.Errorf("%w while retrying after: %w", ErrClosed, err))
+		// on until the limits ran out. Checked before the wait too, so
+		// as not to wait for nothing.
+		return r.closedWhileRetrying(err)
 	}
 	r.lastErr = err
 	if wire.CodeOf(err) == wire.CodeRecovering {
