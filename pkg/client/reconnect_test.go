@@ -106,11 +106,7 @@ func TestBatchOverTheReconnectBufferIsRetried(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	for deadline := time.Now().Add(10 * time.Second); !c.nc.IsReconnecting(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the client's connection did not start reconnecting")
-		}
-	}
+	waitFor(t, c.nc.IsReconnecting)
 	// The first batch fills the buffer (a message goes in whole if the
 	// buffer had room before it); the second finds it full.
 	done := make(chan error, 2)
